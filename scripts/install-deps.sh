@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what LinuxFP needs on Debian 12, idempotently: system packages first
+# (only the missing ones, after a single apt-get update), then the Python package.
+set -euo pipefail
+
+APT_PACKAGES=(
+  clang llvm libbpf1 libbpf-dev linux-libc-dev libc6-dev bpftool
+  iproute2 bridge-utils iptables ipset ethtool tcpdump
+  python3-pip
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: must run as root (apt-get install)" >&2
+  exit 1
+fi
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+stamp="$here/.deps-installed"
+if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
+  "$PYTHON" -m pip install -q --disable-pip-version-check -e "$here[test]"
+  touch "$stamp"
+fi
