@@ -1,0 +1,15 @@
+"""Pipeline shape → C source (jinja2) → BPF object (clang, cached)."""
+from .compile import CompileError, CompiledObject, ToolMissing, compile_source, default_cache_dir
+from .counters import Counter, counter_named, counters
+from .render import HOOKS, NODES, Shape, render
+
+
+def build(shape: Shape, cache_dir=None) -> CompiledObject:
+    """Render and compile the program for `shape` (cache hits skip clang)."""
+    return compile_source(render(shape), cache_dir)
+
+
+__all__ = [
+    "HOOKS", "NODES", "Shape", "render", "build", "compile_source", "CompiledObject",
+    "CompileError", "ToolMissing", "default_cache_dir", "Counter", "counters", "counter_named",
+]

@@ -1,0 +1,161 @@
+/* The context layer every node module is written against.
+ *
+ * A pipeline is rendered for one hook (XDP or TC); LFP_HOOK_XDP / LFP_HOOK_TC
+ * is the only compile-time switch, because it changes the program type. Nodes
+ * see a `struct lfp_pkt` and return an lfp_rc; only this file knows how a
+ * verdict, a redirect or a packet length looks at each hook.
+ */
+#ifndef LFP_COMMON_H
+#define LFP_COMMON_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "counters.h"
+
+#if defined(LFP_HOOK_XDP) == defined(LFP_HOOK_TC)
+#error "define exactly one of LFP_HOOK_XDP, LFP_HOOK_TC"
+#endif
+
+#ifdef LFP_HOOK_XDP
+typedef struct xdp_md lfp_ctx_t;
+#else
+typedef struct __sk_buff lfp_ctx_t;
+#endif
+
+/* What a node tells the pipeline. */
+enum lfp_rc {
+	LFP_NEXT = 0,     /* hand the packet to the next node */
+	LFP_PASS,         /* give it to the kernel (already counted) */
+	LFP_REDIRECT,     /* transmit on pkt->egress_ifindex */
+	LFP_DROP,         /* drop it exactly as Linux would */
+};
+
+struct lfp_pkt {
+	lfp_ctx_t *ctx;
+	void *data;
+	void *data_end;
+	__u32 len;              /* whole frame, including non-linear parts */
+	__u32 ingress_ifindex;
+	__u32 egress_ifindex;   /* set by a node returning LFP_REDIRECT */
+	__u16 l3_proto;         /* network byte order */
+	__u16 l3_off;
+};
+
+/* Per-interface facts, shared by every pipeline of the namespace and kept
+ * current by the controller (sysctl and link changes are map updates, never
+ * reloads). Layout mirrored in linuxfp/synth/maps.py. */
+#define LFP_IF_FORWARDING      (1u << 0)  /* conf/DEV/forwarding */
+#define LFP_IF_RP_FILTER       (1u << 1)  /* effective rp_filter != 0 */
+#define LFP_IF_XDP_TX          (1u << 2)  /* may be the target of an XDP redirect */
+#define LFP_IF_TC_TX           (1u << 3)  /* may be the target of a TC redirect */
+#define LFP_IF_ACCEPT_LOCAL    (1u << 4)
+#define LFP_IF_ROUTE_LOCALNET  (1u << 5)
+#define LFP_IF_SRC_FULL_CHECK  (1u << 6)  /* Linux would run __fib_validate_source */
+
+struct lfp_iface {
+	__u32 flags;
+	__u32 mtu;
+	__u8 mac[ETH_ALEN];
+	__u8 pad[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct lfp_iface);
+} lfp_ifaces SEC(".maps");
+
+/* One counter array per loaded pipeline, i.e. per interface. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LFP_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} lfp_counters SEC(".maps");
+
+/* Set at load time, per interface; the compiled object is shared by every
+ * interface with the same pipeline shape. */
+volatile const __u32 lfp_ingress_ifindex = 0;
+
+static __always_inline void lfp_count(enum lfp_counter id)
+{
+	__u32 key = id;
+	__u64 *value = bpf_map_lookup_elem(&lfp_counters, &key);
+
+	if (value)
+		*value += 1;
+}
+
+/* The single way out to the kernel: every pass records why. */
+static __always_inline enum lfp_rc lfp_pass(struct lfp_pkt *pkt, enum lfp_counter reason)
+{
+	(void)pkt;
+	lfp_count(reason);
+	return LFP_PASS;
+}
+
+static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
+{
+	pkt->ctx = ctx;
+	pkt->data = (void *)(long)ctx->data;
+	pkt->data_end = (void *)(long)ctx->data_end;
+	pkt->ingress_ifindex = lfp_ingress_ifindex;
+	pkt->egress_ifindex = 0;
+	pkt->l3_proto = 0;
+	pkt->l3_off = 0;
+#ifdef LFP_HOOK_XDP
+	pkt->len = pkt->data_end - pkt->data;
+#else
+	pkt->len = ctx->len;
+#endif
+	return 0;
+}
+
+/* Tags the hook keeps out of the frame (TC's accelerated VLAN tag) must not
+ * be mistaken for an untagged frame. */
+static __always_inline int lfp_has_offloaded_vlan(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	return pkt->ctx->vlan_present;
+#else
+	(void)pkt;
+	return 0;
+#endif
+}
+
+static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
+{
+	if (rc == LFP_REDIRECT)
+		return bpf_redirect(pkt->egress_ifindex, 0);
+#ifdef LFP_HOOK_XDP
+	switch (rc) {
+	case LFP_DROP:
+		return XDP_DROP;
+	default:
+		return XDP_PASS;
+	}
+#else
+	switch (rc) {
+	case LFP_DROP:
+		return TC_ACT_SHOT;
+	default:
+		return TC_ACT_OK;
+	}
+#endif
+}
+
+#ifdef LFP_HOOK_XDP
+#define LFP_IF_HOOK_TX LFP_IF_XDP_TX
+#else
+#define LFP_IF_HOOK_TX LFP_IF_TC_TX
+#endif
+
+#endif

@@ -1,0 +1,66 @@
+/* Bounds-checked header access shared by node modules. */
+#ifndef LFP_PARSE_H
+#define LFP_PARSE_H
+
+#include "common.h"
+
+#ifndef ETH_P_8021AD
+#define ETH_P_8021AD 0x88A8
+#endif
+
+static __always_inline struct ethhdr *lfp_eth(struct lfp_pkt *pkt)
+{
+	struct ethhdr *eth = pkt->data;
+
+	if ((void *)(eth + 1) > pkt->data_end)
+		return NULL;
+	return eth;
+}
+
+/* Fills l3_proto/l3_off. VLAN-tagged frames are reported as such rather than
+ * parsed: the router only acts on untagged frames of its own interface. */
+static __always_inline enum lfp_rc lfp_parse_l2(struct lfp_pkt *pkt)
+{
+	struct ethhdr *eth = lfp_eth(pkt);
+
+	if (!eth)
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	if (eth->h_proto == bpf_htons(ETH_P_8021Q) || eth->h_proto == bpf_htons(ETH_P_8021AD) ||
+	    lfp_has_offloaded_vlan(pkt))
+		return lfp_pass(pkt, LFP_CNT_VLAN_TAGGED);
+	pkt->l3_proto = eth->h_proto;
+	pkt->l3_off = sizeof(*eth);
+	return LFP_NEXT;
+}
+
+static __always_inline struct iphdr *lfp_ipv4(struct lfp_pkt *pkt)
+{
+	struct iphdr *ip = pkt->data + sizeof(struct ethhdr);
+
+	if ((void *)(ip + 1) > pkt->data_end)
+		return NULL;
+	return ip;
+}
+
+/* RFC 1071 sum over a 20-byte header; 0 when the stored checksum is right. */
+static __always_inline __u16 lfp_ipv4_csum_check(const struct iphdr *ip)
+{
+	const __u16 *word = (const __u16 *)ip;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
+		sum += word[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+static __always_inline int lfp_mac_equal(const __u8 *a, const __u8 *b)
+{
+	return ((const __u16 *)a)[0] == ((const __u16 *)b)[0] &&
+	       ((const __u16 *)a)[1] == ((const __u16 *)b)[1] &&
+	       ((const __u16 *)a)[2] == ((const __u16 *)b)[2];
+}
+
+#endif

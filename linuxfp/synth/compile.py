@@ -1,0 +1,103 @@
+"""C source → BPF object bytes with clang, cached on disk by content hash.
+
+The hash covers the rendered source, every node module it can include, the
+compiler flags and the compiler binary's identity (path, size, mtime), so a
+cache hit never runs clang — not even to ask its version."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .resources import modules_dir
+
+CFLAGS = ("-O2", "-g", "-target", "bpf", "-Wall", "-Werror", "-Wno-unused-function")
+_ARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
+
+
+class CompileError(Exception):
+    """clang refused the source; the message carries its diagnostics."""
+
+
+class ToolMissing(Exception):
+    """A build tool is not installed; the message names the package."""
+
+
+@dataclass(frozen=True)
+class CompiledObject:
+    digest: str       # content hash: also the cache key
+    data: bytes
+    cached: bool      # True when no compiler ran
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("LINUXFP_CACHE_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/cache/linuxfp")
+    return Path.home() / ".cache" / "linuxfp"
+
+
+def find_clang() -> str:
+    for name in ("clang", "clang-14", "clang-15", "clang-16"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise ToolMissing("clang not found: install the Debian package 'clang' (scripts/install-deps.sh)")
+
+
+def _include_dirs() -> list[str]:
+    dirs = [str(modules_dir())]
+    if os.path.isdir(_ARCH_INCLUDE):
+        dirs.append(_ARCH_INCLUDE)
+    return dirs
+
+
+def source_digest(source: str, clang: str) -> str:
+    h = hashlib.sha256()
+    h.update(source.encode())
+    for header in sorted(modules_dir().glob("*.h")):
+        h.update(header.name.encode())
+        h.update(header.read_bytes())
+    st = os.stat(clang)
+    h.update(f"{os.path.realpath(clang)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(" ".join(CFLAGS).encode())
+    return h.hexdigest()
+
+
+def compile_source(source: str, cache_dir: Path | None = None) -> CompiledObject:
+    if not os.path.exists("/usr/include/bpf/bpf_helpers.h"):
+        raise ToolMissing("bpf/bpf_helpers.h not found: install the Debian package 'libbpf-dev'")
+    clang = find_clang()
+    digest = source_digest(source, clang)
+    cache_dir = cache_dir or default_cache_dir()
+    cached_path = cache_dir / f"{digest}.o"
+    try:
+        return CompiledObject(digest, cached_path.read_bytes(), cached=True)
+    except FileNotFoundError:
+        pass
+
+    with tempfile.TemporaryDirectory(prefix="linuxfp-cc-") as tmp:
+        src = Path(tmp) / "pipeline.c"
+        obj = Path(tmp) / "pipeline.o"
+        src.write_text(source)
+        cmd = [clang, *CFLAGS]
+        for inc in _include_dirs():
+            cmd += ["-I", inc]
+        cmd += ["-c", str(src), "-o", str(obj)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"clang failed ({proc.returncode}):\n{proc.stderr.strip()}")
+        data = obj.read_bytes()
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp_path, cached_path)   # atomic: concurrent controllers never read half a file
+    return CompiledObject(digest, data, cached=False)
