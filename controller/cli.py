@@ -1,0 +1,168 @@
+"""The `linuxfp` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+from .preflight import PreflightError, check_runtime
+
+EXIT_USAGE = 2
+
+
+def _print(data: dict, as_json: bool, text) -> None:
+    if as_json:
+        print(json.dumps(data, indent=None if not sys.stdout.isatty() else 2))
+    else:
+        print(text(data))
+
+
+def cmd_run(args) -> int:
+    from .daemon import Controller, RunOptions
+
+    check_runtime()
+    controller = Controller(RunOptions(hook=args.hook, xdp_mode=args.xdp_mode, keep=args.keep))
+    return controller.run()
+
+
+def cmd_graph(args) -> int:
+    from linuxfp.graph import build_graph, to_dot, to_text
+    from linuxfp.state import read_snapshot
+
+    graph = build_graph(read_snapshot(), args.hook)
+    if args.dot:
+        print(to_dot(graph))
+    elif args.json:
+        print(json.dumps(graph.to_dict()))
+    else:
+        print(to_text(graph))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .daemon import current_layout
+    from .views import status, status_text
+
+    check_runtime(need_compiler=False)
+    _print(status(current_layout()), args.json, status_text)
+    return 0
+
+
+def cmd_stats(args) -> int:
+    from .daemon import current_layout
+    from .views import stats, stats_text
+
+    check_runtime(need_compiler=False)
+    _print(stats(current_layout()), args.json, stats_text)
+    return 0
+
+
+def cmd_detach(args) -> int:
+    from . import runtime_files
+    from .daemon import current_layout
+    from .installer import Installer
+
+    check_runtime(need_compiler=False)
+    layout = current_layout()
+    pid = runtime_files.running_controller(layout)
+    if pid and pid != os.getpid():
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while runtime_files.running_controller(layout) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    saved = runtime_files.load_installed(layout)
+    had_pins = os.path.isdir(layout.pin_dir)
+    if not pid and not had_pins and not (saved and saved.pipelines):
+        print("nothing attached")
+        return 0
+    from .reconcile import InstalledState
+
+    removed = Installer(layout).remove_all(saved or InstalledState())
+    runtime_files.remove_run_dir(layout)
+    print(f"detached {removed} program(s)" + (f"; stopped controller {pid}" if pid else ""))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    check_runtime()
+    return run_demo(args.scenario, quick=args.quick, as_json=args.json)
+
+
+def cmd_bench(args) -> int:
+    from linuxfp.bench.cli import run_bench
+
+    check_runtime()
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="linuxfp",
+        description="Accelerate this network namespace's Linux forwarding with a synthesized eBPF datapath.")
+    parser.add_argument("-j", "--json", action="store_true", help="JSON output (like ip -j)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add(name, func, help_):
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument("-j", "--json", action="store_true", default=argparse.SUPPRESS, help="JSON output")
+        p.set_defaults(func=func)
+        return p
+
+    p = add("run", cmd_run, "run the controller in this network namespace until SIGINT/SIGTERM")
+    p.add_argument("--hook", choices=("auto", "xdp", "tc"), default="auto",
+                   help="where to attach: XDP, TC, or XDP where the device supports it (default)")
+    p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), default="auto",
+                   help="XDP attach mode (default: native, falling back to generic)")
+    p.add_argument("--keep", action="store_true",
+                   help="on exit leave the datapath pinned and running; the next run adopts it")
+    p = add("graph", cmd_graph, "print the packet-processing graph for the current configuration")
+    p.add_argument("--hook", choices=("auto", "xdp", "tc"), default="auto")
+    p.add_argument("--dot", action="store_true", help="Graphviz dot output")
+    add("status", cmd_status, "per interface: hook, mode, shape, program id")
+    add("stats", cmd_stats, "fast-path and pass-to-kernel counters, response times")
+    add("detach", cmd_detach, "remove everything LinuxFP attached or pinned in this namespace")
+    p = add("demo", cmd_demo, "build a throw-away topology and show it accelerated")
+    p.add_argument("scenario", choices=("router",), nargs="?", default="router")
+    p.add_argument("--quick", action="store_true", help="shorter measurement")
+    p = add("bench", cmd_bench, "benchmark scenarios: Linux and LinuxFP side by side")
+    p.add_argument("scenario")
+    p.add_argument("--quick", action="store_true", help="short run that only proves the harness works")
+    p.add_argument("--out", default=None, help="results directory (default bench/results)")
+    p.add_argument("--repetitions", type=int, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2) if args.command != "run" else logging.INFO - 10 * min(args.verbose, 1),
+        format="linuxfp: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except PreflightError as e:
+        print(f"linuxfp: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:
+        from linuxfp.datapath import DependencyError
+
+        if isinstance(e, DependencyError):
+            print(f"linuxfp: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""`linuxfp run`: keep this namespace's datapath equal to what its Linux
+configuration calls for, one coalesced batch of netlink events at a time."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, replace
+
+from linuxfp import state as kstate
+from linuxfp.datapath import bpffs_root
+from linuxfp.graph import Graph, build_graph
+from linuxfp.synth import CompileError, Shape
+from linuxfp.synth import build as build_shape
+
+from . import runtime_files
+from .installer import Installer
+from .namespace import NamespaceLayout, netns_cookie
+from .reconcile import InstalledPipeline, InstalledState, plan
+from .responsetime import ResponseTimes
+
+log = logging.getLogger("linuxfp.controller")
+
+POLL_INTERVAL_S = 1.0   # for configuration that changes without a netlink event
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    hook: str = "auto"
+    xdp_mode: str = "auto"
+    keep: bool = False
+
+
+def current_layout() -> NamespaceLayout:
+    return NamespaceLayout(bpffs_root(), netns_cookie())
+
+
+class Controller:
+    def __init__(self, options: RunOptions, layout: NamespaceLayout | None = None) -> None:
+        self.options = options
+        self.layout = layout or current_layout()
+        self.installer = Installer(self.layout, options.xdp_mode)
+        self.installed = InstalledState()
+        self.response = ResponseTimes()
+        self._stop = False
+
+    # -- one reconcile step ------------------------------------------------
+
+    def _compile(self, graph: Graph) -> tuple[dict, dict[int, str]]:
+        compiled, failed = {}, {}
+        for shape in graph.shapes():
+            try:
+                compiled[shape] = build_shape(shape)
+            except CompileError as e:
+                log.error("cannot compile %s: %s", shape, e)
+                for p in graph.pipelines:
+                    if p.shape == shape:
+                        failed[p.ifindex] = f"compile: {e}"
+        return compiled, failed
+
+    def reconcile(self, snapshot) -> bool:
+        """Bring the datapath in line with `snapshot`; True if anything changed."""
+        graph = build_graph(snapshot, self.options.hook)
+        compiled, failed = self._compile(graph)
+        if failed:
+            for ifindex, message in failed.items():
+                p = graph.pipeline(ifindex)
+                self.installed = self.installed.with_pipeline(
+                    InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape), "", error=message))
+            graph = replace(graph, pipelines=tuple(p for p in graph.pipelines if p.ifindex not in failed))
+        digests = {shape: obj.digest for shape, obj in compiled.items()}
+        todo = plan(graph, digests, self.installed)
+        if todo.empty:
+            return False
+        self.installed = self.installer.apply(todo, self.installed, graph.ifaces, graph.local_addrs, compiled)
+        runtime_files.save_installed(self.layout, self.installed)
+        return True
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def _request_stop(self, signum, _frame) -> None:
+        log.info("signal %d: stopping", signum)
+        self._stop = True
+
+    def start(self) -> None:
+        saved = runtime_files.load_installed(self.layout)
+        if saved is not None and saved.pipelines:
+            self.installed = self.installer.adopt(saved)
+            log.info("adopted %d pipeline(s) left by a previous controller", len(self.installed.pipelines))
+        runtime_files.write_atomic(self.layout.pid_file, f"{os.getpid()}\n")
+
+    def stop(self) -> None:
+        if self.options.keep:
+            runtime_files.save_installed(self.layout, self.installed)
+            try:
+                os.unlink(self.layout.pid_file)
+            except FileNotFoundError:
+                pass
+            log.info("datapath kept in place (--keep); the next `linuxfp run` adopts it")
+            return
+        self.installer.remove_all(self.installed)
+        self.installed = InstalledState()
+        runtime_files.remove_run_dir(self.layout)
+        log.info("datapath removed; the kernel path carries on")
+
+    def run(self, ready_out=sys.stdout) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._request_stop)
+        self.start()
+        try:
+            # Subscribe before the first dump so no change falls in between.
+            with kstate.EventStream() as events:
+                snapshot = kstate.read_snapshot()
+                self.reconcile(snapshot)
+                print("ready", file=ready_out, flush=True)
+                last_poll = time.monotonic()
+                while not self._stop:
+                    batch = events.read_batch(timeout=0.2)
+                    if batch is not None:
+                        if batch.resync:
+                            log.warning("netlink overrun: full resync")
+                            snapshot = kstate.read_snapshot()
+                        else:
+                            snapshot = kstate.apply_messages(snapshot, batch.messages)
+                        worked = self.reconcile(snapshot)
+                        elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
+                        self.response.record(frozenset(batch.kinds), elapsed_ms, worked)
+                        runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
+                    if time.monotonic() - last_poll >= POLL_INTERVAL_S:
+                        last_poll = time.monotonic()
+                        polled = kstate.refresh_polled(snapshot)
+                        if polled != snapshot:
+                            snapshot = polled
+                            self.reconcile(snapshot)
+        finally:
+            self.stop()
+        return 0
+
+
+def _json(data) -> str:
+    import json
+
+    return json.dumps(data, indent=1)

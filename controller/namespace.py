@@ -1,0 +1,63 @@
+"""Identity of the network namespace being accelerated, and where its pins and
+runtime state live."""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from dataclasses import dataclass
+
+SO_NETNS_COOKIE = 71
+RUN_DIR = os.environ.get("LINUXFP_RUN_DIR", "/run/linuxfp")
+
+
+def netns_cookie() -> int:
+    """The kernel's never-reused id of the calling thread's network namespace
+    (unlike the namespace inode, which is recycled after deletion)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        raw = s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
+    return struct.unpack("<Q", raw)[0]
+
+
+@dataclass(frozen=True)
+class NamespaceLayout:
+    """Paths owned by one accelerated namespace."""
+
+    bpffs: str       # bpffs root usable from this process
+    cookie: int
+
+    @property
+    def name(self) -> str:
+        return f"ns-{self.cookie}"
+
+    @property
+    def pin_dir(self) -> str:
+        return os.path.join(self.bpffs, "linuxfp", self.name)
+
+    def shared_map_pin(self, map_name: str) -> str:
+        return os.path.join(self.pin_dir, map_name)
+
+    def iface_dir(self, ifindex: int) -> str:
+        return os.path.join(self.pin_dir, f"if{ifindex}")
+
+    def link_pin(self, ifindex: int, hook: str) -> str:
+        return os.path.join(self.iface_dir(ifindex), f"link_{hook}")
+
+    def counters_pin(self, ifindex: int) -> str:
+        return os.path.join(self.iface_dir(ifindex), "lfp_counters")
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(RUN_DIR, self.name)
+
+    @property
+    def state_file(self) -> str:
+        return os.path.join(self.run_dir, "installed.json")
+
+    @property
+    def response_file(self) -> str:
+        return os.path.join(self.run_dir, "response.json")
+
+    @property
+    def pid_file(self) -> str:
+        return os.path.join(self.run_dir, "controller.pid")

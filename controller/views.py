@@ -1,0 +1,111 @@
+"""What `linuxfp status` and `linuxfp stats` show, read from pins and /run
+(so they work whether or not a controller is running)."""
+from __future__ import annotations
+
+import os
+import struct
+
+from linuxfp import datapath as dp
+from linuxfp.synth import counters
+
+from . import runtime_files
+from .namespace import NamespaceLayout
+
+
+def status(layout: NamespaceLayout) -> dict:
+    saved = runtime_files.load_installed(layout)
+    pid = runtime_files.running_controller(layout)
+    interfaces = []
+    for p in saved.pipelines if saved else ():
+        entry = {"ifname": p.ifname, "ifindex": p.ifindex, "hook": p.hook, "mode": p.mode,
+                 "shape": p.shape, "prog_id": p.prog_id, "link_id": p.link_id,
+                 "state": "error" if p.error else "active"}
+        if p.error:
+            entry["error"] = p.error
+        else:
+            path = layout.link_pin(p.ifindex, p.hook)
+            if not os.path.exists(path):
+                entry["state"] = "missing"
+            else:
+                try:
+                    link = dp.Link.from_pinned(path)
+                    info = dp.link_info(link.fd)
+                    entry["prog_id"] = info.get("prog_id", p.prog_id)
+                    link.close()
+                except dp.BpfError as e:
+                    entry["state"] = f"unreadable: {e}"
+        interfaces.append(entry)
+    return {"namespace": layout.name, "controller_pid": pid, "interfaces": interfaces}
+
+
+def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | None:
+    path = layout.counters_pin(ifindex)
+    if not os.path.exists(path):
+        return None
+    m = dp.Map.from_pinned(path)
+    try:
+        totals = {}
+        for c in counters():
+            values = m.lookup_percpu(struct.pack("<I", c.id)) or []
+            totals[c.name] = sum(struct.unpack("<Q", v[:8])[0] for v in values)
+        return totals
+    finally:
+        m.close()
+
+
+def stats(layout: NamespaceLayout) -> dict:
+    saved = runtime_files.load_installed(layout)
+    table = {c.name: c for c in counters()}
+    interfaces = []
+    for p in saved.pipelines if saved else ():
+        values = read_counters(layout, p.ifindex)
+        if values is None:
+            continue
+        nodes: dict[str, dict] = {}
+        for name, value in values.items():
+            c = table[name]
+            node = nodes.setdefault(c.node, {"fast_path": 0, "dropped": 0, "passed": {}})
+            if c.kind == "fast":
+                node["fast_path"] += value
+            elif c.kind == "drop":
+                node["dropped"] += value
+            elif value:
+                node["passed"][name] = value
+        interfaces.append({
+            "ifname": p.ifname, "ifindex": p.ifindex, "hook": p.hook,
+            "fast_path": sum(n["fast_path"] for n in nodes.values()),
+            "passed_to_kernel": sum(sum(n["passed"].values()) for n in nodes.values()),
+            "nodes": nodes,
+        })
+    return {"namespace": layout.name, "interfaces": interfaces,
+            "response_time": runtime_files.load_json(layout.response_file)}
+
+
+def status_text(data: dict) -> str:
+    lines = [f"namespace {data['namespace']}: controller "
+             + (f"running (pid {data['controller_pid']})" if data["controller_pid"] else "not running")]
+    if not data["interfaces"]:
+        lines.append("  nothing attached")
+    for i in data["interfaces"]:
+        line = f"  {i['ifname']:<16} {i['hook']:<4} {i['mode'] or '-':<8} {i['shape']:<14} prog {i['prog_id']}  {i['state']}"
+        if i.get("error"):
+            line += f"\n    {i['error'].splitlines()[0] if i['error'] else ''}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def stats_text(data: dict) -> str:
+    descriptions = {c.name: c.description for c in counters()}
+    lines = []
+    for i in data["interfaces"]:
+        lines.append(f"{i['ifname']} [{i['hook']}]: fast path {i['fast_path']}, passed to kernel {i['passed_to_kernel']}")
+        for node, n in sorted(i["nodes"].items()):
+            for reason, value in sorted(n["passed"].items(), key=lambda kv: -kv[1]):
+                lines.append(f"    {node:<8} pass {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
+    rt = data.get("response_time")
+    if rt and rt.get("all", {}).get("n"):
+        a = rt["all"]
+        lines.append(f"response time: n={a['n']} p50={a['p50_ms']:.3f} ms p99={a['p99_ms']:.3f} ms max={a['max_ms']:.3f} ms")
+    if not lines:
+        lines.append("nothing attached")
+    return "\n".join(lines)

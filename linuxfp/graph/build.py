@@ -1,0 +1,132 @@
+"""Snapshot → Graph: where a node can reproduce Linux exactly, and the facts
+it needs. Pure: reads only the snapshot."""
+from __future__ import annotations
+
+import ipaddress
+
+from linuxfp.synth import Shape
+
+from .model import (
+    IF_ACCEPT_LOCAL, IF_FORWARDING, IF_ROUTE_LOCALNET, IF_RP_FILTER, IF_SRC_FULL_CHECK,
+    IF_TC_TX, IF_XDP_TX, Graph, IfaceFacts, Pipeline, Skipped,
+)
+
+ARPHRD_ETHER = 1
+LOCAL_TABLE = 255
+XDP_ACT_BASIC = 1 << 0
+
+# Interface kinds whose packets Linux hands straight to IP (no bridge, tunnel
+# or aggregation semantics in between), so the router node can stand in for it.
+ROUTABLE_KINDS = frozenset({"", "veth"})
+
+# Root qdiscs that neither reorder by class nor rewrite: an XDP redirect, which
+# bypasses the egress qdisc, is then indistinguishable from Linux's output.
+PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
+
+# Route types that make __fib_validate_source() refuse a source when found
+# outside the local table (where lfp_local_src already covers them).
+_SOURCE_REFUSING_TYPES = frozenset({"local", "broadcast", "multicast", "anycast", "nat"})
+
+HOOK_CHOICES = ("auto", "xdp", "tc")
+
+
+def build_graph(snapshot, hook: str = "auto") -> Graph:
+    """Per ingress interface, the pipeline Linux's configuration calls for."""
+    if hook not in HOOK_CHOICES:
+        raise ValueError(f"unknown hook {hook!r} (expected one of {', '.join(HOOK_CHOICES)})")
+    full_check = needs_full_source_check(snapshot)
+    facts = tuple(
+        iface_facts(link, snapshot, full_check)
+        for link in snapshot.links
+        if link.link_type == ARPHRD_ETHER
+    )
+    namespace_block = _namespace_blocker(snapshot)
+    pipelines, skipped = [], []
+    for link in snapshot.links:
+        reason = namespace_block or _ingress_blocker(link, snapshot)
+        if reason:
+            skipped.append(Skipped(link.index, link.name, reason))
+        else:
+            pipelines.append(Pipeline(link.index, link.name, Shape(_choose_hook(link, hook), ("router",))))
+    return Graph(tuple(pipelines), tuple(skipped), facts, local_source_addresses(snapshot))
+
+
+def _namespace_blocker(snapshot) -> str | None:
+    nf = snapshot.netfilter
+    if nf.active:
+        return f"netfilter rules present ({nf.detail}); the filter node is not available yet"
+    return None
+
+
+def _ingress_blocker(link, snapshot) -> str | None:
+    if link.link_type != ARPHRD_ETHER:
+        return "not an Ethernet interface"
+    if link.master:
+        master = snapshot.link(link.master)
+        name = master.name if master else str(link.master)
+        return f"port of {name}: the bridge node is not available yet"
+    if link.kind not in ROUTABLE_KINDS:
+        return f"{link.kind} interfaces are not supported yet"
+    return None
+
+
+def _choose_hook(link, requested: str) -> str:
+    if requested != "auto":
+        return requested
+    return "xdp" if link.xdp_features & XDP_ACT_BASIC else "tc"
+
+
+def iface_facts(link, snapshot, full_check: bool) -> IfaceFacts:
+    conf = snapshot.sysctls.for_ifindex(link.index)
+    flags = 0
+    if conf is not None:
+        flags |= IF_FORWARDING if conf.forwarding else 0
+        flags |= IF_RP_FILTER if conf.rp_filter else 0
+        flags |= IF_ACCEPT_LOCAL if conf.accept_local else 0
+        flags |= IF_ROUTE_LOCALNET if conf.route_localnet else 0
+    if full_check:
+        flags |= IF_SRC_FULL_CHECK
+    sendable = link.up and link.oper_up and link.kind in ROUTABLE_KINDS and not link.master
+    if sendable:
+        flags |= IF_TC_TX
+        if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS:
+            flags |= IF_XDP_TX
+    return IfaceFacts(link.index, flags, link.mtu, _mac_bytes(link.mac))
+
+
+def _mac_bytes(mac: str) -> bytes:
+    try:
+        raw = bytes(int(part, 16) for part in mac.split(":"))
+    except (ValueError, AttributeError):
+        return bytes(6)
+    return raw if len(raw) == 6 else bytes(6)
+
+
+def local_source_addresses(snapshot) -> frozenset[str]:
+    """Sources Linux refuses on forwarded packets: every address of the host
+    (inet_lookup_ifaddr_rcu sees addresses of down links too) and every local or
+    broadcast destination of the local table (what a reverse lookup would find)."""
+    addrs = {a.host_address for a in snapshot.addresses if a.family == 2}
+    for route in snapshot.routes:
+        if route.family == 2 and route.table == LOCAL_TABLE and route.type in _SOURCE_REFUSING_TYPES:
+            net = ipaddress.ip_network(route.dst, strict=False)
+            if net.prefixlen == 32:
+                addrs.add(str(net.network_address))
+    return frozenset(addrs)
+
+
+def needs_full_source_check(snapshot) -> bool:
+    """Whether a source can be refused by a route lfp_local_src does not hold:
+    the local table is not consulted first, or another table has routes of a
+    type that makes __fib_validate_source() fail."""
+    local_first = any(
+        r.family == 2 and r.priority == 0 and r.table == LOCAL_TABLE and r.action == "to_tbl"
+        and not r.has_selectors
+        for r in snapshot.rules
+    )
+    if not local_first:
+        return True
+    return any(
+        r.family == 2 and r.table != LOCAL_TABLE and r.type in _SOURCE_REFUSING_TYPES
+        for r in snapshot.routes
+    )

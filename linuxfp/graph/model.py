@@ -1,0 +1,106 @@
+"""The packet-processing graph: what each ingress interface runs, and the
+per-interface facts the nodes read from maps."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from linuxfp.synth import Shape
+
+# Bits of struct lfp_iface.flags (bpf_modules/common.h).
+IF_FORWARDING = 1 << 0
+IF_RP_FILTER = 1 << 1
+IF_XDP_TX = 1 << 2
+IF_TC_TX = 1 << 3
+IF_ACCEPT_LOCAL = 1 << 4
+IF_ROUTE_LOCALNET = 1 << 5
+IF_SRC_FULL_CHECK = 1 << 6
+
+FLAG_NAMES = {
+    IF_FORWARDING: "forwarding",
+    IF_RP_FILTER: "rp_filter",
+    IF_XDP_TX: "xdp_tx",
+    IF_TC_TX: "tc_tx",
+    IF_ACCEPT_LOCAL: "accept_local",
+    IF_ROUTE_LOCALNET: "route_localnet",
+    IF_SRC_FULL_CHECK: "src_full_check",
+}
+
+
+def flag_names(flags: int) -> tuple[str, ...]:
+    return tuple(name for bit, name in FLAG_NAMES.items() if flags & bit)
+
+
+@dataclass(frozen=True)
+class IfaceFacts:
+    """One lfp_ifaces map entry: what a node may assume about an interface."""
+
+    ifindex: int
+    flags: int
+    mtu: int
+    mac: bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "ifindex": self.ifindex,
+            "flags": list(flag_names(self.flags)),
+            "mtu": self.mtu,
+            "mac": ":".join(f"{b:02x}" for b in self.mac),
+        }
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The nodes a packet arriving on one interface traverses, in order."""
+
+    ifindex: int
+    ifname: str
+    shape: Shape
+
+    @property
+    def hook(self) -> str:
+        return self.shape.hook
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.shape.nodes
+
+    def to_dict(self) -> dict:
+        return {"ifindex": self.ifindex, "ifname": self.ifname, "hook": self.hook,
+                "nodes": list(self.nodes), "shape": str(self.shape)}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An interface left on the kernel path, and why."""
+
+    ifindex: int
+    ifname: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"ifindex": self.ifindex, "ifname": self.ifname, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Graph:
+    pipelines: tuple[Pipeline, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    ifaces: tuple[IfaceFacts, ...] = ()
+    local_addrs: frozenset[str] = field(default_factory=frozenset)
+
+    def pipeline(self, ifindex: int) -> Pipeline | None:
+        for p in self.pipelines:
+            if p.ifindex == ifindex:
+                return p
+        return None
+
+    def shapes(self) -> tuple[Shape, ...]:
+        return tuple(sorted({p.shape for p in self.pipelines}))
+
+    def to_dict(self) -> dict:
+        return {
+            "pipelines": [p.to_dict() for p in self.pipelines],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "ifaces": [f.to_dict() for f in self.ifaces],
+            "local_addrs": sorted(self.local_addrs),
+        }
