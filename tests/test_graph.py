@@ -1,0 +1,97 @@
+"""Snapshot → graph, on hand-built snapshots."""
+from dataclasses import replace
+
+import pytest
+
+from linuxfp.graph import build_graph, flag_names, to_dot, to_text
+from linuxfp.state.model import NetfilterState, Rule, Sysctls
+from linuxfp.synth import Shape
+
+from snapshot_fixtures import XDP_ALL, link, route, router_snapshot, sysctl
+
+
+def facts(graph, ifindex):
+    return next(f for f in graph.ifaces if f.ifindex == ifindex)
+
+
+def test_router_placed_on_both_veths_and_not_on_loopback():
+    g = build_graph(router_snapshot())
+    assert [(p.ifname, str(p.shape)) for p in g.pipelines] == [("left", "xdp:router"), ("right", "xdp:router")]
+    assert [s.ifname for s in g.skipped] == ["lo"]
+
+
+def test_hook_choice():
+    snap = router_snapshot()
+    assert {p.hook for p in build_graph(snap, "tc").pipelines} == {"tc"}
+    no_xdp = replace(snap, links=(snap.links[0], link(2, "left", xdp=0), link(3, "right")))
+    hooks = {p.ifname: p.hook for p in build_graph(no_xdp, "auto").pipelines}
+    assert hooks == {"left": "tc", "right": "xdp"}
+    with pytest.raises(ValueError):
+        build_graph(snap, "nope")
+
+
+def test_same_shape_is_shared():
+    g = build_graph(router_snapshot())
+    assert g.shapes() == (Shape("xdp", ("router",)),)
+
+
+def test_netfilter_keeps_whole_namespace_on_kernel_path():
+    snap = router_snapshot(netfilter=NetfilterState(active=True, tables=("nft:ip filter",), detail="table ip filter"))
+    g = build_graph(snap)
+    assert g.pipelines == ()
+    assert all("netfilter" in s.reason for s in g.skipped)
+
+
+def test_bridge_ports_and_other_kinds_are_skipped():
+    snap = router_snapshot()
+    snap = replace(snap, links=snap.links + (link(4, "br0", kind="bridge"), link(5, "port", master=4),
+                                             link(6, "vx", kind="vxlan")))
+    reasons = {s.ifname: s.reason for s in build_graph(snap).skipped}
+    assert "bridge node" in reasons["port"]
+    assert "bridge" in reasons["br0"] and "vxlan" in reasons["vx"]
+
+
+def test_interface_facts_follow_sysctls_and_redirect_capability():
+    snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(
+        sysctl(1), sysctl(2, rp_filter=2), sysctl(3, forwarding=False))))
+    g = build_graph(snap)
+    assert set(flag_names(facts(g, 2).flags)) == {"rp_filter", "forwarding", "xdp_tx", "tc_tx"}
+    assert set(flag_names(facts(g, 3).flags)) == {"xdp_tx", "tc_tx"}
+    assert facts(g, 2).mac == bytes.fromhex("020000000002")
+
+
+def test_xdp_tx_needs_ndo_xmit_carrier_and_a_plain_qdisc():
+    base = router_snapshot()
+    for right in (link(3, "right", xdp=XDP_ALL & ~4), link(3, "right", up=False),
+                  link(3, "right", qdisc="htb")):
+        g = build_graph(replace(base, links=(base.links[0], base.links[1], right)))
+        assert "xdp_tx" not in flag_names(facts(g, 3).flags)
+    g = build_graph(replace(base, links=(base.links[0], base.links[1], link(3, "right", qdisc="htb"))))
+    assert "tc_tx" in flag_names(facts(g, 3).flags)
+
+
+def test_local_sources_cover_addresses_and_local_table():
+    g = build_graph(router_snapshot())
+    assert {"198.18.1.254", "198.18.2.254", "198.18.1.255", "127.0.0.1"} <= g.local_addrs
+
+
+def test_full_source_check_only_when_a_source_could_be_refused_elsewhere():
+    snap = router_snapshot()
+    assert not any(f.flags & 64 for f in build_graph(snap).ifaces)
+    custom_rule = replace(snap, rules=snap.rules + (Rule(family=2, priority=100, table=100, action="to_tbl",
+                                                         src="198.18.1.0/24"),))
+    assert not any(f.flags & 64 for f in build_graph(custom_rule).ifaces)
+    local_elsewhere = replace(snap, routes=snap.routes + (route("203.0.113.0/24", table=100, type_="local", oif=2),))
+    assert all(f.flags & 64 for f in build_graph(local_elsewhere).ifaces)
+    no_local_rule = replace(snap, rules=snap.rules[1:])
+    assert all(f.flags & 64 for f in build_graph(no_local_rule).ifaces)
+
+
+def test_presentations():
+    g = build_graph(router_snapshot())
+    text = to_text(g)
+    assert "left (ifindex 2) [xdp]: parse -> router -> egress" in text
+    assert "lo (ifindex 1): kernel path" in text
+    assert to_dot(g).startswith("digraph linuxfp {")
+    d = g.to_dict()
+    assert d["pipelines"][0]["shape"] == "xdp:router" and "ifaces" in d
