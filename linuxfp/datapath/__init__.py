@@ -1,0 +1,84 @@
+"""LinuxFP datapath: a small ctypes binding over libbpf.so.1 (1.1.2) and the bpf syscalls.
+
+Typical use::
+
+    with BpfObject.open(elf_bytes, name="router") as obj:
+        obj.set_rodata({"ingress_ifindex": 3})
+        obj.reuse_map("lfp_ifaces", shared_ifaces_map)
+        obj.load()
+        prog = obj.program("lfp_xdp")
+    link = attach_xdp(prog.fd, 3, mode="auto")
+    link.pin(f"{bpffs_root()}/linuxfp/ns-.../xdp-3")
+
+See docs/datapath-binding.md.
+"""
+
+from .environment import check_environment
+from .errors import BpfError, DependencyError, TestRunInterrupted, VerifierError
+from .info import link_info, map_info, prog_info
+from .libbpf import (
+    BPF_ANY,
+    BPF_EXIST,
+    BPF_F_TEST_RUN_ON_CPU,
+    BPF_F_TEST_XDP_LIVE_FRAMES,
+    BPF_NOEXIST,
+    BPF_TCX_EGRESS,
+    BPF_TCX_INGRESS,
+    BPF_XDP,
+)
+from .links import Link, XdpAttachment, attach_tc, attach_xdp, xdp_attached
+from .maps import Map, possible_cpus
+from .objects import BpfObject, Program
+from .pins import (
+    PrivateBpffsWarning,
+    anchor_pid,
+    bpffs_root,
+    get_pinned,
+    is_bpffs,
+    makedirs,
+    pin,
+    remove_tree,
+    unpin,
+)
+from .testrun import TestRun, XdpMd, test_run, xdp_md
+
+__all__ = [
+    "BPF_ANY",
+    "BPF_EXIST",
+    "BPF_F_TEST_RUN_ON_CPU",
+    "BPF_F_TEST_XDP_LIVE_FRAMES",
+    "BPF_NOEXIST",
+    "BPF_TCX_EGRESS",
+    "BPF_TCX_INGRESS",
+    "BPF_XDP",
+    "BpfError",
+    "BpfObject",
+    "DependencyError",
+    "Link",
+    "Map",
+    "PrivateBpffsWarning",
+    "Program",
+    "TestRun",
+    "TestRunInterrupted",
+    "VerifierError",
+    "XdpAttachment",
+    "XdpMd",
+    "attach_tc",
+    "attach_xdp",
+    "anchor_pid",
+    "bpffs_root",
+    "check_environment",
+    "get_pinned",
+    "is_bpffs",
+    "link_info",
+    "makedirs",
+    "map_info",
+    "pin",
+    "possible_cpus",
+    "prog_info",
+    "remove_tree",
+    "test_run",
+    "unpin",
+    "xdp_attached",
+    "xdp_md",
+]

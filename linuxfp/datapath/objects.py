@@ -1,0 +1,295 @@
+"""BPF ELF objects through libbpf: open, set .rodata constants, share maps, load."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+from collections.abc import Mapping
+from types import TracebackType
+
+from . import pins
+from .btf import SectionVariable, datasec_variables
+from .environment import explain_load_failure
+from .errors import BpfError, VerifierError
+from .fds import OwnedFd, fd_kind
+from .info import prog_info
+from .libbpf import BpfObjectOpenOpts, capture_libbpf_output, errno_of, lib, new_opts
+from .maps import Map
+
+# With log_level 0 libbpf loads silently and, on failure, reloads the failing
+# program with log_level 1 into this buffer. Kernels >= 6.4 keep the log's
+# tail when it overflows, which is the part that names the error. The buffer
+# is calloc'ed, so untouched pages cost nothing.
+_VERIFIER_LOG_SIZE = 16 * 1024 * 1024
+
+_FAILED_PROGRAM = re.compile(r"prog '([^']+)': (?:BPF program load failed|failed to load)")
+
+
+class Program:
+    """A loaded program. Owns a duplicate of the object's fd, so it outlives the object."""
+
+    def __init__(self, owned_fd: OwnedFd) -> None:
+        self._owned = owned_fd
+        info = prog_info(owned_fd.fd)
+        self.id: int = info["id"]
+        self.name: str = info["name"]
+        self.tag: str = info["tag"]
+        self.type: int = info["type"]
+
+    @classmethod
+    def from_fd(cls, fd: int) -> Program:
+        if fd_kind(fd) != "prog":
+            raise BpfError(f"fd {fd} is not a BPF program", errno.EINVAL)
+        return cls(OwnedFd.dup(fd))
+
+    @classmethod
+    def from_pinned(cls, path: str) -> Program:
+        owned = OwnedFd(pins.get_pinned(path))
+        if fd_kind(owned.fd) != "prog":
+            owned.close()
+            raise BpfError(f"{path} is not a pinned BPF program", errno.EINVAL)
+        return cls(owned)
+
+    @classmethod
+    def from_id(cls, prog_id: int) -> Program:
+        fd = lib().bpf_prog_get_fd_by_id(prog_id)
+        if fd < 0:
+            raise BpfError(f"bpf_prog_get_fd_by_id({prog_id})", errno_of(fd))
+        return cls(OwnedFd(fd))
+
+    @property
+    def fd(self) -> int:
+        return self._owned.fd
+
+    def pin(self, path: str) -> None:
+        pins.pin(self.fd, path)
+
+    def close(self) -> None:
+        self._owned.close()
+
+    def __repr__(self) -> str:
+        return f"Program(name={self.name!r}, id={self.id}, type={self.type}, tag={self.tag})"
+
+
+class BpfObject:
+    """One libbpf ``struct bpf_object``: open → set_rodata/reuse_map → load → program/map.
+
+    Not thread-safe; one object is driven by one thread.
+    """
+
+    def __init__(self, handle: int, name: str, keepalive: object, log_buffer: ctypes.Array[ctypes.c_char]) -> None:
+        self._handle: int | None = handle
+        self.name = name
+        self._keepalive = keepalive  # the ELF bytes libbpf may still point into
+        self._log_buffer: ctypes.Array[ctypes.c_char] | None = log_buffer
+        self.loaded = False
+
+    @classmethod
+    def open(cls, source: str | os.PathLike[str] | bytes, name: str = "linuxfp") -> BpfObject:
+        """Open an ELF object from a path or from bytes (e.g. fresh clang output)."""
+        log_buffer = ctypes.create_string_buffer(_VERIFIER_LOG_SIZE)
+        encoded_name = name.encode()
+        opts = new_opts(
+            BpfObjectOpenOpts,
+            object_name=encoded_name,
+            kernel_log_buf=ctypes.cast(log_buffer, ctypes.c_void_p),
+            kernel_log_size=_VERIFIER_LOG_SIZE,
+            kernel_log_level=0,
+        )
+        library = lib()
+        with capture_libbpf_output() as messages:
+            if isinstance(source, (bytes, bytearray, memoryview)):
+                data = ctypes.create_string_buffer(bytes(source), len(source))
+                handle = library.bpf_object__open_mem(data, len(source), ctypes.byref(opts))
+                keepalive: object = data
+                what = f"BPF object '{name}' ({len(source)} bytes)"
+            else:
+                path = os.fspath(source)
+                handle = library.bpf_object__open_file(path.encode(), ctypes.byref(opts))
+                keepalive = None
+                what = f"BPF object {path}"
+            code = ctypes.get_errno()
+        if not handle:
+            raise BpfError(f"open {what}", code or errno.EINVAL, "\n".join(messages))
+        return cls(handle, name, keepalive, log_buffer)
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise ValueError(f"BPF object '{self.name}' is closed")
+        return self._handle
+
+    # --- before load --------------------------------------------------------
+
+    def _require_unloaded(self, operation: str) -> None:
+        if self.loaded:
+            raise BpfError(f"{operation} on '{self.name}': object already loaded", errno.EBUSY)
+
+    def _rodata_map(self) -> int | None:
+        library = lib()
+        current = library.bpf_object__next_map(self.handle, None)
+        while current:
+            map_name = (library.bpf_map__name(current) or b"").decode()
+            if library.bpf_map__is_internal(current) and map_name.endswith(".rodata"):
+                return current
+            current = library.bpf_object__next_map(self.handle, current)
+        return None
+
+    def rodata_variables(self) -> dict[str, SectionVariable]:
+        """The ``volatile const`` globals set_rodata can change, by name."""
+        btf = lib().bpf_object__btf(self.handle)
+        if not btf:
+            return {}
+        return datasec_variables(btf, ".rodata")
+
+    def set_rodata(self, values: Mapping[str, int | bytes]) -> None:
+        """Set ``volatile const`` globals by name before load.
+
+        ints are stored little-endian in the variable's size (negative ones as
+        two's complement); bytes must not exceed the variable and are
+        zero-padded. Unknown names raise KeyError naming the variable.
+        """
+        self._require_unloaded("set_rodata")
+        variables = self.rodata_variables()
+        for variable_name in values:
+            if variable_name not in variables:
+                known = ", ".join(sorted(variables)) or "none"
+                raise KeyError(
+                    f"'{variable_name}' is not a volatile const in .rodata of '{self.name}' "
+                    f"(known: {known})"
+                )
+        rodata = self._rodata_map()
+        if rodata is None:
+            raise KeyError(f"'{next(iter(values))}': object '{self.name}' has no .rodata map")
+        library = lib()
+        size = ctypes.c_size_t()
+        current = library.bpf_map__initial_value(rodata, ctypes.byref(size))
+        if not current:
+            raise BpfError(f"bpf_map__initial_value(.rodata of '{self.name}')", errno.ENOENT)
+        image = bytearray(ctypes.string_at(current, size.value))
+        for variable_name, value in values.items():
+            variable = variables[variable_name]
+            encoded = _encode_constant(variable, value)
+            image[variable.offset : variable.offset + variable.size] = encoded
+        buffer = ctypes.create_string_buffer(bytes(image), len(image))
+        result = library.bpf_map__set_initial_value(rodata, buffer, len(image))
+        if result != 0:
+            raise BpfError(f"bpf_map__set_initial_value(.rodata of '{self.name}')", errno_of(result))
+
+    def reuse_map(self, name: str, existing: Map | int) -> None:
+        """Make this object use an existing map (by Map or fd) instead of creating ``name``."""
+        self._require_unloaded("reuse_map")
+        library = lib()
+        bpf_map = library.bpf_object__find_map_by_name(self.handle, name.encode())
+        if not bpf_map:
+            raise KeyError(f"object '{self.name}' has no map '{name}'")
+        fd = existing.fd if isinstance(existing, Map) else existing
+        result = library.bpf_map__reuse_fd(bpf_map, fd)
+        if result != 0:
+            raise BpfError(f"bpf_map__reuse_fd('{name}' of '{self.name}', fd {fd})", errno_of(result))
+
+    # --- load ---------------------------------------------------------------
+
+    def load(self) -> None:
+        """Create maps and load every program; VerifierError if a program is rejected."""
+        self._require_unloaded("load")
+        with capture_libbpf_output() as messages:
+            result = lib().bpf_object__load(self.handle)
+        self.loaded = True  # libbpf refuses a second load even after a failure
+        log_buffer, self._log_buffer = self._log_buffer, None
+        if result == 0:
+            return
+        code = errno_of(result)
+        libbpf_text = "\n".join(messages)
+        explain_load_failure(code, libbpf_text)
+        failed = _FAILED_PROGRAM.search(libbpf_text)
+        log = log_buffer.value.decode("utf-8", errors="replace") if log_buffer is not None else ""
+        if failed and log.strip():
+            raise VerifierError(
+                f"load BPF object '{self.name}': program '{failed.group(1)}' rejected by the verifier",
+                code,
+                log,
+                failed.group(1),
+            )
+        raise BpfError(f"load BPF object '{self.name}'", code, libbpf_text)
+
+    # --- after load ---------------------------------------------------------
+
+    def program_names(self) -> tuple[str, ...]:
+        library = lib()
+        names = []
+        current = library.bpf_object__next_program(self.handle, None)
+        while current:
+            names.append((library.bpf_program__name(current) or b"").decode())
+            current = library.bpf_object__next_program(self.handle, current)
+        return tuple(names)
+
+    def map_names(self) -> tuple[str, ...]:
+        library = lib()
+        names = []
+        current = library.bpf_object__next_map(self.handle, None)
+        while current:
+            names.append((library.bpf_map__name(current) or b"").decode())
+            current = library.bpf_object__next_map(self.handle, current)
+        return tuple(names)
+
+    def program(self, name: str) -> Program:
+        """The loaded program whose C function is ``name`` (a new, independently owned fd)."""
+        library = lib()
+        prog = library.bpf_object__find_program_by_name(self.handle, name.encode())
+        if not prog:
+            raise KeyError(f"object '{self.name}' has no program '{name}' (has: {', '.join(self.program_names())})")
+        fd = library.bpf_program__fd(prog)
+        if fd < 0:
+            raise BpfError(f"program '{name}' of '{self.name}' is not loaded", errno.ENOENT)
+        return Program.from_fd(fd)
+
+    def map(self, name: str) -> Map:
+        """The object's map ``name`` (a new, independently owned fd)."""
+        library = lib()
+        bpf_map = library.bpf_object__find_map_by_name(self.handle, name.encode())
+        if not bpf_map:
+            raise KeyError(f"object '{self.name}' has no map '{name}' (has: {', '.join(self.map_names())})")
+        fd = library.bpf_map__fd(bpf_map)
+        if fd < 0:
+            raise BpfError(f"map '{name}' of '{self.name}' is not created yet (load first)", errno.ENOENT)
+        return Map.from_fd(fd)
+
+    def close(self) -> None:
+        """Release libbpf's object; Programs/Maps/Links taken from it stay valid."""
+        if self._handle is not None:
+            lib().bpf_object__close(self._handle)
+            self._handle = None
+            self._keepalive = None
+            self._log_buffer = None
+
+    def __enter__(self) -> BpfObject:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _encode_constant(variable: SectionVariable, value: int | bytes) -> bytes:
+    if not isinstance(value, (int, bytes, bytearray)):
+        raise TypeError(f"{variable.name}: set_rodata takes int or bytes, got {type(value).__name__}")
+    if isinstance(value, int):
+        if not -(1 << (8 * variable.size - 1)) <= value < (1 << (8 * variable.size)):
+            raise ValueError(f"{variable.name}: {value} does not fit in {variable.size} bytes")
+        return (value % (1 << (8 * variable.size))).to_bytes(variable.size, "little")
+    if len(value) > variable.size:
+        raise ValueError(f"{variable.name}: {len(value)} bytes do not fit in {variable.size}")
+    return bytes(value).ljust(variable.size, b"\0")
