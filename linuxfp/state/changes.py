@@ -1,0 +1,351 @@
+"""Typed change messages and the pure function that folds them into a Snapshot.
+
+`decode.py` turns netlink events into these; `events.EventStream` adds the
+"replaced" messages for state the kernel changes without telling anyone
+(routes flushed on link down, sysctls, netfilter). `apply_messages` never
+touches the kernel.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, replace
+from typing import Callable, Generic, Iterable, TypeVar
+
+from .model import (
+    Address, Link, Neighbour, NetfilterState, Route, Rule, Snapshot, Sysctls,
+    address_order, link_order, neighbour_order, route_order, rule_order,
+)
+
+
+class ResyncRequired(RuntimeError):
+    """The messages cannot be applied unambiguously; call read_snapshot()."""
+
+
+# --- messages -------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LinkUpdate:
+    link: Link  # xdp_features is carried over from the previous version
+    kind = "link"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRemoved:
+    index: int
+    kind = "link"
+
+
+@dataclass(frozen=True, slots=True)
+class AddressUpdate:
+    address: Address
+    kind = "addr"
+
+
+@dataclass(frozen=True, slots=True)
+class AddressRemoved:
+    address: Address
+    kind = "addr"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteUpdate:
+    route: Route
+    replace: bool = False  # NLM_F_REPLACE: took the place of an existing route
+    kind = "route"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRemoved:
+    route: Route
+    kind = "route"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleUpdate:
+    rule: Rule
+    kind = "rule"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleRemoved:
+    rule: Rule
+    kind = "rule"
+
+
+@dataclass(frozen=True, slots=True)
+class NeighbourUpdate:
+    neighbour: Neighbour
+    kind = "neigh"
+
+
+@dataclass(frozen=True, slots=True)
+class NeighbourRemoved:
+    neighbour: Neighbour
+    kind = "neigh"
+
+
+@dataclass(frozen=True, slots=True)
+class XdpFeaturesUpdate:
+    ifindex: int
+    features: int
+    kind = "xdp_features"
+
+
+@dataclass(frozen=True, slots=True)
+class NetconfChanged:
+    """A forwarding/rp_filter sysctl changed (RTM_NEWNETCONF). Carries no
+    state itself: the stream follows it with a SysctlsReplaced."""
+
+    ifindex: int  # NETCONFA_IFINDEX_ALL (-1) / _DEFAULT (-2) or a device
+    kind = "netconf"
+
+
+@dataclass(frozen=True, slots=True)
+class NftablesChanged:
+    """Some nf_tables object changed; followed by a NetfilterReplaced."""
+
+    kind = "nftables"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutesReplaced:
+    """A fresh dump of every IPv4 route, for kernel changes without events."""
+
+    routes: tuple[Route, ...]
+    kind = "routes_dump"
+
+
+@dataclass(frozen=True, slots=True)
+class RulesReplaced:
+    rules: tuple[Rule, ...]
+    kind = "rules_dump"
+
+
+@dataclass(frozen=True, slots=True)
+class SysctlsReplaced:
+    sysctls: Sysctls
+    kind = "sysctls"
+
+
+@dataclass(frozen=True, slots=True)
+class NetfilterReplaced:
+    netfilter: NetfilterState
+    kind = "netfilter"
+
+
+Message = (
+    LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
+    | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
+    | NetconfChanged | NftablesChanged | RoutesReplaced | RulesReplaced | SysctlsReplaced
+    | NetfilterReplaced
+)
+
+# --- sorted-tuple editing ---------------------------------------------------
+
+T = TypeVar("T")
+
+
+class _SortedEdit(Generic[T]):
+    """Edits of a sorted tuple, copied to a list only when first touched, so a
+    burst of changes costs one O(n) copy plus O(log n) searches."""
+
+    def __init__(self, items: tuple[T, ...], order: Callable[[T], object]):
+        self.original = items
+        self.items: list[T] | None = None
+        self.order = order
+
+    def _list(self) -> list[T]:
+        if self.items is None:
+            self.items = list(self.original)
+        return self.items
+
+    def _view(self) -> list[T] | tuple[T, ...]:
+        return self.original if self.items is None else self.items
+
+    def span(self, prefix: object, prefix_of: Callable[[T], object]) -> tuple[int, int]:
+        view = self._view()
+        lo = bisect.bisect_left(view, prefix, key=prefix_of)  # type: ignore[arg-type]
+        hi = bisect.bisect_right(view, prefix, lo=lo, key=prefix_of)  # type: ignore[arg-type]
+        return lo, hi
+
+    def get(self, i: int) -> T:
+        return self._view()[i]
+
+    def upsert(self, item: T) -> None:
+        """Insert, or replace the element with the same order key."""
+        key = self.order(item)
+        view = self._view()
+        i = bisect.bisect_left(view, key, key=self.order)  # type: ignore[arg-type]
+        if i < len(view) and self.order(view[i]) == key:
+            if view[i] != item:
+                self._list()[i] = item
+        else:
+            self._list().insert(i, item)
+
+    def delete_at(self, i: int) -> None:
+        del self._list()[i]
+
+    def remove_key(self, key: object) -> None:
+        view = self._view()
+        i = bisect.bisect_left(view, key, key=self.order)  # type: ignore[arg-type]
+        if i < len(view) and self.order(view[i]) == key:
+            del self._list()[i]
+
+    def remove_where(self, drop: Callable[[T], bool]) -> None:
+        view = self._view()
+        if any(drop(x) for x in view):
+            self.items = [x for x in view if not drop(x)]
+
+    def reset(self, items: Iterable[T]) -> None:
+        self.items = sorted(items, key=self.order)  # type: ignore[arg-type]
+
+    def result(self) -> tuple[T, ...]:
+        if self.items is None:
+            return self.original
+        result = tuple(self.items)
+        return self.original if result == self.original else result
+
+
+def _route_identity(r: Route) -> tuple:
+    return r.identity
+
+
+def _same_path(a: Route, b: Route) -> bool:
+    """Same route apart from state the kernel flips silently (nexthop flags)."""
+    if a.type != b.type or len(a.nexthops) != len(b.nexthops):
+        return False
+    return all((x.gateway, x.oif, x.weight) == (y.gateway, y.oif, y.weight)
+               for x, y in zip(a.nexthops, b.nexthops))
+
+
+def _apply_route_update(routes: _SortedEdit[Route], msg: RouteUpdate) -> None:
+    new = msg.route
+    lo, hi = routes.span(new.identity, _route_identity)
+    candidates = [i for i in range(lo, hi)]
+    same = [i for i in candidates if _same_path(routes.get(i), new)]
+    if same:
+        # Re-announcement (or a replay after a dump): refresh in place.
+        routes.delete_at(same[0])
+        routes.upsert(new)
+        return
+    if msg.replace and candidates:
+        if len(candidates) > 1:
+            # The kernel replaced the first of several appended routes in its
+            # own list order, which we do not track.
+            raise ResyncRequired(f"ambiguous route replace for {new.dst} table {new.table}")
+        routes.delete_at(candidates[0])
+    routes.upsert(new)
+
+
+def _apply_route_removed(routes: _SortedEdit[Route], gone: Route) -> None:
+    lo, hi = routes.span(gone.identity, _route_identity)
+    if hi - lo == 1:
+        routes.delete_at(lo)
+        return
+    for i in range(lo, hi):
+        if _same_path(routes.get(i), gone):
+            routes.delete_at(i)
+            return
+
+
+_RULE_STATE_FLAGS = 0x4 | 0x8 | 0x10  # unresolved, iif/oif detached: kernel-maintained
+
+
+def _rule_identity(r: Rule) -> Rule:
+    return replace(r, flags=r.flags & ~_RULE_STATE_FLAGS, protocol=0)
+
+
+def _apply_rule_removed(rules: _SortedEdit[Rule], gone: Rule) -> None:
+    identity = _rule_identity(gone)
+    rules.remove_where(lambda r: _rule_identity(r) == identity)
+
+
+def _apply_rule_update(rules: _SortedEdit[Rule], new: Rule) -> None:
+    identity = _rule_identity(new)
+    rules.remove_where(lambda r: _rule_identity(r) == identity)
+    rules.upsert(new)
+
+
+def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
+    """Fold change messages into a new Snapshot (the input is not modified).
+
+    Returns `snapshot` itself when nothing changed. Raises ResyncRequired when
+    a message cannot be applied exactly."""
+    links = _SortedEdit(snapshot.links, link_order)
+    addresses = _SortedEdit(snapshot.addresses, address_order)
+    routes = _SortedEdit(snapshot.routes, route_order)
+    rules = _SortedEdit(snapshot.rules, rule_order)
+    neighbours = _SortedEdit(snapshot.neighbours, neighbour_order)
+    sysctls = snapshot.sysctls
+    netfilter = snapshot.netfilter
+
+    for msg in messages:
+        if isinstance(msg, RouteUpdate):
+            _apply_route_update(routes, msg)
+        elif isinstance(msg, RouteRemoved):
+            _apply_route_removed(routes, msg.route)
+        elif isinstance(msg, AddressUpdate):
+            addresses.upsert(msg.address)
+        elif isinstance(msg, AddressRemoved):
+            addresses.remove_key(address_order(msg.address))
+        elif isinstance(msg, NeighbourUpdate):
+            neighbours.upsert(msg.neighbour)
+        elif isinstance(msg, NeighbourRemoved):
+            neighbours.remove_key(neighbour_order(msg.neighbour))
+        elif isinstance(msg, LinkUpdate):
+            new = msg.link
+            lo, hi = links.span(new.index, link_order)
+            if lo < hi:
+                new = replace(new, xdp_features=links.get(lo).xdp_features)
+            links.upsert(new)
+        elif isinstance(msg, LinkRemoved):
+            index = msg.index
+            links.remove_key(index)
+            # The kernel announces the addresses and neighbours it drops, but
+            # possibly after the link itself; dropping them here is idempotent.
+            addresses.remove_where(lambda a: a.index == index)
+            neighbours.remove_where(lambda n: n.ifindex == index)
+            if sysctls.for_ifindex(index) is not None:
+                sysctls = replace(sysctls, interfaces=tuple(
+                    s for s in sysctls.interfaces if s.ifindex != index))
+        elif isinstance(msg, XdpFeaturesUpdate):
+            lo, hi = links.span(msg.ifindex, link_order)
+            if lo < hi and links.get(lo).xdp_features != msg.features:
+                links.upsert(replace(links.get(lo), xdp_features=msg.features))
+        elif isinstance(msg, RuleUpdate):
+            _apply_rule_update(rules, msg.rule)
+        elif isinstance(msg, RuleRemoved):
+            _apply_rule_removed(rules, msg.rule)
+        elif isinstance(msg, RoutesReplaced):
+            routes.reset(msg.routes)
+        elif isinstance(msg, RulesReplaced):
+            rules.reset(msg.rules)
+        elif isinstance(msg, SysctlsReplaced):
+            sysctls = msg.sysctls
+        elif isinstance(msg, NetfilterReplaced):
+            netfilter = msg.netfilter
+        elif isinstance(msg, (NetconfChanged, NftablesChanged)):
+            pass  # markers; the state follows in a *Replaced message
+        else:
+            raise TypeError(f"apply_messages: unsupported message {msg!r}")
+
+    new_links = links.result()
+    new_addresses = addresses.result()
+    new_routes = routes.result()
+    new_rules = rules.result()
+    new_neighbours = neighbours.result()
+    if sysctls == snapshot.sysctls:
+        sysctls = snapshot.sysctls
+    if netfilter == snapshot.netfilter:
+        netfilter = snapshot.netfilter
+    if (new_links is snapshot.links and new_addresses is snapshot.addresses
+            and new_routes is snapshot.routes and new_rules is snapshot.rules
+            and new_neighbours is snapshot.neighbours and sysctls is snapshot.sysctls
+            and netfilter is snapshot.netfilter):
+        return snapshot
+    return Snapshot(
+        links=new_links, addresses=new_addresses, routes=new_routes, rules=new_rules,
+        neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter,
+        netns_inode=snapshot.netns_inode,
+    ).inherit_hashes(snapshot)

@@ -1,0 +1,399 @@
+"""Decode rtnetlink / generic-netlink / nfnetlink messages into model objects.
+
+Only IPv4 objects are kept (AF_INET addresses, routes, rules, neighbours);
+links are family-independent. Every decoder is pure: bytes in, value out.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from . import netlink as nl
+from .changes import (
+    AddressRemoved, AddressUpdate, LinkRemoved, LinkUpdate, Message, NeighbourRemoved,
+    NeighbourUpdate, NetconfChanged, NftablesChanged, RouteRemoved, RouteUpdate,
+    RuleRemoved, RuleUpdate, XdpFeaturesUpdate,
+)
+from .model import (
+    AF_INET, IF_OPER_UNKNOWN, IF_OPER_UP, IFF_LOWER_UP, IFF_UP, ROUTE_TYPES,
+    RULE_ACTIONS, XDP_ATTACHED_NONE, Address, Link, Neighbour, NextHop, Route, Rule,
+)
+
+# rtnetlink message types (include/uapi/linux/rtnetlink.h)
+RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
+RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
+RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
+RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
+RTM_NEWRULE, RTM_DELRULE, RTM_GETRULE = 32, 33, 34
+RTM_NEWNETCONF, RTM_DELNETCONF = 80, 81
+
+AF_UNSPEC = 0
+
+_IFINFOMSG = struct.Struct("=BxHiII")
+_IFADDRMSG = struct.Struct("=BBBBi")
+_RTMSG = struct.Struct("=BBBBBBBBI")
+_RTNEXTHOP = struct.Struct("=HBBi")
+_FIB_RULE_HDR = struct.Struct("=BBBBBBBBI")
+_NDMSG = struct.Struct("=BxxxiHBB")
+
+# IFLA_*
+IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_QDISC = 1, 3, 4, 5, 6
+IFLA_MASTER, IFLA_OPERSTATE, IFLA_LINKINFO = 10, 16, 18
+IFLA_EXT_MASK, IFLA_LINK_NETNSID, IFLA_XDP = 29, 37, 43
+IFLA_INFO_KIND, IFLA_INFO_SLAVE_KIND = 1, 4
+IFLA_XDP_ATTACHED, IFLA_XDP_PROG_ID = 2, 4
+IFLA_XDP_DRV_PROG_ID, IFLA_XDP_SKB_PROG_ID, IFLA_XDP_HW_PROG_ID = 5, 6, 7
+RTEXT_FILTER_SKIP_STATS = 1 << 3
+
+# IFA_*
+IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 3, 4, 8
+
+# RTA_*
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 4, 5, 6, 7
+RTA_METRICS, RTA_MULTIPATH, RTA_FLOW, RTA_TABLE, RTA_VIA, RTA_NH_ID = 8, 9, 11, 15, 18, 30
+RTAX_MTU = 2
+RTM_F_CLONED = 0x200
+RTNH_FLAGS_MASK = 0xFF  # rtm_flags low byte mirrors rtnh_flags for one nexthop
+
+# FRA_*
+FRA_DST, FRA_SRC, FRA_IIFNAME, FRA_GOTO, FRA_PRIORITY = 1, 2, 3, 4, 6
+FRA_FWMARK, FRA_FLOW, FRA_TUN_ID, FRA_SUPPRESS_IFGROUP = 10, 11, 12, 13
+FRA_SUPPRESS_PREFIXLEN, FRA_TABLE, FRA_FWMASK, FRA_OIFNAME, FRA_PAD = 14, 15, 16, 17, 18
+FRA_L3MDEV, FRA_UID_RANGE, FRA_PROTOCOL, FRA_IP_PROTO = 19, 20, 21, 22
+FRA_SPORT_RANGE, FRA_DPORT_RANGE = 23, 24
+
+# NDA_*
+NDA_DST, NDA_LLADDR = 1, 2
+NTF_PROXY = 0x08
+
+# genl netdev family (include/uapi/linux/netdev.h)
+NETDEV_CMD_DEV_GET, NETDEV_CMD_DEV_ADD_NTF = 1, 2
+NETDEV_CMD_DEV_DEL_NTF, NETDEV_CMD_DEV_CHANGE_NTF = 3, 4
+NETDEV_A_DEV_IFINDEX, NETDEV_A_DEV_XDP_FEATURES = 1, 3
+
+# netconf
+NETCONFA_IFINDEX = 1
+
+NFNL_SUBSYS_NFTABLES = 10
+
+
+def ip_str(family: int, raw: bytes) -> str:
+    return socket.inet_ntop(family, raw)
+
+
+def mac_str(raw: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+# --- links -------------------------------------------------------------------
+
+def decode_link(payload: bytes) -> Link | None:
+    """RTM_NEWLINK payload -> Link; None for per-family link messages
+    (AF_BRIDGE port notifications reuse RTM_NEWLINK with partial content)."""
+    family, link_type, index, flags, _change = _IFINFOMSG.unpack_from(payload)
+    if family != AF_UNSPEC:
+        return None
+    a = nl.parse_attrs(payload, _IFINFOMSG.size)
+    kind = slave_kind = ""
+    if IFLA_LINKINFO in a:
+        info = nl.parse_attrs(a[IFLA_LINKINFO])
+        kind = nl.cstr(info[IFLA_INFO_KIND]) if IFLA_INFO_KIND in info else ""
+        slave_kind = nl.cstr(info[IFLA_INFO_SLAVE_KIND]) if IFLA_INFO_SLAVE_KIND in info else ""
+    xdp_prog_id = 0
+    xdp_mode = XDP_ATTACHED_NONE
+    if IFLA_XDP in a:
+        xdp = nl.parse_attrs(a[IFLA_XDP])
+        if IFLA_XDP_ATTACHED in xdp:
+            xdp_mode = nl.u8(xdp[IFLA_XDP_ATTACHED])
+        for key in (IFLA_XDP_PROG_ID, IFLA_XDP_DRV_PROG_ID, IFLA_XDP_SKB_PROG_ID, IFLA_XDP_HW_PROG_ID):
+            if key in xdp:
+                xdp_prog_id = nl.u32(xdp[key])
+                break
+    operstate = nl.u8(a[IFLA_OPERSTATE]) if IFLA_OPERSTATE in a else IF_OPER_UNKNOWN
+    master = nl.u32(a[IFLA_MASTER]) if IFLA_MASTER in a else 0
+    peer = nl.s32(a[IFLA_LINK]) if IFLA_LINK in a else 0
+    oper_up = (
+        bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
+        and operstate in (IF_OPER_UP, IF_OPER_UNKNOWN)
+    )
+    return Link(
+        index=index,
+        name=nl.cstr(a.get(IFLA_IFNAME, b"")),
+        kind=kind,
+        master=master or None,
+        mtu=nl.u32(a[IFLA_MTU]) if IFLA_MTU in a else 0,
+        up=bool(flags & IFF_UP),
+        oper_up=oper_up,
+        operstate=operstate,
+        mac=mac_str(a[IFLA_ADDRESS]) if IFLA_ADDRESS in a else "",
+        link_type=link_type,
+        flags=flags,
+        qdisc=nl.cstr(a[IFLA_QDISC]) if IFLA_QDISC in a else "",
+        xdp_prog_id=xdp_prog_id,
+        xdp_mode=xdp_mode,
+        xdp_features=0,
+        slave_kind=slave_kind,
+        peer=peer if peer and peer != index else None,
+        peer_netnsid=nl.s32(a[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in a else None,
+    )
+
+
+def link_dump_request() -> bytes:
+    return _IFINFOMSG.pack(AF_UNSPEC, 0, 0, 0, 0) + nl.attr(
+        IFLA_EXT_MASK, struct.pack("=I", RTEXT_FILTER_SKIP_STATS))
+
+
+# --- addresses -----------------------------------------------------------------
+
+def decode_address(payload: bytes) -> Address | None:
+    family, prefixlen, flags, scope, index = _IFADDRMSG.unpack_from(payload)
+    if family != AF_INET:
+        return None
+    a = nl.parse_attrs(payload, _IFADDRMSG.size)
+    local = ip_str(family, a[IFA_LOCAL]) if IFA_LOCAL in a else None
+    address = ip_str(family, a[IFA_ADDRESS]) if IFA_ADDRESS in a else local
+    if address is None:
+        return None
+    return Address(
+        index=index,
+        family=family,
+        address=address,
+        prefixlen=prefixlen,
+        local=local,
+        broadcast=ip_str(family, a[IFA_BROADCAST]) if IFA_BROADCAST in a else None,
+        scope=scope,
+        flags=nl.u32(a[IFA_FLAGS]) if IFA_FLAGS in a else flags,
+        label=nl.cstr(a[IFA_LABEL]) if IFA_LABEL in a else "",
+    )
+
+
+def address_dump_request(family: int = AF_INET) -> bytes:
+    return _IFADDRMSG.pack(family, 0, 0, 0, 0)
+
+
+# --- routes --------------------------------------------------------------------
+
+def _gateway(family: int, a: dict[int, bytes]) -> str | None:
+    if RTA_GATEWAY in a:
+        return ip_str(family, a[RTA_GATEWAY])
+    if RTA_VIA in a:  # IPv4 route via an IPv6 gateway: struct rtvia
+        via = a[RTA_VIA]
+        via_family = struct.unpack_from("=H", via)[0]
+        return ip_str(via_family, via[2:])
+    return None
+
+
+def decode_route(payload: bytes) -> Route | None:
+    (family, dst_len, _src_len, tos, table, protocol, scope, rtype,
+     flags) = _RTMSG.unpack_from(payload)
+    if family != AF_INET or flags & RTM_F_CLONED:
+        return None
+    a = nl.parse_attrs(payload, _RTMSG.size)
+    if RTA_TABLE in a:
+        table = nl.u32(a[RTA_TABLE])
+    dst = ip_str(family, a[RTA_DST]) if RTA_DST in a else "0.0.0.0"
+    nexthops: tuple[NextHop, ...]
+    if RTA_MULTIPATH in a:
+        nexthops = _decode_multipath(family, a[RTA_MULTIPATH])
+    else:
+        gateway = _gateway(family, a)
+        oif = nl.u32(a[RTA_OIF]) if RTA_OIF in a else None
+        if gateway is None and oif is None:
+            nexthops = ()
+        else:
+            nexthops = (NextHop(gateway=gateway, oif=oif, weight=1, flags=flags & RTNH_FLAGS_MASK),)
+    mtu = 0
+    if RTA_METRICS in a:
+        metrics = nl.parse_attrs(a[RTA_METRICS])
+        if RTAX_MTU in metrics:
+            mtu = nl.u32(metrics[RTAX_MTU])
+    return Route(
+        family=family,
+        table=table,
+        dst=f"{dst}/{dst_len}",
+        type=ROUTE_TYPES.get(rtype, str(rtype)),
+        protocol=protocol,
+        scope=scope,
+        priority=nl.u32(a[RTA_PRIORITY]) if RTA_PRIORITY in a else 0,
+        tos=tos,
+        nexthops=nexthops,
+        mtu=mtu,
+        realm=nl.u32(a[RTA_FLOW]) if RTA_FLOW in a else 0,
+        prefsrc=ip_str(family, a[RTA_PREFSRC]) if RTA_PREFSRC in a else None,
+        nh_id=nl.u32(a[RTA_NH_ID]) if RTA_NH_ID in a else 0,
+    )
+
+
+def _decode_multipath(family: int, data: bytes) -> tuple[NextHop, ...]:
+    hops = []
+    offset = 0
+    while offset + _RTNEXTHOP.size <= len(data):
+        length, flags, weight_minus_one, ifindex = _RTNEXTHOP.unpack_from(data, offset)
+        if length < _RTNEXTHOP.size:
+            break
+        a = nl.parse_attrs(data, offset + _RTNEXTHOP.size, offset + length)
+        hops.append(NextHop(
+            gateway=_gateway(family, a),
+            oif=ifindex or None,
+            weight=weight_minus_one + 1,
+            flags=flags,
+        ))
+        offset += nl.align4(length)
+    return tuple(hops)
+
+
+def route_dump_request(family: int = AF_INET) -> bytes:
+    # rtm_table 0 (RT_TABLE_UNSPEC): every table. The kernel ignores header
+    # filters on dumps unless NETLINK_GET_STRICT_CHK is set, which we never do.
+    return _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+# --- rules ---------------------------------------------------------------------
+
+_RULE_MODELLED = {
+    FRA_DST, FRA_SRC, FRA_IIFNAME, FRA_GOTO, FRA_PRIORITY, FRA_FWMARK, FRA_SUPPRESS_IFGROUP,
+    FRA_SUPPRESS_PREFIXLEN, FRA_TABLE, FRA_FWMASK, FRA_OIFNAME, FRA_PAD, FRA_L3MDEV,
+    FRA_UID_RANGE, FRA_PROTOCOL, FRA_IP_PROTO, FRA_SPORT_RANGE, FRA_DPORT_RANGE,
+}
+
+
+def decode_rule(payload: bytes) -> Rule | None:
+    (family, dst_len, src_len, tos, table, _res1, _res2, action,
+     flags) = _FIB_RULE_HDR.unpack_from(payload)
+    if family != AF_INET:
+        return None
+    a = nl.parse_attrs(payload, _FIB_RULE_HDR.size)
+    if FRA_TABLE in a:
+        table = nl.u32(a[FRA_TABLE])
+
+    def prefix(key: int, length: int) -> str | None:
+        return f"{ip_str(family, a[key])}/{length}" if key in a else None
+
+    def pair(key: int, fmt: str) -> tuple[int, int] | None:
+        return struct.unpack_from(fmt, a[key]) if key in a else None  # type: ignore[return-value]
+
+    other = tuple(sorted((k, v.hex()) for k, v in a.items() if k not in _RULE_MODELLED))
+    return Rule(
+        family=family,
+        priority=nl.u32(a[FRA_PRIORITY]) if FRA_PRIORITY in a else 0,
+        table=table,
+        action=RULE_ACTIONS.get(action, str(action)),
+        src=prefix(FRA_SRC, src_len),
+        dst=prefix(FRA_DST, dst_len),
+        iif=nl.cstr(a[FRA_IIFNAME]) if FRA_IIFNAME in a else None,
+        oif=nl.cstr(a[FRA_OIFNAME]) if FRA_OIFNAME in a else None,
+        fwmark=nl.u32(a[FRA_FWMARK]) if FRA_FWMARK in a else 0,
+        fwmask=nl.u32(a[FRA_FWMASK]) if FRA_FWMASK in a else 0,
+        tos=tos,
+        flags=flags,
+        goto=nl.u32(a[FRA_GOTO]) if FRA_GOTO in a else 0,
+        protocol=nl.u8(a[FRA_PROTOCOL]) if FRA_PROTOCOL in a else 0,
+        suppress_prefixlen=nl.s32(a[FRA_SUPPRESS_PREFIXLEN]) if FRA_SUPPRESS_PREFIXLEN in a else -1,
+        suppress_ifgroup=nl.s32(a[FRA_SUPPRESS_IFGROUP]) if FRA_SUPPRESS_IFGROUP in a else -1,
+        l3mdev=nl.u8(a[FRA_L3MDEV]) if FRA_L3MDEV in a else 0,
+        uid_range=pair(FRA_UID_RANGE, "=II"),
+        ip_proto=nl.u8(a[FRA_IP_PROTO]) if FRA_IP_PROTO in a else 0,
+        sport_range=pair(FRA_SPORT_RANGE, "=HH"),
+        dport_range=pair(FRA_DPORT_RANGE, "=HH"),
+        other=other,
+    )
+
+
+def rule_dump_request(family: int = AF_INET) -> bytes:
+    return _FIB_RULE_HDR.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+# --- neighbours ----------------------------------------------------------------
+
+def decode_neighbour(payload: bytes) -> Neighbour | None:
+    family, ifindex, state, flags, _type = _NDMSG.unpack_from(payload)
+    if family != AF_INET or flags & NTF_PROXY:
+        return None
+    a = nl.parse_attrs(payload, _NDMSG.size)
+    if NDA_DST not in a:
+        return None
+    return Neighbour(
+        ifindex=ifindex,
+        family=family,
+        dst=ip_str(family, a[NDA_DST]),
+        lladdr=mac_str(a[NDA_LLADDR]) if NDA_LLADDR in a else None,
+        state=state,
+        flags=flags,
+    )
+
+
+def neighbour_dump_request(family: int = AF_INET) -> bytes:
+    return _NDMSG.pack(family, 0, 0, 0, 0)
+
+
+# --- generic netlink: netdev family --------------------------------------------
+
+def decode_netdev_dev(payload: bytes) -> tuple[int, int, int] | None:
+    """genl netdev message -> (cmd, ifindex, xdp_features)."""
+    cmd = payload[0]
+    a = nl.parse_attrs(payload, 4)
+    if NETDEV_A_DEV_IFINDEX not in a:
+        return None
+    features = nl.u64(a[NETDEV_A_DEV_XDP_FEATURES]) if NETDEV_A_DEV_XDP_FEATURES in a else 0
+    return cmd, nl.u32(a[NETDEV_A_DEV_IFINDEX]), features
+
+
+# --- event dispatch --------------------------------------------------------------
+
+def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
+    """One rtnetlink multicast message -> change message (None: not ours)."""
+    t = msg.type
+    if t == RTM_NEWROUTE or t == RTM_DELROUTE:
+        route = decode_route(msg.payload)
+        if route is None:
+            return None
+        if t == RTM_DELROUTE:
+            return RouteRemoved(route)
+        return RouteUpdate(route, replace=bool(msg.flags & nl.NLM_F_REPLACE))
+    if t == RTM_NEWADDR or t == RTM_DELADDR:
+        address = decode_address(msg.payload)
+        if address is None:
+            return None
+        return AddressUpdate(address) if t == RTM_NEWADDR else AddressRemoved(address)
+    if t == RTM_NEWLINK:
+        link = decode_link(msg.payload)
+        return LinkUpdate(link) if link is not None else None
+    if t == RTM_DELLINK:
+        family, _type, index, _flags, _change = _IFINFOMSG.unpack_from(msg.payload)
+        return LinkRemoved(index) if family == AF_UNSPEC else None
+    if t == RTM_NEWNEIGH or t == RTM_DELNEIGH:
+        neighbour = decode_neighbour(msg.payload)
+        if neighbour is None:
+            return None
+        return NeighbourUpdate(neighbour) if t == RTM_NEWNEIGH else NeighbourRemoved(neighbour)
+    if t == RTM_NEWRULE or t == RTM_DELRULE:
+        rule = decode_rule(msg.payload)
+        if rule is None:
+            return None
+        return RuleUpdate(rule) if t == RTM_NEWRULE else RuleRemoved(rule)
+    if t == RTM_NEWNETCONF or t == RTM_DELNETCONF:
+        if msg.payload[0] != AF_INET:
+            return None
+        a = nl.parse_attrs(msg.payload, 4)
+        ifindex = nl.s32(a[NETCONFA_IFINDEX]) if NETCONFA_IFINDEX in a else 0
+        return NetconfChanged(ifindex)
+    return None
+
+
+def decode_genl_netdev_event(msg: nl.RawMessage) -> Message | None:
+    if msg.type < 0x10:  # control messages (NOOP/ERROR/DONE/OVERRUN)
+        return None
+    decoded = decode_netdev_dev(msg.payload)
+    if decoded is None:
+        return None
+    cmd, ifindex, features = decoded
+    if cmd in (NETDEV_CMD_DEV_ADD_NTF, NETDEV_CMD_DEV_CHANGE_NTF, NETDEV_CMD_DEV_GET):
+        return XdpFeaturesUpdate(ifindex, features)
+    return None
+
+
+def decode_nft_event(msg: nl.RawMessage) -> Message | None:
+    if (msg.type >> 8) == NFNL_SUBSYS_NFTABLES:
+        return NftablesChanged()
+    return None

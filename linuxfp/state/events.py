@@ -1,0 +1,302 @@
+"""Coalesced stream of kernel configuration changes for the current netns.
+
+Usage (the order matters: subscribe first, then read, so no change is lost):
+
+    with EventStream() as stream:
+        snapshot = read_snapshot()
+        while True:
+            batch = stream.read_batch(timeout=1.0)
+            if batch is None:
+                snapshot = refresh_polled(snapshot)   # changes without events
+                continue
+            if batch.resync:
+                snapshot = read_snapshot()
+            else:
+                snapshot = apply_messages(snapshot, batch.messages)
+
+Replaying events that are older than a snapshot is harmless: every message
+carries the full new value (or a deletion) of one object, so applying an
+ordered tail of them to a newer state converges to the newest state.
+
+The kernel changes some state without any notification. The stream notices
+the events that imply such changes and appends freshly read state to the
+batch, so `apply_messages` stays pure and the snapshot never drifts:
+
+* A link going admin/carrier up or down, being deleted, or an IPv4 address
+  being deleted: IPv4 flushes dependent routes and flips nexthop flags
+  (dead/linkdown) silently -> `RoutesReplaced` (one route dump).
+* A link appearing, vanishing or being renamed: rule iif/oif "detached"
+  flags change silently -> `RulesReplaced`; the new device is re-read (a
+  veth's first end learns its peer ifindex silently) with its sysctls and
+  XDP features -> `LinkUpdate`, `SysctlsReplaced`, `XdpFeaturesUpdate`.
+* RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsReplaced`.
+* Any nf_tables message -> `NetfilterReplaced`.
+
+Never announced at all, hence `refresh_polled()`: accept_local,
+send_redirects and route_localnet sysctls, and legacy iptables rules.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import time
+from dataclasses import dataclass
+
+from . import decode
+from . import netlink as nl
+from .changes import (
+    AddressRemoved, LinkRemoved, LinkUpdate, Message, NetconfChanged, NetfilterReplaced,
+    NftablesChanged, RoutesReplaced, RulesReplaced, SysctlsReplaced, XdpFeaturesUpdate,
+)
+from .genl import NETDEV_MGMT_GROUP, NetdevFamily
+from .model import IFF_LOWER_UP, IFF_UP
+from .netfilter import read_netfilter
+from .read import dump_links, dump_routes, dump_rules, netns_inode
+from .sysctl import read_sysctls
+
+# rtnetlink multicast groups (enum rtnetlink_groups)
+RTNLGRP_LINK = 1
+RTNLGRP_NEIGH = 3
+RTNLGRP_IPV4_IFADDR = 5
+RTNLGRP_IPV4_ROUTE = 7
+RTNLGRP_IPV4_RULE = 8
+RTNLGRP_IPV4_NETCONF = 24
+NFNLGRP_NFTABLES = 7
+
+_RTNL_GROUPS = (RTNLGRP_LINK, RTNLGRP_NEIGH, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV4_ROUTE,
+                RTNLGRP_IPV4_RULE, RTNLGRP_IPV4_NETCONF)
+_LINK_STATE_FLAGS = IFF_UP | IFF_LOWER_UP
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    """Changes read in one burst, ready for `apply_messages`."""
+
+    messages: tuple[Message, ...]
+    kinds: frozenset[str]
+    first_arrival: int  # time.monotonic_ns() when the first message was read
+    last_arrival: int
+    raw_count: int  # netlink messages received, including ignored ones
+    # A socket overflowed (ENOBUFS) and events were lost: the caller must
+    # call read_snapshot(); `messages` is then incomplete.
+    resync: bool = False
+
+
+@dataclass
+class _Source:
+    name: str
+    sock: nl.NetlinkSocket
+    decoder: object
+
+
+class EventStream:
+    """Netlink subscriptions for links, IPv4 addresses/routes/rules/netconf,
+    neighbours, nf_tables and netdev XDP features of the current netns."""
+
+    def __init__(
+        self,
+        *,
+        rcvbuf: int = nl.DEFAULT_RCVBUF,
+        quiet_ns: int = 2_000_000,
+        max_batch_ns: int = 50_000_000,
+        max_messages: int = 10_000,
+    ):
+        self.quiet_ns = quiet_ns
+        self.max_batch_ns = max_batch_ns
+        self.max_messages = max_messages
+        self.netns_inode = netns_inode()
+        self._sources: list[_Source] = []
+        self._epoll = select.epoll()
+        self._closed = False
+        try:
+            self._open(rcvbuf)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- setup ---------------------------------------------------------------
+
+    def _add_source(self, name: str, sock: nl.NetlinkSocket, decoder) -> None:
+        sock.sock.setblocking(False)
+        self._sources.append(_Source(name, sock, decoder))
+        self._epoll.register(sock.fileno(), select.EPOLLIN)
+
+    def _open(self, rcvbuf: int) -> None:
+        self._add_source("rtnl", nl.NetlinkSocket(nl.NETLINK_ROUTE, rcvbuf=rcvbuf, groups=_RTNL_GROUPS),
+                         decode.decode_rtnl_event)
+        try:
+            nft = nl.NetlinkSocket(nl.NETLINK_NETFILTER, rcvbuf=rcvbuf, groups=(NFNLGRP_NFTABLES,))
+        except OSError:
+            nft = None  # kernel without nfnetlink: nothing to watch
+        if nft is not None:
+            self._add_source("nft", nft, decode.decode_nft_event)
+        # Request sockets for the state the kernel changes silently.
+        self._rtnl = nl.NetlinkSocket(nl.NETLINK_ROUTE)
+        self._netdev = NetdevFamily()
+        family = self._netdev.family
+        if family is not None and NETDEV_MGMT_GROUP in family.groups:
+            genl = nl.NetlinkSocket(nl.NETLINK_GENERIC, rcvbuf=rcvbuf,
+                                    groups=(family.groups[NETDEV_MGMT_GROUP],))
+            self._add_source("netdev", genl, decode.decode_genl_netdev_event)
+        self._seed_links()
+
+    def _seed_links(self) -> None:
+        """Remember every link's name and up/carrier state, to recognise the
+        events that imply silent kernel changes. Runs after subscribing."""
+        self._links = {link.index: (link.name, link.flags & _LINK_STATE_FLAGS)
+                       for link in dump_links(self._rtnl)}
+
+    # -- public API ------------------------------------------------------------
+
+    def fileno(self) -> int:
+        """One descriptor (epoll) that is readable when any socket is."""
+        return self._epoll.fileno()
+
+    def filenos(self) -> tuple[int, ...]:
+        return tuple(s.sock.fileno() for s in self._sources)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self._sources)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for source in self._sources:
+            source.sock.close()
+        for attr in ("_rtnl", "_netdev"):
+            obj = getattr(self, attr, None)
+            if obj is not None:
+                obj.close()
+        self._epoll.close()
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read_batch(self, timeout: float | None = None) -> EventBatch | None:
+        """Wait up to `timeout` seconds (None: forever) for a change, then keep
+        draining until the sockets stay quiet for `quiet_ns` or the batch hits
+        `max_batch_ns` / `max_messages`. None when nothing arrived."""
+        if not self._epoll.poll(-1 if timeout is None else timeout):
+            return None
+        first = time.monotonic_ns()
+        deadline = first + self.max_batch_ns
+        raw: list[tuple[_Source, nl.RawMessage]] = []
+        overrun = False
+        last = first
+        while True:
+            got, lost = self._drain(raw)
+            overrun |= lost
+            now = time.monotonic_ns()
+            if got:
+                last = now
+            if len(raw) >= self.max_messages or now >= deadline:
+                break
+            wait_ns = min(last + self.quiet_ns, deadline) - now
+            if wait_ns <= 0 or not self._epoll.poll(wait_ns / 1e9):
+                break
+        return self._build_batch(raw, overrun, first, last)
+
+    # -- internals ---------------------------------------------------------------
+
+    def _drain(self, out: list[tuple[_Source, nl.RawMessage]]) -> tuple[int, bool]:
+        got = 0
+        lost = False
+        for source in self._sources:
+            sock = source.sock.sock
+            while len(out) < self.max_messages:
+                try:
+                    data = sock.recv(nl.RECV_BUFSIZE)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.ENOBUFS:
+                        lost = True  # the kernel dropped messages for us
+                        continue
+                    raise
+                for msg in nl.split_messages(data):
+                    if msg.type == nl.NLMSG_OVERRUN:
+                        lost = True
+                        continue
+                    out.append((source, msg))
+                    got += 1
+        return got, lost
+
+    def _build_batch(self, raw: list[tuple[_Source, nl.RawMessage]], overrun: bool,
+                     first: int, last: int) -> EventBatch:
+        messages: list[Message] = []
+        for source, msg in raw:
+            change = source.decoder(msg)  # type: ignore[operator]
+            if change is not None:
+                messages.append(change)
+        if overrun:
+            # Our view of link states is stale as well; the caller re-reads.
+            self._seed_links()
+        else:
+            messages.extend(self._silent_changes(messages))
+        return EventBatch(
+            messages=tuple(messages),
+            kinds=frozenset(m.kind for m in messages),
+            first_arrival=first,
+            last_arrival=last,
+            raw_count=len(raw),
+            resync=overrun,
+        )
+
+    def _silent_changes(self, messages: list[Message]) -> list[Message]:
+        """Freshly read state for the kernel changes that come without events."""
+        need_routes = need_rules = need_sysctls = need_netfilter = False
+        new_links: list[int] = []
+        for msg in messages:
+            if isinstance(msg, LinkUpdate):
+                link = msg.link
+                before = self._links.get(link.index)
+                state = (link.name, link.flags & _LINK_STATE_FLAGS)
+                if before is None:
+                    new_links.append(link.index)
+                    need_rules = need_sysctls = True
+                elif before[0] != link.name:
+                    need_rules = need_sysctls = True
+                if before is None or before[1] != state[1]:
+                    need_routes = True
+                self._links[link.index] = state
+            elif isinstance(msg, LinkRemoved):
+                if self._links.pop(msg.index, None) is not None:
+                    need_routes = need_rules = need_sysctls = True
+            elif isinstance(msg, AddressRemoved):
+                need_routes = True
+            elif isinstance(msg, NetconfChanged):
+                need_sysctls = True
+            elif isinstance(msg, NftablesChanged):
+                need_netfilter = True
+        if not (need_routes or need_rules or need_sysctls or need_netfilter or new_links):
+            return []
+        if netns_inode() != self.netns_inode and (need_sysctls or need_netfilter):
+            raise RuntimeError("EventStream.read_batch must run in the network namespace "
+                               "the stream was opened in (/proc/sys follows the thread)")
+        extra: list[Message] = []
+        if need_routes:
+            extra.append(RoutesReplaced(dump_routes(self._rtnl)))
+        if need_rules:
+            extra.append(RulesReplaced(dump_rules(self._rtnl)))
+        if new_links:
+            # A veth's first end is announced before its peer exists, so its
+            # IFLA_LINK is filled in later without a new RTM_NEWLINK.
+            wanted = set(new_links)
+            extra.extend(LinkUpdate(link) for link in dump_links(self._rtnl) if link.index in wanted)
+        for index in new_links:
+            # The genl add notification may race with RTM_NEWLINK; ask directly.
+            features = self._netdev.xdp_features(index)
+            if features is not None:
+                extra.append(XdpFeaturesUpdate(index, features))
+        if need_sysctls:
+            extra.append(SysctlsReplaced(read_sysctls(
+                (index, name) for index, (name, _state) in self._links.items())))
+        if need_netfilter:
+            extra.append(NetfilterReplaced(read_netfilter()))
+        return extra

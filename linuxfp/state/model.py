@@ -1,0 +1,448 @@
+"""The typed, immutable picture of one network namespace's configuration.
+
+Every collection is a tuple kept in a canonical order (see the `*_order`
+functions) so that two snapshots of the same kernel state compare equal no
+matter whether they were read in one dump or built incrementally from events.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Iterable
+
+AF_INET = 2
+AF_INET6 = 10
+
+# net/if.h
+IFF_UP = 0x1
+IFF_BROADCAST = 0x2
+IFF_LOOPBACK = 0x8
+IFF_POINTOPOINT = 0x10
+IFF_RUNNING = 0x40
+IFF_NOARP = 0x80
+IFF_PROMISC = 0x100
+IFF_LOWER_UP = 0x10000
+
+# RFC 2863 operational states (include/uapi/linux/if.h)
+IF_OPER_UNKNOWN = 0
+IF_OPER_NOTPRESENT = 1
+IF_OPER_DOWN = 2
+IF_OPER_LOWERLAYERDOWN = 3
+IF_OPER_TESTING = 4
+IF_OPER_DORMANT = 5
+IF_OPER_UP = 6
+
+ARPHRD_ETHER = 1
+ARPHRD_LOOPBACK = 772
+
+# include/uapi/linux/netdev.h, enum netdev_xdp_act
+NETDEV_XDP_ACT_BASIC = 1 << 0
+NETDEV_XDP_ACT_REDIRECT = 1 << 1
+NETDEV_XDP_ACT_NDO_XMIT = 1 << 2
+NETDEV_XDP_ACT_XSK_ZEROCOPY = 1 << 3
+NETDEV_XDP_ACT_HW_OFFLOAD = 1 << 4
+NETDEV_XDP_ACT_RX_SG = 1 << 5
+NETDEV_XDP_ACT_NDO_XMIT_SG = 1 << 6
+
+# IFLA_XDP_ATTACHED values
+XDP_ATTACHED_NONE = 0
+XDP_ATTACHED_DRV = 1
+XDP_ATTACHED_SKB = 2
+XDP_ATTACHED_HW = 3
+XDP_ATTACHED_MULTI = 4
+
+# rtnetlink route tables
+RT_TABLE_UNSPEC = 0
+RT_TABLE_DEFAULT = 253
+RT_TABLE_MAIN = 254
+RT_TABLE_LOCAL = 255
+
+ROUTE_TYPES = {
+    0: "unspec", 1: "unicast", 2: "local", 3: "broadcast", 4: "anycast",
+    5: "multicast", 6: "blackhole", 7: "unreachable", 8: "prohibit",
+    9: "throw", 10: "nat", 11: "xresolve",
+}
+ROUTE_TYPE_NUMBERS = {name: number for number, name in ROUTE_TYPES.items()}
+
+# rtnh_flags (include/uapi/linux/rtnetlink.h)
+RTNH_F_DEAD = 1
+RTNH_F_PERVASIVE = 2
+RTNH_F_ONLINK = 4
+RTNH_F_OFFLOAD = 8
+RTNH_F_LINKDOWN = 16
+RTNH_F_UNRESOLVED = 32
+RTNH_F_TRAP = 64
+
+# fib rule actions (include/uapi/linux/fib_rules.h)
+RULE_ACTIONS = {
+    0: "unspec", 1: "to_tbl", 2: "goto", 3: "nop", 6: "blackhole",
+    7: "unreachable", 8: "prohibit",
+}
+FIB_RULE_INVERT = 0x2
+
+# neighbour states (include/uapi/linux/neighbour.h)
+NUD_STATES = {
+    0x01: "incomplete", 0x02: "reachable", 0x04: "stale", 0x08: "delay",
+    0x10: "probe", 0x20: "failed", 0x40: "noarp", 0x80: "permanent",
+}
+NUD_NONE = 0x00
+NUD_VALID = 0x02 | 0x04 | 0x08 | 0x10 | 0x40 | 0x80
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+class _JsonMixin:
+    """`to_dict()` for CLI output: plain dicts/lists/str/int/bool/None."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(asdict(self))  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class Link(_JsonMixin):
+    """One network device.
+
+    `oper_up` is our definition of "can carry packets": administratively up
+    (IFF_UP), lower layer up (IFF_LOWER_UP, i.e. carrier) and an RFC 2863
+    operstate of UP, or UNKNOWN for drivers that do not track it (loopback,
+    some virtual devices)."""
+
+    index: int
+    name: str
+    kind: str  # IFLA_INFO_KIND: "veth", "bridge", "vxlan", ...; "" when none
+    master: int | None
+    mtu: int
+    up: bool
+    oper_up: bool
+    operstate: int
+    mac: str  # lowercase, "" when the device has no link-layer address
+    link_type: int  # ARPHRD_*
+    flags: int  # IFF_*
+    qdisc: str
+    xdp_prog_id: int  # 0 when no XDP program is attached
+    xdp_mode: int  # XDP_ATTACHED_*
+    xdp_features: int  # NETDEV_XDP_ACT_* bitmask, 0 when unknown
+    slave_kind: str = ""  # IFLA_INFO_SLAVE_KIND, e.g. "bridge" for a port
+    peer: int | None = None  # IFLA_LINK: veth peer / lower device ifindex
+    peer_netnsid: int | None = None  # IFLA_LINK_NETNSID: peer lives elsewhere
+
+    @property
+    def can_receive_xdp_redirect(self) -> bool:
+        """True when another device's XDP program may redirect frames here."""
+        return bool(self.xdp_features & NETDEV_XDP_ACT_NDO_XMIT)
+
+    @property
+    def carrier(self) -> bool:
+        return bool(self.flags & IFF_LOWER_UP)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _jsonable(asdict(self))
+        out["can_receive_xdp_redirect"] = self.can_receive_xdp_redirect
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Address(_JsonMixin):
+    """An interface address. `address` is IFA_ADDRESS (the peer on
+    point-to-point links), `local` is IFA_LOCAL (this host's address)."""
+
+    index: int
+    family: int
+    address: str
+    prefixlen: int
+    local: str | None
+    broadcast: str | None
+    scope: int
+    flags: int = 0  # IFA_F_* (secondary, ...)
+    label: str = ""
+
+    @property
+    def host_address(self) -> str:
+        """The address packets to this host are sent to."""
+        return self.local or self.address
+
+
+@dataclass(frozen=True, slots=True)
+class NextHop(_JsonMixin):
+    gateway: str | None
+    oif: int | None
+    weight: int = 1
+    flags: int = 0  # RTNH_F_*: dead, onlink, linkdown, ...
+
+    @property
+    def dead(self) -> bool:
+        return bool(self.flags & (RTNH_F_DEAD | RTNH_F_LINKDOWN))
+
+
+@dataclass(frozen=True, slots=True)
+class Route(_JsonMixin):
+    family: int
+    table: int
+    dst: str  # prefix, "0.0.0.0/0" for the default route
+    type: str  # unicast, local, broadcast, blackhole, ...
+    protocol: int
+    scope: int
+    priority: int
+    tos: int
+    nexthops: tuple[NextHop, ...]
+    mtu: int = 0  # RTAX_MTU metric, 0 when unset
+    realm: int = 0  # RTA_FLOW
+    prefsrc: str | None = None
+    nh_id: int = 0  # RTA_NH_ID: route uses a nexthop object (not modelled)
+
+    @property
+    def prefixlen(self) -> int:
+        return int(self.dst.rsplit("/", 1)[1])
+
+    @property
+    def identity(self) -> tuple[int, int, str, int, int]:
+        """What IPv4 FIB uses to find "the same" route (fib_find_alias)."""
+        return (self.family, self.table, self.dst, self.tos, self.priority)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule(_JsonMixin):
+    family: int
+    priority: int
+    table: int
+    action: str  # to_tbl, goto, nop, blackhole, unreachable, prohibit
+    src: str | None = None
+    dst: str | None = None
+    iif: str | None = None
+    oif: str | None = None
+    fwmark: int = 0
+    fwmask: int = 0
+    tos: int = 0
+    flags: int = 0  # FIB_RULE_* (invert, detached, ...)
+    goto: int = 0
+    protocol: int = 0  # who installed it; not a selector
+    suppress_prefixlen: int = -1
+    suppress_ifgroup: int = -1
+    l3mdev: int = 0
+    uid_range: tuple[int, int] | None = None
+    ip_proto: int = 0
+    sport_range: tuple[int, int] | None = None
+    dport_range: tuple[int, int] | None = None
+    other: tuple[tuple[int, str], ...] = ()  # selectors we do not model (type, hex)
+
+    @property
+    def has_selectors(self) -> bool:
+        """True when the rule matches less than every packet."""
+        full_uid = self.uid_range in (None, (0, 0xFFFFFFFF))
+        return bool(
+            self.src or self.dst or self.iif or self.oif or self.fwmark or self.fwmask
+            or self.tos or (self.flags & FIB_RULE_INVERT) or self.l3mdev or not full_uid
+            or self.ip_proto or self.sport_range or self.dport_range or self.other
+        )
+
+
+_DEFAULT_RULES = ((0, RT_TABLE_LOCAL), (32766, RT_TABLE_MAIN), (32767, RT_TABLE_DEFAULT))
+
+
+def rules_are_default(rules: Iterable[Rule], family: int = AF_INET) -> bool:
+    """True when `family`'s rule set is exactly the kernel's three defaults.
+
+    Linux short-cuts policy routing while fib4_has_custom_rules is false. That
+    kernel flag is sticky (any rule change sets it for good), but a rule set
+    equal to the defaults gives the same lookups, which is what the fast path
+    needs."""
+    own = [r for r in rules if r.family == family]
+    if len(own) != len(_DEFAULT_RULES):
+        return False
+    for rule, (priority, table) in zip(sorted(own, key=lambda r: r.priority), _DEFAULT_RULES):
+        if (rule.priority, rule.table, rule.action) != (priority, table, "to_tbl"):
+            return False
+        if rule.has_selectors or rule.suppress_prefixlen != -1 or rule.suppress_ifgroup != -1 or rule.goto:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour(_JsonMixin):
+    ifindex: int
+    family: int
+    dst: str
+    lladdr: str | None
+    state: int  # NUD_* bitmask
+    flags: int = 0  # NTF_*
+
+    @property
+    def state_name(self) -> str:
+        if self.state == NUD_NONE:
+            return "none"
+        return ",".join(name for bit, name in NUD_STATES.items() if self.state & bit)
+
+    @property
+    def valid(self) -> bool:
+        """Linux would transmit to this neighbour without resolving it first."""
+        return bool(self.state & NUD_VALID) and self.lladdr is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _jsonable(asdict(self))
+        out["state_name"] = self.state_name
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class InterfaceSysctls(_JsonMixin):
+    """The values Linux's IPv4 forwarding path actually applies to a device
+    (conf/all and conf/DEV combined the way the kernel macros do)."""
+
+    ifindex: int
+    forwarding: bool  # IN_DEV_FORWARD: conf/DEV/forwarding only
+    rp_filter: int  # IN_DEV_RPFILTER: max(all, dev)
+    accept_local: bool  # IN_DEV_ACCEPT_LOCAL: all || dev
+    send_redirects: bool  # IN_DEV_TX_REDIRECTS: all || dev
+    route_localnet: bool  # IN_DEV_ROUTE_LOCALNET: all || dev
+
+
+@dataclass(frozen=True, slots=True)
+class Sysctls(_JsonMixin):
+    ip_forward: bool
+    interfaces: tuple[InterfaceSysctls, ...] = ()  # sorted by ifindex
+
+    def for_ifindex(self, ifindex: int) -> InterfaceSysctls | None:
+        i = bisect.bisect_left(self.interfaces, ifindex, key=lambda s: s.ifindex)
+        if i < len(self.interfaces) and self.interfaces[i].ifindex == ifindex:
+            return self.interfaces[i]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NetfilterState(_JsonMixin):
+    """Whether a netfilter ruleset could touch forwarded IPv4 packets."""
+
+    active: bool
+    tables: tuple[str, ...] = ()  # "nft:inet filter", "legacy:filter", ...
+    detail: str = ""
+
+
+def link_order(link: Link) -> int:
+    return link.index
+
+
+def address_order(a: Address) -> tuple:
+    return (a.index, a.family, a.local or "", a.prefixlen, a.address)
+
+
+def _nexthop_order(nh: NextHop) -> tuple:
+    return (nh.gateway or "", nh.oif or 0, nh.weight)
+
+
+def route_order(r: Route) -> tuple:
+    return (r.family, r.table, r.dst, r.tos, r.priority, r.type,
+            tuple(_nexthop_order(nh) for nh in r.nexthops))
+
+
+def rule_order(r: Rule) -> tuple:
+    return (r.family, r.priority, r.table, r.action, r.src or "", r.dst or "",
+            r.iif or "", r.oif or "", r.fwmark, r.fwmask, r.tos, r.flags, r.goto, repr(r))
+
+
+def neighbour_order(n: Neighbour) -> tuple:
+    return (n.ifindex, n.family, n.dst)
+
+
+@dataclass(frozen=True)
+class Snapshot(_JsonMixin):
+    """Everything the graph stage needs, read from one network namespace."""
+
+    links: tuple[Link, ...]
+    addresses: tuple[Address, ...]
+    routes: tuple[Route, ...]
+    rules: tuple[Rule, ...]
+    neighbours: tuple[Neighbour, ...]
+    sysctls: Sysctls
+    netfilter: NetfilterState
+    netns_inode: int
+    _field_hashes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    _FIELDS = ("links", "addresses", "routes", "rules", "neighbours", "sysctls",
+               "netfilter", "netns_inode")
+
+    def __hash__(self) -> int:
+        # Hashing 10k routes costs milliseconds, so each field's hash is
+        # computed once and handed on to snapshots that share the field.
+        cache = self._field_hashes
+        parts = []
+        for name in self._FIELDS:
+            h = cache.get(name)
+            if h is None:
+                h = cache[name] = hash(getattr(self, name))
+            parts.append(h)
+        return hash(tuple(parts))
+
+    def inherit_hashes(self, older: "Snapshot") -> "Snapshot":
+        """Reuse `older`'s cached field hashes for fields shared by identity."""
+        for name, h in older._field_hashes.items():
+            if getattr(self, name) is getattr(older, name):
+                self._field_hashes.setdefault(name, h)
+        return self
+
+    # The architecture doc calls this field `sysctl`.
+    @property
+    def sysctl(self) -> Sysctls:
+        return self.sysctls
+
+    def link(self, index: int) -> Link | None:
+        i = bisect.bisect_left(self.links, index, key=link_order)
+        if i < len(self.links) and self.links[i].index == index:
+            return self.links[i]
+        return None
+
+    def link_by_name(self, name: str) -> Link | None:
+        for link in self.links:
+            if link.name == name:
+                return link
+        return None
+
+    def addresses_of(self, index: int, family: int | None = None) -> tuple[Address, ...]:
+        lo = bisect.bisect_left(self.addresses, index, key=lambda a: a.index)
+        hi = bisect.bisect_right(self.addresses, index, key=lambda a: a.index)
+        return tuple(a for a in self.addresses[lo:hi] if family is None or a.family == family)
+
+    def routes_in_table(self, table: int) -> tuple[Route, ...]:
+        return tuple(r for r in self.routes if r.table == table)
+
+    def neighbours_of(self, ifindex: int) -> tuple[Neighbour, ...]:
+        lo = bisect.bisect_left(self.neighbours, ifindex, key=lambda n: n.ifindex)
+        hi = bisect.bisect_right(self.neighbours, ifindex, key=lambda n: n.ifindex)
+        return self.neighbours[lo:hi]
+
+    def interface_sysctls(self, ifindex: int) -> InterfaceSysctls | None:
+        return self.sysctls.for_ifindex(ifindex)
+
+    @property
+    def default_rules(self) -> bool:
+        """IPv4 policy routing is the kernel's default three rules."""
+        return rules_are_default(self.rules, AF_INET)
+
+    def changed_fields(self, other: "Snapshot") -> frozenset[str]:
+        """Names of the fields that differ; identical tuples are shared between
+        incrementally built snapshots, so unchanged fields cost one `is`."""
+        changed = set()
+        for name in self._FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine is not theirs and mine != theirs:
+                changed.add(name)
+        return frozenset(changed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "netns_inode": self.netns_inode,
+            "links": [x.to_dict() for x in self.links],
+            "addresses": [x.to_dict() for x in self.addresses],
+            "routes": [x.to_dict() for x in self.routes],
+            "rules": [x.to_dict() for x in self.rules],
+            "neighbours": [x.to_dict() for x in self.neighbours],
+            "sysctls": self.sysctls.to_dict(),
+            "netfilter": self.netfilter.to_dict(),
+            "default_rules": self.default_rules,
+        }

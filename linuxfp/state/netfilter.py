@@ -1,0 +1,162 @@
+"""Does any netfilter ruleset exist that could touch forwarded IPv4 packets?
+
+Two independent rule engines can be loaded in one namespace:
+
+* nf_tables (the `nft` tool and iptables-nft, Debian's default `iptables`):
+  any table at all counts, queried with an NFT_MSG_GETTABLE dump over
+  NETLINK_NETFILTER. Changes are announced on NFNLGRP_NFTABLES.
+* legacy x_tables (iptables-legacy): counted when an existing table holds a
+  rule or a user chain, or a built-in chain's policy is not ACCEPT; a legacy
+  `nat` table counts even when empty because it pulls in connection tracking
+  (and with it defragmentation). Read with the same getsockopt calls
+  iptables-legacy-save uses, but only for tables listed in
+  /proc/<tid>/net/ip_tables_names: asking for any other table would make the
+  kernel instantiate it. Legacy changes produce no netlink event at all.
+
+The answer errs on the side of "active": the fast path then leaves packets
+to the kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import socket
+import struct
+
+from . import netlink as nl
+from .model import NetfilterState
+
+NFT_MSG_NEWTABLE = 0
+NFT_MSG_GETTABLE = 1
+NFTA_TABLE_NAME = 1
+_NFGENMSG = struct.Struct("=BBH")
+
+NFPROTO_NAMES = {0: "unspec", 1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
+
+IPT_SO_GET_INFO = 64
+IPT_SO_GET_ENTRIES = 65
+XT_TABLE_MAXNAMELEN = 32
+NF_INET_NUMHOOKS = 5
+_IPT_GETINFO = struct.Struct(f"={XT_TABLE_MAXNAMELEN}sI{NF_INET_NUMHOOKS}I{NF_INET_NUMHOOKS}III")
+_IPT_GET_ENTRIES_HEADER = 40  # offsetof(struct ipt_get_entries, entrytable)
+_IPT_ENTRY_TARGET_OFFSET = 88  # offsetof(struct ipt_entry, target_offset)
+_XT_ENTRY_TARGET_SIZE = 32  # sizeof(struct xt_entry_target)
+_VERDICT_ACCEPT = -1 - 1  # standard target verdict for NF_ACCEPT (-NF_ACCEPT - 1)
+
+
+def _thread_net_path(name: str) -> str:
+    # /proc/net follows the *process*; a test or daemon thread that setns()ed
+    # must look at its own view.
+    return f"/proc/thread-self/net/{name}"
+
+
+# --- nf_tables -------------------------------------------------------------
+
+def nft_tables() -> tuple[str, ...] | None:
+    """"family name" of every nf_tables table; None when nf_tables is absent."""
+    try:
+        sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER)
+    except OSError:
+        return None
+    try:
+        payload = _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0)
+        try:
+            replies = sock.dump((10 << 8) | NFT_MSG_GETTABLE, payload)
+        except nl.NetlinkError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.ENOENT, errno.EPROTONOSUPPORT):
+                return None
+            raise
+    finally:
+        sock.close()
+    names = []
+    for reply in replies:
+        if reply.type & 0xFF != NFT_MSG_NEWTABLE:
+            continue
+        family = reply.payload[0]
+        a = nl.parse_attrs(reply.payload, _NFGENMSG.size)
+        name = nl.cstr(a.get(NFTA_TABLE_NAME, b"?"))
+        names.append(f"{NFPROTO_NAMES.get(family, str(family))} {name}")
+    return tuple(sorted(names))
+
+
+# --- legacy x_tables ----------------------------------------------------------
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_uint32)]
+
+
+def _getsockopt(fd: int, optname: int, buf: ctypes.Array) -> None:
+    size = ctypes.c_uint32(len(buf))
+    if _libc.getsockopt(fd, socket.IPPROTO_IP, optname, buf, ctypes.byref(size)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def legacy_table_names() -> tuple[str, ...]:
+    try:
+        with open(_thread_net_path("ip_tables_names")) as f:
+            return tuple(sorted(line.strip() for line in f if line.strip()))
+    except FileNotFoundError:
+        return ()  # ip_tables not built in: no legacy rules can exist
+
+
+def legacy_table_findings(table: str) -> str | None:
+    """Why an existing legacy table affects packets, or None when it is a
+    no-op (only built-in chains, all with policy ACCEPT)."""
+    if table == "nat":
+        return "nat table (enables connection tracking)"
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    try:
+        info = ctypes.create_string_buffer(_IPT_GETINFO.pack(table.encode(), 0, *[0] * 10, 0, 0), _IPT_GETINFO.size)
+        _getsockopt(sock.fileno(), IPT_SO_GET_INFO, info)
+        fields = _IPT_GETINFO.unpack(info.raw)
+        valid_hooks = fields[1]
+        underflow = fields[2 + NF_INET_NUMHOOKS : 2 + 2 * NF_INET_NUMHOOKS]
+        num_entries, size = fields[-2], fields[-1]
+        builtin = bin(valid_hooks).count("1")
+        # Built-in chains: one policy entry each, plus the trailing ERROR entry.
+        if num_entries > builtin + 1:
+            return f"{table}: {num_entries - builtin - 1} rule/chain entries"
+        entries = ctypes.create_string_buffer(_IPT_GET_ENTRIES_HEADER + size)
+        struct.pack_into(f"={XT_TABLE_MAXNAMELEN}sI", entries, 0, table.encode(), size)
+        _getsockopt(sock.fileno(), IPT_SO_GET_ENTRIES, entries)
+        blob = entries.raw[_IPT_GET_ENTRIES_HEADER:]
+        for hook in range(NF_INET_NUMHOOKS):
+            if not valid_hooks & (1 << hook):
+                continue
+            entry = underflow[hook]
+            target_offset = struct.unpack_from("=H", blob, entry + _IPT_ENTRY_TARGET_OFFSET)[0]
+            verdict = struct.unpack_from("=i", blob, entry + target_offset + _XT_ENTRY_TARGET_SIZE)[0]
+            if verdict != _VERDICT_ACCEPT:
+                return f"{table}: built-in chain policy is not ACCEPT (hook {hook})"
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None  # table went away between listing and query
+        return f"{table}: unreadable ({exc.strerror})"
+    finally:
+        sock.close()
+
+
+def read_netfilter() -> NetfilterState:
+    tables: list[str] = []
+    details: list[str] = []
+    nft = nft_tables()
+    if nft:
+        tables.extend(f"nft:{t}" for t in nft)
+        details.append(f"nf_tables tables: {', '.join(nft)}")
+    for table in legacy_table_names():
+        finding = legacy_table_findings(table)
+        if finding is not None:
+            tables.append(f"legacy:{table}")
+            details.append(f"iptables-legacy {finding}")
+    if nft is None:
+        details.append("nf_tables unavailable")
+    active = bool(tables)
+    if not active:
+        details.insert(0, "no netfilter ruleset")
+    return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details))

@@ -1,0 +1,101 @@
+"""Read the current network namespace into a Snapshot (the impure edge).
+
+Everything is read in the namespace of the calling *thread*: netlink sockets
+are bound to it at creation and /proc/sys/net follows it at open time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Iterable
+
+from . import decode
+from . import netlink as nl
+from .genl import NetdevFamily
+from .model import (
+    Link, Route, Rule, Snapshot, address_order, link_order, neighbour_order, route_order,
+    rule_order,
+)
+from .netfilter import read_netfilter
+from .sysctl import read_sysctls
+
+
+def netns_inode() -> int:
+    """Identity of the calling thread's network namespace."""
+    return os.stat("/proc/thread-self/ns/net").st_ino
+
+
+def _decoded(messages: Iterable[nl.RawMessage], decoder) -> list:
+    out = []
+    for msg in messages:
+        value = decoder(msg.payload)
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def dump_links(sock: nl.NetlinkSocket) -> list[Link]:
+    return _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link)
+
+
+def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
+    routes = _decoded(sock.dump(decode.RTM_GETROUTE, decode.route_dump_request()), decode.decode_route)
+    routes.sort(key=route_order)
+    return tuple(routes)
+
+
+def dump_rules(sock: nl.NetlinkSocket) -> tuple[Rule, ...]:
+    rules = _decoded(sock.dump(decode.RTM_GETRULE, decode.rule_dump_request()), decode.decode_rule)
+    rules.sort(key=rule_order)
+    return tuple(rules)
+
+
+def read_snapshot() -> Snapshot:
+    """One dump of everything LinuxFP needs from this network namespace."""
+    inode = netns_inode()
+    with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
+        links = dump_links(sock)
+        addresses = _decoded(sock.dump(decode.RTM_GETADDR, decode.address_dump_request()),
+                             decode.decode_address)
+        routes = dump_routes(sock)
+        rules = dump_rules(sock)
+        neighbours = _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request()),
+                              decode.decode_neighbour)
+    with NetdevFamily() as netdev:
+        features = netdev.dump_xdp_features()
+    links = [replace(link, xdp_features=features.get(link.index, 0)) for link in links]
+    links.sort(key=link_order)
+    addresses.sort(key=address_order)
+    neighbours.sort(key=neighbour_order)
+    return Snapshot(
+        links=tuple(links),
+        addresses=tuple(addresses),
+        routes=routes,
+        rules=rules,
+        neighbours=tuple(neighbours),
+        sysctls=read_sysctls((link.index, link.name) for link in links),
+        netfilter=read_netfilter(),
+        netns_inode=inode,
+    )
+
+
+def refresh_polled(snapshot: Snapshot) -> Snapshot:
+    """Re-read the state whose changes the kernel never announces.
+
+    Sysctls: accept_local, send_redirects and route_localnet changes (and any
+    conf/DEV value for a device that had none yet) produce no RTM_NEWNETCONF.
+    Netfilter: legacy iptables changes produce no event at all.
+    Returns `snapshot` itself when nothing changed."""
+    if netns_inode() != snapshot.netns_inode:
+        raise RuntimeError("refresh_polled: called from a different network namespace "
+                           "than the snapshot was read in")
+    sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
+    netfilter = read_netfilter()
+    if sysctls == snapshot.sysctls and netfilter == snapshot.netfilter:
+        return snapshot
+    return replace(
+        snapshot,
+        sysctls=snapshot.sysctls if sysctls == snapshot.sysctls else sysctls,
+        netfilter=snapshot.netfilter if netfilter == snapshot.netfilter else netfilter,
+    ).inherit_hashes(snapshot)

@@ -1,0 +1,65 @@
+"""IPv4 forwarding sysctls, combined the way the kernel's forwarding path
+combines them (include/linux/inetdevice.h):
+
+    IN_DEV_FORWARD(dev)        = conf/DEV/forwarding
+    IN_DEV_RPFILTER(dev)       = max(conf/all/rp_filter, conf/DEV/rp_filter)
+    IN_DEV_ACCEPT_LOCAL(dev)   = conf/all/accept_local   || conf/DEV/accept_local
+    IN_DEV_TX_REDIRECTS(dev)   = conf/all/send_redirects || conf/DEV/send_redirects
+    IN_DEV_ROUTE_LOCALNET(dev) = conf/all/route_localnet || conf/DEV/route_localnet
+
+/proc/sys/net belongs to the network namespace of the thread that opens the
+file, so these readers must run in the namespace being described.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .model import InterfaceSysctls, Sysctls
+
+CONF_ROOT = "/proc/sys/net/ipv4/conf"
+IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
+_KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet")
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return int(f.read().split()[0])
+    except (FileNotFoundError, NotADirectoryError, IndexError, ValueError):
+        return None
+
+
+def _read_conf(dev: str) -> dict[str, int] | None:
+    values = {}
+    for key in _KEYS:
+        value = _read_int(f"{CONF_ROOT}/{dev}/{key}")
+        if value is None:
+            return None  # device vanished (or renamed) while we read it
+        values[key] = value
+    return values
+
+
+def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
+    """Effective IPv4 forwarding sysctls for (ifindex, name) pairs."""
+    every = _read_conf("all")
+    if every is None:
+        raise RuntimeError(
+            f"{CONF_ROOT}/all is unreadable: /proc/sys must be mounted "
+            "(procfs) and IPv4 enabled in this network namespace")
+    ip_forward = _read_int(IP_FORWARD)
+    interfaces = []
+    for ifindex, name in links:
+        dev = _read_conf(name)
+        if dev is None:
+            continue
+        interfaces.append(InterfaceSysctls(
+            ifindex=ifindex,
+            forwarding=bool(dev["forwarding"]),
+            rp_filter=max(every["rp_filter"], dev["rp_filter"]),
+            accept_local=bool(every["accept_local"] or dev["accept_local"]),
+            send_redirects=bool(every["send_redirects"] or dev["send_redirects"]),
+            route_localnet=bool(every["route_localnet"] or dev["route_localnet"]),
+        ))
+    interfaces.sort(key=lambda s: s.ifindex)
+    return Sysctls(ip_forward=bool(ip_forward), interfaces=tuple(interfaces))
