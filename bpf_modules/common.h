@@ -63,7 +63,10 @@ struct lfp_iface {
 	__u32 flags;
 	__u32 mtu;
 	__u8 mac[ETH_ALEN];
-	__u8 pad[2];
+	/* Longest IPv4 packet the fast path may forward from this ingress, 0 for
+	 * no cap: ip_forward() honours route MTU metrics that bpf_fib_lookup()
+	 * ignores unless they are locked. */
+	__u16 fwd_len_cap;
 };
 
 struct {

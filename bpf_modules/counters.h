@@ -35,6 +35,7 @@
 	X(FIB_LWT,                router, pass, "route needs encapsulation")                \
 	X(FIB_NO_NEIGH,           router, pass, "no neighbour entry for next hop")          \
 	X(FIB_FRAG_NEEDED,        router, pass, "larger than egress MTU")                   \
+	X(ROUTE_MTU,              router, pass, "longer than a route MTU metric")           \
 	X(FIB_OTHER,              router, pass, "FIB lookup failed otherwise")              \
 	X(SOURCE_CHECK,           router, pass, "source would fail Linux's source validation") \
 	X(HAIRPIN,                router, pass, "egress is the ingress interface")          \

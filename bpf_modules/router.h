@@ -134,6 +134,8 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_TTL_EXPIRED);
 	if (bpf_map_lookup_elem(&lfp_local_src, &ip->saddr))
 		return lfp_pass(pkt, LFP_CNT_LOCAL_SOURCE);
+	if (in->fwd_len_cap && tot_len > in->fwd_len_cap)
+		return lfp_pass(pkt, LFP_CNT_ROUTE_MTU);
 
 	fib.family = AF_INET;
 	fib.tos = ip->tos;

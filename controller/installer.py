@@ -23,16 +23,16 @@ log = logging.getLogger("linuxfp.installer")
 
 SHARED_MAPS = ("lfp_ifaces", "lfp_local_src")
 COUNTERS_MAP = "lfp_counters"
-_IFACE_VALUE = struct.Struct("<II6s2x")     # struct lfp_iface
+_IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface
 
 
 def pack_iface(f: IfaceFacts) -> bytes:
-    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac)
+    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap)
 
 
 def unpack_iface(ifindex: int, raw: bytes) -> IfaceFacts:
-    flags, mtu, mac = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
-    return IfaceFacts(ifindex, flags, mtu, mac)
+    flags, mtu, mac, cap = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
+    return IfaceFacts(ifindex, flags, mtu, mac, cap)
 
 
 def _u32(value: int) -> bytes:

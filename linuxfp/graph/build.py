@@ -35,8 +35,9 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     if hook not in HOOK_CHOICES:
         raise ValueError(f"unknown hook {hook!r} (expected one of {', '.join(HOOK_CHOICES)})")
     full_check = needs_full_source_check(snapshot)
+    cap = forward_length_cap(snapshot)
     facts = tuple(
-        iface_facts(link, snapshot, full_check)
+        iface_facts(link, snapshot, full_check, cap)
         for link in snapshot.links
         if link.link_type == ARPHRD_ETHER
     )
@@ -76,7 +77,7 @@ def _choose_hook(link, requested: str) -> str:
     return "xdp" if link.xdp_features & XDP_ACT_BASIC else "tc"
 
 
-def iface_facts(link, snapshot, full_check: bool) -> IfaceFacts:
+def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> IfaceFacts:
     conf = snapshot.sysctls.for_ifindex(link.index)
     flags = 0
     if conf is not None:
@@ -91,7 +92,15 @@ def iface_facts(link, snapshot, full_check: bool) -> IfaceFacts:
         flags |= IF_TC_TX
         if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS:
             flags |= IF_XDP_TX
-    return IfaceFacts(link.index, flags, link.mtu, _mac_bytes(link.mac))
+    return IfaceFacts(link.index, flags, link.mtu, _mac_bytes(link.mac), fwd_len_cap)
+
+
+def forward_length_cap(snapshot) -> int:
+    """The smallest route MTU metric of the namespace (0 when none): Linux's
+    forwarding honours these, bpf_fib_lookup() only when locked, so longer
+    packets go to the kernel rather than risk a difference."""
+    mtus = [r.mtu for r in snapshot.routes if r.family == 2 and r.mtu]
+    return min(min(mtus), 0xFFFF) if mtus else 0
 
 
 def _mac_bytes(mac: str) -> bytes:

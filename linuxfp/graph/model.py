@@ -38,6 +38,7 @@ class IfaceFacts:
     flags: int
     mtu: int
     mac: bytes
+    fwd_len_cap: int = 0     # longest IPv4 packet forwarded in the fast path; 0 = no cap
 
     def to_dict(self) -> dict:
         return {
@@ -45,6 +46,7 @@ class IfaceFacts:
             "flags": list(flag_names(self.flags)),
             "mtu": self.mtu,
             "mac": ":".join(f"{b:02x}" for b in self.mac),
+            "fwd_len_cap": self.fwd_len_cap,
         }
 
 
