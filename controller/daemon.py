@@ -127,6 +127,11 @@ class Controller:
                         worked = self.reconcile(snapshot)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked)
+                        # One line per applied batch: what `ip monitor` users expect,
+                        # and how launchers know a change has been absorbed.
+                        print(f"applied {','.join(sorted(batch.kinds))} {elapsed_ms:.3f} ms "
+                              f"{'datapath updated' if worked else 'datapath unchanged'}",
+                              file=ready_out, flush=True)
                         runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
                     if time.monotonic() - last_poll >= POLL_INTERVAL_S:
                         last_poll = time.monotonic()

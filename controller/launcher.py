@@ -1,0 +1,109 @@
+"""Run `linuxfp run` inside a named network namespace, as a child process:
+used by the tests, the differential harness, the demo and the benchmarks."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+class ControllerFailed(RuntimeError):
+    pass
+
+
+class ControllerProcess:
+    """Context manager: start the controller in `netns`, wait for `ready`,
+    stop it with SIGTERM on exit (the controller then detaches cleanly)."""
+
+    def __init__(self, netns: str, hook: str = "auto", xdp_mode: str = "auto",
+                 keep: bool = False, extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0):
+        self.netns = netns
+        self.argv = ["ip", "netns", "exec", netns, sys.executable, "-m", "controller.cli", "run",
+                     "--hook", hook, "--xdp-mode", xdp_mode, *(("--keep",) if keep else ()), *extra_args]
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self.stderr_path = None
+
+    def __enter__(self) -> "ControllerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        import tempfile
+
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+                                     env=env, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.monotonic() + self.ready_timeout
+        with self._changed:
+            while "ready" not in self.lines:
+                if self.proc.poll() is not None:
+                    raise ControllerFailed(f"controller exited with {self.proc.returncode}: {self.stderr()}")
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ControllerFailed(f"controller not ready after {self.ready_timeout}s: {self.stderr()}")
+                self._changed.wait(0.05)
+
+    def _read(self) -> None:
+        assert self.proc and self.proc.stdout
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line.strip())
+                self._changed.notify_all()
+
+    @property
+    def applied(self) -> int:
+        """Number of event batches the controller has absorbed."""
+        with self._changed:
+            return sum(1 for line in self.lines if line.startswith("applied"))
+
+    def settled(self, quiet: float = 0.15, timeout: float = 3.0) -> None:
+        """Wait until the controller has absorbed pending changes: no new
+        batch for `quiet` seconds (bounded by `timeout`)."""
+        deadline = time.monotonic() + timeout
+        last, since = self.applied, time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = self.applied
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+
+    def stderr(self) -> str:
+        if not hasattr(self, "_stderr"):
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        return self.proc.returncode
+
+
+def linuxfp_cli(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a one-shot `linuxfp` command inside `netns`."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "controller.cli", *args],
+                          capture_output=True, text=True, check=check, env=env)
