@@ -7,13 +7,13 @@ deps:
 	./scripts/install-deps.sh
 
 demo: deps
-	linuxfp demo router
+	$(PYTHON) -m controller.cli demo router
 
 test: deps
 	$(PYTHON) -m pytest -q tests
 
 bench: deps
-	linuxfp bench router
+	$(PYTHON) -m controller.cli bench router
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

@@ -6,7 +6,8 @@ set -euo pipefail
 APT_PACKAGES=(
   clang llvm libbpf1 libbpf-dev linux-libc-dev libc6-dev bpftool
   iproute2 bridge-utils iptables ipset ethtool tcpdump
-  python3-pip
+  iputils-ping procps util-linux
+  python3 python3-pip
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -32,6 +33,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 stamp="$here/.deps-installed"
 if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
-  "$PYTHON" -m pip install -q --disable-pip-version-check -e "$here[test]"
+  pip_flags=(-q --disable-pip-version-check)
+  # Debian's own python3 refuses pip installs outside a venv (PEP 668); this
+  # machine-wide tool is meant to be installed for root, so say so explicitly.
+  if [ -f "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
+    pip_flags+=(--break-system-packages)
+  fi
+  "$PYTHON" -m pip install "${pip_flags[@]}" -e "$here[test,bench]"
   touch "$stamp"
 fi
