@@ -39,6 +39,6 @@ if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
   if [ -f "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
     pip_flags+=(--break-system-packages)
   fi
-  "$PYTHON" -m pip install "${pip_flags[@]}" -e "$here[test,bench]"
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install "${pip_flags[@]}" -e "$here[test,bench]"
   touch "$stamp"
 fi
