@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from typing import Protocol
 
 
 class OwnedFd:
@@ -57,3 +58,13 @@ def fd_kind(fd: int) -> str:
     if "link_type" in keys:
         return "link"
     return "other"
+
+
+class HasFd(Protocol):
+    @property
+    def fd(self) -> int: ...
+
+
+def fd_of(target: int | HasFd) -> int:
+    """The fd of a Program/Map wrapper or a raw fd; the caller keeps the wrapper alive."""
+    return target if isinstance(target, int) else target.fd

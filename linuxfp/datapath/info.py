@@ -49,7 +49,7 @@ def _info(fd: int, what: str) -> bytes:
 
 
 def _u32(raw: bytes, offset: int) -> int:
-    return struct.unpack_from("<I", raw, offset)[0]
+    return int(struct.unpack_from("<I", raw, offset)[0])
 
 
 def _name(raw: bytes, offset: int) -> str:
@@ -82,7 +82,7 @@ def map_info(fd: int) -> dict[str, Any]:
     }
 
 
-def link_info(fd: int) -> dict[str, Any]:
+def link_info(fd: int) -> dict[str, int]:
     """{'id', 'type', 'prog_id', 'ifindex', 'attach_type'} of a link fd.
 
     ifindex/attach_type are filled for XDP and tcx links and 0 otherwise.

@@ -16,7 +16,7 @@ from types import TracebackType
 
 from . import pins
 from .errors import BpfError
-from .fds import OwnedFd, fd_kind
+from .fds import HasFd, OwnedFd, fd_kind, fd_of
 from .info import link_info
 from .libbpf import (
     BPF_LINK_TYPE_TCX,
@@ -88,20 +88,27 @@ class Link:
         self.mode = mode
         self.direction = direction
         self._cls_bpf = cls_bpf
+        self._cls_bpf_detached = False
         self.pinned_path: str | None = None
         self.id: int | None = link_info(owned_fd.fd)["id"] if owned_fd is not None else None
 
     @property
     def fd(self) -> int | None:
-        return self._owned.fd if self._owned is not None else None
+        """The link fd; None for cls_bpf attachments and once closed or detached."""
+        if self._owned is None or self._owned.closed:
+            return None
+        return self._owned.fd
 
     @property
     def prog_id(self) -> int:
         """Id of the program currently attached through this link."""
-        if self._owned is not None:
-            return int(link_info(self._owned.fd)["prog_id"])
-        assert self._cls_bpf is not None
-        return _cls_bpf_query(self._cls_bpf)
+        if self._cls_bpf is not None:
+            return _cls_bpf_query(self._cls_bpf)
+        return int(link_info(self._require_fd())["prog_id"])
+
+    def info(self) -> dict[str, int]:
+        """link_info() of this link: id, type, prog_id, ifindex, attach_type."""
+        return link_info(self._require_fd())
 
     @classmethod
     def from_pinned(cls, path: str) -> Link:
@@ -122,9 +129,12 @@ class Link:
         link.pinned_path = path
         return link
 
-    def update(self, new_prog_fd: int) -> None:
-        """Atomically replace the attached program; the link (and its id) stays."""
+    def update(self, new_prog: int | HasFd) -> None:
+        """Atomically replace the attached program (fd or Program); the link and its id stay."""
+        new_prog_fd = fd_of(new_prog)
         if self._cls_bpf is not None:
+            if self._cls_bpf_detached:
+                raise BpfError("update: cls_bpf filter already detached", errno.ENOENT)
             _cls_bpf_attach(self._cls_bpf, new_prog_fd, replace=True)
             return
         result = lib().bpf_link_update(self._require_fd(), new_prog_fd, None)
@@ -143,8 +153,9 @@ class Link:
     def detach(self) -> None:
         """Detach from the interface now, close the fd and remove our pin."""
         if self._cls_bpf is not None:
-            _cls_bpf_detach(self._cls_bpf)
-            self._cls_bpf = None
+            if not self._cls_bpf_detached:
+                _cls_bpf_detach(self._cls_bpf)
+                self._cls_bpf_detached = True
             return
         if self._owned is None or self._owned.closed:
             return
@@ -162,9 +173,10 @@ class Link:
             self._owned.close()
 
     def _require_fd(self) -> int:
-        if self._owned is None:
-            raise BpfError(f"{self.hook} link has no fd", errno.EBADF)
-        return self._owned.fd
+        fd = self.fd
+        if fd is None:
+            raise BpfError(f"{self.hook} link {self.id}: closed or detached", errno.EBADF)
+        return fd
 
     def __enter__(self) -> Link:
         return self
@@ -189,8 +201,9 @@ def _link_create(prog_fd: int, target: int, attach_type: int, flags: int) -> int
     return int(lib().bpf_link_create(prog_fd, target, attach_type, ctypes.byref(opts)))
 
 
-def attach_xdp(prog_fd: int, ifindex: int, mode: str = "auto") -> Link:
-    """Attach an XDP program with a BPF link; "auto" tries native, then generic."""
+def attach_xdp(prog: int | HasFd, ifindex: int, mode: str = "auto") -> Link:
+    """Attach an XDP program (fd or Program) with a BPF link; "auto" tries native, then generic."""
+    prog_fd = fd_of(prog)
     if mode not in ("auto", "native", "generic"):
         raise ValueError(f"XDP mode must be auto, native or generic, not {mode!r}")
     tried = ["native", "generic"] if mode == "auto" else [mode]
@@ -259,8 +272,8 @@ def _xdp_mode_of(ifindex: int, prog_id: int) -> str:
 # --- TC ---------------------------------------------------------------------
 
 
-def attach_tc(prog_fd: int, ifindex: int, direction: str = "ingress", method: str = "auto") -> Link:
-    """Attach a SCHED_CLS program at TC ingress/egress.
+def attach_tc(prog: int | HasFd, ifindex: int, direction: str = "ingress", method: str = "auto") -> Link:
+    """Attach a SCHED_CLS program (fd or Program) at TC ingress/egress.
 
     method "auto" uses a tcx link and falls back to clsact + direct-action
     cls_bpf if the kernel refuses tcx; "tcx" / "cls_bpf" force one.
@@ -269,6 +282,7 @@ def attach_tc(prog_fd: int, ifindex: int, direction: str = "ingress", method: st
         raise ValueError(f"TC direction must be ingress or egress, not {direction!r}")
     if method not in ("auto", "tcx", "cls_bpf"):
         raise ValueError(f"TC method must be auto, tcx or cls_bpf, not {method!r}")
+    prog_fd = fd_of(prog)
     if method in ("auto", "tcx"):
         # libbpf 1.1 predates tcx but passes unknown attach types through with
         # target_fd = ifindex, which is what the kernel expects.

@@ -42,7 +42,7 @@ def possible_cpus() -> int:
     count = lib().libbpf_num_possible_cpus()
     if count <= 0:
         raise BpfError("libbpf_num_possible_cpus", -count if count < 0 else errno.EINVAL)
-    return count
+    return int(count)
 
 
 def _round8(size: int) -> int:
@@ -109,6 +109,10 @@ class Map:
     @property
     def fd(self) -> int:
         return self._owned.fd
+
+    @property
+    def closed(self) -> bool:
+        return self._owned.closed
 
     @property
     def is_percpu(self) -> bool:

@@ -63,6 +63,10 @@ class Program:
     def fd(self) -> int:
         return self._owned.fd
 
+    @property
+    def closed(self) -> bool:
+        return self._owned.closed
+
     def pin(self, path: str) -> None:
         pins.pin(self.fd, path)
 
@@ -85,6 +89,11 @@ class BpfObject:
         self._keepalive = keepalive  # the ELF bytes libbpf may still point into
         self._log_buffer: ctypes.Array[ctypes.c_char] | None = log_buffer
         self.loaded = False
+        # Handing out the same wrapper per name keeps ``obj.program("x").fd``
+        # valid while the object lives: a temporary wrapper would close its fd
+        # as soon as the expression is evaluated.
+        self._programs: dict[str, Program] = {}
+        self._maps: dict[str, Map] = {}
 
     @classmethod
     def open(cls, source: str | os.PathLike[str] | bytes, name: str = "linuxfp") -> BpfObject:
@@ -133,7 +142,7 @@ class BpfObject:
         while current:
             map_name = (library.bpf_map__name(current) or b"").decode()
             if library.bpf_map__is_internal(current) and map_name.endswith(".rodata"):
-                return current
+                return int(current)
             current = library.bpf_object__next_map(self.handle, current)
         return None
 
@@ -236,7 +245,14 @@ class BpfObject:
         return tuple(names)
 
     def program(self, name: str) -> Program:
-        """The loaded program whose C function is ``name`` (a new, independently owned fd)."""
+        """The loaded program whose C function is ``name``.
+
+        The Program owns a duplicate fd: it stays usable after ``close()`` as
+        long as the caller keeps a reference to it.
+        """
+        cached = self._programs.get(name)
+        if cached is not None and not cached.closed:
+            return cached
         library = lib()
         prog = library.bpf_object__find_program_by_name(self.handle, name.encode())
         if not prog:
@@ -244,10 +260,14 @@ class BpfObject:
         fd = library.bpf_program__fd(prog)
         if fd < 0:
             raise BpfError(f"program '{name}' of '{self.name}' is not loaded", errno.ENOENT)
-        return Program.from_fd(fd)
+        program = self._programs[name] = Program.from_fd(fd)
+        return program
 
     def map(self, name: str) -> Map:
-        """The object's map ``name`` (a new, independently owned fd)."""
+        """The object's map ``name``; like ``program()``, it owns a duplicate fd."""
+        cached = self._maps.get(name)
+        if cached is not None and not cached.closed:
+            return cached
         library = lib()
         bpf_map = library.bpf_object__find_map_by_name(self.handle, name.encode())
         if not bpf_map:
@@ -255,7 +275,8 @@ class BpfObject:
         fd = library.bpf_map__fd(bpf_map)
         if fd < 0:
             raise BpfError(f"map '{name}' of '{self.name}' is not created yet (load first)", errno.ENOENT)
-        return Map.from_fd(fd)
+        bpf_map = self._maps[name] = Map.from_fd(fd)
+        return bpf_map
 
     def close(self) -> None:
         """Release libbpf's object; Programs/Maps/Links taken from it stay valid."""
@@ -264,6 +285,8 @@ class BpfObject:
             self._handle = None
             self._keepalive = None
             self._log_buffer = None
+            self._programs = {}
+            self._maps = {}
 
     def __enter__(self) -> BpfObject:
         return self

@@ -152,7 +152,7 @@ def get_pinned(path: str) -> int:
     fd = lib().bpf_obj_get(path.encode())
     if fd < 0:
         raise BpfError(f"bpf_obj_get({path})", errno_of(fd))
-    return fd
+    return int(fd)
 
 
 def unpin(path: str, missing_ok: bool = False) -> None:

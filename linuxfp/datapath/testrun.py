@@ -28,6 +28,7 @@ import struct
 from dataclasses import dataclass
 
 from .errors import BpfError, TestRunInterrupted
+from .fds import HasFd, fd_of
 from .libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfTestRunOpts, errno_of, lib, new_opts
 
 # Room for programs that grow the frame (bpf_xdp_adjust_head/tail, skb encap).
@@ -93,7 +94,7 @@ class TestRun:
 
 
 def test_run(
-    prog_fd: int,
+    prog: int | HasFd,
     data: bytes,
     repeat: int = 1,
     ctx_in: bytes | XdpMd | None = None,
@@ -102,7 +103,7 @@ def test_run(
     data_size_out: int | None = None,
     cpu: int = 0,
 ) -> TestRun:
-    """Run prog_fd on ``data`` ``repeat`` times via bpf_prog_test_run_opts.
+    """Run a program (fd or Program) on ``data`` ``repeat`` times via bpf_prog_test_run_opts.
 
     With flags=BPF_F_TEST_XDP_LIVE_FRAMES the frames really go through the
     XDP verdict path (XDP_TX/REDIRECT transmit, PASS enters the stack) in
@@ -110,6 +111,7 @@ def test_run(
     no output frame or context, so data_out is b"" and ctx_out None.
     Raises TestRunInterrupted if a signal stops the run (see module doc).
     """
+    prog_fd = fd_of(prog)
     live = bool(flags & BPF_F_TEST_XDP_LIVE_FRAMES)
     data_in = ctypes.create_string_buffer(bytes(data), len(data) or 1)
     ctx_bytes = ctx_in.to_bytes(len(data)) if isinstance(ctx_in, XdpMd) else ctx_in
