@@ -323,6 +323,19 @@ def decode_neighbour(payload: bytes) -> Neighbour | None:
     )
 
 
+NUD_INCOMPLETE = 0x01
+NUD_NOARP = 0x40
+
+
+def neighbour_is_tracked(n: Neighbour) -> bool:
+    """Neighbours the snapshot keeps. Linux creates NOARP entries (multicast,
+    broadcast, loopback, IFF_NOARP devices) and INCOMPLETE entries (resolution
+    just started) without any notification, and neither carries a resolved
+    address, so they are left out; the fast path then defers to the kernel,
+    which is what those entries would mean anyway."""
+    return n.state not in (0, NUD_INCOMPLETE) and not n.state & NUD_NOARP
+
+
 def neighbour_dump_request(family: int = AF_INET) -> bytes:
     return _NDMSG.pack(family, 0, 0, 0, 0)
 
@@ -366,7 +379,9 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
         neighbour = decode_neighbour(msg.payload)
         if neighbour is None:
             return None
-        return NeighbourUpdate(neighbour) if t == RTM_NEWNEIGH else NeighbourRemoved(neighbour)
+        if t == RTM_NEWNEIGH and neighbour_is_tracked(neighbour):
+            return NeighbourUpdate(neighbour)
+        return NeighbourRemoved(neighbour)
     if t == RTM_NEWRULE or t == RTM_DELRULE:
         rule = decode_rule(msg.payload)
         if rule is None:

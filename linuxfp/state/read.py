@@ -60,8 +60,9 @@ def read_snapshot() -> Snapshot:
                              decode.decode_address)
         routes = dump_routes(sock)
         rules = dump_rules(sock)
-        neighbours = _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request()),
-                              decode.decode_neighbour)
+        neighbours = [n for n in _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request()),
+                                          decode.decode_neighbour)
+                      if decode.neighbour_is_tracked(n)]
     with NetdevFamily() as netdev:
         features = netdev.dump_xdp_features()
     links = [replace(link, xdp_features=features.get(link.index, 0)) for link in links]

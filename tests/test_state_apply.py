@@ -1,0 +1,187 @@
+"""apply_messages and the model, on hand-built snapshots (no kernel)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from linuxfp.state import (
+    AF_INET, Address, InterfaceSysctls, Link, LinkRemoved, LinkUpdate, NeighbourRemoved,
+    NeighbourUpdate, Neighbour, NetfilterReplaced, NetfilterState, NextHop, ResyncRequired,
+    Route, RouteRemoved, RoutesReplaced, RouteUpdate, Rule, RuleRemoved, RuleUpdate, Snapshot,
+    Sysctls, SysctlsReplaced, XdpFeaturesUpdate, AddressUpdate, AddressRemoved,
+    NETDEV_XDP_ACT_NDO_XMIT, NETDEV_XDP_ACT_BASIC, apply_messages, rules_are_default,
+)
+from linuxfp.state.model import route_order
+
+DEFAULT_RULES = (
+    Rule(family=AF_INET, priority=0, table=255, action="to_tbl", protocol=2),
+    Rule(family=AF_INET, priority=32766, table=254, action="to_tbl", protocol=2),
+    Rule(family=AF_INET, priority=32767, table=253, action="to_tbl", protocol=2),
+)
+
+
+def make_link(index: int, name: str, features: int = 0, up: bool = True) -> Link:
+    return Link(index=index, name=name, kind="veth", master=None, mtu=1500, up=up, oper_up=up,
+                operstate=6, mac=f"02:00:00:00:00:{index:02x}", link_type=1,
+                flags=0x10043 if up else 0x1002, qdisc="noqueue", xdp_prog_id=0, xdp_mode=0,
+                xdp_features=features)
+
+
+def make_route(dst: str, gateway: str | None = None, oif: int | None = 2, table: int = 254,
+               priority: int = 0, type_: str = "unicast") -> Route:
+    nexthops = (NextHop(gateway, oif),) if (gateway or oif) else ()
+    return Route(family=AF_INET, table=table, dst=dst, type=type_, protocol=3, scope=0,
+                 priority=priority, tos=0, nexthops=nexthops)
+
+
+def base_snapshot(routes: tuple[Route, ...] = ()) -> Snapshot:
+    return Snapshot(
+        links=(make_link(1, "lo"), make_link(2, "a0", NETDEV_XDP_ACT_BASIC), make_link(3, "b0")),
+        addresses=(Address(2, AF_INET, "198.18.0.1", 24, "198.18.0.1", None, 0),),
+        routes=tuple(sorted(routes, key=route_order)),
+        rules=DEFAULT_RULES,
+        neighbours=(Neighbour(2, AF_INET, "198.18.0.9", "02:00:00:00:00:09", 0x80),),
+        sysctls=Sysctls(True, (InterfaceSysctls(2, True, 0, False, True, False),
+                               InterfaceSysctls(3, True, 2, False, True, False))),
+        netfilter=NetfilterState(False, (), "no netfilter ruleset"),
+        netns_inode=4026531840,
+    )
+
+
+def test_no_messages_returns_the_same_object():
+    snap = base_snapshot()
+    assert apply_messages(snap, []) is snap
+    # Re-announcing existing state changes nothing either.
+    assert apply_messages(snap, [AddressUpdate(snap.addresses[0])]) is snap
+
+
+def test_route_add_and_delete_keep_canonical_order():
+    snap = base_snapshot((make_route("198.51.100.0/24", "198.18.0.2"),))
+    added = apply_messages(snap, [RouteUpdate(make_route("192.0.2.0/24", "198.18.0.3")),
+                                  RouteUpdate(make_route("203.0.113.0/24", "198.18.0.4", table=100))])
+    # Canonical order: table first, then destination.
+    assert [r.dst for r in added.routes] == ["203.0.113.0/24", "192.0.2.0/24", "198.51.100.0/24"]
+    assert added.routes == tuple(sorted(added.routes, key=route_order))
+    assert snap.routes != added.routes  # the input is untouched
+    removed = apply_messages(added, [RouteRemoved(make_route("192.0.2.0/24", "198.18.0.3"))])
+    assert [r.dst for r in removed.routes] == ["203.0.113.0/24", "198.51.100.0/24"]
+    assert removed.changed_fields(added) == {"routes"}
+    assert removed.links is added.links  # untouched fields are shared
+
+
+def test_route_delete_ignores_nexthop_flags_the_kernel_flipped_silently():
+    alive = make_route("192.0.2.0/24", "198.18.0.3")
+    dead = replace(alive, nexthops=(replace(alive.nexthops[0], flags=1),))
+    snap = base_snapshot((dead,))
+    assert apply_messages(snap, [RouteRemoved(alive)]).routes == ()
+
+
+def test_route_replace_and_append():
+    first = make_route("192.0.2.0/24", "198.18.0.3")
+    snap = base_snapshot((first,))
+    replaced = apply_messages(snap, [RouteUpdate(make_route("192.0.2.0/24", "198.18.0.7"), replace=True)])
+    assert [r.nexthops[0].gateway for r in replaced.routes] == ["198.18.0.7"]
+    appended = apply_messages(snap, [RouteUpdate(make_route("192.0.2.0/24", "198.18.0.8"))])
+    assert len(appended.routes) == 2
+    with pytest.raises(ResyncRequired):
+        apply_messages(appended, [RouteUpdate(make_route("192.0.2.0/24", "198.18.0.9"), replace=True)])
+
+
+def test_replayed_events_converge():
+    """Events older than the snapshot are applied again without harm."""
+    route = make_route("192.0.2.0/24", "198.18.0.3")
+    later = base_snapshot((route,))
+    replay = [RouteUpdate(route), RouteRemoved(route), RouteUpdate(route)]
+    assert apply_messages(later, replay) == later
+
+
+def test_multipath_route():
+    mp = Route(AF_INET, 254, "203.0.113.0/24", "unicast", 3, 0, 0, 0,
+               (NextHop("198.18.0.2", 2, 1), NextHop("198.18.1.2", 3, 3)))
+    snap = apply_messages(base_snapshot(), [RouteUpdate(mp)])
+    assert snap.routes[0].nexthops[1].weight == 3
+    assert apply_messages(snap, [RouteRemoved(mp)]).routes == ()
+
+
+def test_link_update_keeps_xdp_features_and_removal_cascades():
+    snap = base_snapshot()
+    renamed = replace(snap.link(2), name="uplink", xdp_features=0)
+    snap2 = apply_messages(snap, [LinkUpdate(renamed)])
+    assert snap2.link(2).name == "uplink"
+    assert snap2.link(2).xdp_features == NETDEV_XDP_ACT_BASIC
+    assert snap2.link_by_name("uplink").index == 2
+    snap3 = apply_messages(snap2, [XdpFeaturesUpdate(2, NETDEV_XDP_ACT_NDO_XMIT)])
+    assert snap3.link(2).can_receive_xdp_redirect
+    gone = apply_messages(snap3, [LinkRemoved(2)])
+    assert gone.link(2) is None
+    assert gone.addresses_of(2) == ()
+    assert gone.neighbours_of(2) == ()
+    assert gone.interface_sysctls(2) is None
+    assert gone.interface_sysctls(3) is not None
+
+
+def test_new_link_then_features_in_one_batch():
+    snap = apply_messages(base_snapshot(), [LinkUpdate(make_link(7, "c0")), XdpFeaturesUpdate(7, 5)])
+    assert snap.link(7).xdp_features == 5
+    # Features for a device we do not know yet are ignored, not invented.
+    assert apply_messages(base_snapshot(), [XdpFeaturesUpdate(9, 5)]).link(9) is None
+
+
+def test_addresses_neighbours_rules():
+    snap = base_snapshot()
+    extra = Address(3, AF_INET, "198.18.1.1", 24, "198.18.1.1", None, 0)
+    snap2 = apply_messages(snap, [AddressUpdate(extra)])
+    assert snap2.addresses_of(3) == (extra,)
+    assert apply_messages(snap2, [AddressRemoved(extra)]) == snap
+    stale = replace(snap.neighbours[0], state=0x04)
+    assert apply_messages(snap, [NeighbourUpdate(stale)]).neighbours[0].state_name == "stale"
+    assert apply_messages(snap, [NeighbourRemoved(stale)]).neighbours == ()
+    custom = Rule(AF_INET, 100, 100, "to_tbl", src="198.18.0.0/24")
+    with_rule = apply_messages(snap, [RuleUpdate(custom)])
+    assert not with_rule.default_rules and snap.default_rules
+    # The kernel flips "detached" flags silently; deletion still matches.
+    assert apply_messages(with_rule, [RuleRemoved(replace(custom, flags=0x8))]).default_rules
+
+
+def test_replaced_messages():
+    snap = base_snapshot((make_route("192.0.2.0/24", "198.18.0.3"),))
+    routes = (make_route("198.51.100.0/24", None, None, type_="blackhole"),)
+    nf = NetfilterState(True, ("nft:ip filter",), "nf_tables tables: ip filter")
+    sysctls = Sysctls(False, ())
+    out = apply_messages(snap, [RoutesReplaced(routes), NetfilterReplaced(nf), SysctlsReplaced(sysctls)])
+    assert out.routes == routes and out.netfilter == nf and out.sysctl == sysctls
+
+
+def test_rules_are_default():
+    assert rules_are_default(DEFAULT_RULES)
+    assert not rules_are_default(DEFAULT_RULES[:2])
+    assert not rules_are_default(DEFAULT_RULES + (Rule(AF_INET, 100, 100, "to_tbl"),))
+    assert not rules_are_default((replace(DEFAULT_RULES[0], fwmark=1),) + DEFAULT_RULES[1:])
+    assert not rules_are_default((replace(DEFAULT_RULES[1], table=100),) + DEFAULT_RULES[::2])
+    # Who installed the rule does not matter, only what it matches.
+    assert rules_are_default(tuple(replace(r, protocol=3) for r in DEFAULT_RULES))
+
+
+def test_hash_equality_and_json():
+    a = base_snapshot((make_route("192.0.2.0/24", "198.18.0.3"),))
+    b = base_snapshot((make_route("192.0.2.0/24", "198.18.0.3"),))
+    assert a == b and hash(a) == hash(b)
+    c = apply_messages(a, [NeighbourRemoved(a.neighbours[0])])
+    assert c != a and hash(c) != hash(a)
+    assert {a: 1}[b] == 1
+    doc = json.loads(json.dumps(a.to_dict()))
+    assert doc["routes"][0]["nexthops"][0]["gateway"] == "198.18.0.3"
+    assert doc["links"][1]["can_receive_xdp_redirect"] is False
+    assert doc["neighbours"][0]["state_name"] == "permanent"
+    assert doc["default_rules"] is True
+
+
+def test_snapshot_is_immutable():
+    snap = base_snapshot()
+    with pytest.raises(AttributeError):
+        snap.routes = ()  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        snap.links[0].mtu = 9000  # type: ignore[misc]

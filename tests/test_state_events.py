@@ -1,0 +1,174 @@
+"""EventStream against real namespaces: every change is seen, coalesced, and
+folds into exactly what a fresh read_snapshot() returns."""
+
+from __future__ import annotations
+
+import select
+
+import pytest
+
+from linuxfp.state import (
+    EventStream, apply_messages, read_snapshot,
+)
+
+from test_state_support import basic_topology, sh, throwaway_netns
+
+pytestmark = pytest.mark.netns
+
+# Generous: the stream answers as soon as the kernel has spoken; the timeout
+# only bounds a failing test.
+WAIT = 5.0
+
+
+@pytest.fixture
+def netns():
+    with throwaway_netns() as name:
+        yield name
+
+
+def drain(stream: EventStream, quiet: float = 0.2) -> list:
+    batches = []
+    while (batch := stream.read_batch(quiet)) is not None:
+        batches.append(batch)
+    return batches
+
+
+def step(stream: EventStream, snapshot, command: str):
+    """Run one command, wait for its events and apply them."""
+    sh(command)
+    first = stream.read_batch(WAIT)
+    assert first is not None, f"no event for {command!r}"
+    batches = [first] + drain(stream, 0.05)
+    assert not any(b.resync for b in batches)
+    kinds = frozenset().union(*(b.kinds for b in batches))
+    for batch in batches:
+        snapshot = apply_messages(snapshot, batch.messages)
+    return snapshot, kinds
+
+
+def assert_same(incremental, fresh):
+    changed = incremental.changed_fields(fresh)
+    details = {name: (set(getattr(incremental, name)) ^ set(getattr(fresh, name))
+                      if isinstance(getattr(fresh, name), tuple) else
+                      (getattr(incremental, name), getattr(fresh, name)))
+               for name in changed}
+    assert not changed, details
+
+
+def test_each_change_is_seen_and_applies_exactly(netns):
+    basic_topology()
+    with EventStream() as stream:
+        snap = read_snapshot()
+        a0 = snap.link_by_name("a0").index
+        expectations = [
+            ("ip route add 203.0.113.0/24 nexthop via 198.18.0.2 nexthop via 198.18.1.2 weight 2", "route"),
+            ("ip route add blackhole 198.51.100.0/24", "route"),
+            ("ip route add 192.0.2.0/24 via 198.18.0.2 table 100", "route"),
+            ("ip rule add from 198.18.0.0/24 table 100 pref 100", "rule"),
+            ("ip addr add 198.18.2.1/24 dev a0", "addr"),
+            ("ip neigh add 198.18.0.9 lladdr 02:00:00:00:00:09 dev a0", "neigh"),
+            ("ip neigh change 198.18.0.9 lladdr 02:00:00:00:00:0a dev a0", "neigh"),
+            ("sysctl -qw net.ipv4.conf.a0.forwarding=1", "netconf"),
+            ("sysctl -qw net.ipv4.ip_forward=1", "netconf"),
+            ("iptables -A FORWARD -j DROP", "nftables"),
+            ("ip route del blackhole 198.51.100.0/24", "route"),
+            ("ip route replace 192.0.2.0/24 via 198.18.1.2 table 100", "route"),
+            # Silent kernel side effects: routes via b0 are flushed, the
+            # multipath nexthop is marked dead, nothing announces it.
+            ("ip link set b0 down", "link"),
+            ("ip link set b0 up", "link"),
+            ("ip addr del 198.18.2.1/24 dev a0", "addr"),
+            ("ip link add c0 type veth peer name c1", "link"),
+            ("ip link set c0 name c9", "link"),
+            ("ip link del c9", "link"),
+            ("ip link add br0 type bridge", "link"),
+            ("ip link set a1 master br0", "link"),
+            ("ip link set br0 up", "link"),
+            ("ip link set a1 nomaster", "link"),
+            ("ip link add vx0 type vxlan id 42 dstport 4789 local 198.18.0.1", "link"),
+            ("ip link set a1 down", "link"),  # a0 loses carrier
+            ("ip link set a1 up", "link"),
+            ("ip rule del pref 100", "rule"),
+            ("iptables -D FORWARD -j DROP", "nftables"),
+        ]
+        for command, kind in expectations:
+            snap, kinds = step(stream, snap, command)
+            assert kind in kinds, (command, kinds)
+            assert_same(snap, read_snapshot())
+        assert snap.link(a0).name == "a0"
+        assert snap.sysctls.ip_forward and snap.interface_sysctls(a0).forwarding
+        assert snap.netfilter.active  # iptables-nft leaves its table behind
+        assert snap.neighbours_of(a0)[0].lladdr == "02:00:00:00:00:0a"
+        assert snap.link_by_name("br0").kind == "bridge"
+        assert snap.link_by_name("vx0").kind == "vxlan"
+
+
+def test_link_down_is_reported_with_current_routes(netns):
+    basic_topology()
+    sh("ip route add 192.0.2.0/24 via 198.18.1.2")
+    with EventStream() as stream:
+        snap = read_snapshot()
+        assert any(r.dst == "192.0.2.0/24" for r in snap.routes)
+        snap, kinds = step(stream, snap, "ip link set b0 down")
+        assert {"link", "routes_dump"} <= kinds
+        assert not snap.link_by_name("b0").up
+        assert not any(r.dst == "192.0.2.0/24" for r in snap.routes)  # flushed silently by Linux
+        assert_same(snap, read_snapshot())
+
+
+def test_xdp_features_event(netns):
+    basic_topology()
+    with EventStream() as stream:
+        snap = read_snapshot()
+        assert not snap.link_by_name("a0").can_receive_xdp_redirect
+        snap, kinds = step(stream, snap, "ethtool -K a1 gro on")
+        assert "xdp_features" in kinds
+        assert snap.link_by_name("a0").can_receive_xdp_redirect
+        assert_same(snap, read_snapshot())
+
+
+def test_fileno_is_pollable(netns):
+    with EventStream() as stream:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLIN)
+        assert poller.poll(0) == []
+        sh("ip link add d0 type veth peer name d1")
+        assert poller.poll(int(WAIT * 1000))
+        assert stream.read_batch(0) is not None
+        assert len(stream.filenos()) == len(stream.sources) >= 1
+
+
+def test_burst_coalesces(netns, tmp_path):
+    basic_topology()
+    script = tmp_path / "routes.batch"
+    script.write_text("".join(f"route add 198.19.{i // 250}.{i % 250}/32 via 198.18.0.2\n"
+                              for i in range(1000)))
+    with EventStream() as stream:
+        snap = read_snapshot()
+        sh(f"ip -batch {script}")
+        batches = drain(stream, 0.3)
+        routes = sum(1 for b in batches for m in b.messages if m.kind == "route")
+        assert routes == 1000
+        # One `ip -batch` arrives as a handful of bursts, not 1000 wakeups.
+        assert 1 <= len(batches) <= 20, [len(b.messages) for b in batches]
+        assert all(b.first_arrival <= b.last_arrival for b in batches)
+        assert not any(b.resync for b in batches)
+        for batch in batches:
+            snap = apply_messages(snap, batch.messages)
+        assert_same(snap, read_snapshot())
+
+
+def test_overflow_requests_resync(netns, tmp_path):
+    basic_topology()
+    script = tmp_path / "routes.batch"
+    script.write_text("".join(f"route add 198.19.{i // 250}.{i % 250}/32 via 198.18.0.2\n"
+                              for i in range(2000)))
+    # A receive buffer of a few KiB cannot hold 2000 route events.
+    with EventStream(rcvbuf=4096) as stream:
+        sh(f"ip -batch {script}")
+        batches = drain(stream, 0.3)
+        assert any(b.resync for b in batches)
+        # After the resync the stream keeps working.
+        sh("ip route add 192.0.2.0/24 via 198.18.0.2")
+        batch = stream.read_batch(WAIT)
+        assert batch is not None and "route" in batch.kinds

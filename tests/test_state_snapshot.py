@@ -1,0 +1,157 @@
+"""read_snapshot / refresh_polled against real throw-away namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from linuxfp.state import (
+    AF_INET, ARPHRD_ETHER, ARPHRD_LOOPBACK, NETDEV_XDP_ACT_NDO_XMIT, RT_TABLE_LOCAL,
+    RT_TABLE_MAIN, read_snapshot, refresh_polled,
+)
+
+from test_state_support import basic_topology, have, sh, throwaway_netns
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def netns():
+    with throwaway_netns() as name:
+        yield name
+
+
+def test_fresh_namespace(netns):
+    snap = read_snapshot()
+    assert snap.netns_inode == os.stat(f"/run/netns/{netns}").st_ino
+    lo = snap.link_by_name("lo")
+    assert lo.index == 1 and lo.link_type == ARPHRD_LOOPBACK and not lo.up
+    assert snap.default_rules
+    assert [(r.priority, r.table) for r in snap.rules] == [(0, 255), (32766, 254), (32767, 253)]
+    assert not snap.netfilter.active, snap.netfilter.detail
+    assert snap.netfilter.tables == ()
+    assert snap.sysctls.ip_forward is False
+    assert snap == read_snapshot()
+    assert hash(snap) == hash(read_snapshot())
+
+
+def test_links_addresses_routes_rules_neighbours(netns):
+    basic_topology()
+    sh("ip route add 203.0.113.0/24 nexthop via 198.18.0.2 nexthop via 198.18.1.2 weight 3",
+       "ip route add blackhole 198.51.100.0/25",
+       "ip route add unreachable 198.51.100.128/26",
+       "ip route add prohibit 198.51.100.192/26 metric 7",
+       "ip route add 192.0.2.0/24 via 198.18.0.2 table 100 mtu 1400 realm 5",
+       "ip route add default via 198.18.1.2",
+       "ip rule add from 198.18.0.0/24 table 100 pref 100",
+       "ip neigh add 198.18.0.9 lladdr 02:00:00:00:00:09 dev a0 nud permanent")
+    snap = read_snapshot()
+
+    a0, a1, b0 = snap.link_by_name("a0"), snap.link_by_name("a1"), snap.link_by_name("b0")
+    assert a0.kind == "veth" and a0.link_type == ARPHRD_ETHER and a0.up and a0.oper_up
+    assert a0.peer == a1.index and a1.peer == a0.index
+    assert a0.mac == a0.mac.lower() and len(a0.mac) == 17
+    assert a0.mtu == 1500 and a0.master is None and a0.xdp_prog_id == 0
+    assert a0.qdisc == "noqueue"
+    assert snap.link(a0.index) is a0
+
+    assert [(a.address, a.prefixlen) for a in snap.addresses_of(a0.index)] == [("198.18.0.1", 24)]
+    assert snap.addresses_of(a0.index)[0].family == AF_INET
+
+    by_dst = {(r.table, r.dst): r for r in snap.routes}
+    mp = by_dst[(RT_TABLE_MAIN, "203.0.113.0/24")]
+    assert [(nh.gateway, nh.oif, nh.weight) for nh in mp.nexthops] == [
+        ("198.18.0.2", a0.index, 1), ("198.18.1.2", b0.index, 3)]
+    assert by_dst[(RT_TABLE_MAIN, "198.51.100.0/25")].type == "blackhole"
+    assert by_dst[(RT_TABLE_MAIN, "198.51.100.128/26")].type == "unreachable"
+    prohibit = by_dst[(RT_TABLE_MAIN, "198.51.100.192/26")]
+    assert prohibit.type == "prohibit" and prohibit.priority == 7 and prohibit.nexthops == ()
+    custom = by_dst[(100, "192.0.2.0/24")]
+    assert custom.mtu == 1400 and custom.realm == 5
+    assert by_dst[(RT_TABLE_MAIN, "0.0.0.0/0")].nexthops[0].gateway == "198.18.1.2"
+    # The local table is part of the dump too (pyroute2 would filter it out).
+    assert by_dst[(RT_TABLE_LOCAL, "198.18.0.1/32")].type == "local"
+    assert by_dst[(RT_TABLE_LOCAL, "198.18.0.255/32")].type == "broadcast"
+
+    assert not snap.default_rules
+    custom_rule = [r for r in snap.rules if r.priority == 100][0]
+    assert (custom_rule.table, custom_rule.src, custom_rule.action) == (100, "198.18.0.0/24", "to_tbl")
+
+    neigh = snap.neighbours_of(a0.index)
+    assert [(n.dst, n.lladdr, n.state_name) for n in neigh] == [("198.18.0.9", "02:00:00:00:00:09", "permanent")]
+
+    json.dumps(snap.to_dict())  # CLI output must serialise
+    assert snap == read_snapshot()
+
+
+def test_sysctls_effective_values(netns):
+    basic_topology()
+    sh("sysctl -qw net.ipv4.ip_forward=1",
+       "sysctl -qw net.ipv4.conf.all.forwarding=1",
+       "sysctl -qw net.ipv4.conf.b0.forwarding=0",
+       "sysctl -qw net.ipv4.conf.all.rp_filter=1",
+       "sysctl -qw net.ipv4.conf.a0.rp_filter=2",
+       "sysctl -qw net.ipv4.conf.b0.rp_filter=0",
+       "sysctl -qw net.ipv4.conf.a0.accept_local=1",
+       "sysctl -qw net.ipv4.conf.all.send_redirects=0",
+       "sysctl -qw net.ipv4.conf.a0.send_redirects=0",
+       "sysctl -qw net.ipv4.conf.all.route_localnet=1")
+    snap = read_snapshot()
+    a0 = snap.interface_sysctls(snap.link_by_name("a0").index)
+    b0 = snap.interface_sysctls(snap.link_by_name("b0").index)
+    assert snap.sysctls.ip_forward
+    assert a0.forwarding and not b0.forwarding  # per device only
+    assert a0.rp_filter == 2 and b0.rp_filter == 1  # max(all, dev)
+    assert a0.accept_local and not b0.accept_local  # all || dev
+    assert not a0.send_redirects and b0.send_redirects
+    assert a0.route_localnet and b0.route_localnet
+
+
+def test_xdp_features_follow_peer_gro(netns):
+    basic_topology()
+    a0 = read_snapshot().link_by_name("a0")
+    assert a0.xdp_features != 0  # veth supports at least BASIC
+    assert not a0.can_receive_xdp_redirect
+    sh("ethtool -K a1 gro on")
+    a0 = read_snapshot().link_by_name("a0")
+    assert a0.can_receive_xdp_redirect and a0.xdp_features & NETDEV_XDP_ACT_NDO_XMIT
+
+
+def test_netfilter_nft(netns):
+    assert not read_snapshot().netfilter.active
+    sh("iptables -A FORWARD -j DROP")  # Debian: iptables-nft
+    nf = read_snapshot().netfilter
+    assert nf.active and "nft:ip filter" in nf.tables, nf
+
+
+@pytest.mark.skipif(not have("iptables-legacy"), reason="iptables-legacy not installed")
+def test_netfilter_legacy_and_refresh_polled(netns):
+    basic_topology()
+    snap = read_snapshot()
+    assert refresh_polled(snap) is snap  # nothing changed: same object
+    # An existing but empty legacy table (listing creates it) is harmless.
+    sh("iptables-legacy -L -n")
+    assert refresh_polled(snap) is snap
+    sh("iptables-legacy -A FORWARD -j DROP")
+    polled = refresh_polled(snap)
+    assert polled.netfilter.active and "legacy:filter" in polled.netfilter.tables
+    assert polled.routes is snap.routes
+    sh("iptables-legacy -F FORWARD", "iptables-legacy -P FORWARD DROP")
+    assert refresh_polled(snap).netfilter.active
+    sh("iptables-legacy -P FORWARD ACCEPT")
+    assert not refresh_polled(snap).netfilter.active
+    # accept_local changes come with no netlink event: only polling sees them.
+    sh("sysctl -qw net.ipv4.conf.b0.accept_local=1")
+    polled = refresh_polled(snap)
+    assert polled.interface_sysctls(snap.link_by_name("b0").index).accept_local
+
+
+def test_snapshot_belongs_to_its_namespace(netns):
+    snap = read_snapshot()
+    with throwaway_netns():
+        other = read_snapshot()
+        assert other.netns_inode != snap.netns_inode
+        with pytest.raises(RuntimeError):
+            refresh_polled(snap)
