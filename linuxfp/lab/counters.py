@@ -1,0 +1,33 @@
+"""Kernel counters of a namespace, read from its /proc/net/snmp.
+
+``Ip: ForwDatagrams`` counts packets the *kernel* forwarded; packets an XDP
+or TC fast path redirects never reach ip_forward(), so a counter that does
+not grow while traffic flows is the proof that the fast path carried it.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from .netns import Namespace
+
+
+def parse_snmp(text: str) -> Mapping[str, Mapping[str, int]]:
+    """``{"Ip": {"ForwDatagrams": n, ...}, "Icmp": {...}, ...}`` from /proc/net/snmp text."""
+    tables: dict[str, Mapping[str, int]] = {}
+    lines = text.splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        table, _, header = names.partition(":")
+        _, _, numbers = values.partition(":")
+        tables[table] = MappingProxyType(dict(zip(header.split(), (int(v) for v in numbers.split()))))
+    return MappingProxyType(tables)
+
+
+def snmp(ns: Namespace) -> Mapping[str, Mapping[str, int]]:
+    return parse_snmp(ns.read_proc_net("snmp"))
+
+
+def ip_forw_datagrams(ns: Namespace) -> int:
+    """How many IPv4 packets the kernel of `ns` has forwarded."""
+    return snmp(ns)["Ip"]["ForwDatagrams"]
