@@ -199,3 +199,13 @@ def test_cls_bpf_fallback_attach_replace_detach(lab: Lab) -> None:
         link.detach()
     with pytest.raises(BpfError):
         link.prog_id  # noqa: B018  # the filter is gone
+
+
+def test_xdp_auto_falls_back_to_generic_without_native_support(lab: Lab) -> None:
+    loopback = socket.if_nametoindex("lo")  # lo has no native XDP
+    with pytest.raises(BpfError, match="native"):
+        attach_xdp(lab.program("xdp_verdict"), loopback, mode="native")
+    with attach_xdp(lab.program("xdp_verdict"), loopback) as link:
+        assert link.mode == "generic"
+        assert xdp_attached(loopback).mode == "generic"
+    assert xdp_attached(loopback).mode == "none"

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import errno
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "bpf"))
-from datapath_support import compile_bpf  # noqa: E402
+from datapath_support import REPO_ROOT, compile_bpf  # noqa: E402
 
 from linuxfp.datapath import (  # noqa: E402
     BpfError,
     BpfObject,
     VerifierError,
+    check_environment,
     prog_info,
     test_run,
     xdp_md,
@@ -146,3 +148,26 @@ def test_reuse_map_shares_one_map_between_objects(objects: dict[str, Path]) -> N
         shared.close()
         second.close()
         first.close()
+
+
+def test_load_without_privileges_names_root(objects: dict[str, Path]) -> None:
+    script = (
+        "import sys\n"
+        "from linuxfp.datapath import BpfObject, DependencyError\n"
+        "try:\n"
+        "    BpfObject.open(sys.stdin.buffer.read(), name='unpriv').load()\n"
+        "except DependencyError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        ["setpriv", "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-c", script],
+        input=objects["datapath_test"].read_bytes(),
+        capture_output=True,
+        cwd=REPO_ROOT,
+        check=True,
+    )
+    assert b"must run as root" in result.stdout, result.stderr
+
+
+def test_check_environment_passes_as_root() -> None:
+    check_environment()

@@ -10,11 +10,28 @@ from .errors import DependencyError
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
 
+CAP_NET_ADMIN = 12
+CAP_SYS_ADMIN = 21
+CAP_BPF = 39
+
+
+def effective_capabilities() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
 def require_root() -> None:
-    if os.geteuid() != 0:
+    """Raise unless we hold what loading and attaching need (root has it all)."""
+    capabilities = effective_capabilities()
+    can_load = capabilities & (1 << CAP_BPF | 1 << CAP_SYS_ADMIN)
+    can_attach = capabilities & (1 << CAP_NET_ADMIN)
+    if not (can_load and can_attach):
         raise DependencyError(
             "LinuxFP must run as root: loading BPF programs and attaching them to "
-            "interfaces needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN"
+            "interfaces needs CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN"
         )
 
 
@@ -39,7 +56,7 @@ def check_environment() -> None:
 
 def explain_load_failure(code: int, libbpf_text: str) -> None:
     """Raise DependencyError when a failed load is the host's fault, not the program's."""
-    if code == errno.EPERM and os.geteuid() != 0:
+    if code == errno.EPERM:
         require_root()
     if "vmlinux BTF" in libbpf_text or "kernel BTF" in libbpf_text:
         require_vmlinux_btf()

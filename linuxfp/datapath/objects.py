@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 import re
 from collections.abc import Mapping
@@ -20,9 +21,30 @@ from .maps import Map
 
 # With log_level 0 libbpf loads silently and, on failure, reloads the failing
 # program with log_level 1 into this buffer. Kernels >= 6.4 keep the log's
-# tail when it overflows, which is the part that names the error. The buffer
-# is calloc'ed, so untouched pages cost nothing.
+# tail when it overflows, which is the part that names the error.
 _VERIFIER_LOG_SIZE = 16 * 1024 * 1024
+
+
+class _LogBuffer:
+    """Anonymous mmap for the kernel's verifier log: pages cost nothing until written."""
+
+    def __init__(self, size: int) -> None:
+        self._area: mmap.mmap | None = mmap.mmap(-1, size)
+        self._anchor: ctypes.c_char | None = ctypes.c_char.from_buffer(self._area)
+        self.size = size
+        self.address = ctypes.addressof(self._anchor)
+
+    def text(self) -> str:
+        if self._area is None:
+            return ""
+        end = self._area.find(b"\0")
+        return self._area[: end if end >= 0 else self.size].decode("utf-8", errors="replace")
+
+    def release(self) -> None:
+        self._anchor = None  # drop the buffer export before unmapping
+        if self._area is not None:
+            self._area.close()
+            self._area = None
 
 _FAILED_PROGRAM = re.compile(r"prog '([^']+)': (?:BPF program load failed|failed to load)")
 
@@ -83,11 +105,11 @@ class BpfObject:
     Not thread-safe; one object is driven by one thread.
     """
 
-    def __init__(self, handle: int, name: str, keepalive: object, log_buffer: ctypes.Array[ctypes.c_char]) -> None:
+    def __init__(self, handle: int, name: str, keepalive: object, log_buffer: _LogBuffer) -> None:
         self._handle: int | None = handle
         self.name = name
         self._keepalive = keepalive  # the ELF bytes libbpf may still point into
-        self._log_buffer: ctypes.Array[ctypes.c_char] | None = log_buffer
+        self._log_buffer: _LogBuffer | None = log_buffer
         self.loaded = False
         # Handing out the same wrapper per name keeps ``obj.program("x").fd``
         # valid while the object lives: a temporary wrapper would close its fd
@@ -98,13 +120,13 @@ class BpfObject:
     @classmethod
     def open(cls, source: str | os.PathLike[str] | bytes, name: str = "linuxfp") -> BpfObject:
         """Open an ELF object from a path or from bytes (e.g. fresh clang output)."""
-        log_buffer = ctypes.create_string_buffer(_VERIFIER_LOG_SIZE)
+        log_buffer = _LogBuffer(_VERIFIER_LOG_SIZE)
         encoded_name = name.encode()
         opts = new_opts(
             BpfObjectOpenOpts,
             object_name=encoded_name,
-            kernel_log_buf=ctypes.cast(log_buffer, ctypes.c_void_p),
-            kernel_log_size=_VERIFIER_LOG_SIZE,
+            kernel_log_buf=log_buffer.address,
+            kernel_log_size=log_buffer.size,
             kernel_log_level=0,
         )
         library = lib()
@@ -121,6 +143,7 @@ class BpfObject:
                 what = f"BPF object {path}"
             code = ctypes.get_errno()
         if not handle:
+            log_buffer.release()
             raise BpfError(f"open {what}", code or errno.EINVAL, "\n".join(messages))
         return cls(handle, name, keepalive, log_buffer)
 
@@ -208,13 +231,15 @@ class BpfObject:
             result = lib().bpf_object__load(self.handle)
         self.loaded = True  # libbpf refuses a second load even after a failure
         log_buffer, self._log_buffer = self._log_buffer, None
+        log = log_buffer.text() if log_buffer is not None else ""
+        if log_buffer is not None:
+            log_buffer.release()  # libbpf uses it only during load
         if result == 0:
             return
         code = errno_of(result)
         libbpf_text = "\n".join(messages)
         explain_load_failure(code, libbpf_text)
         failed = _FAILED_PROGRAM.search(libbpf_text)
-        log = log_buffer.value.decode("utf-8", errors="replace") if log_buffer is not None else ""
         if failed and log.strip():
             raise VerifierError(
                 f"load BPF object '{self.name}': program '{failed.group(1)}' rejected by the verifier",
@@ -284,7 +309,9 @@ class BpfObject:
             lib().bpf_object__close(self._handle)
             self._handle = None
             self._keepalive = None
-            self._log_buffer = None
+            if self._log_buffer is not None:
+                self._log_buffer.release()
+                self._log_buffer = None
             self._programs = {}
             self._maps = {}
 
