@@ -149,6 +149,8 @@ def anchor_without_bpffs() -> Iterator[int]:
     finally:
         helper.kill()
         helper.wait()
+        if helper.stdout is not None:
+            helper.stdout.close()
 
 
 def test_missing_anchor_bpffs_is_mounted_in_the_anchor_namespace(anchor_without_bpffs: int) -> None:
