@@ -88,6 +88,12 @@ def test_each_change_is_seen_and_applies_exactly(netns):
             ("ip link add vx0 type vxlan id 42 dstport 4789 local 198.18.0.1", "link"),
             ("ip link set a1 down", "link"),  # a0 loses carrier
             ("ip link set a1 up", "link"),
+            ("tc qdisc add dev a0 clsact", "qdisc"),
+            ("tc qdisc add dev b0 root pfifo", "qdisc"),
+            ("ip nexthop add id 5 via 198.18.0.2 dev a0", "nexthop"),
+            ("ip route add 198.51.100.0/26 nhid 5", "route"),
+            # Routes using a nexthop object are not re-announced when it changes.
+            ("ip nexthop replace id 5 via 198.18.0.3 dev a0", "nexthop"),
             ("ip rule del pref 100", "rule"),
             ("iptables -D FORWARD -j DROP", "nftables"),
         ]
@@ -101,6 +107,9 @@ def test_each_change_is_seen_and_applies_exactly(netns):
         assert snap.neighbours_of(a0)[0].lladdr == "02:00:00:00:00:0a"
         assert snap.link_by_name("br0").kind == "bridge"
         assert snap.link_by_name("vx0").kind == "vxlan"
+        assert snap.link(a0).tc_ingress and snap.link_by_name("b0").qdisc == "pfifo"
+        nh_route = [r for r in snap.routes if r.nh_id == 5][0]
+        assert nh_route.nexthops[0].gateway == "198.18.0.3"
 
 
 def test_link_down_is_reported_with_current_routes(netns):

@@ -46,7 +46,10 @@ def test_links_addresses_routes_rules_neighbours(netns):
        "ip route add 192.0.2.0/24 via 198.18.0.2 table 100 mtu 1400 realm 5",
        "ip route add default via 198.18.1.2",
        "ip rule add from 198.18.0.0/24 table 100 pref 100",
-       "ip neigh add 198.18.0.9 lladdr 02:00:00:00:00:09 dev a0 nud permanent")
+       "ip neigh add 198.18.0.9 lladdr 02:00:00:00:00:09 dev a0 nud permanent",
+       # Kernel-internal entries that come and go without events are left out.
+       "ip neigh add 198.18.0.10 lladdr 02:00:00:00:00:0a dev a0 nud noarp",
+       "tc qdisc add dev b0 clsact")
     snap = read_snapshot()
 
     a0, a1, b0 = snap.link_by_name("a0"), snap.link_by_name("a1"), snap.link_by_name("b0")
@@ -56,6 +59,7 @@ def test_links_addresses_routes_rules_neighbours(netns):
     assert a0.mtu == 1500 and a0.master is None and a0.xdp_prog_id == 0
     assert a0.qdisc == "noqueue"
     assert snap.link(a0.index) is a0
+    assert b0.tc_ingress and not a0.tc_ingress
 
     assert [(a.address, a.prefixlen) for a in snap.addresses_of(a0.index)] == [("198.18.0.1", 24)]
     assert snap.addresses_of(a0.index)[0].family == AF_INET
@@ -155,3 +159,18 @@ def test_snapshot_belongs_to_its_namespace(netns):
         assert other.netns_inode != snap.netns_inode
         with pytest.raises(RuntimeError):
             refresh_polled(snap)
+
+
+def test_xdp_program_is_reported(netns, tmp_path):
+    source = tmp_path / "pass.c"
+    source.write_text(
+        '__attribute__((section("xdp"), used)) int pass(void *ctx) { return 2; }\n'
+        'char _license[] __attribute__((section("license"), used)) = "GPL";\n')
+    obj = tmp_path / "pass.o"
+    sh(f"clang -O2 -target bpf -c {source} -o {obj}")
+    basic_topology()
+    sh(f"ip link set dev a0 xdpgeneric obj {obj} sec xdp")
+    a0 = read_snapshot().link_by_name("a0")
+    assert a0.xdp_prog_id > 0 and a0.xdp_mode == 2  # XDP_ATTACHED_SKB
+    sh("ip link set dev a0 xdpgeneric off")
+    assert read_snapshot().link_by_name("a0").xdp_prog_id == 0

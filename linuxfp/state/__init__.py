@@ -9,7 +9,8 @@ from .changes import (
     AddressRemoved, AddressUpdate, LinkRemoved, LinkUpdate, Message, NeighbourRemoved,
     NeighbourUpdate, NetconfChanged, NetfilterReplaced, NftablesChanged, ResyncRequired,
     RouteRemoved, RoutesReplaced, RouteUpdate, RuleRemoved, RulesReplaced, RuleUpdate,
-    SysctlsReplaced, XdpFeaturesUpdate, apply_messages,
+    SysctlsReplaced, XdpFeaturesUpdate, apply_messages, TcIngressUpdate, QdiscChanged,
+    NexthopChanged,
 )
 from .events import EventBatch, EventStream
 from .model import (
@@ -36,7 +37,7 @@ __all__ = [
     "NeighbourRemoved", "NeighbourUpdate", "NetconfChanged", "NetfilterReplaced",
     "NftablesChanged", "ResyncRequired", "RouteRemoved", "RoutesReplaced", "RouteUpdate",
     "RuleRemoved", "RulesReplaced", "RuleUpdate", "SysctlsReplaced", "XdpFeaturesUpdate",
-    "apply_messages",
+    "TcIngressUpdate", "QdiscChanged", "NexthopChanged", "apply_messages",
     "EventBatch", "EventStream",
     "read_netfilter", "read_snapshot", "refresh_polled", "netns_inode", "read_sysctls",
 ]

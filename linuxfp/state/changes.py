@@ -26,7 +26,7 @@ class ResyncRequired(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class LinkUpdate:
-    link: Link  # xdp_features is carried over from the previous version
+    link: Link  # xdp_features and tc_ingress are carried over from the previous version
     kind = "link"
 
 
@@ -93,6 +93,31 @@ class XdpFeaturesUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class TcIngressUpdate:
+    ifindex: int
+    present: bool  # an ingress/clsact qdisc exists on the device
+    kind = "tc_ingress"
+
+
+@dataclass(frozen=True, slots=True)
+class QdiscChanged:
+    """A qdisc was added/removed (RTM_NEWQDISC/DELQDISC); the root qdisc name
+    in RTM_NEWLINK is not re-announced, so the stream follows this with a
+    LinkUpdate and a TcIngressUpdate for the device."""
+
+    ifindex: int
+    kind = "qdisc"
+
+
+@dataclass(frozen=True, slots=True)
+class NexthopChanged:
+    """A nexthop object changed (RTM_NEWNEXTHOP/DELNEXTHOP); routes using it
+    are not re-announced, so the stream follows this with RoutesReplaced."""
+
+    kind = "nexthop"
+
+
+@dataclass(frozen=True, slots=True)
 class NetconfChanged:
     """A forwarding/rp_filter sysctl changed (RTM_NEWNETCONF). Carries no
     state itself: the stream follows it with a SysctlsReplaced."""
@@ -137,7 +162,7 @@ class NetfilterReplaced:
 Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
     | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
-    | NetconfChanged | NftablesChanged | RoutesReplaced | RulesReplaced | SysctlsReplaced
+    | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced | RulesReplaced | SysctlsReplaced
     | NetfilterReplaced
 )
 
@@ -297,7 +322,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             new = msg.link
             lo, hi = links.span(new.index, link_order)
             if lo < hi:
-                new = replace(new, xdp_features=links.get(lo).xdp_features)
+                old = links.get(lo)
+                new = replace(new, xdp_features=old.xdp_features, tc_ingress=old.tc_ingress)
             links.upsert(new)
         elif isinstance(msg, LinkRemoved):
             index = msg.index
@@ -313,6 +339,10 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             lo, hi = links.span(msg.ifindex, link_order)
             if lo < hi and links.get(lo).xdp_features != msg.features:
                 links.upsert(replace(links.get(lo), xdp_features=msg.features))
+        elif isinstance(msg, TcIngressUpdate):
+            lo, hi = links.span(msg.ifindex, link_order)
+            if lo < hi and links.get(lo).tc_ingress != msg.present:
+                links.upsert(replace(links.get(lo), tc_ingress=msg.present))
         elif isinstance(msg, RuleUpdate):
             _apply_rule_update(rules, msg.rule)
         elif isinstance(msg, RuleRemoved):
@@ -325,7 +355,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             sysctls = msg.sysctls
         elif isinstance(msg, NetfilterReplaced):
             netfilter = msg.netfilter
-        elif isinstance(msg, (NetconfChanged, NftablesChanged)):
+        elif isinstance(msg, (NetconfChanged, NftablesChanged, QdiscChanged, NexthopChanged)):
             pass  # markers; the state follows in a *Replaced message
         else:
             raise TypeError(f"apply_messages: unsupported message {msg!r}")

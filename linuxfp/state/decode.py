@@ -12,8 +12,8 @@ import struct
 from . import netlink as nl
 from .changes import (
     AddressRemoved, AddressUpdate, LinkRemoved, LinkUpdate, Message, NeighbourRemoved,
-    NeighbourUpdate, NetconfChanged, NftablesChanged, RouteRemoved, RouteUpdate,
-    RuleRemoved, RuleUpdate, XdpFeaturesUpdate,
+    NeighbourUpdate, NetconfChanged, NexthopChanged, NftablesChanged, QdiscChanged,
+    RouteRemoved, RouteUpdate, RuleRemoved, RuleUpdate, XdpFeaturesUpdate,
 )
 from .model import (
     AF_INET, IF_OPER_UNKNOWN, IF_OPER_UP, IFF_LOWER_UP, IFF_UP, ROUTE_TYPES,
@@ -26,7 +26,9 @@ RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
 RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
 RTM_NEWRULE, RTM_DELRULE, RTM_GETRULE = 32, 33, 34
+RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWNETCONF, RTM_DELNETCONF = 80, 81
+RTM_NEWNEXTHOP, RTM_DELNEXTHOP = 104, 105
 
 AF_UNSPEC = 0
 
@@ -36,6 +38,7 @@ _RTMSG = struct.Struct("=BBBBBBBBI")
 _RTNEXTHOP = struct.Struct("=HBBi")
 _FIB_RULE_HDR = struct.Struct("=BBBBBBBBI")
 _NDMSG = struct.Struct("=BxxxiHBB")
+_TCMSG = struct.Struct("=BxxxiIII")
 
 # IFLA_*
 IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_QDISC = 1, 3, 4, 5, 6
@@ -340,6 +343,23 @@ def neighbour_dump_request(family: int = AF_INET) -> bytes:
     return _NDMSG.pack(family, 0, 0, 0, 0)
 
 
+# --- qdiscs -------------------------------------------------------------------
+
+TCA_KIND = 1
+INGRESS_QDISC_KINDS = ("ingress", "clsact")
+
+
+def decode_qdisc(payload: bytes) -> tuple[int, str]:
+    """RTM_NEWQDISC payload -> (ifindex, kind)."""
+    _family, ifindex, _handle, _parent, _info = _TCMSG.unpack_from(payload)
+    a = nl.parse_attrs(payload, _TCMSG.size)
+    return ifindex, nl.cstr(a[TCA_KIND]) if TCA_KIND in a else ""
+
+
+def qdisc_dump_request() -> bytes:
+    return _TCMSG.pack(AF_UNSPEC, 0, 0, 0, 0)
+
+
 # --- generic netlink: netdev family --------------------------------------------
 
 def decode_netdev_dev(payload: bytes) -> tuple[int, int, int] | None:
@@ -387,6 +407,10 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
         if rule is None:
             return None
         return RuleUpdate(rule) if t == RTM_NEWRULE else RuleRemoved(rule)
+    if t == RTM_NEWQDISC or t == RTM_DELQDISC:
+        return QdiscChanged(decode_qdisc(msg.payload)[0])
+    if t == RTM_NEWNEXTHOP or t == RTM_DELNEXTHOP:
+        return NexthopChanged()
     if t == RTM_NEWNETCONF or t == RTM_DELNETCONF:
         if msg.payload[0] != AF_INET:
             return None

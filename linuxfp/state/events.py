@@ -29,6 +29,10 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
   flags change silently -> `RulesReplaced`; the new device is re-read (a
   veth's first end learns its peer ifindex silently) with its sysctls and
   XDP features -> `LinkUpdate`, `SysctlsReplaced`, `XdpFeaturesUpdate`.
+* A qdisc added or removed: the root qdisc name and the presence of an
+  ingress/clsact qdisc -> `LinkUpdate`, `TcIngressUpdate`.
+* A nexthop object changed: routes using it are not re-announced
+  -> `RoutesReplaced`.
 * RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsReplaced`.
 * Any nf_tables message -> `NetfilterReplaced`.
 
@@ -47,12 +51,13 @@ from . import decode
 from . import netlink as nl
 from .changes import (
     AddressRemoved, LinkRemoved, LinkUpdate, Message, NetconfChanged, NetfilterReplaced,
-    NftablesChanged, RoutesReplaced, RulesReplaced, SysctlsReplaced, XdpFeaturesUpdate,
+    NexthopChanged, NftablesChanged, QdiscChanged, RoutesReplaced, RulesReplaced,
+    SysctlsReplaced, TcIngressUpdate, XdpFeaturesUpdate,
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
 from .model import IFF_LOWER_UP, IFF_UP
 from .netfilter import read_netfilter
-from .read import dump_links, dump_routes, dump_rules, netns_inode
+from .read import dump_links, dump_routes, dump_rules, dump_tc_ingress, netns_inode
 from .sysctl import read_sysctls
 
 # rtnetlink multicast groups (enum rtnetlink_groups)
@@ -61,11 +66,13 @@ RTNLGRP_NEIGH = 3
 RTNLGRP_IPV4_IFADDR = 5
 RTNLGRP_IPV4_ROUTE = 7
 RTNLGRP_IPV4_RULE = 8
+RTNLGRP_TC = 4
 RTNLGRP_IPV4_NETCONF = 24
+RTNLGRP_NEXTHOP = 32
 NFNLGRP_NFTABLES = 7
 
-_RTNL_GROUPS = (RTNLGRP_LINK, RTNLGRP_NEIGH, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV4_ROUTE,
-                RTNLGRP_IPV4_RULE, RTNLGRP_IPV4_NETCONF)
+_RTNL_GROUPS = (RTNLGRP_LINK, RTNLGRP_NEIGH, RTNLGRP_TC, RTNLGRP_IPV4_IFADDR,
+                RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV4_RULE, RTNLGRP_IPV4_NETCONF, RTNLGRP_NEXTHOP)
 _LINK_STATE_FLAGS = IFF_UP | IFF_LOWER_UP
 
 
@@ -252,6 +259,7 @@ class EventStream:
         """Freshly read state for the kernel changes that come without events."""
         need_routes = need_rules = need_sysctls = need_netfilter = False
         new_links: list[int] = []
+        reread_links: set[int] = set()
         for msg in messages:
             if isinstance(msg, LinkUpdate):
                 link = msg.link
@@ -270,11 +278,16 @@ class EventStream:
                     need_routes = need_rules = need_sysctls = True
             elif isinstance(msg, AddressRemoved):
                 need_routes = True
+            elif isinstance(msg, QdiscChanged):
+                reread_links.add(msg.ifindex)
+            elif isinstance(msg, NexthopChanged):
+                need_routes = True
             elif isinstance(msg, NetconfChanged):
                 need_sysctls = True
             elif isinstance(msg, NftablesChanged):
                 need_netfilter = True
-        if not (need_routes or need_rules or need_sysctls or need_netfilter or new_links):
+        if not (need_routes or need_rules or need_sysctls or need_netfilter or new_links
+                or reread_links):
             return []
         if netns_inode() != self.netns_inode and (need_sysctls or need_netfilter):
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
@@ -284,11 +297,14 @@ class EventStream:
             extra.append(RoutesReplaced(dump_routes(self._rtnl)))
         if need_rules:
             extra.append(RulesReplaced(dump_rules(self._rtnl)))
-        if new_links:
+        wanted = set(new_links) | reread_links
+        if wanted:
             # A veth's first end is announced before its peer exists, so its
-            # IFLA_LINK is filled in later without a new RTM_NEWLINK.
-            wanted = set(new_links)
+            # IFLA_LINK is filled in later without a new RTM_NEWLINK; a root
+            # qdisc change (IFLA_QDISC) is never re-announced either.
             extra.extend(LinkUpdate(link) for link in dump_links(self._rtnl) if link.index in wanted)
+            ingress = dump_tc_ingress(self._rtnl)
+            extra.extend(TcIngressUpdate(index, index in ingress) for index in sorted(wanted))
         for index in new_links:
             # The genl add notification may race with RTM_NEWLINK; ask directly.
             features = self._netdev.xdp_features(index)

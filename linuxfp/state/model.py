@@ -132,6 +132,9 @@ class Link(_JsonMixin):
     slave_kind: str = ""  # IFLA_INFO_SLAVE_KIND, e.g. "bridge" for a port
     peer: int | None = None  # IFLA_LINK: veth peer / lower device ifindex
     peer_netnsid: int | None = None  # IFLA_LINK_NETNSID: peer lives elsewhere
+    # An ingress or clsact qdisc exists: tc ingress filters may run on this
+    # device, and an XDP program would run before (and around) them.
+    tc_ingress: bool = False
 
     @property
     def can_receive_xdp_redirect(self) -> bool:

@@ -39,6 +39,16 @@ def dump_links(sock: nl.NetlinkSocket) -> list[Link]:
     return _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link)
 
 
+def dump_tc_ingress(sock: nl.NetlinkSocket) -> frozenset[int]:
+    """ifindexes that have an ingress or clsact qdisc."""
+    found = set()
+    for msg in sock.dump(decode.RTM_GETQDISC, decode.qdisc_dump_request()):
+        ifindex, kind = decode.decode_qdisc(msg.payload)
+        if kind in decode.INGRESS_QDISC_KINDS:
+            found.add(ifindex)
+    return frozenset(found)
+
+
 def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
     routes = _decoded(sock.dump(decode.RTM_GETROUTE, decode.route_dump_request()), decode.decode_route)
     routes.sort(key=route_order)
@@ -56,6 +66,7 @@ def read_snapshot() -> Snapshot:
     inode = netns_inode()
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
         links = dump_links(sock)
+        tc_ingress = dump_tc_ingress(sock)
         addresses = _decoded(sock.dump(decode.RTM_GETADDR, decode.address_dump_request()),
                              decode.decode_address)
         routes = dump_routes(sock)
@@ -65,7 +76,8 @@ def read_snapshot() -> Snapshot:
                       if decode.neighbour_is_tracked(n)]
     with NetdevFamily() as netdev:
         features = netdev.dump_xdp_features()
-    links = [replace(link, xdp_features=features.get(link.index, 0)) for link in links]
+    links = [replace(link, xdp_features=features.get(link.index, 0), tc_ingress=link.index in tc_ingress)
+             for link in links]
     links.sort(key=link_order)
     addresses.sort(key=address_order)
     neighbours.sort(key=neighbour_order)
