@@ -174,3 +174,32 @@ def test_xdp_program_is_reported(netns, tmp_path):
     assert a0.xdp_prog_id > 0 and a0.xdp_mode == 2  # XDP_ATTACHED_SKB
     sh("ip link set dev a0 xdpgeneric off")
     assert read_snapshot().link_by_name("a0").xdp_prog_id == 0
+
+
+def test_refresh_polled_sees_bpf_link_xdp_attach(netns, tmp_path):
+    """bpf_link XDP attachment sends no RTM_NEWLINK; polling must catch it."""
+    from linuxfp.datapath.links import attach_xdp
+    from linuxfp.datapath.objects import BpfObject
+
+    source = tmp_path / "pass.c"
+    source.write_text(
+        '__attribute__((section("xdp"), used)) int pass(void *ctx) { return 2; }\n'
+        'char _license[] __attribute__((section("license"), used)) = "GPL";\n')
+    obj_path = tmp_path / "pass.o"
+    sh(f"clang -O2 -target bpf -c {source} -o {obj_path}")
+    basic_topology()
+    snap = read_snapshot()
+    a0 = snap.link_by_name("a0").index
+    obj = BpfObject.open(obj_path.read_bytes())
+    obj.load()
+    try:
+        link = attach_xdp(obj.program(obj.program_names()[0]), a0, "generic")
+        try:
+            polled = refresh_polled(snap)
+            assert polled.link(a0).xdp_prog_id > 0
+            assert polled.routes is snap.routes
+        finally:
+            link.detach()
+    finally:
+        obj.close()
+    assert refresh_polled(polled).link(a0).xdp_prog_id == 0

@@ -37,7 +37,11 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
 * Any nf_tables message -> `NetfilterReplaced`.
 
 Never announced at all, hence `refresh_polled()`: accept_local,
-send_redirects and route_localnet sysctls, and legacy iptables rules.
+send_redirects and route_localnet sysctls, legacy iptables rules, and XDP
+programs attached or detached through a BPF link (no RTM_NEWLINK then).
+Not tracked at all: tcx programs (BPF-link TC attach, no qdisc, no event),
+neighbour REACHABLE->DELAY->PROBE transitions (the state field is the last
+announced one; the link-layer address is always current).
 """
 
 from __future__ import annotations

@@ -93,22 +93,38 @@ def read_snapshot() -> Snapshot:
     )
 
 
+def _with_current_xdp(links: tuple[Link, ...], current: dict[int, Link]) -> tuple[Link, ...]:
+    changed = False
+    out = []
+    for link in links:
+        now = current.get(link.index)
+        if now is not None and (now.xdp_prog_id, now.xdp_mode) != (link.xdp_prog_id, link.xdp_mode):
+            link = replace(link, xdp_prog_id=now.xdp_prog_id, xdp_mode=now.xdp_mode)
+            changed = True
+        out.append(link)
+    return tuple(out) if changed else links
+
+
 def refresh_polled(snapshot: Snapshot) -> Snapshot:
     """Re-read the state whose changes the kernel never announces.
 
-    Sysctls: accept_local, send_redirects and route_localnet changes (and any
-    conf/DEV value for a device that had none yet) produce no RTM_NEWNETCONF.
-    Netfilter: legacy iptables changes produce no event at all.
+    Sysctls: accept_local, send_redirects and route_localnet changes produce
+    no RTM_NEWNETCONF. Netfilter: legacy iptables changes produce no event at
+    all. XDP: attaching or detaching through a BPF link (bpf_link_create, as
+    libbpf's bpf_program__attach_xdp does) sends no RTM_NEWLINK, unlike the
+    netlink attach `ip link set ... xdp` uses.
     Returns `snapshot` itself when nothing changed."""
     if netns_inode() != snapshot.netns_inode:
         raise RuntimeError("refresh_polled: called from a different network namespace "
                            "than the snapshot was read in")
+    with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
+        links = _with_current_xdp(snapshot.links, {l.index: l for l in dump_links(sock)})
     sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
     netfilter = read_netfilter()
-    if sysctls == snapshot.sysctls and netfilter == snapshot.netfilter:
+    if sysctls == snapshot.sysctls:
+        sysctls = snapshot.sysctls
+    if netfilter == snapshot.netfilter:
+        netfilter = snapshot.netfilter
+    if links is snapshot.links and sysctls is snapshot.sysctls and netfilter is snapshot.netfilter:
         return snapshot
-    return replace(
-        snapshot,
-        sysctls=snapshot.sysctls if sysctls == snapshot.sysctls else sysctls,
-        netfilter=snapshot.netfilter if netfilter == snapshot.netfilter else netfilter,
-    ).inherit_hashes(snapshot)
+    return replace(snapshot, links=links, sysctls=sysctls, netfilter=netfilter).inherit_hashes(snapshot)
