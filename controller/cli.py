@@ -147,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2) if args.command != "run" else logging.INFO - 10 * min(args.verbose, 1),
         format="linuxfp: %(message)s", stream=sys.stderr)
     try:
+        if args.command != "graph" and os.geteuid() != 0:
+            # Before any heavy import: the one line a user needs.
+            raise PreflightError("must run as root (needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)")
         return args.func(args)
     except PreflightError as e:
         print(f"linuxfp: {e}", file=sys.stderr)

@@ -107,3 +107,16 @@ def linuxfp_cli(netns: str, *args: str, check: bool = True) -> subprocess.Comple
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "controller.cli", *args],
                           capture_output=True, text=True, check=check, env=env)
+
+
+def accelerator(hook: str = "auto", xdp_mode: str = "auto"):
+    """An `accelerate(topology)` factory for the differential harness: the
+    controller running in the topology's DUT."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def accelerate(topology):
+        with ControllerProcess(topology.dut.name, hook=hook, xdp_mode=xdp_mode) as controller:
+            yield controller
+
+    return accelerate

@@ -189,8 +189,13 @@ def _prepare_interface(ns: Namespace, ifname: str, redirect_target_peer: bool) -
         # otherwise the redirect is dropped.  GRO on every non-DUT end lets
         # the DUT redirect into any of its veths without touching the DUT's
         # own configuration.  (GRO does not merge UDP or ICMP on veth by
-        # default, so captures still see the frames as sent.)
+        # default, so captures still see the frames as sent.)  GRO is turned
+        # on after the link is up: enabled on a down veth, it does not set
+        # NDO_XMIT in the peer's xdp_features (seen on 6.18), and LinuxFP
+        # trusts that bit.
+        ns.run(["ip", "link", "set", "dev", ifname, "up"])
         ns.run(["ethtool", "-K", ifname, "gro", "on"])
+        return
     ns.run(["ip", "link", "set", "dev", ifname, "up"])
 
 

@@ -1,0 +1,146 @@
+"""The controller running in a DUT namespace: fast path proven by counters,
+lifecycle (stop, --keep adoption, detach), status and failure isolation."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from controller.launcher import ControllerProcess, linuxfp_cli
+from linuxfp.lab import RouterTopology, inject, ping
+from linuxfp.lab.frames import udp_frame
+
+pytestmark = pytest.mark.netns
+
+
+def udp_burst(router, count=200, dst="198.19.3.7"):
+    src = router.src_if
+    frame = udp_frame(src.mac, router.dut_left.mac, str(src.ip), dst, size=64)
+    inject(router.src, src.name, [frame] * count)
+
+
+def stats(router) -> dict:
+    return json.loads(linuxfp_cli(router.dut.name, "-j", "stats").stdout)
+
+
+def status(router) -> dict:
+    return json.loads(linuxfp_cli(router.dut.name, "-j", "status").stdout)
+
+
+def fast_path_count(router, ifname="to-src") -> int:
+    for entry in stats(router)["interfaces"]:
+        if entry["ifname"] == ifname:
+            return entry["fast_path"]
+    return 0
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_traffic_takes_the_fast_path(router_topology, ip_forw_datagrams, hook):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook=hook):
+        before = ip_forw_datagrams(r.dut)
+        udp_burst(r, 200)
+        assert ping(r.src, RouterTopology.SINK_IP, count=3) == 3
+        # the kernel did not forward the burst; the fast path did
+        assert ip_forw_datagrams(r.dut) - before < 10
+        assert fast_path_count(r) >= 200
+        entry = {i["ifname"]: i for i in status(r)["interfaces"]}["to-src"]
+        assert entry["hook"] == hook and entry["state"] == "active" and entry["prog_id"] > 0
+        assert entry["shape"] == f"{hook}:router"
+    # stopped: the kernel path carries on, nothing is left attached
+    assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
+    before = ip_forw_datagrams(r.dut)
+    udp_burst(r, 50)
+    assert ip_forw_datagrams(r.dut) - before >= 50
+    assert "xdp" not in r.dut.run(["ip", "link", "show", "to-src"]).stdout.split("mtu")[0]
+    assert status(r)["interfaces"] == []
+
+
+def test_config_change_is_absorbed_without_restart(router_topology, ip_forw_datagrams):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as c:
+        r.dut.run(["ip", "route", "replace", "blackhole", "198.19.3.0/24"])
+        c.settled()
+        before_fwd, before_fast = ip_forw_datagrams(r.dut), fast_path_count(r)
+        udp_burst(r, 20)
+        assert fast_path_count(r) == before_fast      # blackholed: nothing forwarded fast
+        assert ip_forw_datagrams(r.dut) == before_fwd   # and Linux drops it too
+        passed = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]["router"]["passed"]
+        assert passed.get("fib_blackhole", 0) >= 20
+        r.dut.run(["ip", "route", "replace", "198.19.3.0/24", "via", RouterTopology.SINK_IP])
+        c.settled()
+        udp_burst(r, 20)
+        assert fast_path_count(r) >= before_fast + 20
+        assert stats(r)["response_time"]["all"]["n"] >= 2
+
+
+def test_keep_then_adopt_without_reattaching(router_topology):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp", keep=True):
+        first = {i["ifname"]: i for i in status(r)["interfaces"]}
+    kept = {i["ifname"]: i for i in status(r)["interfaces"]}
+    assert kept["to-src"]["state"] == "active" and kept["to-src"]["prog_id"] == first["to-src"]["prog_id"]
+    assert status(r)["controller_pid"] is None
+    udp_burst(r, 30)   # the kept datapath still forwards with no controller
+    assert fast_path_count(r) >= 30
+    with ControllerProcess(r.dut.name, hook="xdp") as c:
+        adopted = {i["ifname"]: i for i in status(r)["interfaces"]}
+        assert adopted["to-src"]["prog_id"] == first["to-src"]["prog_id"]
+        assert adopted["to-src"]["link_id"] == first["to-src"]["link_id"]
+        assert "adopted" in c.stderr()
+    assert status(r)["interfaces"] == []
+
+
+def test_detach_removes_everything_and_is_idempotent(router_topology):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="tc", keep=True):
+        pass
+    assert len(status(r)["interfaces"]) == 2
+    out = linuxfp_cli(r.dut.name, "detach")
+    assert out.returncode == 0 and "detached" in out.stdout
+    assert status(r)["interfaces"] == []
+    again = linuxfp_cli(r.dut.name, "detach")
+    assert again.returncode == 0 and "nothing attached" in again.stdout
+
+
+def test_an_interface_that_fails_stays_on_the_kernel_path(router_topology, tmp_path):
+    """A foreign XDP program on one interface makes our attach fail there;
+    that interface keeps the kernel path, the other one is accelerated."""
+    r = router_topology
+    foreign = os.path.join(os.path.dirname(__file__), "bpf", "foreign_xdp_pass.c")
+    obj = str(tmp_path / "foreign.o")
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c", foreign,
+                    "-o", obj], check=True)
+    try:
+        r.dut.run(["ip", "link", "set", "dev", "to-sink", "xdpdrv", "obj", obj, "sec", "xdp"])
+        with ControllerProcess(r.dut.name, hook="xdp"):
+            entries = {i["ifname"]: i for i in status(r)["interfaces"]}
+            assert entries["to-sink"]["state"] == "error" and entries["to-sink"]["error"]
+            assert entries["to-src"]["state"] == "active"
+            text = linuxfp_cli(r.dut.name, "status").stdout
+            assert "error" in text
+            assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
+    finally:
+        r.dut.run(["ip", "link", "set", "dev", "to-sink", "xdp", "off"], check=False)
+
+
+def test_cli_usage_errors_and_unprivileged_user():
+    cli = [sys.executable, "-m", "controller.cli"]
+    bad = subprocess.run(cli + ["run", "--hook", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    assert subprocess.run(cli + ["frobnicate"], capture_output=True, text=True).returncode == 2
+    nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cli, "status"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert nobody.returncode == 1 and "root" in nobody.stderr
+    assert nobody.stderr.count("\n") <= 2   # one clear line, no traceback
+
+
+def test_graph_command(router_topology):
+    out = linuxfp_cli(router_topology.dut.name, "-j", "graph")
+    graph = json.loads(out.stdout)
+    assert {p["ifname"] for p in graph["pipelines"]} == {"to-src", "to-sink"}
+    dot = linuxfp_cli(router_topology.dut.name, "graph", "--dot").stdout
+    assert dot.startswith("digraph")
