@@ -46,13 +46,27 @@ def step(stream: EventStream, snapshot, command: str):
     return snapshot, kinds
 
 
-def assert_same(incremental, fresh):
-    changed = incremental.changed_fields(fresh)
-    details = {name: (set(getattr(incremental, name)) ^ set(getattr(fresh, name))
-                      if isinstance(getattr(fresh, name), tuple) else
-                      (getattr(incremental, name), getattr(fresh, name)))
-               for name in changed}
-    assert not changed, details
+def differences(incremental, fresh) -> dict:
+    return {name: (set(getattr(incremental, name)) ^ set(getattr(fresh, name))
+                   if isinstance(getattr(fresh, name), tuple) else
+                   (getattr(incremental, name), getattr(fresh, name)))
+            for name in incremental.changed_fields(fresh)}
+
+
+def assert_converges(stream: EventStream, snapshot):
+    """The incrementally built snapshot equals a fresh dump, allowing for
+    events the kernel sends asynchronously (linkwatch operstate updates may
+    trail the command that caused them)."""
+    for _ in range(20):
+        diff = differences(snapshot, read_snapshot())
+        if not diff:
+            return snapshot
+        batch = stream.read_batch(0.25)
+        if batch is not None:
+            assert not batch.resync
+            snapshot = apply_messages(snapshot, batch.messages)
+    assert not diff, diff
+    return snapshot
 
 
 def test_each_change_is_seen_and_applies_exactly(netns):
@@ -100,7 +114,7 @@ def test_each_change_is_seen_and_applies_exactly(netns):
         for command, kind in expectations:
             snap, kinds = step(stream, snap, command)
             assert kind in kinds, (command, kinds)
-            assert_same(snap, read_snapshot())
+            snap = assert_converges(stream, snap)
         assert snap.link(a0).name == "a0"
         assert snap.sysctls.ip_forward and snap.interface_sysctls(a0).forwarding
         assert snap.netfilter.active  # iptables-nft leaves its table behind
@@ -122,7 +136,7 @@ def test_link_down_is_reported_with_current_routes(netns):
         assert {"link", "routes_dump"} <= kinds
         assert not snap.link_by_name("b0").up
         assert not any(r.dst == "192.0.2.0/24" for r in snap.routes)  # flushed silently by Linux
-        assert_same(snap, read_snapshot())
+        assert_converges(stream, snap)
 
 
 def test_xdp_features_event(netns):
@@ -133,7 +147,7 @@ def test_xdp_features_event(netns):
         snap, kinds = step(stream, snap, "ethtool -K a1 gro on")
         assert "xdp_features" in kinds
         assert snap.link_by_name("a0").can_receive_xdp_redirect
-        assert_same(snap, read_snapshot())
+        assert_converges(stream, snap)
 
 
 def test_fileno_is_pollable(netns):
@@ -152,19 +166,21 @@ def test_burst_coalesces(netns, tmp_path):
     script = tmp_path / "routes.batch"
     script.write_text("".join(f"route add 198.19.{i // 250}.{i % 250}/32 via 198.18.0.2\n"
                               for i in range(1000)))
-    with EventStream() as stream:
+    # A quiet window well above scheduling jitter keeps this independent of
+    # machine load; the default (2 ms) is tuned for latency instead.
+    with EventStream(quiet_ns=20_000_000, max_batch_ns=2_000_000_000) as stream:
         snap = read_snapshot()
         sh(f"ip -batch {script}")
         batches = drain(stream, 0.3)
         routes = sum(1 for b in batches for m in b.messages if m.kind == "route")
         assert routes == 1000
-        # One `ip -batch` arrives as a handful of bursts, not 1000 wakeups.
-        assert 1 <= len(batches) <= 20, [len(b.messages) for b in batches]
+        # One `ip -batch` arrives as a few bursts, not 1000 wakeups.
+        assert 1 <= len(batches) <= 50, [len(b.messages) for b in batches]
         assert all(b.first_arrival <= b.last_arrival for b in batches)
         assert not any(b.resync for b in batches)
         for batch in batches:
             snap = apply_messages(snap, batch.messages)
-        assert_same(snap, read_snapshot())
+        assert_converges(stream, snap)
 
 
 def test_overflow_requests_resync(netns, tmp_path):
