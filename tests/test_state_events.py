@@ -8,7 +8,7 @@ import select
 import pytest
 
 from linuxfp.state import (
-    EventStream, apply_messages, read_snapshot,
+    EventStream, ResyncRequired, advance, apply_messages, read_snapshot,
 )
 
 from test_state_support import basic_topology, sh, throwaway_netns
@@ -197,3 +197,19 @@ def test_overflow_requests_resync(netns, tmp_path):
         sh("ip route add 192.0.2.0/24 via 198.18.0.2")
         batch = stream.read_batch(WAIT)
         assert batch is not None and "route" in batch.kinds
+
+
+def test_ambiguous_replace_falls_back_to_a_fresh_read(netns):
+    basic_topology()
+    sh("ip route append 192.0.2.0/24 via 198.18.0.2",
+       "ip route append 192.0.2.0/24 via 198.18.0.3")
+    with EventStream() as stream:
+        snap = read_snapshot()
+        assert len([r for r in snap.routes if r.dst == "192.0.2.0/24"]) == 2
+        # Linux replaces the first of the two in its own list order.
+        sh("ip route replace 192.0.2.0/24 via 198.18.1.2")
+        batch = stream.read_batch(WAIT)
+        with pytest.raises(ResyncRequired):
+            apply_messages(snap, batch.messages)
+        snap = advance(snap, batch)
+        assert_converges(stream, snap)

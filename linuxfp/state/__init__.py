@@ -12,7 +12,7 @@ from .changes import (
     SysctlsReplaced, XdpFeaturesUpdate, apply_messages, TcIngressUpdate, QdiscChanged,
     NexthopChanged,
 )
-from .events import EventBatch, EventStream
+from .events import EventBatch, EventStream, advance
 from .model import (
     AF_INET, AF_INET6, ARPHRD_ETHER, ARPHRD_LOOPBACK, NETDEV_XDP_ACT_BASIC,
     NETDEV_XDP_ACT_NDO_XMIT, NETDEV_XDP_ACT_NDO_XMIT_SG, NETDEV_XDP_ACT_REDIRECT,
@@ -38,6 +38,6 @@ __all__ = [
     "NftablesChanged", "ResyncRequired", "RouteRemoved", "RoutesReplaced", "RouteUpdate",
     "RuleRemoved", "RulesReplaced", "RuleUpdate", "SysctlsReplaced", "XdpFeaturesUpdate",
     "TcIngressUpdate", "QdiscChanged", "NexthopChanged", "apply_messages",
-    "EventBatch", "EventStream",
+    "EventBatch", "EventStream", "advance",
     "read_netfilter", "read_snapshot", "refresh_polled", "netns_inode", "read_sysctls",
 ]

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from . import decode
 from . import netlink as nl
 from .changes import (
+    ResyncRequired, apply_messages,
     AddressRemoved, LinkRemoved, LinkUpdate, Message, NetconfChanged, NetfilterReplaced,
     NexthopChanged, NftablesChanged, QdiscChanged, RoutesReplaced, RulesReplaced,
     SysctlsReplaced, TcIngressUpdate, XdpFeaturesUpdate,
@@ -61,7 +62,10 @@ from .changes import (
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
 from .model import IFF_LOWER_UP, IFF_UP
 from .netfilter import read_netfilter
-from .read import dump_links, dump_routes, dump_rules, dump_tc_ingress, netns_inode
+from .model import Snapshot
+from .read import (
+    dump_links, dump_routes, dump_rules, dump_tc_ingress, netns_inode, read_snapshot,
+)
 from .sysctl import read_sysctls
 
 # rtnetlink multicast groups (enum rtnetlink_groups)
@@ -320,3 +324,14 @@ class EventStream:
         if need_netfilter:
             extra.append(NetfilterReplaced(read_netfilter()))
         return extra
+
+
+def advance(snapshot: Snapshot, batch: EventBatch) -> Snapshot:
+    """The one call per batch: apply it, or re-read everything when the batch
+    lost events (`resync`) or a message cannot be applied exactly."""
+    if batch.resync:
+        return read_snapshot()
+    try:
+        return apply_messages(snapshot, batch.messages)
+    except ResyncRequired:
+        return read_snapshot()
