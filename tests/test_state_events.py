@@ -6,12 +6,15 @@ from __future__ import annotations
 import select
 
 import pytest
+from test_state_support import basic_topology, sh, throwaway_netns
 
 from linuxfp.state import (
-    EventStream, ResyncRequired, advance, apply_messages, read_snapshot,
+    EventStream,
+    ResyncRequired,
+    advance,
+    apply_messages,
+    read_snapshot,
 )
-
-from test_state_support import basic_topology, sh, throwaway_netns
 
 pytestmark = pytest.mark.netns
 
@@ -122,7 +125,7 @@ def test_each_change_is_seen_and_applies_exactly(netns):
         assert snap.link_by_name("br0").kind == "bridge"
         assert snap.link_by_name("vx0").kind == "vxlan"
         assert snap.link(a0).tc_ingress and snap.link_by_name("b0").qdisc == "pfifo"
-        nh_route = [r for r in snap.routes if r.nh_id == 5][0]
+        nh_route = next(r for r in snap.routes if r.nh_id == 5)
         assert nh_route.nexthops[0].gateway == "198.18.0.3"
 
 

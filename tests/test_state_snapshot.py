@@ -6,13 +6,18 @@ import json
 import os
 
 import pytest
+from test_state_support import basic_topology, have, sh, throwaway_netns
 
 from linuxfp.state import (
-    AF_INET, ARPHRD_ETHER, ARPHRD_LOOPBACK, NETDEV_XDP_ACT_NDO_XMIT, RT_TABLE_LOCAL,
-    RT_TABLE_MAIN, read_snapshot, refresh_polled,
+    AF_INET,
+    ARPHRD_ETHER,
+    ARPHRD_LOOPBACK,
+    NETDEV_XDP_ACT_NDO_XMIT,
+    RT_TABLE_LOCAL,
+    RT_TABLE_MAIN,
+    read_snapshot,
+    refresh_polled,
 )
-
-from test_state_support import basic_topology, have, sh, throwaway_netns
 
 pytestmark = pytest.mark.netns
 
@@ -80,7 +85,7 @@ def test_links_addresses_routes_rules_neighbours(netns):
     assert by_dst[(RT_TABLE_LOCAL, "198.18.0.255/32")].type == "broadcast"
 
     assert not snap.default_rules
-    custom_rule = [r for r in snap.rules if r.priority == 100][0]
+    custom_rule = next(r for r in snap.rules if r.priority == 100)
     assert (custom_rule.table, custom_rule.src, custom_rule.action) == (100, "198.18.0.0/24", "to_tbl")
 
     neigh = snap.neighbours_of(a0.index)

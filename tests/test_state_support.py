@@ -12,7 +12,7 @@ import ctypes
 import itertools
 import os
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -50,13 +50,13 @@ def throwaway_netns() -> Iterator[str]:
 def sh(*commands: str) -> None:
     """Run shell commands in this thread's netns; fail loudly with stderr."""
     for command in commands:
-        proc = subprocess.run(command, shell=True, capture_output=True, text=True)
+        proc = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise AssertionError(f"{command!r} failed ({proc.returncode}): {proc.stderr.strip()}")
 
 
 def have(tool: str) -> bool:
-    return subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode == 0
+    return subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, check=False).returncode == 0
 
 
 def basic_topology() -> None:

@@ -9,12 +9,24 @@ touches the kernel.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .model import (
-    Address, Link, Neighbour, NetfilterState, Route, Rule, Snapshot, Sysctls,
-    address_order, link_order, neighbour_order, route_order, rule_order,
+    Address,
+    Link,
+    Neighbour,
+    NetfilterState,
+    Route,
+    Rule,
+    Snapshot,
+    Sysctls,
+    address_order,
+    link_order,
+    neighbour_order,
+    route_order,
+    rule_order,
 )
 
 
@@ -175,7 +187,7 @@ class _SortedEdit(Generic[T]):
     """Edits of a sorted tuple, copied to a list only when first touched, so a
     burst of changes costs one O(n) copy plus O(log n) searches."""
 
-    def __init__(self, items: tuple[T, ...], order: Callable[[T], object]):
+    def __init__(self, items: tuple[T, ...], order: Callable[[T], Any]):
         self.original = items
         self.items: list[T] | None = None
         self.order = order
@@ -188,10 +200,10 @@ class _SortedEdit(Generic[T]):
     def _view(self) -> list[T] | tuple[T, ...]:
         return self.original if self.items is None else self.items
 
-    def span(self, prefix: object, prefix_of: Callable[[T], object]) -> tuple[int, int]:
+    def span(self, prefix: Any, prefix_of: Callable[[T], Any]) -> tuple[int, int]:
         view = self._view()
-        lo = bisect.bisect_left(view, prefix, key=prefix_of)  # type: ignore[arg-type]
-        hi = bisect.bisect_right(view, prefix, lo=lo, key=prefix_of)  # type: ignore[arg-type]
+        lo = bisect.bisect_left(view, prefix, key=prefix_of)
+        hi = bisect.bisect_right(view, prefix, lo=lo, key=prefix_of)
         return lo, hi
 
     def get(self, i: int) -> T:
@@ -201,7 +213,7 @@ class _SortedEdit(Generic[T]):
         """Insert, or replace the element with the same order key."""
         key = self.order(item)
         view = self._view()
-        i = bisect.bisect_left(view, key, key=self.order)  # type: ignore[arg-type]
+        i = bisect.bisect_left(view, key, key=self.order)
         if i < len(view) and self.order(view[i]) == key:
             if view[i] != item:
                 self._list()[i] = item
@@ -211,9 +223,9 @@ class _SortedEdit(Generic[T]):
     def delete_at(self, i: int) -> None:
         del self._list()[i]
 
-    def remove_key(self, key: object) -> None:
+    def remove_key(self, key: Any) -> None:
         view = self._view()
-        i = bisect.bisect_left(view, key, key=self.order)  # type: ignore[arg-type]
+        i = bisect.bisect_left(view, key, key=self.order)
         if i < len(view) and self.order(view[i]) == key:
             del self._list()[i]
 
@@ -223,7 +235,7 @@ class _SortedEdit(Generic[T]):
             self.items = [x for x in view if not drop(x)]
 
     def reset(self, items: Iterable[T]) -> None:
-        self.items = sorted(items, key=self.order)  # type: ignore[arg-type]
+        self.items = sorted(items, key=self.order)
 
     def result(self) -> tuple[T, ...]:
         if self.items is None:
@@ -292,6 +304,14 @@ def _apply_rule_update(rules: _SortedEdit[Rule], new: Rule) -> None:
     rules.upsert(new)
 
 
+def _on_link(index: int) -> Callable[[Address], bool]:
+    return lambda a: a.index == index
+
+
+def _neighbour_on_link(index: int) -> Callable[[Neighbour], bool]:
+    return lambda n: n.ifindex == index
+
+
 def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     """Fold change messages into a new Snapshot (the input is not modified).
 
@@ -330,8 +350,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             links.remove_key(index)
             # The kernel announces the addresses and neighbours it drops, but
             # possibly after the link itself; dropping them here is idempotent.
-            addresses.remove_where(lambda a: a.index == index)
-            neighbours.remove_where(lambda n: n.ifindex == index)
+            addresses.remove_where(_on_link(index))
+            neighbours.remove_where(_neighbour_on_link(index))
             if sysctls.for_ifindex(index) is not None:
                 sysctls = replace(sysctls, interfaces=tuple(
                     s for s in sysctls.interfaces if s.ifindex != index))

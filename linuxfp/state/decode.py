@@ -11,13 +11,38 @@ import struct
 
 from . import netlink as nl
 from .changes import (
-    AddressRemoved, AddressUpdate, LinkRemoved, LinkUpdate, Message, NeighbourRemoved,
-    NeighbourUpdate, NetconfChanged, NexthopChanged, NftablesChanged, QdiscChanged,
-    RouteRemoved, RouteUpdate, RuleRemoved, RuleUpdate, XdpFeaturesUpdate,
+    AddressRemoved,
+    AddressUpdate,
+    LinkRemoved,
+    LinkUpdate,
+    Message,
+    NeighbourRemoved,
+    NeighbourUpdate,
+    NetconfChanged,
+    NexthopChanged,
+    NftablesChanged,
+    QdiscChanged,
+    RouteRemoved,
+    RouteUpdate,
+    RuleRemoved,
+    RuleUpdate,
+    XdpFeaturesUpdate,
 )
 from .model import (
-    AF_INET, IF_OPER_UNKNOWN, IF_OPER_UP, IFF_LOWER_UP, IFF_UP, ROUTE_TYPES,
-    RULE_ACTIONS, XDP_ATTACHED_NONE, Address, Link, Neighbour, NextHop, Route, Rule,
+    AF_INET,
+    IF_OPER_UNKNOWN,
+    IF_OPER_UP,
+    IFF_LOWER_UP,
+    IFF_UP,
+    ROUTE_TYPES,
+    RULE_ACTIONS,
+    XDP_ATTACHED_NONE,
+    Address,
+    Link,
+    Neighbour,
+    NextHop,
+    Route,
+    Rule,
 )
 
 # rtnetlink message types (include/uapi/linux/rtnetlink.h)

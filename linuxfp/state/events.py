@@ -50,21 +50,38 @@ import errno
 import select
 import time
 from dataclasses import dataclass
+from typing import Self
 
 from . import decode
 from . import netlink as nl
 from .changes import (
-    ResyncRequired, apply_messages,
-    AddressRemoved, LinkRemoved, LinkUpdate, Message, NetconfChanged, NetfilterReplaced,
-    NexthopChanged, NftablesChanged, QdiscChanged, RoutesReplaced, RulesReplaced,
-    SysctlsReplaced, TcIngressUpdate, XdpFeaturesUpdate,
+    AddressRemoved,
+    LinkRemoved,
+    LinkUpdate,
+    Message,
+    NetconfChanged,
+    NetfilterReplaced,
+    NexthopChanged,
+    NftablesChanged,
+    QdiscChanged,
+    ResyncRequired,
+    RoutesReplaced,
+    RulesReplaced,
+    SysctlsReplaced,
+    TcIngressUpdate,
+    XdpFeaturesUpdate,
+    apply_messages,
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
-from .model import IFF_LOWER_UP, IFF_UP
+from .model import IFF_LOWER_UP, IFF_UP, Snapshot
 from .netfilter import read_netfilter
-from .model import Snapshot
 from .read import (
-    dump_links, dump_routes, dump_rules, dump_tc_ingress, netns_inode, read_snapshot,
+    dump_links,
+    dump_routes,
+    dump_rules,
+    dump_tc_ingress,
+    netns_inode,
+    read_snapshot,
 )
 from .sysctl import read_sysctls
 
@@ -187,7 +204,7 @@ class EventStream:
                 obj.close()
         self._epoll.close()
 
-    def __enter__(self) -> "EventStream":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import struct
 from dataclasses import dataclass
+from typing import Self
 
 from . import netlink as nl
 from .decode import NETDEV_A_DEV_IFINDEX, NETDEV_CMD_DEV_GET, decode_netdev_dev
@@ -76,7 +77,7 @@ class NetdevFamily:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "NetdevFamily":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,8 +8,9 @@ matter whether they were read in one dump or built incrementally from events.
 from __future__ import annotations
 
 import bisect
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 AF_INET = 2
 AF_INET6 = 10
@@ -382,7 +383,7 @@ class Snapshot(_JsonMixin):
             parts.append(h)
         return hash(tuple(parts))
 
-    def inherit_hashes(self, older: "Snapshot") -> "Snapshot":
+    def inherit_hashes(self, older: Snapshot) -> Snapshot:
         """Reuse `older`'s cached field hashes for fields shared by identity."""
         for name, h in older._field_hashes.items():
             if getattr(self, name) is getattr(older, name):
@@ -427,7 +428,7 @@ class Snapshot(_JsonMixin):
         """IPv4 policy routing is the kernel's default three rules."""
         return rules_are_default(self.rules, AF_INET)
 
-    def changed_fields(self, other: "Snapshot") -> frozenset[str]:
+    def changed_fields(self, other: Snapshot) -> frozenset[str]:
         """Names of the fields that differ; identical tuples are shared between
         incrementally built snapshots, so unchanged fields cost one `is`."""
         changed = set()

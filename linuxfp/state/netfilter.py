@@ -117,7 +117,7 @@ def legacy_table_findings(table: str) -> str | None:
         valid_hooks = fields[1]
         underflow = fields[2 + NF_INET_NUMHOOKS : 2 + 2 * NF_INET_NUMHOOKS]
         num_entries, size = fields[-2], fields[-1]
-        builtin = bin(valid_hooks).count("1")
+        builtin = valid_hooks.bit_count()
         # Built-in chains: one policy entry each, plus the trailing ERROR entry.
         if num_entries > builtin + 1:
             return f"{table}: {num_entries - builtin - 1} rule/chain entries"

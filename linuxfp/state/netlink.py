@@ -15,8 +15,9 @@ import errno
 import os
 import socket
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Self
 
 # --- netlink core (include/uapi/linux/netlink.h) ---------------------------
 NETLINK_ROUTE = 0
@@ -180,7 +181,7 @@ class NetlinkSocket:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "NetlinkSocket":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,14 +7,21 @@ are bound to it at creation and /proc/sys/net follows it at open time.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from . import decode
 from . import netlink as nl
 from .genl import NetdevFamily
 from .model import (
-    Link, Route, Rule, Snapshot, address_order, link_order, neighbour_order, route_order,
+    Link,
+    Route,
+    Rule,
+    Snapshot,
+    address_order,
+    link_order,
+    neighbour_order,
+    route_order,
     rule_order,
 )
 from .netfilter import read_netfilter

@@ -13,7 +13,7 @@ file, so these readers must run in the namespace being described.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from .model import InterfaceSysctls, Sysctls
 
