@@ -1,0 +1,67 @@
+/* Live-frames traffic generator: run with BPF_PROG_TEST_RUN and
+ * BPF_F_TEST_XDP_LIVE_FRAMES on the source veth; XDP_TX pushes each frame
+ * into the peer (the DUT's ingress ring).
+ *
+ * The kernel recycles the frame pages, and the DUT rewrites MACs, TTL and
+ * checksum in place, so every header byte is written again on each run. */
+
+volatile const __u8 gen_dst_mac[ETH_ALEN];
+volatile const __u8 gen_src_mac[ETH_ALEN];
+volatile const __u32 gen_src_ip;        /* network byte order */
+volatile const __u32 gen_dst_first;     /* host order: first destination */
+volatile const __u32 gen_dst_stride;    /* host order: between prefixes */
+volatile const __u32 gen_dst_count = 1; /* prefixes cycled through */
+volatile const __u8 gen_ttl = 64;
+volatile const __u16 gen_dst_port = 9;  /* discard */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} gen_sent SEC(".maps");
+
+SEC("xdp")
+int bench_generator(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	struct udphdr *udp = (void *)(ip + 1);
+	__u32 key = 0, index, count = gen_dst_count;
+	__u64 *sent;
+
+	if ((void *)(udp + 1) > data_end)
+		return XDP_ABORTED;
+	sent = bpf_map_lookup_elem(&gen_sent, &key);
+	if (!sent)
+		return XDP_ABORTED;
+	index = count ? (__u32)(*sent % count) : 0;
+	*sent += 1;
+
+	bench_copy_mac(eth->h_dest, gen_dst_mac);
+	bench_copy_mac(eth->h_source, gen_src_mac);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = 0;
+	ip->tot_len = bpf_htons((__u16)(data_end - (void *)ip));
+	ip->id = 0;
+	ip->frag_off = 0;
+	ip->ttl = gen_ttl;
+	ip->protocol = IPPROTO_UDP;
+	ip->saddr = gen_src_ip;
+	ip->daddr = bpf_htonl(gen_dst_first + index * gen_dst_stride);
+	ip->check = 0;
+	ip->check = bench_ipv4_csum(ip);
+
+	udp->source = bpf_htons((__u16)(1024 + (index & 0x3ff)));
+	udp->dest = bpf_htons(gen_dst_port);
+	udp->len = bpf_htons((__u16)(data_end - (void *)udp));
+	udp->check = 0;
+	return XDP_TX;
+}
+
+char _license[] SEC("license") = "GPL";

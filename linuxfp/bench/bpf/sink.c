@@ -1,0 +1,65 @@
+/* Sink: verifies and counts every benchmark frame, then drops it.
+ * Anything that is not benchmark traffic (ARP, ...) goes to the kernel. */
+
+volatile const __u8 sink_own_mac[ETH_ALEN];   /* expected destination */
+volatile const __u8 sink_peer_mac[ETH_ALEN];  /* the DUT's egress: expected source */
+volatile const __u8 sink_sent_ttl = 64;
+volatile const __u16 sink_dst_port = 9;
+
+enum sink_counter {
+	SINK_FRAMES = 0,     /* benchmark frames seen */
+	SINK_GOOD,           /* MACs and checksum right, TTL decremented once */
+	SINK_TTL_UNCHANGED,  /* MACs and checksum right, TTL untouched */
+	SINK_BAD_MAC,
+	SINK_BAD_CSUM,
+	SINK_BAD_TTL,
+	SINK_OTHER,          /* not benchmark traffic: passed */
+	SINK_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SINK_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} sink_counters SEC(".maps");
+
+static __always_inline int mac_is(const __u8 *mac, const volatile __u8 *want)
+{
+	int same = 1;
+
+#pragma unroll
+	for (int i = 0; i < ETH_ALEN; i++)
+		same &= mac[i] == want[i];
+	return same;
+}
+
+SEC("xdp")
+int bench_sink(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	struct udphdr *udp = (void *)(ip + 1);
+
+	if ((void *)(udp + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(sink_dst_port)) {
+		bench_count(&sink_counters, SINK_OTHER);
+		return XDP_PASS;
+	}
+	bench_count(&sink_counters, SINK_FRAMES);
+	if (!mac_is(eth->h_dest, sink_own_mac) || !mac_is(eth->h_source, sink_peer_mac))
+		bench_count(&sink_counters, SINK_BAD_MAC);
+	else if (bench_ipv4_csum(ip))
+		bench_count(&sink_counters, SINK_BAD_CSUM);
+	else if (ip->ttl == (__u8)(sink_sent_ttl - 1))
+		bench_count(&sink_counters, SINK_GOOD);
+	else if (ip->ttl == sink_sent_ttl)
+		bench_count(&sink_counters, SINK_TTL_UNCHANGED);
+	else
+		bench_count(&sink_counters, SINK_BAD_TTL);
+	return XDP_DROP;
+}
+
+char _license[] SEC("license") = "GPL";

@@ -1,0 +1,127 @@
+"""Live-frames traffic generator: BPF_PROG_TEST_RUN with
+BPF_F_TEST_XDP_LIVE_FRAMES on the source veth, the program returning XDP_TX.
+
+One long test-run call per measurement, stopped by a signal: every call
+creates and tears down a page_pool whose teardown waits for an RCU grace
+period (~30 ms here), so short calls would mostly measure that.
+"""
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from linuxfp.datapath import BPF_F_TEST_XDP_LIVE_FRAMES, BpfError, TestRunInterrupted, test_run, xdp_md
+from linuxfp.lab.netns import entered
+
+from . import programs
+from .topology import Line
+
+STOP_SIGNAL = signal.SIGUSR1
+SENT_TTL = 64
+BENCH_UDP_PORT = 9
+# The kernel's live-frames batch limit; bigger batches amortise the flush.
+BATCH_SIZE = 64
+_REPEAT_FOREVER = (1 << 32) - 1
+
+
+@dataclass(frozen=True)
+class FrameSpec:
+    """RFC 2544 frame size (including the 4-byte FCS a veth does not carry)."""
+
+    frame_size: int
+
+    @property
+    def wire_bytes(self) -> int:
+        return self.frame_size - 4
+
+    def template(self) -> bytes:
+        # Every header byte is rewritten by the program on every run.
+        return bytes(self.wire_bytes)
+
+
+def _install_stop_handler() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("the generator must be started from the main thread (signal handler)")
+    if signal.getsignal(STOP_SIGNAL) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        signal.signal(STOP_SIGNAL, lambda *_: None)
+
+
+class Generator:
+    """Loads the generator program once; `running()` pushes frames until the block ends."""
+
+    def __init__(self, line: Line, cpu: int) -> None:
+        first = ipaddress.ip_address(line.prefix_address(0))
+        stride = 256 if len(line.prefixes) > 1 else 0
+        self.line = line
+        self.cpu = cpu
+        self._obj = programs.load("generator", rodata={
+            "gen_dst_mac": programs.mac_bytes(line.dut_in.mac),
+            "gen_src_mac": programs.mac_bytes(line.gen.mac),
+            "gen_src_ip": int(ipaddress.ip_address(line.gen.ip)).to_bytes(4, "big"),
+            "gen_dst_first": int(first),
+            "gen_dst_stride": stride,
+            "gen_dst_count": len(line.prefixes),
+            "gen_ttl": SENT_TTL,
+            "gen_dst_port": BENCH_UDP_PORT,
+        })
+        self._prog = self._obj.program("bench_generator")
+        self._sent = self._obj.map("gen_sent")
+
+    def sent(self) -> int:
+        return sum(int.from_bytes(v, "little") for v in self._sent.lookup_percpu(b"\0\0\0\0") or [])
+
+    def sample_frame(self, frame: FrameSpec) -> bytes:
+        """One frame as the generator writes it (a plain test run, nothing sent)."""
+        with entered(self.line.src):
+            run = test_run(self._prog.fd, frame.template(), ctx_in=xdp_md(self.line.gen.ifindex))
+        return run.data_out
+
+    @contextlib.contextmanager
+    def running(self, frame: FrameSpec):
+        """Push frames from a pinned thread for the duration of the block."""
+        _install_stop_handler()
+        failure: list[BaseException] = []
+        started = threading.Event()
+
+        def push() -> None:
+            try:
+                os.sched_setaffinity(0, {self.cpu})
+                with entered(self.line.src):
+                    started.set()
+                    test_run(self._prog.fd, frame.template(), repeat=_REPEAT_FOREVER,
+                             ctx_in=xdp_md(self.line.gen.ifindex),
+                             flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=BATCH_SIZE)
+            except TestRunInterrupted:
+                pass
+            except BaseException as exc:  # reported by the main thread
+                failure.append(exc)
+            finally:
+                started.set()
+
+        worker = threading.Thread(target=push, name="bench-generator", daemon=True)
+        worker.start()
+        started.wait()
+        try:
+            yield self
+        finally:
+            while worker.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pthread_kill(worker.ident, STOP_SIGNAL)
+                worker.join(0.05)
+            # The page_pool of the stopped run waits for RCU before it is gone.
+            time.sleep(0.05)
+        if failure:
+            exc = failure[0]
+            if isinstance(exc, BpfError):
+                raise exc
+            raise RuntimeError(f"generator failed: {exc}") from exc
+
+    def close(self) -> None:
+        self._prog.close()
+        self._sent.close()
+        self._obj.close()

@@ -1,0 +1,59 @@
+"""Writing a run's results: JSON (stable format), a markdown table, a PNG plot."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+DEFAULT_OUT_DIR = Path("bench/results")
+
+
+def timestamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _pyplot():
+    """matplotlib's pyplot on a file-only backend, or None (with a warning) if not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench: matplotlib is not installed: no plot written "
+              "(pip install matplotlib, or the [bench] extra)", file=sys.stderr)
+        return None
+    return plt
+
+
+def write(result: dict, out_dir: Path, markdown: str,
+          plot: Callable[[dict, Path, object], None] | None) -> dict[str, str]:
+    """Write <scenario>-<timestamp>.{json,md,png}; returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"{result['scenario']}-{result['timestamp']}"
+    written = {"json": str(stem.with_suffix(".json")), "markdown": str(stem.with_suffix(".md"))}
+    if plot is not None:
+        plt = _pyplot()
+        if plt is not None:
+            png = stem.with_suffix(".png")
+            try:
+                plot(result, png, plt)
+                written["plot"] = str(png)
+            finally:
+                plt.close("all")
+    result["files"] = {key: Path(path).name for key, path in written.items()}
+    Path(written["json"]).write_text(json.dumps(result, indent=1, sort_keys=False) + "\n")
+    Path(written["markdown"]).write_text(markdown)
+    return written
+
+
+def fmt_mpps(pps: float) -> str:
+    return f"{pps / 1e6:.2f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

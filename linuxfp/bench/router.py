@@ -1,0 +1,118 @@
+"""`linuxfp bench router`: the paper's virtual router (Fig. 5/6, Table III).
+
+50 prefixes set with iproute2 on the DUT; Linux, LinuxFP (XDP and TC), the
+upper bound and the reference forwarder measured in the same run, at 64 B and
+1500 B (1518 B frames)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import throughput
+from .generator import FrameSpec
+from .machine import machine
+from .options import Options
+from .results import fmt_mpps, table, timestamp
+from .systems import SYSTEMS
+
+SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc", "upper-bound", "reference")
+FRAME_SIZES = (64, 1518)
+PREFIXES = 50
+PAIRS = (
+    ("linuxfp-xdp", "linux"), ("linuxfp-tc", "linux"), ("reference", "linux"), ("upper-bound", "linux"),
+    ("linuxfp-xdp", "upper-bound"), ("linuxfp-xdp", "reference"), ("linuxfp-tc", "upper-bound"),
+    ("linuxfp-tc", "reference"), ("reference", "upper-bound"), ("linuxfp-tc", "linuxfp-xdp"),
+)
+# The issue's targets, as (ratio, minimum): shown next to the figures.
+TARGETS = {"linuxfp-xdp/linux": 3.0, "linuxfp-xdp/upper-bound": 0.60}
+HEADLINE = ("linuxfp-xdp/linux", "linuxfp-xdp/upper-bound", "linuxfp-xdp/reference")
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    plan = throughput.Plan(
+        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
+        frame_sizes=FRAME_SIZES,
+        repetitions=options.reps(full=10),
+        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
+        retries=0 if options.quick else 1,
+    )
+    with throughput.rig(PREFIXES) as rig:
+        throughput.progress(f"router: {len(SYSTEM_NAMES)} systems x {len(FRAME_SIZES)} frame sizes "
+                            f"x {plan.repetitions} repetitions")
+        raw = throughput.run(rig, plan)
+        method = throughput.method(plan, rig.placement, PREFIXES)
+        method["sample_frame_64"] = rig.generator.sample_frame(FrameSpec(64)).hex()
+    by_size = {str(size): throughput.summarize(raw["repetitions"], size, SYSTEM_NAMES, PAIRS)
+               for size in FRAME_SIZES}
+    headline = by_size[str(FRAME_SIZES[0])]
+    return {
+        "scenario": "router",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": method,
+        "systems": headline["systems"],
+        "ratios": headline["ratios"],
+        "ratio_spread": headline["ratio_spread"],
+        "frame_sizes": by_size,
+        "targets": TARGETS,
+        "errors": raw["errors"],
+        "repetitions": raw["repetitions"],
+    }
+
+
+def summary_line(result: dict) -> str:
+    parts = []
+    for size, data in result["frame_sizes"].items():
+        shown = ", ".join(f"{key} {data['ratios'][key]:.2f}" for key in HEADLINE if key in data["ratios"])
+        parts.append(f"{size} B: {shown or 'no valid ratios'}")
+    errors = f"; errors: {', '.join(result['errors'])}" if result["errors"] else ""
+    return "router " + " | ".join(parts) + errors
+
+
+def markdown(result: dict) -> str:
+    out = [f"# router benchmark, {result['timestamp']}\n",
+           f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
+           f"({result['machine']['cpu_model']}); {result['method']['repetitions']} repetitions"
+           f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity (DUT frames per DUT CPU-second).\n"]
+    for size, data in result["frame_sizes"].items():
+        rows = []
+        for name, s in data["systems"].items():
+            rows.append([name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
+                         f"{s['ns_per_packet_median']:.0f}", fmt_mpps(s["offered_pps_median"]),
+                         f"{s['valid_measurements']}/{s['measurements']}"])
+        out.append(f"\n## {size} B frames\n\n")
+        out.append(table(["system", "Mpps (median)", "min–max", "ns/packet", "offered Mpps", "valid"], rows))
+        ratio_rows = []
+        for key, spread in data["ratio_spread"].items():
+            target = TARGETS.get(key)
+            verdict = "" if target is None or size != "64" else (
+                f"≥ {target:g}: {'met' if spread['median'] >= target else 'missed'}")
+            ratio_rows.append([key, f"{spread['median']:.2f}", f"{spread['min']:.2f}–{spread['max']:.2f}",
+                               str(spread["n"]), verdict])
+        out.append("\n" + table(["ratio", "median", "min–max", "repetitions", "target"], ratio_rows))
+    if result["errors"]:
+        out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
+    return "".join(out)
+
+
+def plot(result: dict, path: Path, plt) -> None:
+    sizes = list(result["frame_sizes"])
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4.5), squeeze=False)
+    for axis, size in zip(axes[0], sizes):
+        systems = result["frame_sizes"][size]["systems"]
+        names = list(systems)
+        medians = [systems[n]["pps_median"] / 1e6 for n in names]
+        low = [m - systems[n]["pps_min"] / 1e6 for m, n in zip(medians, names)]
+        high = [systems[n]["pps_max"] / 1e6 - m for m, n in zip(medians, names)]
+        colors = ["#888888" if n == "linux" else "#1f77b4" if n.startswith("linuxfp") else "#bbbbbb"
+                  for n in names]
+        axis.bar(names, medians, yerr=[low, high], capsize=4, color=colors)
+        for x, value in enumerate(medians):
+            axis.text(x, value, f"{value:.2f}", ha="center", va="bottom", fontsize=8)
+        axis.set_title(f"router, {size} B frames")
+        axis.set_ylabel("DUT capacity (Mpps)")
+        axis.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

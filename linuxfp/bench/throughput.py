@@ -1,0 +1,163 @@
+"""The throughput method shared by every throughput scenario: one rig (lab,
+placement, sink, accounting, generator), systems installed one at a time in
+random order within each repetition, each measured at every frame size."""
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from linuxfp.lab.netns import Lab
+
+from . import placement as cpu_placement
+from .accounting import CpuAccounting
+from .generator import BATCH_SIZE, SENT_TTL, FrameSpec, Generator
+from .measure import Validity, Window, measure
+from .sink import Sink
+from .stats import ratios, system_summary
+from .systems import System
+from .topology import Line, build_line
+
+FULL_WINDOW = Window(warmup_s=0.5, measure_s=2.0)
+QUICK_WINDOW = Window(warmup_s=0.15, measure_s=0.3)
+
+
+def progress(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Rig:
+    lab: Lab
+    line: Line
+    placement: cpu_placement.Placement
+    sink: Sink
+    accounting: CpuAccounting
+    generator: Generator
+    extras: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def rig(prefixes: int = 50, configure: Callable[[Line], None] | None = None) -> Iterator[Rig]:
+    """The measurement topology with everything attached; removed on exit."""
+    with contextlib.ExitStack() as stack:
+        lab = stack.enter_context(Lab("lfpb"))
+        line = build_line(lab, prefixes)
+        if configure:
+            configure(line)
+        placed = cpu_placement.configure(line)
+        stack.callback(cpu_placement.release)
+        sink = Sink(line)
+        stack.callback(sink.close)
+        accounting = CpuAccounting(line.dut_in.ifname, line.snk.ifname)
+        stack.callback(accounting.close)
+        generator = Generator(line, placed.generator_cpu)
+        stack.callback(generator.close)
+        yield Rig(lab, line, placed, sink, accounting, generator)
+
+
+@dataclass(frozen=True)
+class Plan:
+    systems: tuple[System, ...]
+    frame_sizes: tuple[int, ...]
+    repetitions: int
+    window: Window
+    retries: int = 1                 # re-measure an invalid window this many times
+    validity: Validity = Validity()
+    seed: int = field(default_factory=lambda: random.randrange(1 << 30))
+
+
+def method(plan: Plan, placed: cpu_placement.Placement, prefixes: int) -> dict:
+    return {
+        "generator": "BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES on the source veth, "
+                     "XDP_TX into the DUT's ingress ring; one test-run call per measurement, ended by a signal",
+        "generator_batch_size": BATCH_SIZE,
+        "frame_sizes": list(plan.frame_sizes),
+        "frame_size_note": "RFC 2544 frame size including the 4-byte FCS a veth does not carry",
+        "traffic": f"UDP, TTL {SENT_TTL}, destinations cycling over {prefixes} routed /24 prefixes",
+        "cpu_placement": placed.to_dict(),
+        "accounting": "raw tracepoints napi_poll, softirq_entry/exit, sched_switch: DUT CPU time per DUT frame",
+        "pps_definition": "DUT capacity = DUT frames / DUT CPU-seconds while saturated",
+        "validity": {
+            "min_refused_fraction": plan.validity.min_refused_fraction,
+            "min_polls_after_full": plan.validity.min_polls_after_full,
+            "min_busy_fraction": plan.validity.min_busy_fraction,
+            "max_sink_loss_fraction": plan.validity.max_sink_loss_fraction,
+            "sink_verifies": "destination/source MAC, TTL, IPv4 header checksum of every frame",
+        },
+        "window": {"warmup_s": plan.window.warmup_s, "measure_s": plan.window.measure_s},
+        "repetitions": plan.repetitions,
+        "retries_per_invalid_window": plan.retries,
+        "order": "systems in random order within each repetition (seed recorded); ratios within a repetition",
+        "seed": plan.seed,
+    }
+
+
+def run(rig_: Rig, plan: Plan) -> dict:
+    """Measure every system at every frame size, `plan.repetitions` times.
+
+    Returns {"repetitions": [...], "errors": {...}, "by_frame_size": {size: {"systems", ...}}}.
+    A system that fails to install is recorded under errors and skipped."""
+    order_rng = random.Random(plan.seed)
+    repetitions: list[dict] = []
+    errors: dict[str, str] = {}
+    for index in range(plan.repetitions):
+        order = list(plan.systems)
+        order_rng.shuffle(order)
+        per_size: dict[int, dict[str, dict]] = {size: {} for size in plan.frame_sizes}
+        for system in order:
+            if system.name in errors:
+                continue
+            try:
+                with system.install(rig_.line):
+                    for size in plan.frame_sizes:
+                        per_size[size][system.name] = _measure_with_retries(rig_, system, FrameSpec(size), plan)
+                        progress(f"[{index + 1}/{plan.repetitions}] "
+                                 + _describe_dict(per_size[size][system.name]))
+            except Exception as exc:  # one broken system must not cost the others' figures
+                errors[system.name] = f"{type(exc).__name__}: {exc}"
+                progress(f"{system.name}: cannot measure: {errors[system.name]}")
+        for size in plan.frame_sizes:
+            repetitions.append({"repetition": index, "frame_size": size,
+                                "order": [s.name for s in order], "measurements": per_size[size]})
+    return {"repetitions": repetitions, "errors": errors}
+
+
+def _describe_dict(m: dict) -> str:
+    verdict = "valid" if m["valid"] else "INVALID: " + "; ".join(m["invalid_reasons"])
+    return (f"{m['system']} {m['frame_size']} B: {m['capacity_pps'] / 1e6:.2f} Mpps "
+            f"({m['ns_per_packet']:.0f} ns/pkt, offered {m['offered_pps'] / 1e6:.2f} Mpps) {verdict}")
+
+
+def _measure_with_retries(rig_: Rig, system: System, frame: FrameSpec, plan: Plan) -> dict:
+    attempts = []
+    for _ in range(plan.retries + 1):
+        result = measure(system.name, frame, rig_.line, rig_.generator, rig_.accounting, rig_.sink,
+                         rig_.placement, plan.window, expect=system.expect, rules=plan.validity)
+        attempts.append(result)
+        if result.valid:
+            break
+    final = attempts[-1].to_dict()
+    final["attempts"] = len(attempts)
+    return final
+
+
+def summarize(repetitions: Sequence[Mapping], frame_size: int, system_names: Sequence[str],
+              pairs: Sequence[tuple[str, str]]) -> dict:
+    """systems + ratios for one frame size, in the issue's stable format."""
+    reps = [r["measurements"] for r in repetitions if r["frame_size"] == frame_size]
+    systems = {}
+    for name in system_names:
+        measured = [rep[name] for rep in reps if name in rep]
+        if measured:
+            systems[name] = system_summary(measured)
+    medians, spreads = ratios(reps, pairs)
+    return {"systems": systems, "ratios": medians, "ratio_spread": spreads}
+
+
+def elapsed_since(start: float) -> float:
+    return round(time.monotonic() - start, 2)

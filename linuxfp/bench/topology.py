@@ -1,0 +1,109 @@
+"""The benchmark's three-node line: source — DUT — sink, in throw-away namespaces.
+
+    [src] gen ==veth== in [dut] out ==veth== snk [sink]
+    198.18.0.1/30  198.18.0.2/30   198.18.0.5/30  198.18.0.6/30
+
+The DUT routes `prefixes` /24s of 198.19.0.0/16 (and more for the scale
+scenario) via the sink, configured with iproute2 exactly as an operator
+would; every system under test sees the same configuration. Interface names
+carry a per-run tag so the CPU accounting can tell the DUT's ingress device
+from the sink's by name, whatever namespace they live in.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+from dataclasses import dataclass
+
+from linuxfp.lab.netns import Lab, Namespace
+
+GEN_IP, DUT_IN_IP = "198.18.0.1", "198.18.0.2"
+DUT_OUT_IP, SINK_IP = "198.18.0.5", "198.18.0.6"
+LINK_PREFIXLEN = 30
+ROUTED_NET = ipaddress.ip_network("198.19.0.0/16")
+MAX_PREFIXES = 256
+
+
+@dataclass(frozen=True)
+class Port:
+    """One end of a veth inside a namespace."""
+
+    ns: Namespace
+    ifname: str
+    ifindex: int
+    mac: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class Line:
+    src: Namespace
+    dut: Namespace
+    sink: Namespace
+    gen: Port        # the generator's veth (source side)
+    dut_in: Port     # the DUT's ingress, peer of gen
+    dut_out: Port    # the DUT's egress
+    snk: Port        # the sink's veth, peer of dut_out
+    prefixes: tuple[str, ...]
+
+    def prefix_address(self, index: int, host: int = 1) -> str:
+        """An address inside routed prefix `index`."""
+        network = ipaddress.ip_network(self.prefixes[index])
+        return str(network.network_address + host)
+
+
+def routed_prefixes(count: int) -> tuple[str, ...]:
+    if not 1 <= count <= MAX_PREFIXES:
+        raise ValueError(f"prefixes must be 1..{MAX_PREFIXES}, not {count}")
+    return tuple(str(net) for net in list(ROUTED_NET.subnets(new_prefix=24))[:count])
+
+
+def _port(ns: Namespace, ifname: str, ip: str) -> Port:
+    shown = json.loads(ns.run(["ip", "-j", "link", "show", "dev", ifname]).stdout)[0]
+    return Port(ns, ifname, int(shown["ifindex"]), shown["address"], ip)
+
+
+def build_line(lab: Lab, prefixes: int = 50, tag: str | None = None) -> Line:
+    """Create the namespaces, veths, addresses and routes; the Lab removes them."""
+    tag = tag or secrets.token_hex(2)
+    names = {role: f"b{role}{tag}" for role in ("g", "i", "o", "s")}
+    src, dut, sink = lab.namespace("bsrc"), lab.namespace("bdut"), lab.namespace("bsnk")
+
+    src.run(["ip", "link", "add", names["g"], "type", "veth", "peer", "name", names["i"], "netns", dut.name])
+    dut.run(["ip", "link", "add", names["o"], "type", "veth", "peer", "name", names["s"], "netns", sink.name])
+    for ns, ifname, ip in (
+        (src, names["g"], GEN_IP),
+        (dut, names["i"], DUT_IN_IP),
+        (dut, names["o"], DUT_OUT_IP),
+        (sink, names["s"], SINK_IP),
+    ):
+        ns.disable_ipv6(ifname)
+        ns.run(["ip", "addr", "add", f"{ip}/{LINK_PREFIXLEN}", "dev", ifname])
+        ns.run(["ip", "link", "set", "dev", ifname, "up"])
+
+    # A plain router: forwarding on, reverse-path filtering off (the fast
+    # path hands rp_filter to the kernel; a router with asymmetric routes
+    # runs without it), and the same settings whatever the host's defaults.
+    dut.sysctl("net.ipv4.ip_forward", 1)
+    for scope in ("all", "default", names["i"], names["o"]):
+        dut.sysctl(f"net/ipv4/conf/{scope}/rp_filter", 0)
+    for ns in (src, sink):
+        ns.sysctl("net.ipv4.conf.all.rp_filter", 0)
+
+    line_prefixes = routed_prefixes(prefixes)
+    batch = "".join(f"route add {prefix} via {SINK_IP} dev {names['o']}\n" for prefix in line_prefixes)
+    dut.run(["ip", "-batch", "-"], input=batch)
+    # Return path for the latency scenario's replies.
+    sink.run(["ip", "route", "add", f"{GEN_IP}/32", "via", DUT_OUT_IP])
+    src.run(["ip", "route", "add", str(ROUTED_NET), "via", DUT_IN_IP])
+
+    gen, dut_in = _port(src, names["g"], GEN_IP), _port(dut, names["i"], DUT_IN_IP)
+    dut_out, snk = _port(dut, names["o"], DUT_OUT_IP), _port(sink, names["s"], SINK_IP)
+    # Resolved neighbours, as on a router that has been forwarding for a
+    # while: ARP must not be part of any measurement.
+    dut.run(["ip", "neigh", "replace", SINK_IP, "lladdr", snk.mac, "dev", dut_out.ifname, "nud", "permanent"])
+    dut.run(["ip", "neigh", "replace", GEN_IP, "lladdr", gen.mac, "dev", dut_in.ifname, "nud", "permanent"])
+    src.run(["ip", "neigh", "replace", DUT_IN_IP, "lladdr", dut_in.mac, "dev", gen.ifname, "nud", "permanent"])
+    sink.run(["ip", "neigh", "replace", DUT_OUT_IP, "lladdr", dut_out.mac, "dev", snk.ifname, "nud", "permanent"])
+    return Line(src, dut, sink, gen, dut_in, dut_out, snk, line_prefixes)

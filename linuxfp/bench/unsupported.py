@@ -1,0 +1,43 @@
+"""Scenarios whose datapath nodes do not exist yet: they say so and write a
+result with "supported": false instead of a number that would mean nothing."""
+from __future__ import annotations
+
+from .machine import machine
+from .options import Options
+from .results import timestamp
+
+REASONS = {
+    "gateway": "needs the filter node (iptables/ipset rules in the fast path); until it exists any "
+               "netfilter ruleset keeps the whole namespace on the kernel path, so LinuxFP would "
+               "just measure Linux",
+    "rules": "needs the filter node: LinuxFP's rate vs number of iptables/ipset rules is only "
+             "meaningful once rules are evaluated in the fast path",
+    "bridge": "needs the bridge node: bridge ports stay on the kernel path until it exists",
+    "hooks": "bridge and filter functions at XDP vs TC need the bridge and filter nodes; the forward "
+             "function at XDP vs TC is measured by `linuxfp bench router` (linuxfp-xdp vs linuxfp-tc)",
+}
+
+
+def make(name: str):
+    def run(options: Options) -> dict:
+        return {
+            "scenario": name,
+            "supported": False,
+            "reason": REASONS[name],
+            "quick": options.quick,
+            "timestamp": timestamp(),
+            "machine": machine(),
+            "method": {},
+            "systems": {},
+            "ratios": {},
+        }
+
+    return run
+
+
+def summary_line(result: dict) -> str:
+    return f"{result['scenario']}: not yet supported: {result['reason']}"
+
+
+def markdown(result: dict) -> str:
+    return f"# {result['scenario']} benchmark\n\nNot yet supported: {result['reason']}.\n"
