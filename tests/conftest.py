@@ -9,7 +9,7 @@ CI run without privileges cannot pass by testing nothing.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from linuxfp.lab.netns import Lab, Namespace, entered
+from linuxfp.lab.netns import Lab, LabError, Namespace, entered
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,18 +55,16 @@ def test_entered_moves_only_the_calling_thread(lab: Lab) -> None:
 def test_entered_restores_after_an_exception(lab: Lab) -> None:
     ns = lab.namespace("enterexc")
     home = _netns_inode("/proc/thread-self/ns/net")
-    with pytest.raises(ValueError):
-        with entered(ns):
-            raise ValueError("boom")
+    with pytest.raises(ValueError), entered(ns):
+        raise ValueError("boom")
     assert _netns_inode("/proc/thread-self/ns/net") == home
 
 
 def test_lab_removes_everything_when_the_body_raises(require_root: None) -> None:
-    with pytest.raises(RuntimeError):
-        with Lab(prefix="lfp-t") as lab:
-            namespaces = [lab.namespace("a"), lab.namespace("b")]
-            process = lab.popen(namespaces[0], "sleep 60")
-            raise RuntimeError("test body failed")
+    with pytest.raises(RuntimeError), Lab(prefix="lfp-t") as lab:
+        namespaces = [lab.namespace("a"), lab.namespace("b")]
+        process = lab.popen(namespaces[0], "sleep 60")
+        raise RuntimeError("test body failed")
     assert not any(ns.exists() for ns in namespaces)
     assert process.poll() is not None
 
@@ -77,7 +75,7 @@ def test_lab_close_is_idempotent_and_final(require_root: None) -> None:
     lab.close()
     lab.close()
     assert not ns.exists()
-    with pytest.raises(Exception):
+    with pytest.raises(LabError):
         lab.namespace("late")
 
 
@@ -119,6 +117,7 @@ def test_namespaces_removed_on_exit_and_signals(require_root: None, how: str, ex
         text=True,
     )
     try:
+        assert child.stdout is not None and child.stderr is not None
         name = child.stdout.readline().strip()
         assert name.startswith("lfp-t-child-"), child.stderr.read()
         if how != "exit":

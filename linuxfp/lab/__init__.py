@@ -5,12 +5,27 @@ capture, and the differential harness (Linux alone vs Linux + accelerator).
 """
 
 from .counters import ip_forw_datagrams, snmp
-from .differential import DiffReport, Difference, Step, StepObservation, no_accelerator, run_differential
+from .differential import (
+    Difference,
+    DiffReport,
+    Step,
+    StepObservation,
+    no_accelerator,
+    run_differential,
+)
 from .netns import Lab, LabError, Namespace, entered
 from .packet_io import Capture, CapturedFrame, inject, settle
 from .probe import ping
 from .standard import standard_frames, standard_steps
-from .topology import Interface, LinkSpec, Router, RouterTopology, Topology, TopologySpec, build
+from .topology import (
+    Interface,
+    LinkSpec,
+    Router,
+    RouterTopology,
+    Topology,
+    TopologySpec,
+    build,
+)
 
 __all__ = [
     "Capture",

@@ -7,8 +7,8 @@ not grow while traffic flows is the proof that the fast path carried it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from .netns import Namespace
 

@@ -19,18 +19,26 @@ from __future__ import annotations
 import contextlib
 import difflib
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Sequence
+from typing import Any, Generic, TypeVar, cast
 
 from .counters import ip_forw_datagrams
-from .dissect import describe_flow, differing_offsets, flow_key, hexdump, normalise_ip_id, summary
+from .dissect import (
+    describe_flow,
+    differing_offsets,
+    flow_key,
+    hexdump,
+    normalise_ip_id,
+    summary,
+)
 from .netns import Lab, LabError
 from .packet_io import Capture, inject, settle
 from .topology import Topology
 
-TopologyFactory = Callable[[Lab], Topology]
-Accelerate = Callable[[Topology], ContextManager[Any]]
-FrameSource = Sequence[bytes] | Callable[[Topology, int], Sequence[bytes]]
+T = TypeVar("T", bound=Topology)
+Accelerate = Callable[[T], contextlib.AbstractContextManager[Any]]
+FrameSource = Sequence[bytes] | Callable[[T, int], Sequence[bytes]]
 
 NORMALISATION = (
     "IP ID and IPv4 header checksum zeroed in packets whose IPv4 source is a DUT "
@@ -40,14 +48,14 @@ NORMALISATION = (
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(Generic[T]):
     """A named configuration change; `apply` runs iproute2/sysctl in the topology."""
 
     name: str
-    apply: Callable[[Topology], object]
+    apply: Callable[[T], object]
 
 
-def as_step(step: Step | Callable[[Topology], object]) -> Step:
+def as_step(step: Step[T] | Callable[[T], object]) -> Step[T]:
     return step if isinstance(step, Step) else Step(getattr(step, "__name__", repr(step)), step)
 
 
@@ -144,10 +152,10 @@ class DiffReport:
 
 
 def run_differential(
-    topology_factory: TopologyFactory,
-    steps: Sequence[Step | Callable[[Topology], object]],
-    accelerate: Accelerate,
-    frames: FrameSource | None = None,
+    topology_factory: Callable[[Lab], T],
+    steps: Sequence[Step[T] | Callable[[T], object]],
+    accelerate: Accelerate[T],
+    frames: FrameSource[T] | None = None,
     *,
     settle: float = 0.1,
     step_wait: float = 0.5,
@@ -166,7 +174,8 @@ def run_differential(
     if frames is None:
         from .standard import standard_frames
 
-        frames = standard_frames
+        # Router-specific: other topologies must pass their own frames.
+        frames = cast(FrameSource[T], standard_frames)
     plan = tuple(as_step(s) for s in steps)
     names = [s.name for s in plan]
     if len(set(names)) != len(names):
@@ -190,10 +199,10 @@ def run_differential(
 
 
 def _observe(
-    factory: TopologyFactory,
-    plan: tuple[Step, ...],
-    accelerate: Accelerate,
-    frames: FrameSource,
+    factory: Callable[[Lab], T],
+    plan: tuple[Step[T], ...],
+    accelerate: Accelerate[T],
+    frames: FrameSource[T],
     quiet: float,
     step_wait: float,
     prefix: str,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from typing import Collection
+from collections.abc import Collection
 
 from .frames import ETH_P_8021Q, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6, internet_checksum
 
@@ -106,14 +106,14 @@ def summary(frame: bytes) -> str:
     try:
         # Imported lazily: scapy is slow to import.  inet/inet6 register the
         # IP layers with Ether, so summaries go beyond "Raw".
-        import scapy.layers.inet  # noqa: F401
+        import scapy.layers.inet
         import scapy.layers.inet6  # noqa: F401
         from scapy.layers.l2 import Ether
     except ImportError:  # pragma: no cover - scapy is a test dependency
         return f"{len(frame)} bytes (install scapy for decoding: pip install scapy)"
     try:
         return f"{len(frame)} bytes  {Ether(frame).summary()}"
-    except Exception as exc:  # scapy can choke on deliberately broken frames
+    except Exception as exc:  # noqa: BLE001 - scapy can choke on deliberately broken frames
         return f"{len(frame)} bytes  (undecodable: {exc})"
 
 

@@ -23,9 +23,10 @@ import shlex
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Self
 
 NETNS_DIR = Path("/run/netns")
 _CLONE_NEWNET = 0x40000000
@@ -68,7 +69,7 @@ class Namespace:
         return NETNS_DIR / self.name
 
     @classmethod
-    def create(cls, name: str) -> "Namespace":
+    def create(cls, name: str) -> Namespace:
         """Create the namespace with lo up and IPv6 disabled.
 
         IPv6 is off so that no spontaneous ND/MLD/RS traffic appears in
@@ -131,7 +132,7 @@ class Namespace:
 
 def _run(argv: list[str], check: bool, input: str | None = None) -> subprocess.CompletedProcess[str]:
     try:
-        done = subprocess.run(argv, input=input, capture_output=True, text=True)
+        done = subprocess.run(argv, input=input, capture_output=True, text=True, check=False)
     except FileNotFoundError as exc:
         raise LabError(f"{argv[0]} not found: install iproute2 (apt-get install iproute2)") from exc
     if check and done.returncode != 0:
@@ -172,7 +173,7 @@ class Lab:
         self._closed = False
         _register(self)
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

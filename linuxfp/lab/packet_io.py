@@ -18,8 +18,9 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Self
 
 from .netns import LabError, Namespace, entered
 
@@ -95,7 +96,7 @@ class Capture:
             self._sock.close()
             raise
 
-    def __enter__(self) -> "Capture":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -128,25 +128,20 @@ def standard_frames(router: Router, round: int = 0) -> list[bytes]:
     return [frame for frames in flows for frame in frames]
 
 
-def _in_dut(*commands: str):
-    def apply(router: Router) -> None:
-        for command in commands:
-            router.dut.run(command)
-
-    return apply
+def _run_in_dut(router: Router, *commands: str) -> None:
+    for command in commands:
+        router.dut.run(command)
 
 
 def _prefix(router: Router, index: int) -> str:
     return str(router.prefixes[index])
 
 
-def standard_steps() -> tuple[Step, ...]:
+def standard_steps() -> tuple[Step[Router], ...]:
     """Configuration changes applied one after another to the DUT, each followed by a burst."""
     sink = "to-sink"
     sink_ip, lazy = RouterTopology.SINK_IP, RouterTopology.LAZY_GATEWAY
-
-    def run(router: Router, *commands: str) -> None:
-        _in_dut(*commands)(router)
+    run = _run_in_dut
 
     return (
         Step("initial", lambda r: None),

@@ -155,8 +155,8 @@ def build(lab: Lab, spec: TopologySpec) -> Topology:
         a_mac = link.a_mac or default_mac(number, 1)
         b_mac = link.b_mac or default_mac(number, 2)
         namespaces[link.a_host].run(
-            ["ip", "link", "add", "name", link.a_ifname, "address", a_mac, "mtu", link.mtu,
-             "type", "veth", "peer", "name", link.b_ifname, "address", b_mac, "mtu", link.mtu,
+            ["ip", "link", "add", "name", link.a_ifname, "address", a_mac, "mtu", str(link.mtu),
+             "type", "veth", "peer", "name", link.b_ifname, "address", b_mac, "mtu", str(link.mtu),
              "netns", namespaces[link.b_host].name]
         )
     for link in spec.links:
@@ -183,20 +183,18 @@ def build(lab: Lab, spec: TopologySpec) -> Topology:
 def _prepare_interface(ns: Namespace, ifname: str, redirect_target_peer: bool) -> None:
     for key, value in LAB_INTERFACE_SYSCTLS:
         ns.sysctl(key.format(ifname=ifname), value)
+    ns.run(["ip", "link", "set", "dev", ifname, "up"])
     if redirect_target_peer:
         # XDP_REDIRECT into a veth hands the frame to its peer's NAPI ring,
         # which exists only when the peer has an XDP program or GRO enabled;
         # otherwise the redirect is dropped.  GRO on every non-DUT end lets
         # the DUT redirect into any of its veths without touching the DUT's
         # own configuration.  (GRO does not merge UDP or ICMP on veth by
-        # default, so captures still see the frames as sent.)  GRO is turned
+        # default, so captures still see the frames as sent.)  It is turned
         # on after the link is up: enabled on a down veth, it does not set
         # NDO_XMIT in the peer's xdp_features (seen on 6.18), and LinuxFP
         # trusts that bit.
-        ns.run(["ip", "link", "set", "dev", ifname, "up"])
         ns.run(["ethtool", "-K", ifname, "gro", "on"])
-        return
-    ns.run(["ip", "link", "set", "dev", ifname, "up"])
 
 
 def read_interfaces(host: str, ns: Namespace) -> tuple[Interface, ...]:
