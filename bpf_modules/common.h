@@ -122,15 +122,73 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 	return 0;
 }
 
-/* Tags the hook keeps out of the frame (TC's accelerated VLAN tag) must not
- * be mistaken for an untagged frame. */
+#if defined(LFP_HOOK_XDP) && defined(LFP_XDP_VLAN_KFUNC)
+/* Only device-bound programs may call it; see Shape.device_bound. */
+extern int bpf_xdp_metadata_rx_vlan_tag(const struct xdp_md *ctx, __be16 *vlan_proto,
+					__u16 *vlan_tci) __ksym;
+#endif
+
+/* A VLAN tag the NIC or the veth peer moved out of the frame must not be
+ * mistaken for an untagged frame: Linux would hand it to a VLAN device or
+ * drop it as PACKET_OTHERHOST. */
 static __always_inline int lfp_has_offloaded_vlan(struct lfp_pkt *pkt)
 {
-#ifdef LFP_HOOK_TC
+#if defined(LFP_HOOK_TC)
 	return pkt->ctx->vlan_present;
+#elif defined(LFP_XDP_VLAN_KFUNC)
+	__be16 proto = 0;
+	__u16 tci = 0;
+
+	/* -ENODATA: no tag; any other answer, including an error, means unsure. */
+	return bpf_xdp_metadata_rx_vlan_tag(pkt->ctx, &proto, &tci) != -61;
+#else
+	/* Test builds only (BPF_PROG_TEST_RUN refuses device-bound programs). */
+	(void)pkt;
+	return 0;
+#endif
+}
+
+/* Whether Linux would treat the frame as addressed to this host
+ * (PACKET_HOST): TC knows it from eth_type_trans(), XDP compares the MAC. */
+static __always_inline int lfp_for_this_host(struct lfp_pkt *pkt, const __u8 *dst, const __u8 *own)
+{
+#ifdef LFP_HOOK_TC
+	(void)dst;
+	(void)own;
+	return pkt->ctx->pkt_type == 0;   /* PACKET_HOST */
+#else
+	(void)pkt;
+	return ((const __u16 *)dst)[0] == ((const __u16 *)own)[0] &&
+	       ((const __u16 *)dst)[1] == ((const __u16 *)own)[1] &&
+	       ((const __u16 *)dst)[2] == ((const __u16 *)own)[2];
+#endif
+}
+
+/* A packet mark steers policy routing (fwmark rules); XDP runs before any
+ * mark exists, TC may see one set by an earlier program. */
+static __always_inline int lfp_has_mark(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	return pkt->ctx->mark != 0;
 #else
 	(void)pkt;
 	return 0;
+#endif
+}
+
+/* ip_forward() sets skb->priority from the TOS (ip_fwd_update_priority=1,
+ * the default); the egress qdisc of a TC redirect sees it. XDP redirects
+ * bypass the qdisc. */
+static __always_inline void lfp_set_forward_priority(struct lfp_pkt *pkt, __u8 tos)
+{
+#ifdef LFP_HOOK_TC
+	/* rt_tos2priority(): ip_tos2prio[IPTOS_TOS(tos) >> 1] */
+	static const __u8 tos2prio[16] = {0, 0, 0, 0, 2, 2, 2, 2, 6, 6, 6, 6, 4, 4, 4, 4};
+
+	pkt->ctx->priority = tos2prio[(tos & 0x1e) >> 1];
+#else
+	(void)pkt;
+	(void)tos;
 #endif
 }
 

@@ -56,11 +56,4 @@ static __always_inline __u16 lfp_ipv4_csum_check(const struct iphdr *ip)
 	return (__u16)~sum;
 }
 
-static __always_inline int lfp_mac_equal(const __u8 *a, const __u8 *b)
-{
-	return ((const __u16 *)a)[0] == ((const __u16 *)b)[0] &&
-	       ((const __u16 *)a)[1] == ((const __u16 *)b)[1] &&
-	       ((const __u16 *)a)[2] == ((const __u16 *)b)[2];
-}
-
 #endif

@@ -27,6 +27,22 @@ struct {
 	__type(value, __u8);
 } lfp_local_src SEC(".maps");
 
+/* Next hops whose neighbour entry Linux considers confirmed (REACHABLE,
+ * PERMANENT, NOARP). bpf_fib_lookup() accepts STALE/DELAY/PROBE entries too,
+ * but Linux would also start reachability probing for those: such packets go
+ * to the kernel, which probes, and the entry comes back here once confirmed. */
+struct lfp_neigh_key {
+	__u32 ifindex;
+	__be32 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lfp_neigh_key);
+	__type(value, __u8);
+} lfp_neigh SEC(".maps");
+
 static __always_inline int lfp_ipv4_is_multicast(__be32 a) { return (a & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000); }
 static __always_inline int lfp_ipv4_is_lbcast(__be32 a) { return a == bpf_htonl(0xffffffff); }
 static __always_inline int lfp_ipv4_is_zeronet(__be32 a) { return (a & bpf_htonl(0xff000000)) == 0; }
@@ -56,7 +72,8 @@ static __always_inline enum lfp_counter lfp_fib_reason(long rc)
 /* The part of __fib_validate_source() that matters with rp_filter off: the
  * route back to the source, looked up as arriving on the egress interface,
  * must be unicast. Any answer that is not clearly unicast goes to the kernel. */
-static __always_inline int lfp_source_routable(struct lfp_pkt *pkt, const struct iphdr *ip, __u32 egress)
+static __always_inline int lfp_source_routable(struct lfp_pkt *pkt, const struct iphdr *ip,
+					       const struct bpf_fib_lookup *fwd, __u32 egress)
 {
 	struct bpf_fib_lookup rev = {};
 	long rc;
@@ -66,6 +83,8 @@ static __always_inline int lfp_source_routable(struct lfp_pkt *pkt, const struct
 	rev.l4_protocol = ip->protocol;
 	rev.ipv4_src = ip->daddr;
 	rev.ipv4_dst = ip->saddr;
+	rev.sport = fwd->dport;      /* __fib_validate_source swaps the ports */
+	rev.dport = fwd->sport;
 	rev.ifindex = egress;
 	rc = bpf_fib_lookup(pkt->ctx, &rev, sizeof(rev), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_BLACKHOLE ||
@@ -84,6 +103,7 @@ static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
 static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 {
 	struct bpf_fib_lookup fib = {};
+	struct lfp_neigh_key neigh;
 	struct lfp_iface *in, *out;
 	struct ethhdr *eth;
 	struct iphdr *ip;
@@ -101,8 +121,10 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	if (!in)
 		return lfp_pass(pkt, LFP_CNT_INGRESS_UNKNOWN);
 	/* ip_rcv() drops PACKET_OTHERHOST; group addresses are never routed here. */
-	if (!lfp_mac_equal(eth->h_dest, in->mac))
+	if (!lfp_for_this_host(pkt, eth->h_dest, in->mac))
 		return lfp_pass(pkt, LFP_CNT_NOT_FOR_US);
+	if (lfp_has_mark(pkt))
+		return lfp_pass(pkt, LFP_CNT_MARKED);
 
 	if (ip->version != 4 || ip->ihl < 5)
 		return lfp_pass(pkt, LFP_CNT_IP_BAD_HEADER);
@@ -170,6 +192,11 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return lfp_pass(pkt, lfp_fib_reason(rc));
+	/* The lookup left the next hop (gateway or destination) in ipv4_dst. */
+	neigh.ifindex = fib.ifindex;
+	neigh.addr = fib.ipv4_dst;
+	if (!bpf_map_lookup_elem(&lfp_neigh, &neigh))
+		return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
 	/* Linux would also send an ICMP redirect when routing back out. */
 	if (fib.ifindex == pkt->ingress_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
@@ -179,9 +206,10 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 	if (!(out->flags & LFP_IF_FORWARDING))
 		return lfp_pass(pkt, LFP_CNT_EGRESS_FWD_DISABLED);
-	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, fib.ifindex))
+	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, &fib, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
 
+	lfp_set_forward_priority(pkt, ip->tos);
 	lfp_ipv4_decrease_ttl(ip);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);

@@ -21,7 +21,7 @@ from .reconcile import InstalledPipeline, InstalledState, Plan
 
 log = logging.getLogger("linuxfp.installer")
 
-SHARED_MAPS = ("lfp_ifaces", "lfp_local_src")
+SHARED_MAPS = ("lfp_ifaces", "lfp_local_src", "lfp_neigh")
 COUNTERS_MAP = "lfp_counters"
 _IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface
 
@@ -43,6 +43,11 @@ def _addr_key(addr: str) -> bytes:
     return socket.inet_aton(addr)
 
 
+def _neigh_key(neighbour: tuple[int, str]) -> bytes:
+    ifindex, addr = neighbour
+    return struct.pack("<I", ifindex) + socket.inet_aton(addr)
+
+
 class Installer:
     """Owns this namespace's pinned datapath: links, counters and shared maps."""
 
@@ -55,7 +60,7 @@ class Installer:
         self.build = build or default_build
         self.links: dict[int, object] = {}
         self.maps: dict[str, object] = {}
-        self._pending: tuple = ((), frozenset())
+        self._pending: tuple = ((), frozenset(), frozenset())
 
     # -- shared maps -------------------------------------------------------
 
@@ -70,7 +75,7 @@ class Installer:
 
     def read_back(self) -> InstalledState:
         """Map contents as currently pinned (used when adopting a datapath)."""
-        ifaces, local = (), frozenset()
+        ifaces, local, neighbours = (), frozenset(), frozenset()
         m = self._shared_map("lfp_ifaces")
         if m is not None:
             ifaces = tuple(sorted(
@@ -79,7 +84,10 @@ class Installer:
         m = self._shared_map("lfp_local_src")
         if m is not None:
             local = frozenset(socket.inet_ntoa(k) for k in m.keys())
-        return InstalledState(ifaces=ifaces, local_addrs=local)
+        m = self._shared_map("lfp_neigh")
+        if m is not None:
+            neighbours = frozenset((struct.unpack("<I", k[:4])[0], socket.inet_ntoa(k[4:8])) for k in m.keys())
+        return InstalledState(ifaces=ifaces, local_addrs=local, neighbours=neighbours)
 
     def _write_maps(self, plan: Plan) -> None:
         ifaces = self._shared_map("lfp_ifaces")
@@ -90,14 +98,21 @@ class Installer:
         if local is not None:
             for addr in plan.local_add:
                 local.update(_addr_key(addr), b"\x01")
+        neigh = self._shared_map("lfp_neigh")
+        if neigh is not None:
+            for n in plan.neigh_add:
+                neigh.update(_neigh_key(n), b"\x01")
 
-    def _fill_maps(self, facts, local) -> None:
+    def _fill_maps(self, facts, local, neighbours) -> None:
         ifaces = self._shared_map("lfp_ifaces")
         for f in facts:
             ifaces.update(_u32(f.ifindex), pack_iface(f))
         src = self._shared_map("lfp_local_src")
         for addr in local:
             src.update(_addr_key(addr), b"\x01")
+        neigh = self._shared_map("lfp_neigh")
+        for n in neighbours:
+            neigh.update(_neigh_key(n), b"\x01")
 
     def _delete_from_maps(self, plan: Plan) -> None:
         ifaces = self._shared_map("lfp_ifaces")
@@ -108,6 +123,10 @@ class Installer:
         if local is not None:
             for addr in plan.local_delete:
                 local.delete(_addr_key(addr))
+        neigh = self._shared_map("lfp_neigh")
+        if neigh is not None:
+            for n in plan.neigh_delete:
+                neigh.delete(_neigh_key(n))
 
     # -- programs ----------------------------------------------------------
 
@@ -116,6 +135,8 @@ class Installer:
         obj = dp.BpfObject.open(compiled.data, name=f"lfp_if{pipeline.ifindex}")
         try:
             obj.set_rodata({"lfp_ingress_ifindex": pipeline.ifindex})
+            if pipeline.shape.device_bound:
+                obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
             fresh = []
             for name in SHARED_MAPS:
                 m = self._shared_map(name)
@@ -144,7 +165,8 @@ class Installer:
 
     def _attach(self, pipeline: Pipeline, prog):
         if pipeline.hook == "xdp":
-            link = dp.attach_xdp(prog.fd, pipeline.ifindex, mode=self.xdp_mode)
+            # Device-bound programs attach natively only (see Shape.device_bound).
+            link = dp.attach_xdp(prog.fd, pipeline.ifindex, mode="native")
         else:
             link = dp.attach_tc(prog.fd, pipeline.ifindex, direction="ingress")
         link.pin(self.layout.link_pin(pipeline.ifindex, pipeline.hook))
@@ -190,12 +212,12 @@ class Installer:
 
     # -- plan --------------------------------------------------------------
 
-    def apply(self, plan: Plan, installed: InstalledState, desired_facts, desired_local,
+    def apply(self, plan: Plan, installed: InstalledState, desired,
               compiled: dict[Shape, CompiledObject]) -> InstalledState:
         """Apply `plan`; returns the new installed state. Per-interface failures
         are recorded in that state, never raised: the interface stays on the
         kernel path and the others carry on."""
-        self._pending = (tuple(desired_facts), frozenset(desired_local))
+        self._pending = (desired.ifaces, desired.local_addrs, desired.neighbours)
         self._write_maps(plan)
         state = installed
         for how, pipelines in (("attach", plan.attach), ("replace", plan.replace), ("rehook", plan.rehook)):
@@ -222,7 +244,8 @@ class Installer:
             log.info("detached %s from %s", old.shape, old.ifname)
         self._delete_from_maps(plan)
         if self.maps:
-            state = replace(state, ifaces=tuple(desired_facts), local_addrs=frozenset(desired_local))
+            state = replace(state, ifaces=desired.ifaces, local_addrs=desired.local_addrs,
+                            neighbours=desired.neighbours)
         return state
 
     def adopt(self, saved: InstalledState) -> InstalledState:
@@ -242,7 +265,7 @@ class Installer:
             self.links[p.ifindex] = link
             kept.append(p)
         maps = self.read_back()
-        return InstalledState(pipelines=tuple(kept), ifaces=maps.ifaces, local_addrs=maps.local_addrs)
+        return replace(maps, pipelines=tuple(kept))
 
     def remove_all(self, installed: InstalledState) -> int:
         """Detach every link and remove every pin of this namespace."""

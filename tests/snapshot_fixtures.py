@@ -11,11 +11,12 @@ XDP_ALL = NETDEV_XDP_ACT_BASIC | NETDEV_XDP_ACT_REDIRECT | NETDEV_XDP_ACT_NDO_XM
 
 
 def link(index, name, kind="veth", master=None, up=True, mtu=1500, xdp=XDP_ALL, qdisc="noqueue",
-         link_type=ARPHRD_ETHER):
+         link_type=ARPHRD_ETHER, rx_metadata=7, tc_ingress=False):
     flags = (IFF_UP | IFF_LOWER_UP) if up else 0
     return Link(index=index, name=name, kind=kind, master=master, mtu=mtu, up=up, oper_up=up,
                 operstate=6 if up else 2, mac=f"02:00:00:00:00:{index:02x}", link_type=link_type,
-                flags=flags, qdisc=qdisc, xdp_prog_id=0, xdp_mode=0, xdp_features=xdp)
+                flags=flags, qdisc=qdisc, xdp_prog_id=0, xdp_mode=0, xdp_features=xdp,
+                xdp_rx_metadata=rx_metadata, tc_ingress=tc_ingress)
 
 
 def addr(index, address, prefixlen=24):

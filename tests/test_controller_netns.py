@@ -144,3 +144,37 @@ def test_graph_command(router_topology):
     assert {p["ifname"] for p in graph["pipelines"]} == {"to-src", "to-sink"}
     dot = linuxfp_cli(router_topology.dut.name, "graph", "--dot").stdout
     assert dot.startswith("digraph")
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_offloaded_vlan_tag_is_never_routed_as_untagged(router_topology, ip_forw_datagrams, hook, tmp_path):
+    """Frames from src carry VLAN 5 in skb metadata (what tx-vlan offload of a
+    VLAN device does; this kernel has no 8021q, so a tc program pushes it).
+    The DUT has no VLAN device: Linux drops them, and the fast path must see
+    the tag and leave them to the kernel rather than route them untagged."""
+    from linuxfp import datapath as dp
+    from linuxfp.lab import Capture, entered, settle
+
+    r = router_topology
+    obj_path = str(tmp_path / "vlan_push.o")
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c",
+                    os.path.join(os.path.dirname(__file__), "bpf", "vlan_push_egress.c"), "-o", obj_path], check=True)
+    with ControllerProcess(r.dut.name, hook=hook):
+        with entered(r.src), dp.BpfObject.open(obj_path) as obj:
+            obj.load()
+            link = dp.attach_tc(obj.program("push_vlan5"), r.src_if.ifindex, direction="egress")
+        try:
+            before = ip_forw_datagrams(r.dut)
+            with Capture(r.sink, "to-dut") as sink:
+                udp_burst(r, 20)
+                settle([sink], quiet=0.2)
+                arrived = sink.stop()
+            assert [f for f in arrived if len(f.data) >= 64] == []
+            assert ip_forw_datagrams(r.dut) == before
+        finally:
+            with entered(r.src):
+                link.detach()
+        passed = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]
+        assert passed["pipeline"]["passed"].get("vlan_tagged", 0) >= 20
+        udp_burst(r, 20)      # untagged again: fast path
+        assert fast_path_count(r) >= 20

@@ -30,6 +30,34 @@ def test_hook_choice():
         build_graph(snap, "nope")
 
 
+def test_xdp_only_where_it_can_see_vlan_tags_and_no_fwmark_rules():
+    snap = router_snapshot()
+    blind = replace(snap, links=(snap.links[0], link(2, "left", rx_metadata=0), link(3, "right")))
+    assert {p.ifname: p.hook for p in build_graph(blind).pipelines} == {"left": "tc", "right": "xdp"}
+    explicit = build_graph(blind, "xdp")
+    assert [p.ifname for p in explicit.pipelines] == ["right"]
+    assert "VLAN" in {s.ifname: s.reason for s in explicit.skipped}["left"]
+    marked = replace(snap, rules=snap.rules + (Rule(family=2, priority=10, table=100, action="to_tbl", fwmark=1),))
+    assert {p.hook for p in build_graph(marked).pipelines} == {"tc"}
+
+
+def test_tc_qdisc_on_ingress_keeps_kernel_path_and_blocks_xdp_egress():
+    snap = router_snapshot()
+    snap = replace(snap, links=(snap.links[0], link(2, "left", tc_ingress=True), link(3, "right")))
+    g = build_graph(snap)
+    assert [p.ifname for p in g.pipelines] == ["right"]
+    assert "xdp_tx" not in flag_names(facts(g, 2).flags) and "tc_tx" in flag_names(facts(g, 2).flags)
+
+
+def test_confirmed_neighbours_only():
+    from linuxfp.state.model import Neighbour
+    snap = router_snapshot(neighbours=(
+        Neighbour(3, 2, "198.18.2.1", "02:00:00:00:00:99", 0x02),
+        Neighbour(3, 2, "198.18.2.7", "02:00:00:00:00:98", 0x04),
+        Neighbour(2, 2, "198.18.1.1", "02:00:00:00:00:97", 0x80)))
+    assert build_graph(snap).neighbours == {(3, "198.18.2.1"), (2, "198.18.1.1")}
+
+
 def test_same_shape_is_shared():
     g = build_graph(router_snapshot())
     assert g.shapes() == (Shape("xdp", ("router",)),)
@@ -83,6 +111,8 @@ def test_full_source_check_only_when_a_source_could_be_refused_elsewhere():
     assert not any(f.flags & 64 for f in build_graph(custom_rule).ifaces)
     local_elsewhere = replace(snap, routes=snap.routes + (route("203.0.113.0/24", table=100, type_="local", oif=2),))
     assert all(f.flags & 64 for f in build_graph(local_elsewhere).ifaces)
+    local_prefix = replace(snap, routes=snap.routes + (route("203.0.113.0/24", table=255, type_="local", oif=2),))
+    assert all(f.flags & 64 for f in build_graph(local_prefix).ifaces)
     no_local_rule = replace(snap, rules=snap.rules[1:])
     assert all(f.flags & 64 for f in build_graph(no_local_rule).ifaces)
 

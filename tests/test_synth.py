@@ -22,6 +22,10 @@ def test_render_chains_nodes_inline_per_hook():
     assert "#define LFP_HOOK_XDP 1" in src and '#include "router.h"' in src
     assert "rc = router_node(&pkt);" in src and "bpf_tail_call" not in src
     assert 'SEC("tc")' in render(Shape("tc", ("router",)))
+    assert "LFP_XDP_VLAN_KFUNC" in src and Shape("xdp", ("router",)).device_bound
+    testable = Shape("xdp", ("router",), testable=True)
+    assert "LFP_XDP_VLAN_KFUNC" not in render(testable) and not testable.device_bound
+    assert Shape.parse(str(testable)) == testable
 
 
 def test_counter_table_is_parsed_from_the_c_header():

@@ -75,6 +75,9 @@ BPF_EXIST = 2
 # BPF_PROG_TEST_RUN flags
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+# Program load flag (uapi bpf.h; newer than libbpf 1.1's headers): the XDP
+# program is bound to one device and may call its rx-metadata kfuncs.
+BPF_F_XDP_DEV_BOUND_ONLY = 1 << 6
 
 # enum bpf_tc_attach_point / bpf_tc_flags
 BPF_TC_INGRESS = 1 << 0
@@ -238,6 +241,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     # programs
     "bpf_program__name": (c_char_p, [c_void_p]),
     "bpf_program__section_name": (c_char_p, [c_void_p]),
+    "bpf_program__set_ifindex": (None, [c_void_p, c_uint32]),
+    "bpf_program__flags": (c_uint32, [c_void_p]),
+    "bpf_program__set_flags": (c_int, [c_void_p, c_uint32]),
     "bpf_program__fd": (c_int, [c_void_p]),
     "bpf_program__type": (c_int, [c_void_p]),
     # maps (object side)

@@ -16,7 +16,7 @@ from .environment import explain_load_failure
 from .errors import BpfError, VerifierError
 from .fds import OwnedFd, fd_kind
 from .info import prog_info
-from .libbpf import BpfObjectOpenOpts, capture_libbpf_output, errno_of, lib, new_opts
+from .libbpf import BPF_F_XDP_DEV_BOUND_ONLY, BpfObjectOpenOpts, capture_libbpf_output, errno_of, lib, new_opts
 from .maps import Map
 
 # With log_level 0 libbpf loads silently and, on failure, reloads the failing
@@ -221,6 +221,20 @@ class BpfObject:
         result = library.bpf_map__reuse_fd(bpf_map, fd)
         if result != 0:
             raise BpfError(f"bpf_map__reuse_fd('{name}' of '{self.name}', fd {fd})", errno_of(result))
+
+    def bind_to_device(self, program: str, ifindex: int) -> None:
+        """Load `program` bound to one device (BPF_F_XDP_DEV_BOUND_ONLY), so it
+        may call that driver's XDP rx-metadata kfuncs. Such a program attaches
+        only to that device, natively, and BPF_PROG_TEST_RUN refuses it."""
+        self._require_unloaded("bind_to_device")
+        library = lib()
+        prog = library.bpf_object__find_program_by_name(self.handle, program.encode())
+        if not prog:
+            raise KeyError(f"object '{self.name}' has no program '{program}'")
+        library.bpf_program__set_ifindex(prog, ifindex)
+        result = library.bpf_program__set_flags(prog, library.bpf_program__flags(prog) | BPF_F_XDP_DEV_BOUND_ONLY)
+        if result != 0:
+            raise BpfError(f"bpf_program__set_flags('{program}' of '{self.name}')", errno_of(result))
 
     # --- load ---------------------------------------------------------------
 

@@ -45,11 +45,14 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     pipelines, skipped = [], []
     for link in snapshot.links:
         reason = namespace_block or _ingress_blocker(link, snapshot)
+        chosen, why_not = _choose_hook(link, hook, snapshot)
+        reason = reason or why_not
         if reason:
             skipped.append(Skipped(link.index, link.name, reason))
         else:
-            pipelines.append(Pipeline(link.index, link.name, Shape(_choose_hook(link, hook), ("router",))))
-    return Graph(tuple(pipelines), tuple(skipped), facts, local_source_addresses(snapshot))
+            pipelines.append(Pipeline(link.index, link.name, Shape(chosen, ("router",))))
+    return Graph(tuple(pipelines), tuple(skipped), facts, local_source_addresses(snapshot),
+                 confirmed_neighbours(snapshot))
 
 
 def _namespace_blocker(snapshot) -> str | None:
@@ -68,13 +71,30 @@ def _ingress_blocker(link, snapshot) -> str | None:
         return f"port of {name}: the bridge node is not available yet"
     if link.kind not in ROUTABLE_KINDS:
         return f"{link.kind} interfaces are not supported yet"
+    if link.tc_ingress:
+        return "an ingress/clsact qdisc is present: its tc filters would be bypassed"
     return None
 
 
-def _choose_hook(link, requested: str) -> str:
-    if requested != "auto":
-        return requested
-    return "xdp" if link.xdp_features & XDP_ACT_BASIC else "tc"
+def _xdp_blocker(link, snapshot) -> str | None:
+    """Why XDP could not reproduce Linux on this ingress (None: it can)."""
+    if not link.xdp_features & XDP_ACT_BASIC:
+        return "the device has no native XDP"
+    if not link.xdp_sees_vlan_tags:
+        return "the driver cannot report offloaded VLAN tags to XDP (rx-metadata vlan-tag)"
+    if any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
+        return "policy rules match fwmark, which XDP cannot see"
+    return None
+
+
+def _choose_hook(link, requested: str, snapshot) -> tuple[str, str | None]:
+    """The hook for this ingress, or why the requested one cannot be used."""
+    if requested == "tc":
+        return "tc", None
+    blocker = _xdp_blocker(link, snapshot)
+    if requested == "xdp":
+        return "xdp", (f"xdp: {blocker}; use --hook tc or auto" if blocker else None)
+    return ("tc" if blocker else "xdp"), None
 
 
 def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> IfaceFacts:
@@ -90,7 +110,8 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
     sendable = link.up and link.oper_up and link.kind in ROUTABLE_KINDS and not link.master
     if sendable:
         flags |= IF_TC_TX
-        if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS:
+        # An XDP redirect skips the egress qdisc and tc egress filters.
+        if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress:
             flags |= IF_XDP_TX
     return IfaceFacts(link.index, flags, link.mtu, _mac_bytes(link.mac), fwd_len_cap)
 
@@ -124,6 +145,15 @@ def local_source_addresses(snapshot) -> frozenset[str]:
     return frozenset(addrs)
 
 
+# Neighbour states Linux sends to without first probing the neighbour.
+_CONFIRMED_NUD = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
+
+
+def confirmed_neighbours(snapshot) -> frozenset[tuple[int, str]]:
+    return frozenset((n.ifindex, n.dst) for n in snapshot.neighbours
+                     if n.family == 2 and n.state & _CONFIRMED_NUD and n.lladdr)
+
+
 def needs_full_source_check(snapshot) -> bool:
     """Whether a source can be refused by a route lfp_local_src does not hold:
     the local table is not consulted first, or another table has routes of a
@@ -136,6 +166,7 @@ def needs_full_source_check(snapshot) -> bool:
     if not local_first:
         return True
     return any(
-        r.family == 2 and r.table != LOCAL_TABLE and r.type in _SOURCE_REFUSING_TYPES
+        r.family == 2 and r.type in _SOURCE_REFUSING_TYPES
+        and (r.table != LOCAL_TABLE or not r.dst.endswith("/32"))   # lfp_local_src holds /32s only
         for r in snapshot.routes
     )

@@ -89,6 +89,8 @@ class Graph:
     skipped: tuple[Skipped, ...] = ()
     ifaces: tuple[IfaceFacts, ...] = ()
     local_addrs: frozenset[str] = field(default_factory=frozenset)
+    # (ifindex, IPv4 next hop) whose neighbour entry Linux considers confirmed
+    neighbours: frozenset[tuple[int, str]] = field(default_factory=frozenset)
 
     def pipeline(self, ifindex: int) -> Pipeline | None:
         for p in self.pipelines:
@@ -105,4 +107,5 @@ class Graph:
             "skipped": [s.to_dict() for s in self.skipped],
             "ifaces": [f.to_dict() for f in self.ifaces],
             "local_addrs": sorted(self.local_addrs),
+            "confirmed_neighbours": [{"ifindex": i, "address": a} for i, a in sorted(self.neighbours)],
         }

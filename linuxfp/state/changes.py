@@ -101,6 +101,7 @@ class NeighbourRemoved:
 class XdpFeaturesUpdate:
     ifindex: int
     features: int
+    rx_metadata: int = 0
     kind = "xdp_features"
 
 
@@ -343,7 +344,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             lo, hi = links.span(new.index, link_order)
             if lo < hi:
                 old = links.get(lo)
-                new = replace(new, xdp_features=old.xdp_features, tc_ingress=old.tc_ingress)
+                new = replace(new, xdp_features=old.xdp_features, xdp_rx_metadata=old.xdp_rx_metadata,
+                              tc_ingress=old.tc_ingress)
             links.upsert(new)
         elif isinstance(msg, LinkRemoved):
             index = msg.index
@@ -357,8 +359,10 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
                     s for s in sysctls.interfaces if s.ifindex != index))
         elif isinstance(msg, XdpFeaturesUpdate):
             lo, hi = links.span(msg.ifindex, link_order)
-            if lo < hi and links.get(lo).xdp_features != msg.features:
-                links.upsert(replace(links.get(lo), xdp_features=msg.features))
+            old_link = links.get(lo) if lo < hi else None
+            if old_link is not None and (old_link.xdp_features, old_link.xdp_rx_metadata) != (
+                    msg.features, msg.rx_metadata):
+                links.upsert(replace(old_link, xdp_features=msg.features, xdp_rx_metadata=msg.rx_metadata))
         elif isinstance(msg, TcIngressUpdate):
             lo, hi = links.span(msg.ifindex, link_order)
             if lo < hi and links.get(lo).tc_ingress != msg.present:

@@ -98,7 +98,7 @@ NTF_PROXY = 0x08
 # genl netdev family (include/uapi/linux/netdev.h)
 NETDEV_CMD_DEV_GET, NETDEV_CMD_DEV_ADD_NTF = 1, 2
 NETDEV_CMD_DEV_DEL_NTF, NETDEV_CMD_DEV_CHANGE_NTF = 3, 4
-NETDEV_A_DEV_IFINDEX, NETDEV_A_DEV_XDP_FEATURES = 1, 3
+NETDEV_A_DEV_IFINDEX, NETDEV_A_DEV_XDP_FEATURES, NETDEV_A_DEV_XDP_RX_METADATA_FEATURES = 1, 3, 5
 
 # netconf
 NETCONFA_IFINDEX = 1
@@ -387,14 +387,15 @@ def qdisc_dump_request() -> bytes:
 
 # --- generic netlink: netdev family --------------------------------------------
 
-def decode_netdev_dev(payload: bytes) -> tuple[int, int, int] | None:
-    """genl netdev message -> (cmd, ifindex, xdp_features)."""
+def decode_netdev_dev(payload: bytes) -> tuple[int, int, int, int] | None:
+    """genl netdev message -> (cmd, ifindex, xdp_features, xdp_rx_metadata)."""
     cmd = payload[0]
     a = nl.parse_attrs(payload, 4)
     if NETDEV_A_DEV_IFINDEX not in a:
         return None
     features = nl.u64(a[NETDEV_A_DEV_XDP_FEATURES]) if NETDEV_A_DEV_XDP_FEATURES in a else 0
-    return cmd, nl.u32(a[NETDEV_A_DEV_IFINDEX]), features
+    rx_meta = nl.u64(a[NETDEV_A_DEV_XDP_RX_METADATA_FEATURES]) if NETDEV_A_DEV_XDP_RX_METADATA_FEATURES in a else 0
+    return cmd, nl.u32(a[NETDEV_A_DEV_IFINDEX]), features, rx_meta
 
 
 # --- event dispatch --------------------------------------------------------------
@@ -451,9 +452,9 @@ def decode_genl_netdev_event(msg: nl.RawMessage) -> Message | None:
     decoded = decode_netdev_dev(msg.payload)
     if decoded is None:
         return None
-    cmd, ifindex, features = decoded
+    cmd, ifindex, features, rx_meta = decoded
     if cmd in (NETDEV_CMD_DEV_ADD_NTF, NETDEV_CMD_DEV_CHANGE_NTF, NETDEV_CMD_DEV_GET):
-        return XdpFeaturesUpdate(ifindex, features)
+        return XdpFeaturesUpdate(ifindex, features, rx_meta)
     return None
 
 

@@ -334,7 +334,7 @@ class EventStream:
             # The genl add notification may race with RTM_NEWLINK; ask directly.
             features = self._netdev.xdp_features(index)
             if features is not None:
-                extra.append(XdpFeaturesUpdate(index, features))
+                extra.append(XdpFeaturesUpdate(index, *features))
         if need_sysctls:
             extra.append(SysctlsReplaced(read_sysctls(
                 (index, name) for index, (name, _state) in self._links.items())))

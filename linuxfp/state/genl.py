@@ -87,20 +87,22 @@ class NetdevFamily:
     def available(self) -> bool:
         return self.family is not None
 
-    def dump_xdp_features(self) -> dict[int, int]:
-        """ifindex -> NETDEV_XDP_ACT_* bitmask for every device of this netns."""
+    def dump_xdp_features(self) -> dict[int, tuple[int, int]]:
+        """ifindex -> (NETDEV_XDP_ACT_* bits, NETDEV_XDP_RX_METADATA_* bits)
+        for every device of this netns."""
         if self.family is None:
             return {}
         replies = self.sock.dump(self.family.id, genl_header(NETDEV_CMD_DEV_GET, NETDEV_GENL_VERSION))
-        out: dict[int, int] = {}
+        out: dict[int, tuple[int, int]] = {}
         for reply in replies:
             decoded = decode_netdev_dev(reply.payload)
             if decoded is not None:
-                out[decoded[1]] = decoded[2]
+                out[decoded[1]] = (decoded[2], decoded[3])
         return out
 
-    def xdp_features(self, ifindex: int) -> int | None:
-        """One device's bitmask; None when the device is gone or unknown."""
+    def xdp_features(self, ifindex: int) -> tuple[int, int] | None:
+        """One device's (XDP feature bits, rx-metadata bits); None when the
+        device is gone or unknown."""
         if self.family is None:
             return None
         payload = genl_header(NETDEV_CMD_DEV_GET, NETDEV_GENL_VERSION) + nl.attr(
@@ -114,5 +116,5 @@ class NetdevFamily:
         for reply in replies:
             decoded = decode_netdev_dev(reply.payload)
             if decoded is not None and decoded[1] == ifindex:
-                return decoded[2]
+                return decoded[2], decoded[3]
         return None

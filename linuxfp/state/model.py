@@ -46,6 +46,11 @@ NETDEV_XDP_ACT_HW_OFFLOAD = 1 << 4
 NETDEV_XDP_ACT_RX_SG = 1 << 5
 NETDEV_XDP_ACT_NDO_XMIT_SG = 1 << 6
 
+# include/uapi/linux/netdev.h, enum netdev_xdp_rx_metadata
+NETDEV_XDP_RX_METADATA_TIMESTAMP = 1 << 0
+NETDEV_XDP_RX_METADATA_HASH = 1 << 1
+NETDEV_XDP_RX_METADATA_VLAN_TAG = 1 << 2
+
 # IFLA_XDP_ATTACHED values
 XDP_ATTACHED_NONE = 0
 XDP_ATTACHED_DRV = 1
@@ -136,6 +141,14 @@ class Link(_JsonMixin):
     # An ingress or clsact qdisc exists: tc ingress filters may run on this
     # device, and an XDP program would run before (and around) them.
     tc_ingress: bool = False
+    # NETDEV_XDP_RX_METADATA_* bitmask: which metadata kfuncs the driver
+    # implements (VLAN_TAG lets XDP see a tag moved out of the frame).
+    xdp_rx_metadata: int = 0
+
+    @property
+    def xdp_sees_vlan_tags(self) -> bool:
+        """XDP can tell an offloaded VLAN tag from an untagged frame here."""
+        return bool(self.xdp_rx_metadata & NETDEV_XDP_RX_METADATA_VLAN_TAG)
 
     @property
     def can_receive_xdp_redirect(self) -> bool:

@@ -83,7 +83,8 @@ def read_snapshot() -> Snapshot:
                       if decode.neighbour_is_tracked(n)]
     with NetdevFamily() as netdev:
         features = netdev.dump_xdp_features()
-    links = [replace(link, xdp_features=features.get(link.index, 0), tc_ingress=link.index in tc_ingress)
+    links = [replace(link, xdp_features=features.get(link.index, (0, 0))[0],
+                     xdp_rx_metadata=features.get(link.index, (0, 0))[1], tc_ingress=link.index in tc_ingress)
              for link in links]
     links.sort(key=link_order)
     addresses.sort(key=address_order)

@@ -21,6 +21,10 @@ class Shape:
 
     hook: str
     nodes: tuple[str, ...]
+    # Render without device-bound features so BPF_PROG_TEST_RUN accepts the
+    # program; such an XDP build cannot see offloaded VLAN tags and is never
+    # installed by the controller.
+    testable: bool = False
 
     def __post_init__(self) -> None:
         if self.hook not in HOOKS:
@@ -30,12 +34,19 @@ class Shape:
                 raise ValueError(f"unknown node {node!r}")
 
     def __str__(self) -> str:
-        return f"{self.hook}:{'+'.join(self.nodes) or 'empty'}"
+        return f"{self.hook}:{'+'.join(self.nodes) or 'empty'}{' (testable)' if self.testable else ''}"
 
     @classmethod
     def parse(cls, text: str) -> "Shape":
-        hook, _, nodes = text.partition(":")
-        return cls(hook, tuple(n for n in nodes.split("+") if n and n != "empty"))
+        testable = text.endswith(" (testable)")
+        hook, _, nodes = text.removesuffix(" (testable)").partition(":")
+        return cls(hook, tuple(n for n in nodes.split("+") if n and n != "empty"), testable)
+
+    @property
+    def device_bound(self) -> bool:
+        """Loaded bound to its ingress device: XDP reads the offloaded VLAN
+        tag through the driver's rx-metadata kfunc."""
+        return self.hook == "xdp" and not self.testable
 
     @property
     def entry(self) -> str:
@@ -62,5 +73,6 @@ def render(shape: Shape) -> str:
     """C source of the program for `shape`. Pure."""
     template = _environment().get_template("pipeline.c.j2")
     return template.render(
-        shape=str(shape), hook=shape.hook, nodes=shape.nodes, section=shape.section, entry=shape.entry
+        shape=str(shape), hook=shape.hook, nodes=shape.nodes, section=shape.section, entry=shape.entry,
+        vlan_kfunc=shape.device_bound,
     )
