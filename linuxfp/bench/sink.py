@@ -1,6 +1,8 @@
 """The sink's verifying XDP program (bpf/sink.c) and its counters."""
 from __future__ import annotations
 
+import ipaddress
+import struct
 from dataclasses import dataclass
 
 from linuxfp.datapath import attach_xdp
@@ -10,6 +12,9 @@ from . import programs
 from .generator import BENCH_UDP_PORT, SENT_TTL
 from .topology import Line
 
+PROBE_UDP_PORT = 7
+_PROBE_KEY = struct.Struct("<4s6sH")
+_PROBE_SEEN = struct.Struct("<QQQ")
 COUNTERS = ("frames", "good", "ttl_unchanged", "bad_mac", "bad_csum", "bad_ttl", "other")
 
 
@@ -24,6 +29,13 @@ class SinkSample:
         return self.counts[key]
 
 
+@dataclass(frozen=True)
+class ProbeSeen:
+    first_ns: int   # CLOCK_MONOTONIC, comparable with time.monotonic_ns()
+    last_ns: int
+    count: int
+
+
 class Sink:
     """Attached (native XDP) to the sink's veth for its lifetime.
 
@@ -36,12 +48,14 @@ class Sink:
             "sink_peer_mac": programs.mac_bytes(line.dut_out.mac),
             "sink_sent_ttl": SENT_TTL,
             "sink_dst_port": BENCH_UDP_PORT,
+            "sink_probe_port": PROBE_UDP_PORT,
         })
         prog = self._obj.program("bench_sink")
         with entered(line.sink):
             self._link = attach_xdp(prog.fd, line.snk.ifindex, mode="native")
         prog.close()
         self._counters = self._obj.map("sink_counters")
+        self._probes = self._obj.map("sink_probes")
 
     def sample(self) -> SinkSample:
         totals = dict.fromkeys(COUNTERS, 0)
@@ -50,7 +64,20 @@ class Sink:
                 totals[name] += int.from_bytes(value, "little")
         return SinkSample(totals)
 
+    @staticmethod
+    def _probe_key(daddr: str, dmac: str) -> bytes:
+        return _PROBE_KEY.pack(ipaddress.ip_address(daddr).packed, programs.mac_bytes(dmac), 0)
+
+    def probe_seen(self, daddr: str, dmac: str) -> ProbeSeen | None:
+        """Arrivals of probes to daddr carrying destination MAC dmac since the last forget."""
+        raw = self._probes.lookup(self._probe_key(daddr, dmac))
+        return ProbeSeen(*_PROBE_SEEN.unpack(raw)) if raw is not None else None
+
+    def forget_probes(self, daddr: str, dmac: str) -> None:
+        self._probes.delete(self._probe_key(daddr, dmac))
+
     def close(self) -> None:
         self._link.detach()
+        self._probes.close()
         self._counters.close()
         self._obj.close()

@@ -5,6 +5,7 @@ volatile const __u8 sink_own_mac[ETH_ALEN];   /* expected destination */
 volatile const __u8 sink_peer_mac[ETH_ALEN];  /* the DUT's egress: expected source */
 volatile const __u8 sink_sent_ttl = 64;
 volatile const __u16 sink_dst_port = 9;
+volatile const __u16 sink_probe_port = 7;  /* response-time probes */
 
 enum sink_counter {
 	SINK_FRAMES = 0,     /* benchmark frames seen */
@@ -23,6 +24,49 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } sink_counters SEC(".maps");
+
+/* Probes (UDP to sink_probe_port) are recorded per destination address and
+ * destination MAC, so "traffic obeys the new configuration" can be timed:
+ * a route appearing (first arrival), disappearing (last arrival), or a
+ * neighbour changing (first arrival with the new MAC). */
+struct probe_key {
+	__be32 daddr;
+	__u8 dmac[ETH_ALEN];
+	__u16 pad;
+};
+
+struct probe_seen {
+	__u64 first_ns;   /* CLOCK_MONOTONIC, like time.monotonic_ns() */
+	__u64 last_ns;
+	__u64 count;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct probe_key);
+	__type(value, struct probe_seen);
+} sink_probes SEC(".maps");
+
+static __always_inline void record_probe(const struct ethhdr *eth, const struct iphdr *ip)
+{
+	struct probe_key key = {};
+	struct probe_seen fresh = {}, *seen;
+	__u64 now = bpf_ktime_get_ns();
+
+	key.daddr = ip->daddr;
+	__builtin_memcpy(key.dmac, eth->h_dest, ETH_ALEN);
+	seen = bpf_map_lookup_elem(&sink_probes, &key);
+	if (seen) {
+		seen->last_ns = now;
+		__sync_fetch_and_add(&seen->count, 1);
+		return;
+	}
+	fresh.first_ns = now;
+	fresh.last_ns = now;
+	fresh.count = 1;
+	bpf_map_update_elem(&sink_probes, &key, &fresh, BPF_NOEXIST);
+}
 
 static __always_inline int mac_is(const __u8 *mac, const volatile __u8 *want)
 {
@@ -43,6 +87,11 @@ int bench_sink(struct xdp_md *ctx)
 	struct iphdr *ip = data + sizeof(*eth);
 	struct udphdr *udp = (void *)(ip + 1);
 
+	if ((void *)(udp + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP) &&
+	    ip->ihl == 5 && ip->protocol == IPPROTO_UDP && udp->dest == bpf_htons(sink_probe_port)) {
+		record_probe(eth, ip);
+		return XDP_DROP;
+	}
 	if ((void *)(udp + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
 	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(sink_dst_port)) {
 		bench_count(&sink_counters, SINK_OTHER);

@@ -1,0 +1,408 @@
+"""`linuxfp bench response`: how fast configuration changes take effect
+(paper Table VI, plus route/neighbour changes).
+
+Each command runs as an operator types it (`ip`, `brctl`, `iptables`,
+`ipset` inside the DUT's namespace), ≥ 100 times in full runs, undone
+between repetitions. Per command:
+- the controller's own response time, from its `applied … ms` line (netlink
+  message received → datapath updated, or found unchanged);
+- the end-to-end time from the command's start until probe traffic obeys the
+  new configuration (first arrival at the sink of what must now arrive, or
+  the last arrival of what must stop), for Linux alone and with LinuxFP;
+- the command's own run time (process start-up included), for scale.
+Commands whose effect the controller does not handle yet say so instead of
+reporting a number."""
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.launcher import ControllerProcess
+from linuxfp.lab.netns import Lab, entered
+
+from .machine import machine
+from .options import Options
+from .probes import PROBE_INTERVAL_S, ProbeStream
+from .results import table, timestamp
+from .sink import Sink
+from .stats import percentile
+from .throughput import progress
+from .topology import SINK_IP, Line, build_line
+
+TARGET_P50_MS = 0.3
+TARGET_P99_MS = 2.0
+FIRST_RESPONSE_TIMEOUT_S = 1.5     # netfilter changes may only be seen by the 1 s poll
+NO_EVENT_TIMEOUT_S = 0.25          # once a command has shown it produces no event
+QUIET_S = 0.03                     # no further `applied` line for this long: settled
+OBEY_TIMEOUT_S = 1.0
+STOPPED_AFTER_S = 0.02             # no probe for this long (probes every ~0.1 ms): stopped
+_APPLIED = re.compile(r"^applied (\S*) ([0-9.]+) ms datapath (updated|unchanged)")
+OTHER_MAC = "02:b0:00:00:00:01"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What probe traffic to `daddr` must do at the sink once the command took effect."""
+
+    kind: str    # "appears" or "disappears"
+    daddr: str
+    dmac: str    # the destination MAC the sink sees on those probes
+
+
+@dataclass(frozen=True)
+class Step:
+    command: str                          # how results name it
+    action: tuple[str, ...] | Callable[[], None]   # argv run in the DUT, or an in-process change
+    effect: Effect | None
+    measured: bool = True
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """A change and its undo, repeated; setup/teardown are not measured."""
+
+    name: str
+    steps: tuple[Step, ...]
+    setup: tuple[tuple[str, ...], ...] = ()
+    teardown: tuple[tuple[str, ...], ...] = ()
+    note: str = ""
+
+
+def _delete_nft_table(line: Line, family: int, name: str) -> Callable[[], None]:
+    """iptables-nft has no command that removes its table; netlink does."""
+    def delete() -> None:
+        from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+        from pyroute2.netlink.nfnetlink import nftsocket
+        from pyroute2.nftables.main import NFTables
+
+        with entered(line.dut):
+            nft = NFTables(nfgen_family=family)
+        try:
+            msg = nftsocket.nft_table_msg()
+            msg["attrs"] = [("NFTA_TABLE_NAME", name)]
+            nft.begin()
+            nft.request_put(msg, msg_type=nftsocket.NFT_MSG_DELTABLE, msg_flags=NLM_F_REQUEST | NLM_F_ACK)
+            nft.commit()
+        finally:
+            nft.close()
+
+    return delete
+
+
+def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
+    out, sink_mac = line.dut_out.ifname, line.snk.mac
+    new_prefix, new_dst = "198.19.250.0/24", "198.19.250.1"
+    neigh_dst, local_dst, filtered_dst, set_member = (line.prefix_address(0), line.prefix_address(1),
+                                                      line.prefix_address(2), line.prefix_address(3))
+    bridge, port_bridge, port, port_peer, ipset_name = (f"brc{tag}", f"brp{tag}", f"bpa{tag}", f"bpb{tag}",
+                                                        f"blk{tag}")
+    return (
+        Cycle("route", (
+            Step("ip route add", ("ip", "route", "add", new_prefix, "via", SINK_IP, "dev", out),
+                 Effect("appears", new_dst, sink_mac)),
+            Step("ip route del", ("ip", "route", "del", new_prefix),
+                 Effect("disappears", new_dst, sink_mac)),
+        )),
+        Cycle("neighbour", (
+            Step("ip neigh change", ("ip", "neigh", "replace", SINK_IP, "lladdr", OTHER_MAC, "dev", out,
+                                     "nud", "permanent"), Effect("appears", neigh_dst, OTHER_MAC)),
+            Step("ip neigh change", ("ip", "neigh", "replace", SINK_IP, "lladdr", sink_mac, "dev", out,
+                                     "nud", "permanent"), Effect("appears", neigh_dst, sink_mac)),
+        )),
+        Cycle("address", (
+            Step("ip addr add", ("ip", "addr", "add", f"{local_dst}/32", "dev", out),
+                 Effect("disappears", local_dst, sink_mac)),
+            Step("ip addr del", ("ip", "addr", "del", f"{local_dst}/32", "dev", out),
+                 Effect("appears", local_dst, sink_mac)),
+        )),
+        Cycle("bridge", (
+            Step("brctl addbr", ("brctl", "addbr", bridge), None),
+            Step("brctl delbr", ("brctl", "delbr", bridge), None),
+        ), note="the bridge node does not exist yet: bridges stay on the kernel path"),
+        Cycle("bridge port", (
+            Step("brctl addif", ("brctl", "addif", port_bridge, port), None),
+            Step("brctl delif", ("brctl", "delif", port_bridge, port), None),
+        ), setup=(("ip", "link", "add", port, "type", "veth", "peer", "name", port_peer),
+                  ("ip", "link", "set", port, "up"), ("ip", "link", "set", port_peer, "up"),
+                  ("brctl", "addbr", port_bridge)),
+           teardown=(("ip", "link", "del", port), ("ip", "link", "del", port_bridge)),
+           note="the bridge node does not exist yet: bridge ports stay on the kernel path"),
+        Cycle("iptables", (
+            Step("iptables -A FORWARD", ("iptables", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j", "DROP"),
+                 Effect("disappears", filtered_dst, sink_mac)),
+            Step("nft delete table ip filter", _delete_nft_table(line, socket.AF_INET, "filter"),
+                 Effect("appears", filtered_dst, sink_mac)),
+        ), note="the filter node does not exist yet: any netfilter ruleset puts the whole namespace "
+                "back on the kernel path, which is what this response time measures"),
+        Cycle("ipset", (
+            Step("ipset add", ("ipset", "add", ipset_name, set_member), None),
+            Step("ipset del", ("ipset", "del", ipset_name, set_member), None),
+        ), setup=(("ipset", "create", ipset_name, "hash:ip"),),
+           teardown=(("ipset", "destroy", ipset_name),),
+           note="a set not referenced by any rule changes no forwarding; the controller does not read "
+                "ipsets yet (filter node)"),
+    )
+
+
+@dataclass
+class Sample:
+    command: str
+    system: str
+    command_ms: float
+    response_ms: float | None = None    # the controller's own, max over its batches
+    batches: int = 0
+    datapath_updated: bool = False
+    e2e_ms: float | None = None
+    error: str | None = None
+
+
+def _run_action(line: Line, action) -> str | None:
+    if callable(action):
+        try:
+            action()
+        except Exception as exc:  # reported with the sample
+            return f"{type(exc).__name__}: {exc}"
+        return None
+    done = subprocess.run(line.dut.exec_argv(list(action)), capture_output=True, text=True)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+def _wait_applied(controller: ControllerProcess, mark: int, first_timeout: float) -> list[tuple[str, float, bool]]:
+    """The controller's `applied` lines after `mark`, once it has gone quiet."""
+    deadline = time.monotonic() + first_timeout
+    seen = mark
+    quiet_since = None
+    while True:
+        count = len(controller.lines)
+        now = time.monotonic()
+        if count != seen:
+            seen, quiet_since = count, now
+        if quiet_since is not None and now - quiet_since >= QUIET_S:
+            break
+        if quiet_since is None and now >= deadline:
+            break
+        time.sleep(0.002)
+    batches = []
+    for text in controller.lines[mark:seen]:
+        match = _APPLIED.match(text)
+        if match:
+            batches.append((match.group(1), float(match.group(2)), match.group(3) == "updated"))
+    return batches
+
+
+def _wait_obeyed(sink: Sink, effect: Effect, t_start_ns: int) -> float | None:
+    deadline = time.monotonic() + OBEY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        seen = sink.probe_seen(effect.daddr, effect.dmac)
+        if effect.kind == "appears":
+            if seen and seen.first_ns >= t_start_ns:
+                return (seen.first_ns - t_start_ns) / 1e6
+        else:
+            last = seen.last_ns if seen else 0
+            if time.monotonic_ns() - last >= STOPPED_AFTER_S * 1e9:
+                return max(0.0, (last - t_start_ns) / 1e6)
+        time.sleep(0.001)
+    return None
+
+
+def _flowing(sink: Sink, effect: Effect) -> bool:
+    """Wait until probes arrive as they do before a "disappears" change."""
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        seen = sink.probe_seen(effect.daddr, effect.dmac)
+        if seen and time.monotonic_ns() - seen.last_ns < 2e6:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def run_step(line: Line, sink: Sink, probes: ProbeStream, step: Step, system: str,
+             controller: ControllerProcess | None, response_timeout: float) -> Sample:
+    effect = step.effect
+    if effect:
+        probes.aim(effect.daddr)
+        if effect.kind == "appears":
+            sink.forget_probes(effect.daddr, effect.dmac)
+        elif not _flowing(sink, effect):
+            return Sample(step.command, system, 0.0, error="probe traffic was not flowing before the change")
+    mark = len(controller.lines) if controller else 0
+    t_start = time.monotonic_ns()
+    error = _run_action(line, step.action)
+    command_ms = (time.monotonic_ns() - t_start) / 1e6
+    sample = Sample(step.command, system, round(command_ms, 3), error=error)
+    if error:
+        return sample
+    if controller is not None:
+        batches = _wait_applied(controller, mark, response_timeout)
+        sample.batches = len(batches)
+        if batches:
+            sample.response_ms = max(ms for _, ms, _ in batches)
+            sample.datapath_updated = any(worked for _, _, worked in batches)
+    if effect:
+        obeyed = _wait_obeyed(sink, effect, t_start)
+        sample.e2e_ms = round(obeyed, 3) if obeyed is not None else None
+        if obeyed is None:
+            sample.error = f"traffic to {effect.daddr} did not {effect.kind[:-1]} within {OBEY_TIMEOUT_S} s"
+    return sample
+
+
+def _run_cycles(line: Line, sink: Sink, probes: ProbeStream, all_cycles, system: str,
+                controller: ControllerProcess | None, iterations: int) -> list[Sample]:
+    samples: list[Sample] = []
+    for cycle in all_cycles:
+        for argv in cycle.setup:
+            line.dut.run(list(argv))
+        if controller is not None:
+            _wait_applied(controller, len(controller.lines), 0.3)
+        timeout = FIRST_RESPONSE_TIMEOUT_S
+        try:
+            for index in range(iterations):
+                for step in cycle.steps:
+                    sample = run_step(line, sink, probes, step, system, controller, timeout)
+                    samples.append(sample)
+                    if controller is not None and sample.batches == 0 and index >= 2:
+                        timeout = NO_EVENT_TIMEOUT_S   # it has shown it produces no event
+            progress(f"response [{system}] {cycle.name}: {iterations} x {len(cycle.steps)} commands")
+        finally:
+            for argv in cycle.teardown:
+                line.dut.run(list(argv), check=False)
+            probes.aim(None)
+    return samples
+
+
+def _spread_ms(values: list[float]) -> dict:
+    if not values:
+        return {"p50_ms": None, "p99_ms": None, "n": 0}
+    return {"p50_ms": round(percentile(values, 50), 4), "p99_ms": round(percentile(values, 99), 4),
+            "n": len(values)}
+
+
+def summarize(samples: list[Sample], all_cycles) -> dict:
+    notes = {step.command: cycle.note for cycle in all_cycles for step in cycle.steps if cycle.note}
+    commands = list(dict.fromkeys(step.command for cycle in all_cycles for step in cycle.steps))
+    summary = {}
+    for command in commands:
+        mine = [s for s in samples if s.command == command]
+        fast = [s for s in mine if s.system == "linuxfp-xdp" and not s.error]
+        responses = [s.response_ms for s in fast if s.response_ms is not None]
+        entry = _spread_ms(responses)
+        entry["datapath_updated"] = sum(1 for s in fast if s.datapath_updated)
+        entry["no_controller_event"] = sum(1 for s in fast if s.batches == 0)
+        entry["end_to_end"] = {system: _spread_ms([s.e2e_ms for s in mine if s.system == system
+                                                   and s.e2e_ms is not None])
+                               for system in ("linux", "linuxfp-xdp")}
+        entry["command"] = {system: _spread_ms([s.command_ms for s in mine if s.system == system and not s.error])
+                            for system in ("linux", "linuxfp-xdp")}
+        errors = [s.error for s in mine if s.error]
+        entry["errors"] = len(errors)
+        if errors:
+            entry["first_error"] = errors[0]
+        if command in notes:
+            entry["note"] = notes[command]
+        if not responses:
+            entry["status"] = "no response time: the controller saw no event for this command"
+        elif entry["datapath_updated"] == 0:
+            entry["status"] = "no datapath work"
+        else:
+            entry["status"] = "datapath updated"
+        entry["meets_target"] = (entry["p50_ms"] is not None and entry["p50_ms"] <= TARGET_P50_MS
+                                 and entry["p99_ms"] <= TARGET_P99_MS)
+        summary[command] = entry
+    return summary
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    iterations = options.reps(full=100, quick=3)
+    tag = secrets.token_hex(2)
+    samples: list[Sample] = []
+    with Lab("lfpb") as lab, contextlib.ExitStack() as stack:
+        line = build_line(lab, 50, tag=tag)
+        sink = Sink(line)
+        stack.callback(sink.close)
+        probes = ProbeStream(line)
+        stack.callback(probes.close)
+        all_cycles = cycles(line, tag)
+        samples += _run_cycles(line, sink, probes, all_cycles, "linux", None, iterations)
+        with ControllerProcess(line.dut.name, hook="xdp") as controller:
+            samples += _run_cycles(line, sink, probes, all_cycles, "linuxfp-xdp", controller, iterations)
+    response = summarize(samples, all_cycles)
+    return {
+        "scenario": "response",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": {
+            "iterations_per_command": iterations,
+            "controller": "linuxfp run --hook xdp in the DUT; response = its `applied … ms` line "
+                          "(first netlink message of the batch received → last install/update returned)",
+            "end_to_end": "from the command's start until the sink sees probe traffic obey "
+                          f"(probes every ~{PROBE_INTERVAL_S * 1e3:.1f} ms, timestamped in the sink's XDP program)",
+            "commands_run_as": "ip netns exec DUT <command>, process start-up included in command_ms",
+        },
+        "targets": {"p50_ms": TARGET_P50_MS, "p99_ms": TARGET_P99_MS},
+        "response": response,
+        "systems": {},
+        "ratios": {},
+        "samples": [s.__dict__ for s in samples],
+    }
+
+
+TABLE_VI = ("ip addr add", "brctl addbr", "brctl addif", "iptables -A FORWARD")
+
+
+def summary_line(result: dict) -> str:
+    parts = []
+    for command, entry in result["response"].items():
+        if entry["p50_ms"] is None:
+            parts.append(f"{command}: no event")
+        else:
+            parts.append(f"{command} {entry['p50_ms']:.2f}/{entry['p99_ms']:.2f}")
+    return "response p50/p99 ms: " + ", ".join(parts)
+
+
+def _fmt(value) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def markdown(result: dict) -> str:
+    rows = []
+    for command, e in result["response"].items():
+        rows.append([command, _fmt(e["p50_ms"]), _fmt(e["p99_ms"]), str(e["n"]),
+                     f"{e['datapath_updated']}/{e['n']}" if e["n"] else "–",
+                     _fmt(e["end_to_end"]["linux"]["p50_ms"]), _fmt(e["end_to_end"]["linuxfp-xdp"]["p50_ms"]),
+                     _fmt(e["end_to_end"]["linuxfp-xdp"]["p99_ms"]), _fmt(e["command"]["linux"]["p50_ms"]),
+                     e["status"] + (f" ({e['note']})" if e.get("note") else "")])
+    return (f"# response benchmark, {result['timestamp']}\n\n"
+            f"{result['method']['iterations_per_command']} runs per command. Controller response = event "
+            f"received → datapath updated (target p50 ≤ {TARGET_P50_MS} ms, p99 ≤ {TARGET_P99_MS} ms). "
+            "End-to-end = command start → traffic obeys.\n\n"
+            + table(["command", "response p50 ms", "p99 ms", "n", "datapath updated", "e2e Linux p50",
+                     "e2e LinuxFP p50", "e2e LinuxFP p99", "command p50 ms", "status"], rows))
+
+
+def plot(result: dict, path: Path, plt) -> None:
+    commands = [c for c, e in result["response"].items() if e["p50_ms"] is not None]
+    fig, axis = plt.subplots(figsize=(9, 4.5))
+    p50 = [result["response"][c]["p50_ms"] for c in commands]
+    p99 = [result["response"][c]["p99_ms"] for c in commands]
+    xs = range(len(commands))
+    axis.bar([x - 0.2 for x in xs], p50, width=0.4, label="p50")
+    axis.bar([x + 0.2 for x in xs], p99, width=0.4, label="p99")
+    axis.axhline(TARGET_P50_MS, color="green", linestyle="--", linewidth=1, label="p50 target")
+    axis.axhline(TARGET_P99_MS, color="red", linestyle="--", linewidth=1, label="p99 target")
+    axis.set_xticks(list(xs))
+    axis.set_xticklabels(commands, rotation=30, ha="right")
+    axis.set_ylabel("controller response time (ms)")
+    axis.set_title("response time per command (LinuxFP XDP)")
+    axis.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
