@@ -169,7 +169,9 @@ class Lab:
         self.prefix = prefix
         self._namespaces: list[Namespace] = []
         self._processes: list[subprocess.Popen] = []
-        self._lock = threading.Lock()
+        # Re-entrant: the SIGINT/SIGTERM handler closes labs on the main
+        # thread, possibly while that thread is inside namespace() or popen().
+        self._lock = threading.RLock()
         self._closed = False
         _register(self)
 
@@ -234,7 +236,7 @@ def _stop(proc: subprocess.Popen) -> None:
 # --- process-wide safety net -------------------------------------------------
 
 _live: dict[int, Lab] = {}
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()  # re-entrant for the signal handler
 _atexit_registered = False
 _signals_installed = False
 

@@ -41,6 +41,7 @@ MIN_PREFIXES = 7
 ADDED_ADDRESS = "192.0.2.254/24"
 UNROUTABLE = "203.0.113.7"
 FOREIGN_MAC = "02:00:00:00:99:99"
+MORE_SPECIFIC_HOST = 200  # inside the /25 that the route-add step points back at src
 SOURCES_PER_ROUND = 64
 
 
@@ -120,6 +121,7 @@ def standard_frames(router: Router, round: int = 0) -> list[bytes]:
     flow(udp(to(OVERSIZED), size=1400, df=True))
     flow(udp(to(OVERSIZED), size=1400))
     # Prefixes that individual steps reconfigure, and an address a step adds.
+    flow(udp(str(router.prefixes[ORDINARY][MORE_SPECIFIC_HOST])))
     flow(udp(to(BLACKHOLED)))
     flow(udp(to(DELETED)))
     flow(udp(to(PROHIBITED)))
@@ -137,6 +139,11 @@ def _prefix(router: Router, index: int) -> str:
     return str(router.prefixes[index])
 
 
+def _more_specific(router: Router) -> str:
+    ordinary = router.prefixes[ORDINARY]
+    return str(list(ordinary.subnets(prefixlen_diff=1))[1])  # the upper half, e.g. 198.19.0.128/25
+
+
 def standard_steps() -> tuple[Step[Router], ...]:
     """Configuration changes applied one after another to the DUT, each followed by a burst."""
     sink = "to-sink"
@@ -145,6 +152,13 @@ def standard_steps() -> tuple[Step[Router], ...]:
 
     return (
         Step("initial", lambda r: None),
+        # A more specific route back out of the ingress interface: longest
+        # prefix match, and a hairpin (no ICMP redirect: the sources are not
+        # on-link).
+        Step(
+            "route-add-more-specific",
+            lambda r: run(r, f"ip route add {_more_specific(r)} via {RouterTopology.SRC_IP}"),
+        ),
         Step("route-blackhole", lambda r: run(r, f"ip route replace blackhole {_prefix(r, BLACKHOLED)}")),
         Step("route-delete", lambda r: run(r, f"ip route del {_prefix(r, DELETED)}")),
         Step("route-prohibit", lambda r: run(r, f"ip route replace prohibit {_prefix(r, PROHIBITED)}")),
