@@ -37,7 +37,8 @@
 	X(FIB_FRAG_NEEDED,        router, pass, "larger than egress MTU")                   \
 	X(ROUTE_MTU,              router, pass, "longer than a route MTU metric")           \
 	X(FIB_OTHER,              router, pass, "FIB lookup failed otherwise")              \
-	X(NEIGH_UNCONFIRMED,      router, pass, "neighbour not confirmed (Linux would probe it)") \
+	X(NEIGH_UNCONFIRMED,      router, pass, "neighbour state unknown to the fast path")  \
+	X(NEIGH_STALE,            router, pass, "first packet to a STALE neighbour (Linux starts probing)") \
 	X(MARKED,                 router, pass, "packet carries a mark (fwmark rules)")     \
 	X(SOURCE_CHECK,           router, pass, "source would fail Linux's source validation") \
 	X(HAIRPIN,                router, pass, "egress is the ingress interface")          \

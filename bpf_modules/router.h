@@ -27,10 +27,19 @@ struct {
 	__type(value, __u8);
 } lfp_local_src SEC(".maps");
 
-/* Next hops whose neighbour entry Linux considers confirmed (REACHABLE,
- * PERMANENT, NOARP). bpf_fib_lookup() accepts STALE/DELAY/PROBE entries too,
- * but Linux would also start reachability probing for those: such packets go
- * to the kernel, which probes, and the entry comes back here once confirmed. */
+/* Neighbour state of next hops, as far as it changes what Linux does with a
+ * packet. bpf_fib_lookup() accepts any valid entry, but the first packet
+ * Linux sends to a STALE entry also starts reachability probing (STALE ->
+ * DELAY, silently). So a STALE entry lets exactly one packet through to the
+ * kernel and is then marked PROBING, in which Linux sends as usual. The
+ * controller writes CONFIRMED / STALE from neighbour events; no entry means
+ * "not known to be usable" and the packet goes to the kernel. */
+enum lfp_neigh_state {
+	LFP_NEIGH_CONFIRMED = 1,  /* REACHABLE, PERMANENT, NOARP */
+	LFP_NEIGH_STALE = 2,      /* the next packet must go through the kernel */
+	LFP_NEIGH_PROBING = 3,    /* DELAY/PROBE: the kernel is probing */
+};
+
 struct lfp_neigh_key {
 	__u32 ifindex;
 	__be32 addr;
@@ -104,6 +113,7 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 {
 	struct bpf_fib_lookup fib = {};
 	struct lfp_neigh_key neigh;
+	__u8 *neigh_state;
 	struct lfp_iface *in, *out;
 	struct ethhdr *eth;
 	struct iphdr *ip;
@@ -195,8 +205,13 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	/* The lookup left the next hop (gateway or destination) in ipv4_dst. */
 	neigh.ifindex = fib.ifindex;
 	neigh.addr = fib.ipv4_dst;
-	if (!bpf_map_lookup_elem(&lfp_neigh, &neigh))
+	neigh_state = bpf_map_lookup_elem(&lfp_neigh, &neigh);
+	if (!neigh_state)
 		return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
+	if (*neigh_state == LFP_NEIGH_STALE) {
+		*neigh_state = LFP_NEIGH_PROBING;
+		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
+	}
 	/* Linux would also send an ICMP redirect when routing back out. */
 	if (fib.ifindex == pkt->ingress_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Callable
 
 from linuxfp import datapath as dp
-from linuxfp.graph import IfaceFacts, Pipeline
+from linuxfp.graph import IfaceFacts, NeighbourFacts, Pipeline
 from linuxfp.synth import CompiledObject, Shape
 
 from .namespace import NamespaceLayout
@@ -43,8 +43,8 @@ def _addr_key(addr: str) -> bytes:
     return socket.inet_aton(addr)
 
 
-def _neigh_key(neighbour: tuple[int, str]) -> bytes:
-    ifindex, addr = neighbour
+def _neigh_key(key: tuple[int, str]) -> bytes:
+    ifindex, addr = key
     return struct.pack("<I", ifindex) + socket.inet_aton(addr)
 
 
@@ -86,7 +86,10 @@ class Installer:
             local = frozenset(socket.inet_ntoa(k) for k in m.keys())
         m = self._shared_map("lfp_neigh")
         if m is not None:
-            neighbours = frozenset((struct.unpack("<I", k[:4])[0], socket.inet_ntoa(k[4:8])) for k in m.keys())
+            # The link-layer address is not in the map: "?" makes every adopted
+            # entry differ from the desired one, so all are rewritten once.
+            neighbours = frozenset(NeighbourFacts(struct.unpack("<I", k[:4])[0], socket.inet_ntoa(k[4:8]), v[0], "?")
+                                   for k, v in m.items())
         return InstalledState(ifaces=ifaces, local_addrs=local, neighbours=neighbours)
 
     def _write_maps(self, plan: Plan) -> None:
@@ -100,8 +103,8 @@ class Installer:
                 local.update(_addr_key(addr), b"\x01")
         neigh = self._shared_map("lfp_neigh")
         if neigh is not None:
-            for n in plan.neigh_add:
-                neigh.update(_neigh_key(n), b"\x01")
+            for n in plan.neigh_set:
+                neigh.update(_neigh_key(n.key), bytes([n.state]))
 
     def _fill_maps(self, facts, local, neighbours) -> None:
         ifaces = self._shared_map("lfp_ifaces")
@@ -112,7 +115,7 @@ class Installer:
             src.update(_addr_key(addr), b"\x01")
         neigh = self._shared_map("lfp_neigh")
         for n in neighbours:
-            neigh.update(_neigh_key(n), b"\x01")
+            neigh.update(_neigh_key(n.key), bytes([n.state]))
 
     def _delete_from_maps(self, plan: Plan) -> None:
         ifaces = self._shared_map("lfp_ifaces")

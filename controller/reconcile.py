@@ -5,7 +5,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
-from linuxfp.graph import Graph, IfaceFacts, Pipeline
+from linuxfp.graph import Graph, IfaceFacts, NeighbourFacts, Pipeline
 from linuxfp.synth import Shape
 
 
@@ -31,7 +31,7 @@ class InstalledState:
     pipelines: tuple[InstalledPipeline, ...] = ()
     ifaces: tuple[IfaceFacts, ...] = ()
     local_addrs: frozenset[str] = field(default_factory=frozenset)
-    neighbours: frozenset[tuple[int, str]] = field(default_factory=frozenset)
+    neighbours: frozenset[NeighbourFacts] = field(default_factory=frozenset)
 
     def pipeline(self, ifindex: int) -> InstalledPipeline | None:
         for p in self.pipelines:
@@ -65,8 +65,8 @@ class Plan:
     iface_delete: tuple[int, ...] = ()
     local_add: frozenset[str] = frozenset()
     local_delete: frozenset[str] = frozenset()
-    neigh_add: frozenset[tuple[int, str]] = frozenset()
-    neigh_delete: frozenset[tuple[int, str]] = frozenset()
+    neigh_set: frozenset[NeighbourFacts] = frozenset()
+    neigh_delete: frozenset[tuple[int, str]] = frozenset()     # keys
 
     @property
     def touches_programs(self) -> bool:
@@ -75,7 +75,7 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not (self.touches_programs or self.iface_set or self.iface_delete
-                    or self.local_add or self.local_delete or self.neigh_add or self.neigh_delete)
+                    or self.local_add or self.local_delete or self.neigh_set or self.neigh_delete)
 
 
 def plan(desired: Graph, digests: Mapping[Shape, str], installed: InstalledState) -> Plan:
@@ -111,6 +111,6 @@ def plan(desired: Graph, digests: Mapping[Shape, str], installed: InstalledState
         iface_set=iface_set, iface_delete=iface_delete,
         local_add=frozenset(desired.local_addrs - installed.local_addrs),
         local_delete=frozenset(installed.local_addrs - desired.local_addrs),
-        neigh_add=frozenset(desired.neighbours - installed.neighbours),
-        neigh_delete=frozenset(installed.neighbours - desired.neighbours),
+        neigh_set=frozenset(desired.neighbours - installed.neighbours),
+        neigh_delete=frozenset({n.key for n in installed.neighbours} - {n.key for n in desired.neighbours}),
     )

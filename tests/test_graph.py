@@ -49,13 +49,16 @@ def test_tc_qdisc_on_ingress_keeps_kernel_path_and_blocks_xdp_egress():
     assert "xdp_tx" not in flag_names(facts(g, 2).flags) and "tc_tx" in flag_names(facts(g, 2).flags)
 
 
-def test_confirmed_neighbours_only():
+def test_neighbour_states_for_the_datapath():
     from linuxfp.state.model import Neighbour
     snap = router_snapshot(neighbours=(
         Neighbour(3, 2, "198.18.2.1", "02:00:00:00:00:99", 0x02),
         Neighbour(3, 2, "198.18.2.7", "02:00:00:00:00:98", 0x04),
+        Neighbour(3, 2, "198.18.2.8", "02:00:00:00:00:96", 0x08),
+        Neighbour(3, 2, "198.18.2.9", None, 0x20),
         Neighbour(2, 2, "198.18.1.1", "02:00:00:00:00:97", 0x80)))
-    assert build_graph(snap).neighbours == {(3, "198.18.2.1"), (2, "198.18.1.1")}
+    states = {(n.ifindex, n.address): n.state for n in build_graph(snap).neighbours}
+    assert states == {(3, "198.18.2.1"): 1, (3, "198.18.2.7"): 2, (3, "198.18.2.8"): 3, (2, "198.18.1.1"): 1}
 
 
 def test_same_shape_is_shared():

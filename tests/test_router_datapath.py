@@ -18,7 +18,7 @@ from linuxfp.lab.netns import Lab, entered
 from linuxfp.state import read_snapshot
 from linuxfp.synth import Shape, build, counter_named
 
-from fixtures.router_cases import CASES, FORWARD, IN_MAC, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC
+from fixtures.router_cases import CASES, FORWARD, IN_MAC, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC, STALE_MAC
 
 XDP_PASS, XDP_REDIRECT = 2, 4
 TC_ACT_OK, TC_ACT_REDIRECT = 0, 7
@@ -35,7 +35,7 @@ SETUP = [
     "ip neigh replace 198.18.1.7 lladdr {hp_mac} dev in0 nud permanent",
     "ip route add 198.19.0.0/24 via 198.18.2.1",
     "ip route add 198.51.100.0/25 via 198.18.2.2",
-    "ip neigh replace 198.18.2.5 lladdr {nh_mac} dev out0 nud stale",
+    "ip neigh replace 198.18.2.5 lladdr {stale_mac} dev out0 nud stale",
     "ip route add 198.51.100.128/25 via 198.18.2.5",
     "ip link add small0 address {out_mac2} mtu 1200 type veth peer name small0p",
     "ip link set small0p up", "ip link set small0 up", "ethtool -K small0p gro on",
@@ -54,7 +54,8 @@ def router_ns():
     with Lab(prefix="lfp-t") as lab:
         ns = lab.namespace("dp")
         for cmd in SETUP:
-            ns.run(cmd.format(in_mac=IN_MAC, out_mac=OUT_MAC, nh_mac=NEXT_HOP_MAC, hp_mac=HAIRPIN_MAC, out_mac2=OUT_MAC).split())
+            ns.run(cmd.format(in_mac=IN_MAC, out_mac=OUT_MAC, nh_mac=NEXT_HOP_MAC, hp_mac=HAIRPIN_MAC, out_mac2=OUT_MAC,
+                              stale_mac=STALE_MAC).split())
         yield ns
 
 
@@ -85,8 +86,8 @@ class LoadedRouter:
             for a in graph.local_addrs:
                 local.update(socket.inet_aton(a), b"\x01")
             neigh = self.obj.map("lfp_neigh")
-            for ifindex, a in graph.neighbours:
-                neigh.update(struct.pack("<I", ifindex) + socket.inet_aton(a), b"\x01")
+            for n in graph.neighbours:
+                neigh.update(struct.pack("<I", n.ifindex) + socket.inet_aton(n.address), bytes([n.state]))
             self.prog = self.obj.program(shape.entry)
 
     def run(self, frame: bytes):

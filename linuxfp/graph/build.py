@@ -8,7 +8,8 @@ from linuxfp.synth import Shape
 
 from .model import (
     IF_ACCEPT_LOCAL, IF_FORWARDING, IF_ROUTE_LOCALNET, IF_RP_FILTER, IF_SRC_FULL_CHECK,
-    IF_TC_TX, IF_XDP_TX, Graph, IfaceFacts, Pipeline, Skipped,
+    IF_TC_TX, IF_XDP_TX, NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, Graph, IfaceFacts,
+    NeighbourFacts, Pipeline, Skipped,
 )
 
 ARPHRD_ETHER = 1
@@ -52,7 +53,7 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
         else:
             pipelines.append(Pipeline(link.index, link.name, Shape(chosen, ("router",))))
     return Graph(tuple(pipelines), tuple(skipped), facts, local_source_addresses(snapshot),
-                 confirmed_neighbours(snapshot))
+                 neighbour_states(snapshot))
 
 
 def _namespace_blocker(snapshot) -> str | None:
@@ -145,13 +146,27 @@ def local_source_addresses(snapshot) -> frozenset[str]:
     return frozenset(addrs)
 
 
-# Neighbour states Linux sends to without first probing the neighbour.
-_CONFIRMED_NUD = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
+_NUD_CONFIRMED = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
+_NUD_STALE = 0x04
+_NUD_PROBING = 0x08 | 0x10              # DELAY, PROBE
 
 
-def confirmed_neighbours(snapshot) -> frozenset[tuple[int, str]]:
-    return frozenset((n.ifindex, n.dst) for n in snapshot.neighbours
-                     if n.family == 2 and n.state & _CONFIRMED_NUD and n.lladdr)
+def neighbour_states(snapshot) -> frozenset[NeighbourFacts]:
+    """lfp_neigh entries: what the next packet to each next hop may do."""
+    out = set()
+    for n in snapshot.neighbours:
+        if n.family != 2 or not n.lladdr:
+            continue
+        if n.state & _NUD_CONFIRMED:
+            state = NEIGH_CONFIRMED
+        elif n.state & _NUD_STALE:
+            state = NEIGH_STALE
+        elif n.state & _NUD_PROBING:
+            state = NEIGH_PROBING
+        else:
+            continue
+        out.add(NeighbourFacts(n.ifindex, n.dst, state, n.lladdr))
+    return frozenset(out)
 
 
 def needs_full_source_check(snapshot) -> bool:

@@ -50,6 +50,31 @@ class IfaceFacts:
         }
 
 
+# Values of lfp_neigh (enum lfp_neigh_state in bpf_modules/router.h).
+NEIGH_CONFIRMED, NEIGH_STALE, NEIGH_PROBING = 1, 2, 3
+NEIGH_STATE_NAMES = {NEIGH_CONFIRMED: "confirmed", NEIGH_STALE: "stale", NEIGH_PROBING: "probing"}
+
+
+@dataclass(frozen=True)
+class NeighbourFacts:
+    """One lfp_neigh entry. The link-layer address is not written to the map
+    but is part of the value compared: a new address on a STALE entry means
+    Linux is back to "the next packet starts probing"."""
+
+    ifindex: int
+    address: str
+    state: int
+    lladdr: str
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.ifindex, self.address)
+
+    def to_dict(self) -> dict:
+        return {"ifindex": self.ifindex, "address": self.address,
+                "state": NEIGH_STATE_NAMES[self.state], "lladdr": self.lladdr}
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """The nodes a packet arriving on one interface traverses, in order."""
@@ -89,8 +114,7 @@ class Graph:
     skipped: tuple[Skipped, ...] = ()
     ifaces: tuple[IfaceFacts, ...] = ()
     local_addrs: frozenset[str] = field(default_factory=frozenset)
-    # (ifindex, IPv4 next hop) whose neighbour entry Linux considers confirmed
-    neighbours: frozenset[tuple[int, str]] = field(default_factory=frozenset)
+    neighbours: frozenset[NeighbourFacts] = field(default_factory=frozenset)
 
     def pipeline(self, ifindex: int) -> Pipeline | None:
         for p in self.pipelines:
@@ -107,5 +131,5 @@ class Graph:
             "skipped": [s.to_dict() for s in self.skipped],
             "ifaces": [f.to_dict() for f in self.ifaces],
             "local_addrs": sorted(self.local_addrs),
-            "confirmed_neighbours": [{"ifindex": i, "address": a} for i, a in sorted(self.neighbours)],
+            "neighbours": [n.to_dict() for n in sorted(self.neighbours, key=lambda n: n.key)],
         }
