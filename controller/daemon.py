@@ -24,10 +24,11 @@ from .responsetime import ResponseTimes
 log = logging.getLogger("linuxfp.controller")
 
 POLL_INTERVAL_S = 1.0   # for configuration that changes without a netlink event
-# Wait this long for the rest of a burst before reconciling. A single command's
-# notifications are queued together, and a burst arriving while we reconcile is
-# drained as one batch anyway, so the window only needs to be short.
-COALESCE_QUIET_NS = 200_000
+# No extra wait for the rest of a burst: a command's notifications are queued
+# together, and whatever arrives while we reconcile is drained as the next
+# batch, so bursts coalesce by themselves. (epoll cannot wait less than 1 ms,
+# which would dominate the response time.)
+COALESCE_QUIET_NS = 0
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class Controller:
         if todo.empty:
             return False
         self.installed = self.installer.apply(todo, self.installed, graph, compiled)
-        runtime_files.save_installed(self.layout, self.installed)
+        if todo.touches_programs:   # the file records pipelines; map contents live in the maps
+            runtime_files.save_installed(self.layout, self.installed)
         return True
 
     # -- lifecycle ---------------------------------------------------------
