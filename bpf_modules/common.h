@@ -58,6 +58,7 @@ struct lfp_pkt {
 #define LFP_IF_ACCEPT_LOCAL    (1u << 4)
 #define LFP_IF_ROUTE_LOCALNET  (1u << 5)
 #define LFP_IF_SRC_FULL_CHECK  (1u << 6)  /* Linux would run __fib_validate_source */
+#define LFP_IF_SET_PRIORITY    (1u << 7)  /* ip_forward_update_priority=1 */
 
 struct lfp_iface {
 	__u32 flags;

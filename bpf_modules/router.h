@@ -224,7 +224,8 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, &fib, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
 
-	lfp_set_forward_priority(pkt, ip->tos);
+	if (in->flags & LFP_IF_SET_PRIORITY)
+		lfp_set_forward_priority(pkt, ip->tos);
 	lfp_ipv4_decrease_ttl(ip);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from controller.launcher import ControllerProcess, linuxfp_cli
-from linuxfp.lab import RouterTopology, inject, ping
+from linuxfp.lab import Capture, RouterTopology, inject, ping, settle
 from linuxfp.lab.frames import udp_frame
 
 pytestmark = pytest.mark.netns
@@ -178,3 +178,39 @@ def test_offloaded_vlan_tag_is_never_routed_as_untagged(router_topology, ip_forw
         assert passed["pipeline"]["passed"].get("vlan_tagged", 0) >= 20
         udp_burst(r, 20)      # untagged again: fast path
         assert fast_path_count(r) >= 20
+
+
+@pytest.mark.parametrize("command, undo", [
+    # (iptables-nft leaves its table behind after a flush, which keeps the
+    # namespace on the kernel path: nothing to undo here)
+    (["iptables", "-A", "FORWARD", "-d", "198.19.3.0/24", "-j", "DROP"], None),
+    (["ip", "xfrm", "policy", "add", "dir", "fwd", "src", "198.18.1.0/24", "dst", "198.19.3.0/24", "action", "block"],
+     ["ip", "xfrm", "policy", "flush"]),
+], ids=["iptables", "xfrm"])
+def test_rules_the_router_cannot_honour_return_the_namespace_to_linux(router_topology, ip_forw_datagrams,
+                                                                       command, undo):
+    """A netfilter rule or an IPsec policy makes the controller detach: Linux
+    then applies it; removing the policy brings the fast path back."""
+    import time
+
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as c:
+        r.dut.run(command)
+        deadline = time.monotonic() + 5        # xfrm and legacy iptables are polled (1 s)
+        while status(r)["interfaces"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status(r)["interfaces"] == []
+        with Capture(r.sink, "to-dut") as sink:
+            udp_burst(r, 20)
+            settle([sink], quiet=0.2)
+            assert [f for f in sink.stop() if len(f.data) >= 64] == []    # dropped, as Linux does
+        if undo is None:
+            return
+        r.dut.run(undo)
+        deadline = time.monotonic() + 5
+        while not status(r)["interfaces"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        c.settled()
+        before = fast_path_count(r)
+        udp_burst(r, 20)
+        assert fast_path_count(r) >= before + 20

@@ -86,8 +86,8 @@ def test_interface_facts_follow_sysctls_and_redirect_capability():
     snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(
         sysctl(1), sysctl(2, rp_filter=2), sysctl(3, forwarding=False))))
     g = build_graph(snap)
-    assert set(flag_names(facts(g, 2).flags)) == {"rp_filter", "forwarding", "xdp_tx", "tc_tx"}
-    assert set(flag_names(facts(g, 3).flags)) == {"xdp_tx", "tc_tx"}
+    assert set(flag_names(facts(g, 2).flags)) == {"rp_filter", "forwarding", "xdp_tx", "tc_tx", "set_priority"}
+    assert set(flag_names(facts(g, 3).flags)) == {"xdp_tx", "tc_tx", "set_priority"}
     assert facts(g, 2).mac == bytes.fromhex("020000000002")
 
 
@@ -118,6 +118,30 @@ def test_full_source_check_only_when_a_source_could_be_refused_elsewhere():
     assert all(f.flags & 64 for f in build_graph(local_prefix).ifaces)
     no_local_rule = replace(snap, rules=snap.rules[1:])
     assert all(f.flags & 64 for f in build_graph(no_local_rule).ifaces)
+
+
+def test_ipsec_and_exotic_multipath_hashing_keep_the_kernel_path():
+    from linuxfp.state.model import XfrmState, NextHop
+    assert build_graph(router_snapshot(xfrm=XfrmState(policies_fwd=1))).pipelines == ()
+    assert build_graph(router_snapshot(xfrm=XfrmState(default_blocks=True))).pipelines == ()
+    snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=tuple(sysctl(i) for i in (1, 2, 3)),
+                                           multipath_hash_policy=2))
+    assert build_graph(snap).pipelines != ()       # no multipath route: fine
+    multi = replace(snap.routes[-1], nexthops=(NextHop("198.18.2.1", 3), NextHop("198.18.2.2", 3)))
+    assert build_graph(replace(snap, routes=snap.routes + (multi,))).pipelines == ()
+
+
+def test_accepted_redirects_and_pmtu_use_are_conservative():
+    from linuxfp.state.model import InterfaceSysctls
+    conf = InterfaceSysctls(3, True, 0, False, True, False, accept_redirects=True)
+    snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(sysctl(1), sysctl(2), conf)))
+    assert not facts(build_graph(snap), 3).flags & 12   # neither XDP nor TC egress
+    pmtu = router_snapshot(routes=router_snapshot().routes + (route("198.19.9.0/24", gateway="198.18.2.1", oif=3),),
+                           sysctls=Sysctls(ip_forward=True, interfaces=tuple(sysctl(i) for i in (1, 2, 3)),
+                                           forward_use_pmtu=True))
+    assert facts(build_graph(pmtu), 2).fwd_len_cap == 0
+    with_metric = replace(pmtu, routes=pmtu.routes + (replace(route("198.19.8.0/24", gateway="198.18.2.1", oif=3), mtu=1400),))
+    assert facts(build_graph(with_metric), 2).fwd_len_cap == 68
 
 
 def test_presentations():

@@ -7,7 +7,7 @@ import ipaddress
 from linuxfp.synth import Shape
 
 from .model import (
-    IF_ACCEPT_LOCAL, IF_FORWARDING, IF_ROUTE_LOCALNET, IF_RP_FILTER, IF_SRC_FULL_CHECK,
+    IF_ACCEPT_LOCAL, IF_FORWARDING, IF_ROUTE_LOCALNET, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK,
     IF_TC_TX, IF_XDP_TX, NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, Graph, IfaceFacts,
     NeighbourFacts, Pipeline, Skipped,
 )
@@ -60,6 +60,12 @@ def _namespace_blocker(snapshot) -> str | None:
     nf = snapshot.netfilter
     if nf.active:
         return f"netfilter rules present ({nf.detail}); the filter node is not available yet"
+    if snapshot.xfrm.active:
+        return "IPsec (xfrm) policies present: ip_forward would check or transform packets"
+    policy = snapshot.sysctls.multipath_hash_policy
+    if policy not in (0, 1) and any(len(r.nexthops) > 1 or r.nh_id for r in snapshot.routes):
+        return (f"fib_multipath_hash_policy={policy} hashes fields bpf_fib_lookup does not see, "
+                "and multipath routes exist")
     return None
 
 
@@ -108,7 +114,12 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
         flags |= IF_ROUTE_LOCALNET if conf.route_localnet else 0
     if full_check:
         flags |= IF_SRC_FULL_CHECK
-    sendable = link.up and link.oper_up and link.kind in ROUTABLE_KINDS and not link.master
+    if snapshot.sysctls.forward_update_priority:
+        flags |= IF_SET_PRIORITY
+    # Accepted ICMP redirects create next-hop exceptions bpf_fib_lookup ignores.
+    redirects = conf is not None and conf.accept_redirects
+    sendable = (link.up and link.oper_up and link.kind in ROUTABLE_KINDS and not link.master
+                and not redirects)
     if sendable:
         flags |= IF_TC_TX
         # An XDP redirect skips the egress qdisc and tc egress filters.
@@ -122,7 +133,13 @@ def forward_length_cap(snapshot) -> int:
     forwarding honours these, bpf_fib_lookup() only when locked, so longer
     packets go to the kernel rather than risk a difference."""
     mtus = [r.mtu for r in snapshot.routes if r.family == 2 and r.mtu]
-    return min(min(mtus), 0xFFFF) if mtus else 0
+    if not mtus:
+        return 0
+    if snapshot.sysctls.forward_use_pmtu:
+        # Linux then prefers a learned path MTU, which bpf_fib_lookup ignores
+        # when a metric is set: only minimum-size packets are safe.
+        return 68
+    return min(min(mtus), 0xFFFF)
 
 
 def _mac_bytes(mac: str) -> bytes:

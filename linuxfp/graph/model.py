@@ -14,6 +14,7 @@ IF_TC_TX = 1 << 3
 IF_ACCEPT_LOCAL = 1 << 4
 IF_ROUTE_LOCALNET = 1 << 5
 IF_SRC_FULL_CHECK = 1 << 6
+IF_SET_PRIORITY = 1 << 7
 
 FLAG_NAMES = {
     IF_FORWARDING: "forwarding",
@@ -23,6 +24,7 @@ FLAG_NAMES = {
     IF_ACCEPT_LOCAL: "accept_local",
     IF_ROUTE_LOCALNET: "route_localnet",
     IF_SRC_FULL_CHECK: "src_full_check",
+    IF_SET_PRIORITY: "set_priority",
 }
 
 

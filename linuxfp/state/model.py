@@ -318,12 +318,19 @@ class InterfaceSysctls(_JsonMixin):
     accept_local: bool  # IN_DEV_ACCEPT_LOCAL: all || dev
     send_redirects: bool  # IN_DEV_TX_REDIRECTS: all || dev
     route_localnet: bool  # IN_DEV_ROUTE_LOCALNET: all || dev
+    # IN_DEV_RX_REDIRECTS: forwarding ? all && dev : all || dev. Accepted ICMP
+    # redirects create next-hop exceptions bpf_fib_lookup does not apply.
+    accept_redirects: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Sysctls(_JsonMixin):
     ip_forward: bool
     interfaces: tuple[InterfaceSysctls, ...] = ()  # sorted by ifindex
+    # Namespace-wide net.ipv4 values the forwarding path reads.
+    forward_use_pmtu: bool = False        # ip_forward_use_pmtu
+    multipath_hash_policy: int = 0        # fib_multipath_hash_policy
+    forward_update_priority: bool = True  # ip_forward_update_priority
 
     def for_ifindex(self, ifindex: int) -> InterfaceSysctls | None:
         i = bisect.bisect_left(self.interfaces, ifindex, key=lambda s: s.ifindex)
@@ -339,6 +346,36 @@ class NetfilterState(_JsonMixin):
     active: bool
     tables: tuple[str, ...] = ()  # "nft:inet filter", "legacy:filter", ...
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class XfrmState(_JsonMixin):
+    """IPsec policies of the namespace (ip_forward checks them)."""
+
+    available: bool = True
+    policies_in: int = 0
+    policies_out: int = 0
+    policies_fwd: int = 0
+    default_blocks: bool = False   # a default policy (in/fwd/out) is "block"
+
+    @property
+    def active(self) -> bool:
+        return bool(self.policies_in or self.policies_out or self.policies_fwd or self.default_blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class XfrmState(_JsonMixin):
+    """IPsec policies of the namespace (ip_forward checks them)."""
+
+    available: bool = True
+    policies_in: int = 0
+    policies_out: int = 0
+    policies_fwd: int = 0
+    default_blocks: bool = False   # a default policy (in/fwd/out) is "block"
+
+    @property
+    def active(self) -> bool:
+        return bool(self.policies_in or self.policies_out or self.policies_fwd or self.default_blocks)
 
 
 def link_order(link: Link) -> int:
@@ -379,10 +416,11 @@ class Snapshot(_JsonMixin):
     sysctls: Sysctls
     netfilter: NetfilterState
     netns_inode: int
+    xfrm: XfrmState = XfrmState()
     _field_hashes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     _FIELDS = ("links", "addresses", "routes", "rules", "neighbours", "sysctls",
-               "netfilter", "netns_inode")
+               "netfilter", "netns_inode", "xfrm")
 
     def __hash__(self) -> int:
         # Hashing 10k routes costs milliseconds, so each field's hash is
@@ -461,5 +499,6 @@ class Snapshot(_JsonMixin):
             "neighbours": [x.to_dict() for x in self.neighbours],
             "sysctls": self.sysctls.to_dict(),
             "netfilter": self.netfilter.to_dict(),
+            "xfrm": self.xfrm.to_dict(),
             "default_rules": self.default_rules,
         }

@@ -25,6 +25,7 @@ from .model import (
     rule_order,
 )
 from .netfilter import read_netfilter
+from .xfrm import read_xfrm
 from .sysctl import read_sysctls
 
 
@@ -97,6 +98,7 @@ def read_snapshot() -> Snapshot:
         neighbours=tuple(neighbours),
         sysctls=read_sysctls((link.index, link.name) for link in links),
         netfilter=read_netfilter(),
+        xfrm=read_xfrm(),
         netns_inode=inode,
     )
 
@@ -129,10 +131,15 @@ def refresh_polled(snapshot: Snapshot) -> Snapshot:
         links = _with_current_xdp(snapshot.links, {l.index: l for l in dump_links(sock)})
     sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
     netfilter = read_netfilter()
+    xfrm = read_xfrm()
+    if xfrm == snapshot.xfrm:
+        xfrm = snapshot.xfrm
     if sysctls == snapshot.sysctls:
         sysctls = snapshot.sysctls
     if netfilter == snapshot.netfilter:
         netfilter = snapshot.netfilter
-    if links is snapshot.links and sysctls is snapshot.sysctls and netfilter is snapshot.netfilter:
+    if (links is snapshot.links and sysctls is snapshot.sysctls and netfilter is snapshot.netfilter
+            and xfrm is snapshot.xfrm):
         return snapshot
-    return replace(snapshot, links=links, sysctls=sysctls, netfilter=netfilter).inherit_hashes(snapshot)
+    return replace(snapshot, links=links, sysctls=sysctls, netfilter=netfilter,
+                   xfrm=xfrm).inherit_hashes(snapshot)

@@ -6,6 +6,7 @@ combines them (include/linux/inetdevice.h):
     IN_DEV_ACCEPT_LOCAL(dev)   = conf/all/accept_local   || conf/DEV/accept_local
     IN_DEV_TX_REDIRECTS(dev)   = conf/all/send_redirects || conf/DEV/send_redirects
     IN_DEV_ROUTE_LOCALNET(dev) = conf/all/route_localnet || conf/DEV/route_localnet
+    IN_DEV_RX_REDIRECTS(dev)   = forwarding ? all && dev : all || dev  (accept_redirects)
 
 /proc/sys/net belongs to the network namespace of the thread that opens the
 file, so these readers must run in the namespace being described.
@@ -19,7 +20,12 @@ from .model import InterfaceSysctls, Sysctls
 
 CONF_ROOT = "/proc/sys/net/ipv4/conf"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
-_KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet")
+_KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet", "accept_redirects")
+_NAMESPACE_KEYS = {
+    "forward_use_pmtu": ("/proc/sys/net/ipv4/ip_forward_use_pmtu", 0),
+    "multipath_hash_policy": ("/proc/sys/net/ipv4/fib_multipath_hash_policy", 0),
+    "forward_update_priority": ("/proc/sys/net/ipv4/ip_forward_update_priority", 1),
+}
 
 
 def _read_int(path: str) -> int | None:
@@ -60,6 +66,15 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
             accept_local=bool(every["accept_local"] or dev["accept_local"]),
             send_redirects=bool(every["send_redirects"] or dev["send_redirects"]),
             route_localnet=bool(every["route_localnet"] or dev["route_localnet"]),
+            accept_redirects=bool(every["accept_redirects"] and dev["accept_redirects"]) if dev["forwarding"]
+            else bool(every["accept_redirects"] or dev["accept_redirects"]),
         ))
     interfaces.sort(key=lambda s: s.ifindex)
-    return Sysctls(ip_forward=bool(ip_forward), interfaces=tuple(interfaces))
+    namespace = {}
+    for field_name, (path, default) in _NAMESPACE_KEYS.items():
+        value = _read_int(path)
+        namespace[field_name] = default if value is None else value
+    return Sysctls(ip_forward=bool(ip_forward), interfaces=tuple(interfaces),
+                   forward_use_pmtu=bool(namespace["forward_use_pmtu"]),
+                   multipath_hash_policy=namespace["multipath_hash_policy"],
+                   forward_update_priority=bool(namespace["forward_update_priority"]))
