@@ -116,6 +116,8 @@ def test_full_source_check_only_when_a_source_could_be_refused_elsewhere():
     assert all(f.flags & 64 for f in build_graph(local_elsewhere).ifaces)
     local_prefix = replace(snap, routes=snap.routes + (route("203.0.113.0/24", table=255, type_="local", oif=2),))
     assert all(f.flags & 64 for f in build_graph(local_prefix).ifaces)
+    loopback = replace(snap, routes=snap.routes + (route("127.0.0.0/8", table=255, type_="local", oif=1),))
+    assert not any(f.flags & 64 for f in build_graph(loopback).ifaces)   # loopback sources are martians
     no_local_rule = replace(snap, rules=snap.rules[1:])
     assert all(f.flags & 64 for f in build_graph(no_local_rule).ifaces)
 

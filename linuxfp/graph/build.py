@@ -200,5 +200,9 @@ def needs_full_source_check(snapshot) -> bool:
     return any(
         r.family == 2 and r.type in _SOURCE_REFUSING_TYPES
         and (r.table != LOCAL_TABLE or not r.dst.endswith("/32"))   # lfp_local_src holds /32s only
+        and not _LOOPBACK.supernet_of(ipaddress.ip_network(r.dst, strict=False))  # martian anyway
         for r in snapshot.routes
     )
+
+
+_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
