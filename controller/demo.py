@@ -15,14 +15,19 @@ PREFIXES = 50
 FRAME_SIZE = 64
 
 
+_narration = sys.stdout
+
+
 def _say(text: str = "") -> None:
-    print(text, flush=True)
+    print(text, file=_narration, flush=True)
 
 
 def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = False) -> int:
     from linuxfp.bench import throughput
     from linuxfp.bench.systems import SYSTEMS, System
 
+    global _narration
+    _narration = sys.stderr if as_json else sys.stdout   # -j: stdout carries only the JSON
     shown: dict[str, str] = {}
 
     @contextlib.contextmanager
@@ -72,8 +77,7 @@ def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = Fals
         s = summary["systems"].get(name)
         if s:
             _say(f"  {label:<16} {s['pps_median'] / 1e6:6.2f} Mpps  ({s['ns_per_packet_median']:.0f} ns/packet, "
-                 f"{s['valid']}/{s['n']} windows valid)" if "valid" in s and "n" in s else
-                 f"  {label:<16} {s['pps_median'] / 1e6:6.2f} Mpps  ({s['ns_per_packet_median']:.0f} ns/packet)")
+                 f"{s.get('valid_measurements', 0)}/{s.get('measurements', 0)} windows valid)")
     ratio = summary["ratios"].get("linuxfp/linux")
     if ratio:
         _say(f"  LinuxFP / Linux: {ratio:.2f}x")
