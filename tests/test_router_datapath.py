@@ -5,6 +5,7 @@ bpf_fib_lookup consults the kernel FIB of the ingress device's namespace. The
 maps are filled the way the controller fills them: snapshot → graph."""
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 
@@ -128,63 +129,54 @@ def test_router_case(router, case):
         assert result.data_out == frame, "a passed frame must reach the kernel unchanged"
 
 
-def test_ingress_forwarding_off_is_a_map_update_away(router, router_ns):
-    """The facts map is read per packet: no reload is needed for a sysctl."""
-    frame = CASES[0].frame()
+@contextlib.contextmanager
+def configured(router, ns, change, undo):
+    """Apply a configuration change in the namespace and write the ingress's
+    facts as the controller would (snapshot -> graph -> map); restore both."""
     ifaces = router.obj.map("lfp_ifaces")
     key = struct.pack("<I", router.ifindex)
     original = ifaces.lookup(key)
+    change()
     try:
-        router_ns.sysctl("net.ipv4.conf.in0.forwarding", 0)
-        with entered(router_ns):
+        with entered(ns):
             facts = next(f for f in build_graph(read_snapshot(), router.hook).ifaces if f.ifindex == router.ifindex)
         ifaces.update(key, pack_iface(facts))
-        before = router.counter("ingress_fwd_disabled")
-        assert router.run(frame).retval == VERDICTS[router.hook]["pass"]
-        assert router.counter("ingress_fwd_disabled") == before + 1
+        yield facts
     finally:
-        router_ns.sysctl("net.ipv4.conf.in0.forwarding", 1)
+        undo()
         ifaces.update(key, original)
+
+
+def assert_passed(router, frame, counter):
+    before = router.counter(counter)
+    assert router.run(frame).retval == VERDICTS[router.hook]["pass"]
+    assert router.counter(counter) == before + 1
+
+
+def test_ingress_forwarding_off_is_a_map_update_away(router, router_ns):
+    """The facts map is read per packet: no reload is needed for a sysctl."""
+    frame = CASES[0].frame()
+    with configured(router, router_ns, lambda: router_ns.sysctl("net.ipv4.conf.in0.forwarding", 0),
+                    lambda: router_ns.sysctl("net.ipv4.conf.in0.forwarding", 1)):
+        assert_passed(router, frame, "ingress_fwd_disabled")
     assert router.run(frame).retval == VERDICTS[router.hook][FORWARD]
 
 
 def test_rp_filter_passes(router, router_ns):
-    ifaces = router.obj.map("lfp_ifaces")
-    key = struct.pack("<I", router.ifindex)
-    original = ifaces.lookup(key)
-    try:
-        router_ns.sysctl("net.ipv4.conf.all.rp_filter", 1)
-        with entered(router_ns):
-            facts = next(f for f in build_graph(read_snapshot(), router.hook).ifaces if f.ifindex == router.ifindex)
-        ifaces.update(key, pack_iface(facts))
-        before = router.counter("rp_filter")
-        assert router.run(CASES[0].frame()).retval == VERDICTS[router.hook]["pass"]
-        assert router.counter("rp_filter") == before + 1
-    finally:
-        router_ns.sysctl("net.ipv4.conf.all.rp_filter", 0)
-        ifaces.update(key, original)
+    with configured(router, router_ns, lambda: router_ns.sysctl("net.ipv4.conf.all.rp_filter", 1),
+                    lambda: router_ns.sysctl("net.ipv4.conf.all.rp_filter", 0)):
+        assert_passed(router, CASES[0].frame(), "rp_filter")
 
 
 def test_route_mtu_metric_caps_the_fast_path(router, router_ns):
     """ip_forward() honours a route's mtu metric; bpf_fib_lookup() does not
     unless it is locked, so longer packets must go to the kernel."""
     from fixtures.router_cases import udp, routed
-    ifaces = router.obj.map("lfp_ifaces")
-    key = struct.pack("<I", router.ifindex)
-    original = ifaces.lookup(key)
-    router_ns.run(["ip", "route", "add", "198.19.1.0/24", "via", "198.18.2.1", "mtu", "1000"])
-    try:
-        with entered(router_ns):
-            facts = next(f for f in build_graph(read_snapshot(), router.hook).ifaces if f.ifindex == router.ifindex)
+    route = ["198.19.1.0/24", "via", "198.18.2.1", "mtu", "1000"]
+    with configured(router, router_ns, lambda: router_ns.run(["ip", "route", "add", *route]),
+                    lambda: router_ns.run(["ip", "route", "del", "198.19.1.0/24"])) as facts:
         assert facts.fwd_len_cap == 1000
-        ifaces.update(key, pack_iface(facts))
-        big = bytes(udp(dst="198.19.1.9", size=1100, flags="DF"))
-        before = router.counter("route_mtu")
-        assert router.run(big).retval == VERDICTS[router.hook]["pass"]
-        assert router.counter("route_mtu") == before + 1
+        assert_passed(router, bytes(udp(dst="198.19.1.9", size=1100, flags="DF")), "route_mtu")
         small = bytes(udp(dst="198.19.1.9", size=900))
         result = router.run(small)
         assert result.retval == VERDICTS[router.hook][FORWARD] and result.data_out == routed(small)
-    finally:
-        router_ns.run(["ip", "route", "del", "198.19.1.0/24"])
-        ifaces.update(key, original)
