@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from linuxfp import state as kstate
 from linuxfp.datapath import bpffs_root
 from linuxfp.graph import Graph, build_graph
-from linuxfp.synth import CompileError, Shape
+from linuxfp.synth import CompileError, Shape, ToolMissing
 from linuxfp.synth import build as build_shape
 
 from . import runtime_files
@@ -61,7 +61,7 @@ class Controller:
                 if shape not in self._compiled:
                     self._compiled[shape] = build_shape(shape)
                 compiled[shape] = self._compiled[shape]
-            except CompileError as e:
+            except (CompileError, ToolMissing) as e:
                 log.error("cannot compile %s: %s", shape, e)
                 for p in graph.pipelines:
                     if p.shape == shape:

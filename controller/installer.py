@@ -15,6 +15,7 @@ from typing import Callable
 from linuxfp import datapath as dp
 from linuxfp.graph import IfaceFacts, NeighbourFacts, Pipeline
 from linuxfp.synth import CompiledObject, Shape
+from linuxfp.synth.debuginfo import describe_rejection
 
 from .namespace import NamespaceLayout
 from .reconcile import InstalledPipeline, InstalledState, Plan
@@ -232,9 +233,12 @@ class Installer:
                     new = self._install(p, compiled[p.shape], how, old)
                     log.info("%s %s on %s (prog %d, %s)", how, p.shape, p.ifname, new.prog_id, new.mode)
                 except (dp.BpfError, OSError) as e:
-                    log.error("cannot install %s on %s: %s", p.shape, p.ifname, e)
+                    message = str(e)
+                    if isinstance(e, dp.VerifierError):
+                        message = describe_rejection(message, e.log, compiled[p.shape].data, p.shape.entry)
+                    log.error("cannot install %s on %s: %s", p.shape, p.ifname, message)
                     new = InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape),
-                                            compiled[p.shape].digest, error=str(e))
+                                            compiled[p.shape].digest, error=message)
                     if how == "replace" and old is not None:
                         # the old program still runs; keep describing it as installed
                         new = replace(old, error=f"update to {p.shape} failed: {e}")

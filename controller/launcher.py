@@ -19,11 +19,13 @@ class ControllerProcess:
     stop it with SIGTERM on exit (the controller then detaches cleanly)."""
 
     def __init__(self, netns: str, hook: str = "auto", xdp_mode: str = "auto",
-                 keep: bool = False, extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0):
+                 keep: bool = False, extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
+                 env: dict[str, str] | None = None):
         self.netns = netns
         self.argv = ["ip", "netns", "exec", netns, sys.executable, "-m", "controller.cli", "run",
                      "--hook", hook, "--xdp-mode", xdp_mode, *(("--keep",) if keep else ()), *extra_args]
         self.ready_timeout = ready_timeout
+        self.extra_env = env or {}
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -40,9 +42,7 @@ class ControllerProcess:
         import tempfile
 
         self._stderr = tempfile.TemporaryFile(mode="w+")
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = {**_env(), **self.extra_env}
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
                                      env=env, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -100,13 +100,18 @@ class ControllerProcess:
         return self.proc.returncode
 
 
-def linuxfp_cli(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run a one-shot `linuxfp` command inside `netns`."""
+def _env() -> dict[str, str]:
+    """This checkout first on the path, so the code under test is what runs."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def linuxfp_cli(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a one-shot `linuxfp` command inside `netns`."""
     return subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "controller.cli", *args],
-                          capture_output=True, text=True, check=check, env=env)
+                          capture_output=True, text=True, check=check, env=_env())
 
 
 def accelerator(hook: str = "auto", xdp_mode: str = "auto"):

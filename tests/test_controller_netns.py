@@ -107,24 +107,28 @@ def test_detach_removes_everything_and_is_idempotent(router_topology):
 
 
 def test_an_interface_that_fails_stays_on_the_kernel_path(router_topology, tmp_path):
-    """A foreign XDP program on one interface makes our attach fail there;
+    """Someone else's XDP program on one interface makes our attach fail there;
     that interface keeps the kernel path, the other one is accelerated."""
+    from linuxfp import datapath as dp
+    from linuxfp.lab import entered
+
     r = router_topology
-    foreign = os.path.join(os.path.dirname(__file__), "bpf", "foreign_xdp_pass.c")
-    obj = str(tmp_path / "foreign.o")
-    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c", foreign,
-                    "-o", obj], check=True)
+    obj_path = str(tmp_path / "foreign.o")
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c",
+                    os.path.join(os.path.dirname(__file__), "bpf", "foreign_xdp_pass.c"), "-o", obj_path], check=True)
+    with entered(r.dut), dp.BpfObject.open(obj_path) as obj:
+        obj.load()
+        foreign = dp.attach_xdp(obj.program("foreign_pass"), r.dut_right.ifindex, mode="native")
     try:
-        r.dut.run(["ip", "link", "set", "dev", "to-sink", "xdpdrv", "obj", obj, "sec", "xdp"])
         with ControllerProcess(r.dut.name, hook="xdp"):
             entries = {i["ifname"]: i for i in status(r)["interfaces"]}
             assert entries["to-sink"]["state"] == "error" and entries["to-sink"]["error"]
             assert entries["to-src"]["state"] == "active"
-            text = linuxfp_cli(r.dut.name, "status").stdout
-            assert "error" in text
+            assert "error" in linuxfp_cli(r.dut.name, "status").stdout
             assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
     finally:
-        r.dut.run(["ip", "link", "set", "dev", "to-sink", "xdp", "off"], check=False)
+        with entered(r.dut):
+            foreign.detach()
 
 
 def test_cli_usage_errors_and_unprivileged_user():
@@ -214,3 +218,30 @@ def test_rules_the_router_cannot_honour_return_the_namespace_to_linux(router_top
         before = fast_path_count(r)
         udp_burst(r, 20)
         assert fast_path_count(r) >= before + 20
+
+
+def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_topology, tmp_path):
+    """A router module with an unchecked packet access: the verifier refuses
+    it, status shows the verifier's words and the source line, and traffic
+    keeps flowing through Linux."""
+    import shutil
+
+    from linuxfp.synth.resources import modules_dir
+
+    broken = tmp_path / "modules"
+    shutil.copytree(modules_dir(), broken)
+    router_h = broken / "router.h"
+    text = router_h.read_text()
+    marker = "	in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->ingress_ifindex);"
+    assert marker in text
+    router_h.write_text(text.replace(marker, marker + "\n\tif (((__u8 *)pkt->data)[200] == 7)   /* no bounds check */\n"
+                                             "\t\treturn LFP_DROP;", 1))
+    r = router_topology
+    env = {"LINUXFP_MODULES_DIR": str(broken), "LINUXFP_CACHE_DIR": str(tmp_path / "cache")}
+    with ControllerProcess(r.dut.name, hook="tc", env=env):
+        entries = {i["ifname"]: i for i in status(r)["interfaces"]}
+        error = entries["to-src"]["error"]
+        assert entries["to-src"]["state"] == "error"
+        assert "invalid access to packet" in error or "R" in error and "offset" in error
+        assert "router.h" in error and "[200] == 7" in error    # the C source line it stopped at
+        assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2

@@ -1,7 +1,10 @@
-"""Where the C modules and templates live, installed or in a checkout."""
+"""Where the C modules and templates live, installed or in a checkout.
+LINUXFP_MODULES_DIR / LINUXFP_TEMPLATES_DIR point elsewhere (development of
+a node without reinstalling; tests that need a deliberately broken module)."""
 from __future__ import annotations
 
 import importlib.resources
+import os
 from pathlib import Path
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -19,9 +22,11 @@ def _package_dir(package: str, checkout_dir: str) -> Path:
 
 def modules_dir() -> Path:
     """Directory of the header-only node modules (bpf_modules/)."""
-    return _package_dir("linuxfp.bpf_modules", "bpf_modules")
+    override = os.environ.get("LINUXFP_MODULES_DIR")
+    return Path(override) if override else _package_dir("linuxfp.bpf_modules", "bpf_modules")
 
 
 def templates_dir() -> Path:
     """Directory of the jinja2 pipeline templates (templates/)."""
-    return _package_dir("linuxfp.templates", "templates")
+    override = os.environ.get("LINUXFP_TEMPLATES_DIR")
+    return Path(override) if override else _package_dir("linuxfp.templates", "templates")
