@@ -13,6 +13,7 @@ from .generator import BENCH_UDP_PORT, SENT_TTL
 from .topology import Line
 
 PROBE_UDP_PORT = 7
+ECHO_UDP_PORT = 7007
 _PROBE_KEY = struct.Struct("<4s6sH")
 _PROBE_SEEN = struct.Struct("<QQQ")
 COUNTERS = ("frames", "good", "ttl_unchanged", "bad_mac", "bad_csum", "bad_ttl", "other")
@@ -49,6 +50,7 @@ class Sink:
             "sink_sent_ttl": SENT_TTL,
             "sink_dst_port": BENCH_UDP_PORT,
             "sink_probe_port": PROBE_UDP_PORT,
+            "sink_echo_port": ECHO_UDP_PORT,
         })
         prog = self._obj.program("bench_sink")
         with entered(line.sink):

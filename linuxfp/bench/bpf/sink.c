@@ -6,6 +6,7 @@ volatile const __u8 sink_peer_mac[ETH_ALEN];  /* the DUT's egress: expected sour
 volatile const __u8 sink_sent_ttl = 64;
 volatile const __u16 sink_dst_port = 9;
 volatile const __u16 sink_probe_port = 7;  /* response-time probes */
+volatile const __u16 sink_echo_port = 7007; /* latency: reflected to the sender */
 
 enum sink_counter {
 	SINK_FRAMES = 0,     /* benchmark frames seen */
@@ -68,6 +69,34 @@ static __always_inline void record_probe(const struct ethhdr *eth, const struct 
 	bpf_map_update_elem(&sink_probes, &key, &fresh, BPF_NOEXIST);
 }
 
+/* The latency scenario's server: the request goes back out the way it
+ * came with addresses and ports swapped (the IP checksum stays valid), so the
+ * round trip crosses the DUT twice and the server adds almost nothing.
+ * A redirect to the receiving device rather than XDP_TX: veth only wakes
+ * the peer's NAPI after XDP_TX when the peer runs XDP itself, and under
+ * Linux alone the DUT's egress has only GRO. */
+static __always_inline int reflect(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+				   struct udphdr *udp)
+{
+	__u8 mac[ETH_ALEN];
+	__be32 addr;
+	__be16 port;
+
+	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	addr = ip->saddr;
+	ip->saddr = ip->daddr;
+	ip->daddr = addr;
+	port = udp->source;
+	udp->source = udp->dest;
+	udp->dest = port;
+	/* The sender's checksum may be a partial one left for offload (it was
+	 * never computed on the veth path); IPv4 UDP may carry none. */
+	udp->check = 0;
+	return bpf_redirect(ctx->ingress_ifindex, 0);
+}
+
 static __always_inline int mac_is(const __u8 *mac, const volatile __u8 *want)
 {
 	int same = 1;
@@ -92,6 +121,9 @@ int bench_sink(struct xdp_md *ctx)
 		record_probe(eth, ip);
 		return XDP_DROP;
 	}
+	if ((void *)(udp + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP) &&
+	    ip->ihl == 5 && ip->protocol == IPPROTO_UDP && udp->dest == bpf_htons(sink_echo_port))
+		return reflect(ctx, eth, ip, udp);
 	if ((void *)(udp + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
 	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(sink_dst_port)) {
 		bench_count(&sink_counters, SINK_OTHER);

@@ -1,0 +1,182 @@
+"""`linuxfp bench latency`: request–response round trips across the DUT
+(paper Tables III–V, which used netperf TCP_RR).
+
+Client: our small C tool (tools/rr.c, compiled with the host's clang at run
+time) in the source namespace, one request in flight per session, 1 and 128
+sessions. Server: the sink's XDP program reflects each request (addresses
+and ports swapped), so the round trip crosses the DUT twice and the server
+side adds the same few hundred nanoseconds for every system. The DUT's
+egress has GRO on in every mode so reflected frames get NAPI there, and the
+source's veth too so LinuxFP may redirect the replies into it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import statistics
+import subprocess
+from pathlib import Path
+
+from linuxfp.lab.netns import Lab
+from linuxfp.synth.compile import ToolMissing, default_cache_dir, find_clang
+
+from .machine import machine
+from .options import Options
+from .results import table, timestamp
+from .sink import ECHO_UDP_PORT, Sink
+from .systems import SYSTEMS
+from .throughput import progress
+from .topology import Line, build_line
+
+SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc")
+SESSIONS = (1, 128)
+PAYLOAD = 18          # UDP payload: 64-byte frames
+TOOL_SOURCE = Path(__file__).resolve().parent / "tools" / "rr.c"
+
+
+def build_tool() -> Path:
+    """Compile tools/rr.c once per source version; cached next to the BPF objects."""
+    source = TOOL_SOURCE.read_bytes()
+    clang = find_clang()
+    digest = hashlib.sha256(source + clang.encode()).hexdigest()[:16]
+    binary = default_cache_dir() / f"rr-{digest}"
+    if binary.exists():
+        return binary
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_suffix(".tmp")
+    done = subprocess.run([clang, "-O2", "-Wall", "-o", str(partial), str(TOOL_SOURCE), "-lm"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        if "stdio.h" in done.stderr or "No such file" in done.stderr:
+            raise ToolMissing("cannot build the latency client: install the Debian package 'libc6-dev'")
+        raise RuntimeError(f"cannot build the latency client:\n{done.stderr.strip()}")
+    partial.replace(binary)
+    return binary
+
+
+def _prepare(line: Line) -> None:
+    line.dut.run(["ethtool", "-K", line.dut_in.ifname, "gro", "on"])
+    line.dut.run(["ethtool", "-K", line.dut_out.ifname, "gro", "on"])
+    line.src.run(["ethtool", "-K", line.gen.ifname, "gro", "on"])
+
+
+def round_trips(line: Line, tool: Path, sessions: int, duration_ms: int, warmup_ms: int) -> dict:
+    argv = [str(tool), line.prefix_address(0), str(ECHO_UDP_PORT), str(sessions), str(duration_ms),
+            str(warmup_ms), str(PAYLOAD)]
+    try:
+        done = subprocess.run(line.src.exec_argv(argv), capture_output=True, text=True,
+                              timeout=(duration_ms + warmup_ms) / 1000 + 30)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError("latency client did not finish in time") from exc
+    if done.returncode != 0:
+        raise RuntimeError(f"latency client failed: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def _median_of(runs: list[dict], key: str) -> float | None:
+    values = [run[key] for run in runs if key in run]
+    return round(statistics.median(values), 3) if values else None
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    repetitions = options.reps(full=5)
+    duration_ms, warmup_ms = (400, 100) if options.quick else (4000, 500)
+    tool = build_tool()
+    rng = random.Random()
+    raw: list[dict] = []
+    errors: dict[str, str] = {}
+    with Lab("lfpb") as lab:
+        line = build_line(lab, 50)
+        _prepare(line)
+        sink = Sink(line)
+        try:
+            for index in range(repetitions):
+                order = list(SYSTEM_NAMES)
+                rng.shuffle(order)
+                for name in order:
+                    if name in errors:
+                        continue
+                    try:
+                        with SYSTEMS[name].install(line):
+                            for sessions in SESSIONS:
+                                result = round_trips(line, tool, sessions, duration_ms, warmup_ms)
+                                raw.append({"repetition": index, "system": name, "sessions": sessions, **result})
+                                progress(f"latency [{index + 1}/{repetitions}] {name}, {sessions} session(s): "
+                                         f"avg {result.get('avg_us', 0):.1f} µs, p99 {result.get('p99_us', 0):.1f} µs")
+                    except Exception as exc:
+                        errors[name] = f"{type(exc).__name__}: {exc}"
+                        progress(f"latency: {name}: {errors[name]}")
+        finally:
+            sink.close()
+    by_sessions: dict[str, dict] = {}
+    for sessions in SESSIONS:
+        entry = {}
+        for name in SYSTEM_NAMES:
+            runs = [r for r in raw if r["system"] == name and r["sessions"] == sessions and r.get("count")]
+            if runs:
+                entry[name] = {"avg_us": _median_of(runs, "avg_us"), "p99_us": _median_of(runs, "p99_us"),
+                               "std_us": _median_of(runs, "std_us"), "p50_us": _median_of(runs, "p50_us"),
+                               "sessions": sessions, "round_trips": sum(r["count"] for r in runs),
+                               "lost": sum(r["lost"] for r in runs), "repetitions": len(runs)}
+        by_sessions[str(sessions)] = entry
+    return {
+        "scenario": "latency",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": {
+            "client": "tools/rr.c: connected UDP sockets, one request in flight per session, CLOCK_MONOTONIC",
+            "server": "XDP reflector on the sink (addresses and ports swapped, XDP_TX)",
+            "frame_bytes": 64,
+            "sessions": list(SESSIONS),
+            "duration_ms": duration_ms,
+            "warmup_ms": warmup_ms,
+            "repetitions": repetitions,
+            "aggregation": "median over repetitions of each run's avg / p99 / std",
+        },
+        "latency": by_sessions[str(SESSIONS[0])],
+        "latency_by_sessions": by_sessions,
+        "systems": {},
+        "ratios": {},
+        "errors": errors,
+        "runs": raw,
+    }
+
+
+def summary_line(result: dict) -> str:
+    parts = []
+    for sessions, entry in result["latency_by_sessions"].items():
+        shown = ", ".join(f"{name} {e['avg_us']:.1f}/{e['p99_us']:.1f}" for name, e in entry.items())
+        parts.append(f"{sessions} session(s): {shown}")
+    return "latency avg/p99 µs: " + " | ".join(parts)
+
+
+def markdown(result: dict) -> str:
+    rows = []
+    for sessions, entry in result["latency_by_sessions"].items():
+        for name, e in entry.items():
+            rows.append([sessions, name, f"{e['avg_us']:.2f}", f"{e['p50_us']:.2f}", f"{e['p99_us']:.2f}",
+                         f"{e['std_us']:.2f}", str(e["round_trips"]), str(e["lost"])])
+    return (f"# latency benchmark, {result['timestamp']}\n\nRound trips across the DUT (both directions "
+            "forwarded), 64-byte UDP frames, XDP reflector as server.\n\n"
+            + table(["sessions", "system", "avg µs", "p50 µs", "p99 µs", "std µs", "round trips", "lost"], rows))
+
+
+def plot(result: dict, path: Path, plt) -> None:
+    groups = list(result["latency_by_sessions"].items())
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for axis, (sessions, entry) in zip(axes[0], groups):
+        names = list(entry)
+        xs = range(len(names))
+        axis.bar([x - 0.2 for x in xs], [entry[n]["avg_us"] for n in names], width=0.4,
+                 yerr=[entry[n]["std_us"] for n in names], capsize=3, label="average ± std")
+        axis.bar([x + 0.2 for x in xs], [entry[n]["p99_us"] for n in names], width=0.4, label="p99")
+        axis.set_xticks(list(xs))
+        axis.set_xticklabels(names)
+        axis.set_ylabel("round-trip time (µs)")
+        axis.set_title(f"{sessions} session(s)")
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
