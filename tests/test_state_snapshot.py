@@ -174,7 +174,10 @@ def test_xdp_program_is_reported(netns, tmp_path):
     obj = tmp_path / "pass.o"
     sh(f"clang -O2 -target bpf -c {source} -o {obj}")
     basic_topology()
-    sh(f"ip link set dev a0 xdpgeneric obj {obj} sec xdp")
+    # iproute2 creates its pin directories in the bpffs it finds; give it a
+    # private one so the host's /sys/fs/bpf stays clean.
+    sh("unshare --mount --propagation private sh -c 'mount -t tmpfs lfp-test /sys/fs/bpf && "
+       f"ip link set dev a0 xdpgeneric obj {obj} sec xdp'")
     a0 = read_snapshot().link_by_name("a0")
     assert a0.xdp_prog_id > 0 and a0.xdp_mode == 2  # XDP_ATTACHED_SKB
     sh("ip link set dev a0 xdpgeneric off")
