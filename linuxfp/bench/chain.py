@@ -98,7 +98,7 @@ def run(options: Options) -> dict:
         systems=systems, frame_sizes=(FRAME_SIZE,), repetitions=options.reps(full=10),
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
         retries=0 if options.quick else 1)
-    with throughput.rig() as rig:
+    with throughput.rig(lab_prefix=options.lab_prefix) as rig:
         throughput.progress(f"chain: {len(systems)} programs x {plan.repetitions} repetitions")
         raw = throughput.run(rig, plan)
         method = throughput.method(plan, rig.placement, len(rig.line.prefixes))

@@ -56,7 +56,8 @@ def run_bench(args) -> int:
         print("linuxfp bench: --repetitions must be at least 1", file=sys.stderr)
         return 2
     scenario = SCENARIOS[name]()
-    options = Options(quick=bool(args.quick), repetitions=args.repetitions)
+    options = Options(quick=bool(args.quick), repetitions=args.repetitions,
+                      lab_prefix=getattr(args, "lab_prefix", None) or Options.lab_prefix)
     out_dir = Path(args.out) if args.out else results.DEFAULT_OUT_DIR
     started = time.monotonic()
     result = scenario.run(options)

@@ -86,7 +86,7 @@ def run(options: Options) -> dict:
     rng = random.Random()
     raw: list[dict] = []
     errors: dict[str, str] = {}
-    with Lab("lfpb") as lab:
+    with Lab(options.lab_prefix) as lab:
         line = build_line(lab, 50)
         _prepare(line)
         sink = Sink(line)

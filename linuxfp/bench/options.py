@@ -8,6 +8,7 @@ from dataclasses import dataclass
 class Options:
     quick: bool = False
     repetitions: int | None = None   # None: the scenario's default
+    lab_prefix: str = "lfpb"         # names of the throw-away namespaces
 
     def reps(self, full: int, quick: int = 1) -> int:
         if self.repetitions is not None:

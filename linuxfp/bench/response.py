@@ -323,7 +323,7 @@ def run(options: Options) -> dict:
     iterations = options.reps(full=100, quick=3)
     tag = secrets.token_hex(2)
     samples: list[Sample] = []
-    with Lab("lfpb") as lab, contextlib.ExitStack() as stack:
+    with Lab(options.lab_prefix) as lab, contextlib.ExitStack() as stack:
         line = build_line(lab, 50, tag=tag)
         sink = Sink(line)
         stack.callback(sink.close)

@@ -36,7 +36,7 @@ def run(options: Options) -> dict:
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
         retries=0 if options.quick else 1,
     )
-    with throughput.rig(PREFIXES) as rig:
+    with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
         throughput.progress(f"router: {len(SYSTEM_NAMES)} systems x {len(FRAME_SIZES)} frame sizes "
                             f"x {plan.repetitions} repetitions")
         raw = throughput.run(rig, plan)

@@ -42,10 +42,11 @@ class Rig:
 
 
 @contextlib.contextmanager
-def rig(prefixes: int = 50, configure: Callable[[Line], None] | None = None) -> Iterator[Rig]:
+def rig(prefixes: int = 50, configure: Callable[[Line], None] | None = None,
+        lab_prefix: str = "lfpb") -> Iterator[Rig]:
     """The measurement topology with everything attached; removed on exit."""
     with contextlib.ExitStack() as stack:
-        lab = stack.enter_context(Lab("lfpb"))
+        lab = stack.enter_context(Lab(lab_prefix))
         line = build_line(lab, prefixes)
         if configure:
             configure(line)

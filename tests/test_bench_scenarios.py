@@ -1,0 +1,136 @@
+"""Every `linuxfp bench` scenario runs end to end in --quick mode and writes
+well-formed results. No timing assertions: only the harness is under test."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from linuxfp.bench.cli import SCENARIOS, run_bench
+
+pytestmark = pytest.mark.netns
+
+THROUGHPUT_FIELDS = {
+    "pps_median": (int, float), "pps_min": (int, float), "pps_max": (int, float),
+    "offered_pps_median": (int, float), "ns_per_packet_median": (int, float), "valid": bool,
+}
+MEASUREMENT_FIELDS = {"capacity_pps", "offered_pps", "ns_per_packet", "refused_fraction",
+                      "polls_after_full_fraction", "busy_fraction", "sink_verified", "sink_bad",
+                      "valid", "invalid_reasons"}
+
+
+def bench(scenario: str, out: Path, capsys, as_json: bool = True) -> dict:
+    args = argparse.Namespace(scenario=scenario, quick=True, out=str(out), repetitions=None,
+                              json=as_json, lab_prefix="lfp-t-bench")
+    assert run_bench(args) == 0
+    printed = capsys.readouterr().out
+    written = sorted(out.glob(f"{scenario}-*.json"))
+    assert len(written) == 1
+    result = json.loads(written[0].read_text())
+    if as_json:
+        assert json.loads(printed)["scenario"] == scenario
+    assert result["scenario"] == scenario
+    assert isinstance(result["supported"], bool)
+    assert result["quick"] is True
+    assert {"kernel", "cpus"} <= set(result["machine"])
+    assert isinstance(result["method"], dict)
+    assert isinstance(result["summary"], str) and result["summary"]
+    assert (out / result["files"]["markdown"]).read_text().startswith("# ")
+    return result
+
+
+def check_throughput(result: dict, systems: set[str]) -> None:
+    assert set(result["systems"]) == systems, result.get("errors")
+    for name, summary in result["systems"].items():
+        for field, kinds in THROUGHPUT_FIELDS.items():
+            assert isinstance(summary[field], kinds), (name, field)
+        assert summary["measurements"] >= 1
+        assert summary["pps_median"] > 0 and math.isfinite(summary["pps_median"])
+        assert summary["pps_min"] <= summary["pps_median"] <= summary["pps_max"]
+    for key, value in result["ratios"].items():
+        a, b = key.split("/")
+        assert a in systems and b in systems and value > 0
+    for repetition in result["repetitions"]:
+        for measurement in repetition["measurements"].values():
+            assert MEASUREMENT_FIELDS <= set(measurement)
+            assert measurement["sink_bad"] == 0, measurement   # every frame forwarded correctly
+
+
+def test_router(tmp_path, capsys):
+    result = bench("router", tmp_path, capsys)
+    systems = {"linux", "linuxfp-xdp", "linuxfp-tc", "upper-bound", "reference"}
+    assert result["errors"] == {}
+    check_throughput(result, systems)
+    assert set(result["frame_sizes"]) == {"64", "1518"}
+    for per_size in result["frame_sizes"].values():
+        check_throughput({**per_size, "repetitions": []}, systems)
+    assert (tmp_path / result["files"]["plot"]).stat().st_size > 0
+    # The fast path really carried the traffic: the DUT kernel forwarded none of it.
+    for repetition in result["repetitions"]:
+        for name in ("linuxfp-xdp", "upper-bound", "reference"):
+            assert repetition["measurements"][name]["kernel_forwarded"] == 0
+        assert repetition["measurements"]["linux"]["kernel_forwarded"] > 0
+
+
+def test_chain(tmp_path, capsys):
+    result = bench("chain", tmp_path, capsys, as_json=False)
+    assert result["errors"] == {}
+    check_throughput(result, {"inline-1", "inline-10", "tail-1", "tail-10"})
+    assert set(result["ns_per_added_stage"]) == {"inline", "tail"}
+
+
+def test_response(tmp_path, capsys):
+    result = bench("response", tmp_path, capsys)
+    response = result["response"]
+    for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "brctl addbr",
+                    "brctl addif", "iptables -A FORWARD", "ipset add"):
+        entry = response[command]
+        assert {"p50_ms", "p99_ms", "n", "status", "end_to_end", "command"} <= set(entry)
+        assert entry["errors"] == 0, entry.get("first_error")
+        if entry["n"]:
+            assert entry["p50_ms"] <= entry["p99_ms"]
+        else:
+            assert entry["p50_ms"] is None   # never a made-up number
+    for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add"):
+        assert response[command]["n"] > 0
+        for system in ("linux", "linuxfp-xdp"):
+            assert response[command]["end_to_end"][system]["n"] > 0
+
+
+def test_latency(tmp_path, capsys):
+    result = bench("latency", tmp_path, capsys)
+    assert result["errors"] == {}
+    for sessions, entry in result["latency_by_sessions"].items():
+        assert set(entry) == {"linux", "linuxfp-xdp", "linuxfp-tc"}
+        for figures in entry.values():
+            assert figures["sessions"] == int(sessions)
+            assert figures["round_trips"] > 0
+            assert 0 < figures["avg_us"] and 0 < figures["p99_us"] and figures["std_us"] >= 0
+    assert result["latency"] == result["latency_by_sessions"]["1"]
+
+
+def test_scale(tmp_path, capsys):
+    result = bench("scale", tmp_path, capsys)
+    for entry in result["startup"].values():
+        assert entry["ready_s_median"] > 0 and entry["rss_kib_median"] > 0
+    assert result["burst"]["changes"] > 0 and result["burst"]["batches"] >= 1
+
+
+@pytest.mark.parametrize("scenario", ["gateway", "rules", "bridge", "hooks"])
+def test_not_yet_supported(scenario, tmp_path, capsys):
+    result = bench(scenario, tmp_path, capsys, as_json=False)
+    assert result["supported"] is False
+    assert "not yet supported" in result["summary"]
+
+
+def test_every_scenario_is_tested():
+    tested = {"router", "chain", "response", "latency", "scale", "gateway", "rules", "bridge", "hooks"}
+    assert set(SCENARIOS) == tested
+
+
+def test_unknown_scenario_is_a_usage_error(tmp_path):
+    args = argparse.Namespace(scenario="nope", quick=True, out=str(tmp_path), repetitions=None, json=False)
+    assert run_bench(args) == 2
