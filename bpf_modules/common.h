@@ -50,7 +50,7 @@ struct lfp_pkt {
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
  * current by the controller (sysctl and link changes are map updates, never
- * reloads). Layout mirrored in linuxfp/synth/maps.py. */
+ * reloads). Layout mirrored in controller/installer.py. */
 #define LFP_IF_FORWARDING      (1u << 0)  /* conf/DEV/forwarding */
 #define LFP_IF_RP_FILTER       (1u << 1)  /* effective rp_filter != 0 */
 #define LFP_IF_XDP_TX          (1u << 2)  /* may be the target of an XDP redirect */
@@ -70,9 +70,13 @@ struct lfp_iface {
 	__u16 fwd_len_cap;
 };
 
+/* An array indexed by ifindex: its lookup is inlined, where a hash lookup
+ * costs as much as the rest of the router. An interface without facts reads
+ * as all zeros: no flags, so every packet involving it goes to the kernel.
+ * The controller sizes it at load time to cover the namespace's ifindexes. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
 	__type(key, __u32);
 	__type(value, struct lfp_iface);
 } lfp_ifaces SEC(".maps");

@@ -46,7 +46,7 @@ class Controller:
     def __init__(self, options: RunOptions, layout: NamespaceLayout | None = None) -> None:
         self.options = options
         self.layout = layout or current_layout()
-        self.installer = Installer(self.layout, options.xdp_mode)
+        self.installer = Installer(self.layout)
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing

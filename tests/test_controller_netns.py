@@ -245,3 +245,30 @@ def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_to
         assert "invalid access to packet" in error or "R" in error and "offset" in error
         assert "router.h" in error and "[200] == 7" in error    # the C source line it stopped at
         assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
+
+
+def test_an_ifindex_beyond_the_facts_array_grows_it(router_topology):
+    """Interface facts live in an array indexed by ifindex; a new interface
+    past its end moves every pipeline to a larger array, atomically."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as c:
+        before = {i["ifname"]: i["prog_id"] for i in status(r)["interfaces"]}
+        r.dut.run(["ip", "link", "add", "big0", "index", "700", "type", "veth", "peer", "name", "big0p"])
+        r.dut.run(["ip", "link", "set", "big0", "up"])
+        c.settled()
+        after = {i["ifname"]: i for i in status(r)["interfaces"]}
+        assert after["big0"]["state"] == "active"
+        assert after["to-src"]["prog_id"] != before["to-src"]      # reloaded against the new array
+        assert "too small" in c.stderr()
+        fast = fast_path_count(r)
+        udp_burst(r, 30)
+        assert fast_path_count(r) >= fast + 30
+
+
+def test_iface_slots():
+    from controller.shared_maps import iface_slots
+    from linuxfp.graph import IfaceFacts
+    assert iface_slots([]) == 256
+    assert iface_slots([IfaceFacts(255, 0, 1500, bytes(6))]) == 256
+    assert iface_slots([IfaceFacts(256, 0, 1500, bytes(6))]) == 512
+    assert iface_slots([IfaceFacts(700, 0, 1500, bytes(6))]) == 1024

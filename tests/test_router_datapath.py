@@ -12,7 +12,7 @@ import struct
 import pytest
 from scapy.layers.l2 import Ether
 
-from controller.installer import pack_iface
+from controller.shared_maps import pack_iface
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.lab.netns import Lab, entered

@@ -210,6 +210,17 @@ class BpfObject:
         if result != 0:
             raise BpfError(f"bpf_map__set_initial_value(.rodata of '{self.name}')", errno_of(result))
 
+    def set_max_entries(self, name: str, max_entries: int) -> None:
+        """Size map `name` before load (e.g. an array indexed by ifindex)."""
+        self._require_unloaded("set_max_entries")
+        library = lib()
+        bpf_map = library.bpf_object__find_map_by_name(self.handle, name.encode())
+        if not bpf_map:
+            raise KeyError(f"object '{self.name}' has no map '{name}'")
+        result = library.bpf_map__set_max_entries(bpf_map, max_entries)
+        if result != 0:
+            raise BpfError(f"bpf_map__set_max_entries('{name}' of '{self.name}', {max_entries})", errno_of(result))
+
     def reuse_map(self, name: str, existing: Map | int) -> None:
         """Make this object use an existing map (by Map or fd) instead of creating ``name``."""
         self._require_unloaded("reuse_map")
