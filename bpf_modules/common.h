@@ -169,6 +169,33 @@ static __always_inline int lfp_for_this_host(struct lfp_pkt *pkt, const __u8 *ds
 #endif
 }
 
+/* Only skbs can be GSO super-packets (XDP sees single frames). */
+static __always_inline int lfp_is_gso(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	return pkt->ctx->gso_size != 0;
+#else
+	(void)pkt;
+	return 0;
+#endif
+}
+
+/* Whether each segment of a GSO packet fits the egress MTU, as
+ * skb_gso_validate_network_len() decides for ip_forward(). */
+static __always_inline int lfp_segments_fit(struct lfp_pkt *pkt, __u32 egress)
+{
+#ifdef LFP_HOOK_TC
+	__u32 mtu_len = 0;
+
+	/* Without BPF_MTU_CHK_SEGS a GSO packet always "fits". */
+	return bpf_check_mtu(pkt->ctx, egress, &mtu_len, 0, BPF_MTU_CHK_SEGS) == 0;
+#else
+	(void)pkt;
+	(void)egress;
+	return 0;
+#endif
+}
+
 /* A packet mark steers policy routing (fwmark rules); XDP runs before any
  * mark exists, TC may see one set by an earlier program. */
 static __always_inline int lfp_has_mark(struct lfp_pkt *pkt)

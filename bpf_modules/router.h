@@ -143,8 +143,9 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	tot_len = bpf_ntohs(ip->tot_len);
 	if (tot_len < sizeof(*ip))
 		return lfp_pass(pkt, LFP_CNT_IP_BAD_HEADER);
-	/* Linux trims link-layer padding before forwarding; we would not. */
-	if (pkt->len != sizeof(*eth) + tot_len)
+	/* Linux trims link-layer padding before forwarding; we would not.
+	 * (A GSO super-packet's header describes its first segment.) */
+	if (pkt->len != sizeof(*eth) + tot_len && !lfp_is_gso(pkt))
 		return lfp_pass(pkt, LFP_CNT_IP_LENGTH_MISMATCH);
 	if (lfp_ipv4_csum_check(ip))
 		return lfp_pass(pkt, LFP_CNT_IP_BAD_CHECKSUM);
@@ -193,15 +194,20 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_ICMP_ERROR);
 	}
 
-#ifdef LFP_HOOK_TC
-	/* A GRO super-packet needs the per-segment MTU check Linux does. */
-	if (pkt->ctx->gso_size)
-		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
-#endif
+	if (lfp_is_gso(pkt)) {
+		/* A GSO super-packet (TSO from a local peer, GRO): Linux forwards it
+		 * if every segment fits (skb_gso_validate_network_len), checked
+		 * below against the egress; a route MTU metric is not seen there. */
+		if (in->fwd_len_cap)
+			return lfp_pass(pkt, LFP_CNT_ROUTE_MTU);
+		fib.tot_len = 0;
+	}
 
 	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return lfp_pass(pkt, lfp_fib_reason(rc));
+	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
+		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
 	/* The lookup left the next hop (gateway or destination) in ipv4_dst. */
 	neigh.ifindex = fib.ifindex;
 	neigh.addr = fib.ipv4_dst;

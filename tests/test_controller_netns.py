@@ -272,3 +272,47 @@ def test_iface_slots():
     assert iface_slots([IfaceFacts(255, 0, 1500, bytes(6))]) == 256
     assert iface_slots([IfaceFacts(256, 0, 1500, bytes(6))]) == 512
     assert iface_slots([IfaceFacts(700, 0, 1500, bytes(6))]) == 1024
+
+
+@pytest.mark.parametrize("egress_mtu", [1500, 1280])
+def test_tcp_bulk_transfer_through_tc_takes_the_fast_path(router_topology, ip_forw_datagrams, egress_mtu):
+    """A veth peer with TSO hands the DUT 64 KB GSO super-packets; Linux
+    forwards them when every segment fits the egress MTU, and so must TC.
+    With a smaller egress MTU the first segments are too big: the kernel
+    answers with "fragmentation needed", the sender lowers its MSS, and the
+    rest is fast-pathed."""
+    import socket as pysocket
+    import threading
+
+    from linuxfp.lab import entered
+
+    r = router_topology
+    r.dut.run(["ip", "link", "set", "to-sink", "mtu", str(egress_mtu)])
+    payload = b"x" * (4 << 20)
+    with entered(r.sink):
+        server = pysocket.create_server((RouterTopology.SINK_IP, 5001))
+    received = []
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            total = 0
+            while chunk := conn.recv(1 << 16):
+                total += len(chunk)
+            received.append(total)
+
+    with ControllerProcess(r.dut.name, hook="tc"), server:
+        thread = threading.Thread(target=serve)
+        thread.start()
+        before = ip_forw_datagrams(r.dut)
+        with entered(r.src):
+            client = pysocket.create_connection((RouterTopology.SINK_IP, 5001))
+        with client:
+            client.sendall(payload)
+        thread.join(30)
+        assert received == [len(payload)]
+        fast = fast_path_count(r)
+        kernel = ip_forw_datagrams(r.dut) - before
+        assert fast > 0 and fast > kernel, (fast, kernel)
+        passed = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]["router"]["passed"]
+        assert (passed.get("fib_frag_needed", 0) > 0) == (egress_mtu < 1500)
