@@ -17,7 +17,7 @@ from . import programs, throughput
 from .machine import machine
 from .options import Options
 from .results import fmt_mpps, table, timestamp
-from .systems import System
+from .systems import SYSTEMS, System
 from .topology import Line
 
 FULL_LENGTHS = tuple(range(1, 11))
@@ -97,7 +97,8 @@ def run(options: Options) -> dict:
     plan = throughput.Plan(
         systems=systems, frame_sizes=(FRAME_SIZE,), repetitions=options.reps(full=10),
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
-        retries=0 if options.quick else 1)
+        retries=0 if options.quick else 1,
+        sentinel=SYSTEMS["upper-bound"])
     with throughput.rig(lab_prefix=options.lab_prefix) as rig:
         throughput.progress(f"chain: {len(systems)} programs x {plan.repetitions} repetitions")
         raw = throughput.run(rig, plan)
@@ -118,6 +119,8 @@ def run(options: Options) -> dict:
         "systems": summary["systems"],
         "ratios": summary["ratios"],
         "ratio_spread": summary["ratio_spread"],
+        "regime": summary["regime"],
+        "by_regime": summary["by_regime"],
         "ns_per_added_stage": per_stage,
         "targets": {f"{system_name('inline', last)}/{system_name('inline', first)}": 1 - TARGET_INLINE_LOSS},
         "errors": raw["errors"],
@@ -149,7 +152,8 @@ def markdown(result: dict) -> str:
                     f"{s['valid_measurements']}/{s['measurements']}"] if s else ["–", "–", "–"]
         rows.append(row)
     out = [f"# chain benchmark, {result['timestamp']}\n\n",
-           "N no-op stages then MAC rewrite + devmap redirect; DUT capacity at 64 B.\n\n",
+           "N no-op stages then MAC rewrite + devmap redirect; DUT capacity at 64 B; "
+           f"{result['regime']} placement.\n\n",
            table(["N", "inline Mpps", "inline ns", "valid", "tail Mpps", "tail ns", "valid"], rows),
            "\nns per added stage (least squares): "
            + ", ".join(f"{v}: {s if s is not None else '–'}" for v, s in result["ns_per_added_stage"].items())

@@ -44,6 +44,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "chain": _module_scenario("chain"),
     "hooks": _unsupported_scenario("hooks"),
     "scale": _module_scenario("scale"),
+    "breakdown": _module_scenario("breakdown"),
 }
 
 

@@ -25,7 +25,7 @@ from .options import Options
 from .results import table, timestamp
 from .sink import ECHO_UDP_PORT, Sink
 from .systems import SYSTEMS
-from .throughput import progress
+from .throughput import exclusive_machine, progress
 from .topology import Line, build_line
 
 SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc")
@@ -86,7 +86,7 @@ def run(options: Options) -> dict:
     rng = random.Random()
     raw: list[dict] = []
     errors: dict[str, str] = {}
-    with Lab(options.lab_prefix) as lab:
+    with exclusive_machine(), Lab(options.lab_prefix) as lab:
         line = build_line(lab, 50)
         _prepare(line)
         sink = Sink(line)

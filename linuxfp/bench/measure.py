@@ -20,6 +20,7 @@ class Validity:
     min_polls_after_full: float = 0.90     # the DUT always finds its ring full
     min_busy_fraction: float = 0.97        # the DUT CPU never idles
     max_sink_loss_fraction: float = 0.001  # the sink loses nothing, verifies everything
+    max_foreign_fraction: float = 0.25     # other tasks and other devices' polls on the DUT CPU
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,9 @@ def judge(
         reasons.append(f"only {after_full:.0%} of DUT polls followed a full-budget poll")
     if dut.busy_fraction < rules.min_busy_fraction:
         reasons.append(f"DUT CPU busy only {dut.busy_fraction:.1%}")
+    foreign = (dut.ns["task"] + dut.ns["napi_other"]) / dut.total_ns if dut.total_ns else 0.0
+    if foreign > rules.max_foreign_fraction:
+        reasons.append(f"other work took {foreign:.0%} of the DUT CPU (another benchmark or test running?)")
     bad = sink_bad(sink, expect)
     if bad:
         reasons.append(f"sink saw {bad} frames not forwarded as expected "

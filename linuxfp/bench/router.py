@@ -35,6 +35,7 @@ def run(options: Options) -> dict:
         repetitions=options.reps(full=10),
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
         retries=0 if options.quick else 1,
+        sentinel=SYSTEMS["upper-bound"],
     )
     with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
         throughput.progress(f"router: {len(SYSTEM_NAMES)} systems x {len(FRAME_SIZES)} frame sizes "
@@ -55,6 +56,7 @@ def run(options: Options) -> dict:
         "systems": headline["systems"],
         "ratios": headline["ratios"],
         "ratio_spread": headline["ratio_spread"],
+        "regime": headline["regime"],
         "frame_sizes": by_size,
         "targets": TARGETS,
         "errors": raw["errors"],
@@ -77,24 +79,34 @@ def markdown(result: dict) -> str:
            f"({result['machine']['cpu_model']}); {result['method']['repetitions']} repetitions"
            f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity (DUT frames per DUT CPU-second).\n"]
     for size, data in result["frame_sizes"].items():
-        rows = []
-        for name, s in data["systems"].items():
-            rows.append([name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
-                         f"{s['ns_per_packet_median']:.0f}", fmt_mpps(s["offered_pps_median"]),
-                         f"{s['valid_measurements']}/{s['measurements']}"])
-        out.append(f"\n## {size} B frames\n\n")
-        out.append(table(["system", "Mpps (median)", "min–max", "ns/packet", "offered Mpps", "valid"], rows))
-        ratio_rows = []
-        for key, spread in data["ratio_spread"].items():
-            target = TARGETS.get(key)
-            verdict = "" if target is None or size != "64" else (
-                f"≥ {target:g}: {'met' if spread['median'] >= target else 'missed'}")
-            ratio_rows.append([key, f"{spread['median']:.2f}", f"{spread['min']:.2f}–{spread['max']:.2f}",
-                               str(spread["n"]), verdict])
-        out.append("\n" + table(["ratio", "median", "min–max", "repetitions", "target"], ratio_rows))
+        out.append(f"\n## {size} B frames\n\nHeadline from the {data['regime']} placement "
+                   f"({data.get('repetitions_used', 0)} stable repetitions; "
+                   f"{data['unstable_repetitions']} unstable ones not used).\n\n")
+        out.append(_tables(data, size))
+        for regime, other in data["by_regime"].items():
+            if regime != data["regime"]:
+                out.append(f"\n### {size} B, {regime} placement ({other['repetitions_used']} stable repetitions)\n\n")
+                out.append(_tables(other, size))
     if result["errors"]:
         out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
     return "".join(out)
+
+
+def _tables(data: dict, size: str) -> str:
+    rows = []
+    for name, s in data["systems"].items():
+        rows.append([name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
+                     f"{s['ns_per_packet_median']:.0f}", fmt_mpps(s["offered_pps_median"]),
+                     f"{s['valid_measurements']}/{s['measurements']}"])
+    ratio_rows = []
+    for key, spread in data["ratio_spread"].items():
+        target = TARGETS.get(key)
+        verdict = "" if target is None or size != "64" else (
+            f"≥ {target:g}: {'met' if spread['median'] >= target else 'missed'}")
+        ratio_rows.append([key, f"{spread['median']:.2f}", f"{spread['min']:.2f}–{spread['max']:.2f}",
+                           str(spread["n"]), verdict])
+    return (table(["system", "Mpps (median)", "min–max", "ns/packet", "offered Mpps", "valid"], rows) + "\n"
+            + table(["ratio", "median", "min–max", "repetitions", "target"], ratio_rows))
 
 
 def plot(result: dict, path: Path, plt) -> None:

@@ -23,6 +23,8 @@ from .systems import System
 from .topology import Line, build_line
 
 FULL_WINDOW = Window(warmup_s=0.5, measure_s=2.0)
+NEAR_FACTOR = 1.4     # sentinel within this factor of the fastest seen: near placement
+STABLE_SPREAD = 1.2   # sentinels before/after a repetition agree within this factor
 QUICK_WINDOW = Window(warmup_s=0.15, measure_s=0.3)
 
 
@@ -41,11 +43,42 @@ class Rig:
     extras: dict = field(default_factory=dict)
 
 
+LOCK_PATH = "/run/lock/linuxfp-bench.lock"
+
+
+@contextlib.contextmanager
+def exclusive_machine() -> Iterator[None]:
+    """One throughput measurement on the machine at a time: two would share the DUT CPU."""
+    import fcntl
+    import os
+
+    os.makedirs(os.path.dirname(LOCK_PATH), exist_ok=True)
+    with open(LOCK_PATH, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            progress(f"waiting for another benchmark run ({holder}) to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            lock.seek(0)
+            lock.truncate()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def rig(prefixes: int = 50, configure: Callable[[Line], None] | None = None,
         lab_prefix: str = "lfpb") -> Iterator[Rig]:
     """The measurement topology with everything attached; removed on exit."""
     with contextlib.ExitStack() as stack:
+        stack.enter_context(exclusive_machine())
         lab = stack.enter_context(Lab(lab_prefix))
         line = build_line(lab, prefixes)
         if configure:
@@ -69,6 +102,9 @@ class Plan:
     window: Window
     retries: int = 1                 # re-measure an invalid window this many times
     validity: Validity = Validity()
+    # Measured before and after every repetition to see whether the host
+    # moved the vCPUs meanwhile (see `label`); None: no bracketing.
+    sentinel: System | None = None
     seed: int = field(default_factory=lambda: random.randrange(1 << 30))
 
 
@@ -95,14 +131,36 @@ def method(plan: Plan, placed: cpu_placement.Placement, prefixes: int) -> dict:
         "retries_per_invalid_window": plan.retries,
         "order": "systems in random order within each repetition (seed recorded); ratios within a repetition",
         "seed": plan.seed,
+        "sentinel": (f"{plan.sentinel.name} at 64 B before and after each repetition; a repetition is "
+                     f"stable if both agree within x{STABLE_SPREAD}, near if both are within "
+                     f"x{NEAR_FACTOR} of the fastest sentinel of the run, else far")
+                    if plan.sentinel else None,
     }
+
+
+def _measure_sentinel(rig_: Rig, plan: Plan) -> float | None:
+    """The sentinel's DUT ns/packet at 64 B, or None if it could not be measured validly."""
+    sentinel = plan.sentinel
+    if sentinel is None:
+        return None
+    try:
+        with sentinel.install(rig_.line):
+            result = _measure_with_retries(rig_, sentinel, FrameSpec(64), plan)
+    except Exception as exc:
+        progress(f"sentinel {sentinel.name}: cannot measure: {type(exc).__name__}: {exc}")
+        return None
+    progress(f"  sentinel {sentinel.name}: {result['ns_per_packet']:.0f} ns/pkt"
+             + ("" if result["valid"] else " (invalid)"))
+    return result["ns_per_packet"] if result["valid"] else None
 
 
 def run(rig_: Rig, plan: Plan) -> dict:
     """Measure every system at every frame size, `plan.repetitions` times.
 
-    Returns {"repetitions": [...], "errors": {...}, "by_frame_size": {size: {"systems", ...}}}.
-    A system that fails to install is recorded under errors and skipped."""
+    Each repetition is bracketed by the sentinel (see Plan); afterwards every
+    repetition is labelled stable or not and near or far (see `label`).
+    Returns {"repetitions": [...], "errors": {...}}; a system that fails to
+    install is recorded under errors and skipped."""
     order_rng = random.Random(plan.seed)
     repetitions: list[dict] = []
     errors: dict[str, str] = {}
@@ -110,6 +168,7 @@ def run(rig_: Rig, plan: Plan) -> dict:
         order = list(plan.systems)
         order_rng.shuffle(order)
         per_size: dict[int, dict[str, dict]] = {size: {} for size in plan.frame_sizes}
+        before = _measure_sentinel(rig_, plan)
         for system in order:
             if system.name in errors:
                 continue
@@ -122,10 +181,38 @@ def run(rig_: Rig, plan: Plan) -> dict:
             except Exception as exc:  # one broken system must not cost the others' figures
                 errors[system.name] = f"{type(exc).__name__}: {exc}"
                 progress(f"{system.name}: cannot measure: {errors[system.name]}")
+        after = _measure_sentinel(rig_, plan)
         for size in plan.frame_sizes:
-            repetitions.append({"repetition": index, "frame_size": size,
-                                "order": [s.name for s in order], "measurements": per_size[size]})
+            repetitions.append({"repetition": index, "frame_size": size, "order": [s.name for s in order],
+                                "sentinel_ns": [before, after], "measurements": per_size[size]})
+    label(repetitions, plan.sentinel is not None)
     return {"repetitions": repetitions, "errors": errors}
+
+
+def label(repetitions: list[dict], bracketed: bool) -> None:
+    """Mark each repetition stable/unstable and near/far from its sentinel measurements.
+
+    On a virtual machine the host sometimes places the two vCPUs far apart
+    (other core complex): every frame handed from the generator's CPU to the
+    DUT's then costs over 100 ns more, for every system alike, while neither
+    CPU computes any slower. The sentinel (the upper-bound program, whose
+    cost is mostly that hand-off) shows which placement a repetition ran in:
+    "near" within NEAR_FACTOR of the fastest sentinel seen, else "far". A
+    repetition whose two sentinels disagree by more than STABLE_SPREAD
+    changed placement mid-way: its ratios are not used."""
+    if not bracketed:
+        for repetition in repetitions:
+            repetition.update(stable=True, regime="unbracketed")
+        return
+    seen = [ns for r in repetitions for ns in r["sentinel_ns"] if ns]
+    fastest = min(seen) if seen else None
+    for repetition in repetitions:
+        before, after = repetition["sentinel_ns"]
+        if not (before and after and fastest):
+            repetition.update(stable=False, regime="unknown")
+            continue
+        repetition["stable"] = max(before, after) <= STABLE_SPREAD * min(before, after)
+        repetition["regime"] = "near" if max(before, after) <= NEAR_FACTOR * fastest else "far"
 
 
 def _describe_dict(m: dict) -> str:
@@ -147,17 +234,39 @@ def _measure_with_retries(rig_: Rig, system: System, frame: FrameSpec, plan: Pla
     return final
 
 
-def summarize(repetitions: Sequence[Mapping], frame_size: int, system_names: Sequence[str],
-              pairs: Sequence[tuple[str, str]]) -> dict:
-    """systems + ratios for one frame size, in the issue's stable format."""
-    reps = [r["measurements"] for r in repetitions if r["frame_size"] == frame_size]
+def _summarize_reps(reps: Sequence[Mapping], system_names: Sequence[str],
+                    pairs: Sequence[tuple[str, str]]) -> dict:
     systems = {}
     for name in system_names:
         measured = [rep[name] for rep in reps if name in rep]
         if measured:
             systems[name] = system_summary(measured)
     medians, spreads = ratios(reps, pairs)
-    return {"systems": systems, "ratios": medians, "ratio_spread": spreads}
+    return {"systems": systems, "ratios": medians, "ratio_spread": spreads, "repetitions_used": len(reps)}
+
+
+def summarize(repetitions: Sequence[Mapping], frame_size: int, system_names: Sequence[str],
+              pairs: Sequence[tuple[str, str]]) -> dict:
+    """systems + ratios for one frame size, in the issue's stable format.
+
+    The headline comes from the stable repetitions of the near placement
+    (the one closest to a NIC-fed router, where no frame crosses CPUs); the
+    far placement's figures are kept under by_regime. Without any stable
+    repetition every repetition is used, and `regime` says so."""
+    at_size = [r for r in repetitions if r["frame_size"] == frame_size]
+    by_regime = {}
+    for regime in ("near", "far", "unbracketed"):
+        reps = [r["measurements"] for r in at_size if r.get("stable") and r.get("regime") == regime]
+        if reps:
+            by_regime[regime] = _summarize_reps(reps, system_names, pairs)
+    headline_regime = next((r for r in ("near", "unbracketed", "far") if r in by_regime), None)
+    if headline_regime is None:
+        headline_regime = "all (no stable repetition)"
+        headline = _summarize_reps([r["measurements"] for r in at_size], system_names, pairs)
+    else:
+        headline = by_regime[headline_regime]
+    return {**headline, "regime": headline_regime, "by_regime": by_regime,
+            "unstable_repetitions": sum(1 for r in at_size if not r.get("stable"))}
 
 
 def elapsed_since(start: float) -> float:
