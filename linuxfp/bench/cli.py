@@ -42,7 +42,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "latency": _module_scenario("latency"),
     "response": _module_scenario("response"),
     "chain": _module_scenario("chain"),
-    "hooks": _unsupported_scenario("hooks"),
+    "hooks": _module_scenario("hooks"),
     "scale": _module_scenario("scale"),
     "breakdown": _module_scenario("breakdown"),
 }

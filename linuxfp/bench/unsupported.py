@@ -13,8 +13,6 @@ REASONS = {
     "rules": "needs the filter node: LinuxFP's rate vs number of iptables/ipset rules is only "
              "meaningful once rules are evaluated in the fast path",
     "bridge": "needs the bridge node: bridge ports stay on the kernel path until it exists",
-    "hooks": "bridge and filter functions at XDP vs TC need the bridge and filter nodes; the forward "
-             "function at XDP vs TC is measured by `linuxfp bench router` (linuxfp-xdp vs linuxfp-tc)",
 }
 
 
