@@ -112,7 +112,7 @@ def run(options: Options) -> dict:
     started = timestamp()
     rungs = QUICK_RUNGS if options.quick else tuple(r for r, _ in RUNGS)
     systems = breakdown_systems(rungs)
-    plan = throughput.Plan(systems=systems, frame_sizes=(FRAME_SIZE,), repetitions=options.reps(full=10),
+    plan = throughput.Plan(systems=systems, frame_sizes=(FRAME_SIZE,), repetitions=options.reps(full=20),
                            window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
                            retries=0 if options.quick else 1,
         sentinel=SYSTEMS["upper-bound"])

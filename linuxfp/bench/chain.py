@@ -95,8 +95,8 @@ def run(options: Options) -> dict:
     lengths = QUICK_LENGTHS if options.quick else FULL_LENGTHS
     systems = chain_systems(lengths)
     plan = throughput.Plan(
-        systems=systems, frame_sizes=(FRAME_SIZE,), repetitions=options.reps(full=10),
-        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
+        systems=systems, frame_sizes=(FRAME_SIZE,), repetitions=options.reps(full=20),
+        window=throughput.QUICK_WINDOW if options.quick else throughput.SHORT_WINDOW,
         retries=0 if options.quick else 1,
         sentinel=SYSTEMS["upper-bound"])
     with throughput.rig(lab_prefix=options.lab_prefix) as rig:

@@ -25,7 +25,7 @@ def run(options: Options) -> dict:
     started = timestamp()
     plan = throughput.Plan(
         systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES), frame_sizes=(FRAME_SIZE,),
-        repetitions=options.reps(full=10),
+        repetitions=options.reps(full=20),
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
         retries=0 if options.quick else 1, sentinel=SYSTEMS["upper-bound"])
     with throughput.rig(lab_prefix=options.lab_prefix) as rig:

@@ -32,7 +32,7 @@ def run(options: Options) -> dict:
     plan = throughput.Plan(
         systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
         frame_sizes=FRAME_SIZES,
-        repetitions=options.reps(full=10),
+        repetitions=options.reps(full=20),
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
         retries=0 if options.quick else 1,
         sentinel=SYSTEMS["upper-bound"],

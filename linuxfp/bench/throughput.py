@@ -22,7 +22,11 @@ from .stats import ratios, system_summary
 from .systems import System
 from .topology import Line, build_line
 
-FULL_WINDOW = Window(warmup_s=0.5, measure_s=2.0)
+# Windows are short and repetitions many: the host moves this VM's vCPUs
+# every few tens of seconds (see `label`), so a repetition must be over
+# before that happens to give a usable ratio.
+FULL_WINDOW = Window(warmup_s=0.3, measure_s=1.2)
+SHORT_WINDOW = Window(warmup_s=0.2, measure_s=0.6)
 NEAR_FACTOR = 1.4     # sentinel within this factor of the fastest seen: near placement
 STABLE_SPREAD = 1.2   # sentinels before/after a repetition agree within this factor
 QUICK_WINDOW = Window(warmup_s=0.15, measure_s=0.3)
@@ -138,18 +142,18 @@ def method(plan: Plan, placed: cpu_placement.Placement, prefixes: int) -> dict:
     }
 
 
-def _measure_sentinel(rig_: Rig, plan: Plan) -> float | None:
-    """The sentinel's DUT ns/packet at 64 B, or None if it could not be measured validly."""
+def _measure_sentinel(rig_: Rig, plan: Plan, frame: FrameSpec) -> float | None:
+    """The sentinel's DUT ns/packet, or None if it could not be measured validly."""
     sentinel = plan.sentinel
     if sentinel is None:
         return None
     try:
         with sentinel.install(rig_.line):
-            result = _measure_with_retries(rig_, sentinel, FrameSpec(64), plan)
+            result = _measure_with_retries(rig_, sentinel, frame, plan)
     except Exception as exc:
         progress(f"sentinel {sentinel.name}: cannot measure: {type(exc).__name__}: {exc}")
         return None
-    progress(f"  sentinel {sentinel.name}: {result['ns_per_packet']:.0f} ns/pkt"
+    progress(f"  sentinel {sentinel.name} {frame.frame_size} B: {result['ns_per_packet']:.0f} ns/pkt"
              + ("" if result["valid"] else " (invalid)"))
     return result["ns_per_packet"] if result["valid"] else None
 
@@ -157,34 +161,34 @@ def _measure_sentinel(rig_: Rig, plan: Plan) -> float | None:
 def run(rig_: Rig, plan: Plan) -> dict:
     """Measure every system at every frame size, `plan.repetitions` times.
 
-    Each repetition is bracketed by the sentinel (see Plan); afterwards every
-    repetition is labelled stable or not and near or far (see `label`).
-    Returns {"repetitions": [...], "errors": {...}}; a system that fails to
-    install is recorded under errors and skipped."""
+    One repetition = one frame size, every system once in random order,
+    bracketed by the sentinel (see Plan); afterwards each repetition is
+    labelled stable or not and near or far (see `label`). Returns
+    {"repetitions": [...], "errors": {...}}; a system that fails to install
+    is recorded under errors and skipped."""
     order_rng = random.Random(plan.seed)
     repetitions: list[dict] = []
     errors: dict[str, str] = {}
     for index in range(plan.repetitions):
-        order = list(plan.systems)
-        order_rng.shuffle(order)
-        per_size: dict[int, dict[str, dict]] = {size: {} for size in plan.frame_sizes}
-        before = _measure_sentinel(rig_, plan)
-        for system in order:
-            if system.name in errors:
-                continue
-            try:
-                with system.install(rig_.line):
-                    for size in plan.frame_sizes:
-                        per_size[size][system.name] = _measure_with_retries(rig_, system, FrameSpec(size), plan)
-                        progress(f"[{index + 1}/{plan.repetitions}] "
-                                 + _describe_dict(per_size[size][system.name]))
-            except Exception as exc:  # one broken system must not cost the others' figures
-                errors[system.name] = f"{type(exc).__name__}: {exc}"
-                progress(f"{system.name}: cannot measure: {errors[system.name]}")
-        after = _measure_sentinel(rig_, plan)
         for size in plan.frame_sizes:
+            frame = FrameSpec(size)
+            order = list(plan.systems)
+            order_rng.shuffle(order)
+            measured: dict[str, dict] = {}
+            before = _measure_sentinel(rig_, plan, frame)
+            for system in order:
+                if system.name in errors:
+                    continue
+                try:
+                    with system.install(rig_.line):
+                        measured[system.name] = _measure_with_retries(rig_, system, frame, plan)
+                    progress(f"[{index + 1}/{plan.repetitions}] " + _describe_dict(measured[system.name]))
+                except Exception as exc:  # one broken system must not cost the others' figures
+                    errors[system.name] = f"{type(exc).__name__}: {exc}"
+                    progress(f"{system.name}: cannot measure: {errors[system.name]}")
+            after = _measure_sentinel(rig_, plan, frame)
             repetitions.append({"repetition": index, "frame_size": size, "order": [s.name for s in order],
-                                "sentinel_ns": [before, after], "measurements": per_size[size]})
+                                "sentinel_ns": [before, after], "measurements": measured})
     label(repetitions, plan.sentinel is not None)
     return {"repetitions": repetitions, "errors": errors}
 
@@ -197,17 +201,23 @@ def label(repetitions: list[dict], bracketed: bool) -> None:
     DUT's then costs over 100 ns more, for every system alike, while neither
     CPU computes any slower. The sentinel (the upper-bound program, whose
     cost is mostly that hand-off) shows which placement a repetition ran in:
-    "near" within NEAR_FACTOR of the fastest sentinel seen, else "far". A
+    "near" within NEAR_FACTOR of the fastest sentinel seen at that frame
+    size, else "far". A
     repetition whose two sentinels disagree by more than STABLE_SPREAD
     changed placement mid-way: its ratios are not used."""
     if not bracketed:
         for repetition in repetitions:
             repetition.update(stable=True, regime="unbracketed")
         return
-    seen = [ns for r in repetitions for ns in r["sentinel_ns"] if ns]
-    fastest = min(seen) if seen else None
+    fastest_at: dict[int, float] = {}
+    for repetition in repetitions:
+        for ns in repetition["sentinel_ns"]:
+            if ns:
+                size = repetition["frame_size"]
+                fastest_at[size] = min(ns, fastest_at.get(size, ns))
     for repetition in repetitions:
         before, after = repetition["sentinel_ns"]
+        fastest = fastest_at.get(repetition["frame_size"])
         if not (before and after and fastest):
             repetition.update(stable=False, regime="unknown")
             continue
