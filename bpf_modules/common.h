@@ -43,7 +43,7 @@ struct lfp_pkt {
 	void *data_end;
 	__u32 len;              /* whole frame, including non-linear parts */
 	__u32 ingress_ifindex;
-	__u32 egress_ifindex;   /* set by a node returning LFP_REDIRECT */
+	__u32 egress_ifindex;   /* set by lfp_arm_redirect() */
 	__u16 l3_proto;         /* network byte order */
 	__u16 l3_off;
 };
@@ -224,12 +224,42 @@ static __always_inline void lfp_set_forward_priority(struct lfp_pkt *pkt, __u8 t
 #endif
 }
 
+#ifdef LFP_HOOK_XDP
+/* Egresses an XDP redirect may use, indexed by ifindex: the controller puts an
+ * interface here only when it can take XDP frames and forwards (the facts
+ * XDP_TX | FORWARDING). A devmap also lets the kernel skip the per-packet
+ * ifindex lookup bpf_redirect() needs. Sized like lfp_ifaces. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} lfp_tx_ports SEC(".maps");
+#endif
+
+/* Arm the redirect to `egress` before the packet is rewritten: 0 when this
+ * hook cannot send there, and the packet must go to the kernel unchanged. */
+static __always_inline int lfp_arm_redirect(struct lfp_pkt *pkt, __u32 egress)
+{
+	pkt->egress_ifindex = egress;
+#ifdef LFP_HOOK_XDP
+	return bpf_redirect_map(&lfp_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
+#else
+	struct lfp_iface *out = bpf_map_lookup_elem(&lfp_ifaces, &egress);
+
+	if (!out || (out->flags & (LFP_IF_TC_TX | LFP_IF_FORWARDING)) != (LFP_IF_TC_TX | LFP_IF_FORWARDING))
+		return 0;
+	return bpf_redirect(egress, 0) == TC_ACT_REDIRECT;
+#endif
+}
+
 static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
 {
-	if (rc == LFP_REDIRECT)
-		return bpf_redirect(pkt->egress_ifindex, 0);
+	(void)pkt;
 #ifdef LFP_HOOK_XDP
 	switch (rc) {
+	case LFP_REDIRECT:
+		return XDP_REDIRECT;    /* armed by lfp_arm_redirect() */
 	case LFP_DROP:
 		return XDP_DROP;
 	default:
@@ -237,6 +267,8 @@ static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
 	}
 #else
 	switch (rc) {
+	case LFP_REDIRECT:
+		return TC_ACT_REDIRECT;
 	case LFP_DROP:
 		return TC_ACT_SHOT;
 	default:
@@ -245,10 +277,5 @@ static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
 #endif
 }
 
-#ifdef LFP_HOOK_XDP
-#define LFP_IF_HOOK_TX LFP_IF_XDP_TX
-#else
-#define LFP_IF_HOOK_TX LFP_IF_TC_TX
-#endif
 
 #endif

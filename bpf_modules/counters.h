@@ -42,8 +42,7 @@
 	X(MARKED,                 router, pass, "packet carries a mark (fwmark rules)")     \
 	X(SOURCE_CHECK,           router, pass, "source would fail Linux's source validation") \
 	X(HAIRPIN,                router, pass, "egress is the ingress interface")          \
-	X(EGRESS_UNSUPPORTED,     router, pass, "egress cannot take a redirect from this hook") \
-	X(EGRESS_FWD_DISABLED,    router, pass, "forwarding disabled on egress")            \
+	X(EGRESS_UNSUPPORTED,     router, pass, "egress cannot take a redirect from this hook, or does not forward") \
 	X(REDIRECT_FAILED,        router, pass, "redirect refused")
 
 #define LFP_COUNTER_ENUM(id, node, kind, desc) LFP_CNT_##id,

@@ -27,6 +27,40 @@ struct {
 	__type(value, __u8);
 } lfp_local_src SEC(".maps");
 
+/* A 256-bit prefilter of lfp_local_src: a clear bit proves the source is not
+ * local, sparing the hash lookup for almost every packet. Bits are only set
+ * for addresses already in the hash (the controller writes the hash first). */
+struct lfp_local_hint {
+	__u64 bits[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lfp_local_hint);
+} lfp_local_hint SEC(".maps");
+
+/* Same fold as controller/shared_maps.py local_hint_bit(). */
+static __always_inline __u32 lfp_local_hint_bit(__be32 addr)
+{
+	__u32 h = addr;
+
+	h ^= h >> 16;
+	h ^= h >> 8;
+	return h & 0xff;
+}
+
+static __always_inline int lfp_source_is_local(__be32 saddr)
+{
+	__u32 zero = 0, bit = lfp_local_hint_bit(saddr);
+	struct lfp_local_hint *hint = bpf_map_lookup_elem(&lfp_local_hint, &zero);
+
+	if (hint && !(hint->bits[(bit >> 6) & 3] & (1ULL << (bit & 63))))
+		return 0;
+	return bpf_map_lookup_elem(&lfp_local_src, &saddr) != NULL;
+}
+
 /* Neighbour state of next hops, as far as it changes what Linux does with a
  * packet. bpf_fib_lookup() accepts any valid entry, but the first packet
  * Linux sends to a STALE entry also starts reachability probing (STALE ->
@@ -114,7 +148,7 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	struct bpf_fib_lookup fib = {};
 	struct lfp_neigh_key neigh;
 	__u8 *neigh_state;
-	struct lfp_iface *in, *out;
+	struct lfp_iface *in;
 	struct ethhdr *eth;
 	struct iphdr *ip;
 	__u16 tot_len;
@@ -165,7 +199,7 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_RP_FILTER);
 	if (ip->ttl <= 1)
 		return lfp_pass(pkt, LFP_CNT_TTL_EXPIRED);
-	if (bpf_map_lookup_elem(&lfp_local_src, &ip->saddr))
+	if (lfp_source_is_local(ip->saddr))
 		return lfp_pass(pkt, LFP_CNT_LOCAL_SOURCE);
 	if (in->fwd_len_cap && tot_len > in->fwd_len_cap)
 		return lfp_pass(pkt, LFP_CNT_ROUTE_MTU);
@@ -222,20 +256,18 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	if (fib.ifindex == pkt->ingress_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
 
-	out = bpf_map_lookup_elem(&lfp_ifaces, &fib.ifindex);
-	if (!out || !(out->flags & LFP_IF_HOOK_TX))
-		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
-	if (!(out->flags & LFP_IF_FORWARDING))
-		return lfp_pass(pkt, LFP_CNT_EGRESS_FWD_DISABLED);
 	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, &fib, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
+	/* Last decision before the rewrite: a pass after it would hand the
+	 * kernel a modified packet. */
+	if (!lfp_arm_redirect(pkt, fib.ifindex))
+		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 
 	if (in->flags & LFP_IF_SET_PRIORITY)
 		lfp_set_forward_priority(pkt, ip->tos);
 	lfp_ipv4_decrease_ttl(ip);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	pkt->egress_ifindex = fib.ifindex;
 	lfp_count(LFP_CNT_ROUTER_FORWARDED);
 	return LFP_REDIRECT;
 }

@@ -121,7 +121,7 @@ class Installer:
             # moves to a larger one (each by an atomic update; until then the old
             # array keeps serving it).
             log.info("interface facts array too small: reloading every pipeline with a larger one")
-            self.maps.drop_ifaces()
+            self.maps.drop_ifindex_arrays()
             plan = _with_everything_reloaded(plan, installed, desired)
         self.maps.write(plan.iface_set, plan.local_add, plan.neigh_set)
         state = installed
@@ -135,6 +135,8 @@ class Installer:
             state = state.without_pipeline(old.ifindex)
             log.info("detached %s from %s", old.shape, old.ifname)
         self.maps.erase(plan.iface_delete, plan.local_delete, plan.neigh_delete)
+        if plan.local_add or plan.local_delete:
+            self.maps.set_local_hint(desired.local_addrs)
         if self.maps.exist:
             state = replace(state, ifaces=desired.ifaces, local_addrs=desired.local_addrs,
                             neighbours=desired.neighbours)

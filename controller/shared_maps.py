@@ -3,17 +3,24 @@ addresses, neighbour states): pinned once, written from the graph, reused by
 each program instance at load time."""
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import struct
 
 from linuxfp import datapath as dp
 from linuxfp.graph import IfaceFacts, NeighbourFacts
+from linuxfp.graph.model import IF_FORWARDING, IF_XDP_TX
 
 from .namespace import NamespaceLayout
 
-IFACES, LOCAL_SRC, NEIGH = "lfp_ifaces", "lfp_local_src", "lfp_neigh"
-NAMES = (IFACES, LOCAL_SRC, NEIGH)
+log = logging.getLogger("linuxfp.maps")
+
+IFACES, LOCAL_SRC, LOCAL_HINT, NEIGH, TX_PORTS = (
+    "lfp_ifaces", "lfp_local_src", "lfp_local_hint", "lfp_neigh", "lfp_tx_ports")
+NAMES = (IFACES, LOCAL_SRC, LOCAL_HINT, NEIGH, TX_PORTS)
+_BY_IFINDEX = (IFACES, TX_PORTS)     # arrays indexed by ifindex, sized together
+_XDP_TX_READY = IF_XDP_TX | IF_FORWARDING
 MIN_IFACE_SLOTS = 256
 
 _IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface (bpf_modules/common.h)
@@ -36,6 +43,22 @@ def iface_slots(facts) -> int:
     while slots <= highest:
         slots *= 2
     return slots
+
+
+def local_hint_bit(addr: str) -> int:
+    """Bit of an address in lfp_local_hint (as lfp_local_hint_bit() in
+    bpf_modules/router.h folds the address in network byte order)."""
+    h = struct.unpack("<I", socket.inet_aton(addr))[0]    # the __be32 as the CPU reads it
+    h ^= h >> 16
+    h ^= h >> 8
+    return h & 0xFF
+
+
+def local_hint(addrs) -> bytes:
+    bits = 0
+    for addr in addrs:
+        bits |= 1 << local_hint_bit(addr)
+    return bits.to_bytes(32, "little")
 
 
 def _u32(value: int) -> bytes:
@@ -65,16 +88,20 @@ class SharedMaps:
         return self.get(IFACES) is not None
 
     def fits(self, facts) -> bool:
-        m = self.get(IFACES)
-        return m is None or all(f.ifindex < m.max_entries for f in facts)
+        for name in _BY_IFINDEX:
+            m = self.get(name)
+            if m is not None and any(f.ifindex >= m.max_entries for f in facts):
+                return False
+        return True
 
-    def drop_ifaces(self) -> None:
-        """Forget the interface array so the next load creates a larger one;
-        programs still using the old one keep it alive until replaced."""
-        m = self._open.pop(IFACES, None)
-        if m is not None:
-            m.close()
-        dp.unpin(self.layout.shared_map_pin(IFACES), missing_ok=True)
+    def drop_ifindex_arrays(self) -> None:
+        """Forget the arrays indexed by ifindex so the next load creates larger
+        ones; programs still using the old ones keep them alive until replaced."""
+        for name in _BY_IFINDEX:
+            m = self._open.pop(name, None)
+            if m is not None:
+                m.close()
+            dp.unpin(self.layout.shared_map_pin(name), missing_ok=True)
 
     # -- loading -----------------------------------------------------------
 
@@ -83,12 +110,14 @@ class SharedMaps:
         Returns the names `obj` creates (to be adopted after load)."""
         fresh = []
         for name in NAMES:
+            if name not in obj.map_names():
+                continue            # e.g. lfp_tx_ports exists in XDP programs only
             m = self.get(name)
             if m is not None:
                 obj.reuse_map(name, m)
             else:
                 fresh.append(name)
-                if name == IFACES:
+                if name in _BY_IFINDEX:
                     obj.set_max_entries(name, iface_slots(desired_ifaces))
         return fresh
 
@@ -98,18 +127,32 @@ class SharedMaps:
         for name in fresh:
             obj.map(name).pin(self.layout.shared_map_pin(name))
         if fresh:
-            self.fill(desired.ifaces, desired.local_addrs, desired.neighbours)
+            self.write(desired.ifaces, desired.local_addrs, desired.neighbours)
+            self.set_local_hint(desired.local_addrs)
 
     # -- contents ----------------------------------------------------------
 
-    def fill(self, facts, local, neighbours) -> None:
-        self.write(facts, local, neighbours)
+    def set_local_hint(self, all_local) -> None:
+        """After the hash holds every address: a bit may only be set for an
+        address the exact lookup will find."""
+        hint = self.get(LOCAL_HINT)
+        if hint is not None:
+            hint.update(_u32(0), local_hint(all_local))
 
     def write(self, facts=(), local=(), neighbours=()) -> None:
-        ifaces, src, neigh = self.get(IFACES), self.get(LOCAL_SRC), self.get(NEIGH)
+        ifaces, src, neigh, tx = self.get(IFACES), self.get(LOCAL_SRC), self.get(NEIGH), self.get(TX_PORTS)
         if ifaces is not None:
             for f in facts:
                 ifaces.update(_u32(f.ifindex), pack_iface(f))
+        if tx is not None:
+            for f in facts:
+                if f.flags & _XDP_TX_READY == _XDP_TX_READY:
+                    try:
+                        tx.update(_u32(f.ifindex), _u32(f.ifindex))
+                    except dp.BpfError as e:   # the device went away meanwhile: pass to it
+                        log.warning("ifindex %d not usable as XDP egress: %s", f.ifindex, e)
+                else:
+                    tx.delete(_u32(f.ifindex))
         if src is not None:
             for addr in local:
                 src.update(socket.inet_aton(addr), b"\x01")
@@ -118,11 +161,14 @@ class SharedMaps:
                 neigh.update(_neigh_key(n.key), bytes([n.state]))
 
     def erase(self, ifindexes=(), local=(), neighbour_keys=()) -> None:
-        ifaces, src, neigh = self.get(IFACES), self.get(LOCAL_SRC), self.get(NEIGH)
+        ifaces, src, neigh, tx = self.get(IFACES), self.get(LOCAL_SRC), self.get(NEIGH), self.get(TX_PORTS)
         if ifaces is not None:
             for ifindex in ifindexes:
                 if ifindex < ifaces.max_entries:
                     ifaces.update(_u32(ifindex), _EMPTY_IFACE)   # zero facts: pass everything
+        if tx is not None:
+            for ifindex in ifindexes:
+                tx.delete(_u32(ifindex))
         if src is not None:
             for addr in local:
                 src.delete(socket.inet_aton(addr))

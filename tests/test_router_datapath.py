@@ -12,7 +12,7 @@ import struct
 import pytest
 from scapy.layers.l2 import Ether
 
-from controller.shared_maps import pack_iface
+from controller.shared_maps import local_hint, pack_iface
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.lab.netns import Lab, entered
@@ -86,6 +86,12 @@ class LoadedRouter:
             local = self.obj.map("lfp_local_src")
             for a in graph.local_addrs:
                 local.update(socket.inet_aton(a), b"\x01")
+            self.obj.map("lfp_local_hint").update(struct.pack("<I", 0), local_hint(graph.local_addrs))
+            if hook == "xdp":
+                tx = self.obj.map("lfp_tx_ports")
+                for f in graph.ifaces:
+                    if f.flags & 0x5 == 0x5:      # XDP_TX | FORWARDING, as the controller does
+                        tx.update(struct.pack("<I", f.ifindex), struct.pack("<I", f.ifindex))
             neigh = self.obj.map("lfp_neigh")
             for n in graph.neighbours:
                 neigh.update(struct.pack("<I", n.ifindex) + socket.inet_aton(n.address), bytes([n.state]))
