@@ -16,7 +16,7 @@ from types import TracebackType
 
 from . import pins
 from .errors import BpfError
-from .fds import HasFd, OwnedFd, fd_kind, fd_of
+from .fds import HasFd, OwnedFd, fd_of
 from .info import link_info
 from .libbpf import (
     BPF_LINK_TYPE_TCX,
@@ -113,10 +113,7 @@ class Link:
     @classmethod
     def from_pinned(cls, path: str) -> Link:
         """Re-open a pinned XDP or tcx link (mode is read back from the kernel)."""
-        owned = OwnedFd(pins.get_pinned(path))
-        if fd_kind(owned.fd) != "link":
-            owned.close()
-            raise BpfError(f"{path} is not a pinned BPF link", errno.EINVAL)
+        owned = pins.open_pinned(path, "link")
         info = link_info(owned.fd)
         if info["type"] == BPF_LINK_TYPE_XDP:
             link = cls(owned, info["ifindex"], "xdp", _xdp_mode_of(info["ifindex"], info["prog_id"]))

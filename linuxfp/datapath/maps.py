@@ -79,11 +79,7 @@ class Map:
 
     @classmethod
     def from_pinned(cls, path: str) -> Map:
-        owned = OwnedFd(pins.get_pinned(path))
-        if fd_kind(owned.fd) != "map":
-            owned.close()
-            raise BpfError(f"{path} is not a pinned BPF map", errno.EINVAL)
-        bpf_map = cls(owned)
+        bpf_map = cls(pins.open_pinned(path, "map"))
         bpf_map.pinned_path = path
         return bpf_map
 

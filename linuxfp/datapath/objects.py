@@ -68,11 +68,7 @@ class Program:
 
     @classmethod
     def from_pinned(cls, path: str) -> Program:
-        owned = OwnedFd(pins.get_pinned(path))
-        if fd_kind(owned.fd) != "prog":
-            owned.close()
-            raise BpfError(f"{path} is not a pinned BPF program", errno.EINVAL)
-        return cls(owned)
+        return cls(pins.open_pinned(path, "prog"))
 
     @classmethod
     def from_id(cls, prog_id: int) -> Program:

@@ -17,6 +17,7 @@ import subprocess
 import warnings
 
 from .errors import BpfError, DependencyError
+from .fds import OwnedFd, fd_kind
 from .libbpf import BPF_FS_MAGIC, errno_of, lib, libc, statfs_magic
 
 logger = logging.getLogger("linuxfp.datapath.pins")
@@ -199,3 +200,12 @@ def remove_tree(path: str) -> None:
         for name in subdirectories:
             os.rmdir(os.path.join(directory, name))
     os.rmdir(path)
+
+
+def open_pinned(path: str, kind: str) -> OwnedFd:
+    """An owned fd for the BPF object of `kind` ('map', 'prog', 'link') pinned at `path`."""
+    owned = OwnedFd(get_pinned(path))
+    if fd_kind(owned.fd) != kind:
+        owned.close()
+        raise BpfError(f"{path} is not a pinned BPF {'program' if kind == 'prog' else kind}", errno.EINVAL)
+    return owned
