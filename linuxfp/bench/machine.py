@@ -39,6 +39,25 @@ def _clang_version() -> str | None:
         return None
 
 
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def code_version() -> dict:
+    """The commit under test, and whether the datapath/controller sources differ from it."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(_CHECKOUT), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None}
+    changed = git("status", "--porcelain", "--", "bpf_modules", "templates", "linuxfp", "controller")
+    return {"commit": commit, "uncommitted_changes": bool(changed)}
+
+
 def machine() -> dict:
     uname = os.uname()
     return {
@@ -51,4 +70,5 @@ def machine() -> dict:
         "python": platform.python_version(),
         "clang": _clang_version(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "code": code_version(),
     }

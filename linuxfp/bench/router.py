@@ -123,7 +123,7 @@ def plot(result: dict, path: Path, plt) -> None:
         axis.bar(names, medians, yerr=[low, high], capsize=4, color=colors)
         for x, value in enumerate(medians):
             axis.text(x, value, f"{value:.2f}", ha="center", va="bottom", fontsize=8)
-        axis.set_title(f"router, {size} B frames")
+        axis.set_title(f"router, {size} B frames ({result['frame_sizes'][size]['regime']} placement)")
         axis.set_ylabel("DUT capacity (Mpps)")
         axis.tick_params(axis="x", rotation=20)
     fig.tight_layout()
