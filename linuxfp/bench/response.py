@@ -33,7 +33,7 @@ from .probes import PROBE_INTERVAL_S, ProbeStream
 from .results import table, timestamp
 from .sink import Sink
 from .stats import percentile
-from .throughput import progress
+from .throughput import exclusive_machine, progress
 from .topology import SINK_IP, Line, build_line
 
 TARGET_P50_MS = 0.3
@@ -323,7 +323,7 @@ def run(options: Options) -> dict:
     iterations = options.reps(full=100, quick=3)
     tag = secrets.token_hex(2)
     samples: list[Sample] = []
-    with Lab(options.lab_prefix) as lab, contextlib.ExitStack() as stack:
+    with exclusive_machine(), Lab(options.lab_prefix) as lab, contextlib.ExitStack() as stack:
         line = build_line(lab, 50, tag=tag)
         sink = Sink(line)
         stack.callback(sink.close)

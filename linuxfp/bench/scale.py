@@ -22,7 +22,7 @@ from .options import Options
 from .response import _APPLIED
 from .results import table, timestamp
 from .stats import percentile
-from .throughput import progress
+from .throughput import exclusive_machine, progress
 from .topology import SINK_IP, Line, build_line
 
 FULL_ROUTE_COUNTS = (1_000, 10_000, 100_000)
@@ -120,7 +120,7 @@ def run(options: Options) -> dict:
     repetitions = options.reps(full=3)
     burst_size = QUICK_BURST if options.quick else BURST
     startup: dict[str, dict] = {}
-    with Lab(options.lab_prefix) as lab:
+    with exclusive_machine(), Lab(options.lab_prefix) as lab:
         line = build_line(lab, 1)
         present = 0
         for count in counts:
