@@ -248,16 +248,18 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	neigh_state = bpf_map_lookup_elem(&lfp_neigh, &neigh);
 	if (!neigh_state)
 		return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
-	if (*neigh_state == LFP_NEIGH_STALE) {
-		*neigh_state = LFP_NEIGH_PROBING;
-		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
-	}
 	/* Linux would also send an ICMP redirect when routing back out. */
 	if (fib.ifindex == pkt->ingress_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
 
 	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, &fib, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
+	/* Only a packet Linux will really send starts its probing: every check
+	 * that could make the kernel drop it has been made above. */
+	if (*neigh_state == LFP_NEIGH_STALE) {
+		*neigh_state = LFP_NEIGH_PROBING;
+		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
+	}
 	/* Last decision before the rewrite: a pass after it would hand the
 	 * kernel a modified packet. */
 	if (!lfp_arm_redirect(pkt, fib.ifindex))

@@ -28,9 +28,15 @@ def cmd_run(args) -> int:
         print("linuxfp run: generic XDP cannot see VLAN tags that the NIC or veth peer moved out of the "
               "frame, so it cannot reproduce Linux exactly; use --hook tc (or auto) instead", file=sys.stderr)
         return EXIT_USAGE
+    from .runtime_files import AlreadyRunning
+
     check_runtime()
     controller = Controller(RunOptions(hook=args.hook, xdp_mode=args.xdp_mode, keep=args.keep))
-    return controller.run()
+    try:
+        return controller.run()
+    except AlreadyRunning as e:
+        print(f"linuxfp run: {e}", file=sys.stderr)
+        return 1
 
 
 def cmd_graph(args) -> int:
@@ -72,22 +78,26 @@ def cmd_detach(args) -> int:
 
     check_runtime(need_compiler=False)
     layout = current_layout()
-    pid = runtime_files.running_controller(layout)
-    if pid and pid != os.getpid():
-        os.kill(pid, signal.SIGTERM)
+    pid = runtime_files.running_controller(layout)     # only a lock holder counts
+    if pid:
+        if pid > 0:
+            os.kill(pid, signal.SIGTERM)                # it detaches everything itself
         deadline = time.monotonic() + 10
         while runtime_files.running_controller(layout) and time.monotonic() < deadline:
             time.sleep(0.05)
+        if runtime_files.running_controller(layout):
+            print(f"linuxfp detach: controller {pid} did not stop within 10 s", file=sys.stderr)
+            return 1
     saved = runtime_files.load_installed(layout)
-    had_pins = os.path.isdir(layout.pin_dir)
-    if not pid and not had_pins and not (saved and saved.pipelines):
-        print("nothing attached")
+    if not os.path.isdir(layout.pin_dir) and not (saved and saved.pipelines):
+        runtime_files.remove_run_dir(layout)
+        print(f"stopped controller {pid}; nothing left attached" if pid else "nothing attached")
         return 0
     from .reconcile import InstalledState
 
     removed = Installer(layout).remove_all(saved or InstalledState())
     runtime_files.remove_run_dir(layout)
-    print(f"detached {removed} program(s)" + (f"; stopped controller {pid}" if pid else ""))
+    print(f"detached {removed} program(s)" + (f" left by controller {pid}" if pid else ""))
     return 0
 
 

@@ -2,12 +2,12 @@
 configuration calls for, one coalesced batch of netlink events at a time."""
 from __future__ import annotations
 
+import hashlib
 import logging
-import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from linuxfp import state as kstate
 from linuxfp.datapath import bpffs_root
@@ -54,38 +54,53 @@ class Controller:
 
     # -- one reconcile step ------------------------------------------------
 
-    def _compile(self, graph: Graph) -> tuple[dict, dict[int, str]]:
+    def _compile(self, graph: Graph) -> tuple[dict, dict[Shape, str]]:
+        """Objects for the graph's shapes, and why the others could not be
+        built. Both are remembered for the process: a failure is not retried
+        on every netlink event."""
         compiled, failed = {}, {}
         for shape in graph.shapes():
-            try:
-                if shape not in self._compiled:
+            if shape not in self._compiled:
+                try:
                     self._compiled[shape] = build_shape(shape)
-                compiled[shape] = self._compiled[shape]
-            except (CompileError, ToolMissing) as e:
-                log.error("cannot compile %s: %s", shape, e)
-                for p in graph.pipelines:
-                    if p.shape == shape:
-                        failed[p.ifindex] = f"compile: {e}"
+                except (CompileError, ToolMissing) as e:
+                    log.error("cannot compile %s: %s", shape, e)
+                    self._compiled[shape] = e
+            outcome = self._compiled[shape]
+            if isinstance(outcome, Exception):
+                failed[shape] = f"compile: {outcome}"
+            else:
+                compiled[shape] = outcome
         return compiled, failed
 
-    def reconcile(self, snapshot) -> bool:
+    def reconcile(self, snapshot, refresh_neighbours=frozenset()) -> bool:
         """Bring the datapath in line with `snapshot`; True if anything changed."""
         graph = build_graph(snapshot, self.options.hook)
         compiled, failed = self._compile(graph)
-        if failed:
-            for ifindex, message in failed.items():
-                p = graph.pipeline(ifindex)
-                self.installed = self.installed.with_pipeline(
-                    InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape), "", error=message))
-            graph = replace(graph, pipelines=tuple(p for p in graph.pipelines if p.ifindex not in failed))
         digests = {shape: obj.digest for shape, obj in compiled.items()}
-        todo = plan(graph, digests, self.installed)
+        for shape, message in failed.items():
+            # An interface whose program cannot be built stays on the kernel
+            # path, recorded as such (and so not planned again).
+            digests[shape] = "error:" + hashlib.sha1(message.encode()).hexdigest()
+            for p in graph.pipelines:
+                if p.shape == shape and (self.installed.pipeline(p.ifindex) is None
+                                         or self.installed.pipeline(p.ifindex).digest != digests[shape]):
+                    self._drop_running(p.ifindex)
+                    self.installed = self.installed.with_pipeline(
+                        InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape), digests[shape], error=message))
+        todo = plan(graph, digests, self.installed, refresh_neighbours)
         if todo.empty:
             return False
         self.installed = self.installer.apply(todo, self.installed, graph, compiled)
-        if todo.touches_programs:   # the file records pipelines; map contents live in the maps
+        if todo.touches_programs or failed:   # the file records pipelines; map contents live in the maps
             runtime_files.save_installed(self.layout, self.installed)
         return True
+
+    def _drop_running(self, ifindex: int) -> None:
+        """Detach a running program whose replacement cannot be built."""
+        have = self.installed.pipeline(ifindex)
+        if have is not None and have.active:
+            self.installer.detach_pipeline(have)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -94,28 +109,28 @@ class Controller:
         self._stop = True
 
     def start(self) -> None:
-        saved = runtime_files.load_installed(self.layout)
-        if saved is not None and saved.pipelines:
-            self.installed = self.installer.adopt(saved)
+        self._lock = runtime_files.ControllerLock(self.layout)   # raises AlreadyRunning
+        saved = runtime_files.load_installed(self.layout) or InstalledState()
+        self.installed = self.installer.adopt(saved)
+        if self.installed.pipelines:
             log.info("adopted %d pipeline(s) left by a previous controller", len(self.installed.pipelines))
-        runtime_files.write_atomic(self.layout.pid_file, f"{os.getpid()}\n")
 
     def stop(self) -> None:
-        if self.options.keep:
-            runtime_files.save_installed(self.layout, self.installed)
-            try:
-                os.unlink(self.layout.pid_file)
-            except FileNotFoundError:
-                pass
-            log.info("datapath kept in place (--keep); the next `linuxfp run` adopts it")
-            return
-        self.installer.remove_all(self.installed)
-        self.installed = InstalledState()
-        runtime_files.remove_run_dir(self.layout)
-        log.info("datapath removed; the kernel path carries on")
+        try:
+            if self.options.keep:
+                runtime_files.save_installed(self.layout, self.installed)
+                log.info("datapath kept in place (--keep); the next `linuxfp run` adopts it")
+                return
+            self.installer.remove_all(self.installed)
+            self.installed = InstalledState()
+            runtime_files.remove_run_dir(self.layout)
+            log.info("datapath removed; the kernel path carries on")
+        finally:
+            self._lock.release()
 
     def run(self, ready_out=sys.stdout) -> int:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: a closed terminal must not leave an unattended datapath.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, self._request_stop)
         self.start()
         try:
@@ -139,7 +154,11 @@ class Controller:
                         # a batch that lost events or cannot be applied exactly is
                         # a full re-read, never silent drift
                         snapshot = kstate.advance(snapshot, batch)
-                        worked = self.reconcile(snapshot)
+                        if "link" in batch.kinds:
+                            # a link deleted and re-created with the same ifindex
+                            # within one batch took our program with it
+                            self.installed = self.installer.forget_defunct(self.installed)
+                        worked = self.reconcile(snapshot, _announced_neighbours(batch))
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked)
                         # One line per applied batch: what `ip monitor` users expect,
@@ -157,6 +176,11 @@ class Controller:
         finally:
             self.stop()
         return 0
+
+
+def _announced_neighbours(batch) -> frozenset[tuple[int, str]]:
+    return frozenset((m.neighbour.ifindex, m.neighbour.dst) for m in batch.messages
+                     if isinstance(m, kstate.NeighbourUpdate))
 
 
 def _json(data) -> str:

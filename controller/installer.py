@@ -66,7 +66,8 @@ class Installer:
             # Device-bound programs attach natively only (see Shape.device_bound).
             link = dp.attach_xdp(prog.fd, pipeline.ifindex, mode="native")
         else:
-            link = dp.attach_tc(prog.fd, pipeline.ifindex, direction="ingress")
+            # tcx: a pinnable link (the cls_bpf fallback cannot be pinned or adopted)
+            link = dp.attach_tc(prog.fd, pipeline.ifindex, direction="ingress", method="tcx")
         link.pin(self.layout.link_pin(pipeline.ifindex, pipeline.hook))
         return link
 
@@ -116,7 +117,8 @@ class Installer:
         are recorded in that state, never raised: the interface stays on the
         kernel path and the others carry on."""
         self._desired = desired
-        if not self.maps.fits(desired.ifaces):
+        growing = not self.maps.fits(desired.ifaces)
+        if growing:
             # A new interface's ifindex is beyond the facts array: every program
             # moves to a larger one (each by an atomic update; until then the old
             # array keeps serving it).
@@ -127,20 +129,22 @@ class Installer:
         state = installed
         for how, pipelines in (("attach", plan.attach), ("replace", plan.replace), ("rehook", plan.rehook)):
             for p in pipelines:
-                state = state.with_pipeline(self._install_or_record(p, how, state.pipeline(p.ifindex), compiled))
+                old = state.pipeline(p.ifindex)
+                new = self._install_or_record(p, how, old, compiled)
+                if growing and how == "replace" and new.error and old is not None:
+                    # still running on the arrays nobody writes any more: back to Linux
+                    self.detach_pipeline(old)
+                    new = replace(new, prog_id=0, link_id=0, error=f"detached: {new.error}")
+                state = state.with_pipeline(new)
         for old in plan.detach:
-            if old.active:
-                self._detach_link(old.ifindex, old.hook)
-            dp.remove_tree(self.layout.iface_dir(old.ifindex))
+            self.detach_pipeline(old)
             state = state.without_pipeline(old.ifindex)
-            log.info("detached %s from %s", old.shape, old.ifname)
         self.maps.erase(plan.iface_delete, plan.local_delete, plan.neigh_delete)
         if plan.local_add or plan.local_delete:
             self.maps.set_local_hint(desired.local_addrs)
-        if self.maps.exist:
-            state = replace(state, ifaces=desired.ifaces, local_addrs=desired.local_addrs,
-                            neighbours=desired.neighbours)
-        return state
+        # Maps not created yet are filled from the desired graph when they are.
+        return replace(state, ifaces=desired.ifaces, local_addrs=desired.local_addrs,
+                       neighbours=desired.neighbours)
 
     def _install_or_record(self, p: Pipeline, how: str, old: InstalledPipeline | None,
                            compiled: dict[Shape, CompiledObject]) -> InstalledPipeline:
@@ -156,29 +160,70 @@ class Installer:
                 message = describe_rejection(message, e.log, compiled[p.shape].data, p.shape.entry)
             log.error("cannot install %s on %s: %s", p.shape, p.ifname, message)
             if how == "replace" and old is not None:
-                # the old program still runs; keep describing it as installed
+                # The old program still runs, correctly (the maps it reads are
+                # kept current); record the failure without losing track of it.
                 return replace(old, error=f"update to {p.shape} failed: {message}")
             return InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape),
                                      compiled[p.shape].digest, error=message)
 
+    def forget_defunct(self, installed: InstalledState) -> InstalledState:
+        """Drop pipelines whose link the kernel detached (the interface went
+        away, maybe to come back with the same ifindex), so they are planned
+        again as new attachments."""
+        state = installed
+        for p in installed.pipelines:
+            if not p.active:
+                continue
+            link = self.links.get(p.ifindex)
+            try:
+                alive = link is not None and dp.link_info(link.fd).get("ifindex") == p.ifindex
+            except dp.BpfError:
+                alive = False
+            if not alive:
+                log.info("%s on %s was detached by the kernel", p.shape, p.ifname)
+                self.links.pop(p.ifindex, None)
+                dp.remove_tree(self.layout.iface_dir(p.ifindex))
+                state = state.without_pipeline(p.ifindex)
+        return state
+
+    def detach_pipeline(self, old: InstalledPipeline) -> None:
+        if old.active:
+            self._detach_link(old.ifindex, old.hook)
+        dp.remove_tree(self.layout.iface_dir(old.ifindex))
+        log.info("detached %s from %s", old.shape, old.ifname)
+
     def adopt(self, saved: InstalledState) -> InstalledState:
-        """Take over a datapath left in place by `linuxfp run --keep`: keep every
-        pipeline whose pinned link still exists, without re-attaching."""
+        """Take over the datapath a previous controller left (`--keep`, or a
+        crash): keep each recorded pipeline whose pinned link still serves its
+        interface, without re-attaching; detach every other link found under
+        this namespace's pins, so nothing runs that nobody tracks."""
         kept = []
         for p in saved.pipelines:
             if p.error:
                 continue
             path = self.layout.link_pin(p.ifindex, p.hook)
-            if not os.path.exists(path):
-                continue
             try:
                 link = dp.Link.from_pinned(path)
-            except dp.BpfError:
+                if dp.link_info(link.fd).get("ifindex") != p.ifindex:
+                    link.detach()
+                    continue
+            except (dp.BpfError, FileNotFoundError, OSError):
                 continue
             self.links[p.ifindex] = link
             kept.append(p)
+        kept_paths = {self.layout.link_pin(p.ifindex, p.hook) for p in kept}
+        for dirpath, _dirs, files in os.walk(self.layout.pin_dir) if os.path.isdir(self.layout.pin_dir) else ():
+            for name in files:
+                path = os.path.join(dirpath, name)
+                if name.startswith("link_") and path not in kept_paths:
+                    log.info("detaching an untracked link %s", path)
+                    try:
+                        dp.Link.from_pinned(path).detach()
+                    except dp.BpfError:
+                        dp.unpin(path, missing_ok=True)
         maps = self.read_back()
-        return replace(maps, pipelines=tuple(kept))
+        # Local addresses are rewritten once, so the prefilter is rebuilt too.
+        return replace(maps, pipelines=tuple(kept), local_addrs=frozenset())
 
     def remove_all(self, installed: InstalledState) -> int:
         """Detach every link and remove every pin of this namespace."""

@@ -78,11 +78,15 @@ class Plan:
                     or self.local_add or self.local_delete or self.neigh_set or self.neigh_delete)
 
 
-def plan(desired: Graph, digests: Mapping[Shape, str], installed: InstalledState) -> Plan:
+def plan(desired: Graph, digests: Mapping[Shape, str], installed: InstalledState,
+         refresh_neighbours: frozenset[tuple[int, str]] = frozenset()) -> Plan:
     """What to change so that `installed` becomes `desired`.
 
     An interface whose last install failed is retried only when its program
-    would differ, so a verifier rejection is not repeated on every event."""
+    would differ, so a verifier rejection is not repeated on every event.
+    `refresh_neighbours`: neighbour keys the kernel just announced; they are
+    rewritten even when unchanged, because the datapath itself advances a
+    STALE entry to PROBING and a new STALE must reset it."""
     attach, replace_, rehook, detach = [], [], [], []
     wanted = {p.ifindex: p for p in desired.pipelines}
     for p in desired.pipelines:
@@ -111,6 +115,7 @@ def plan(desired: Graph, digests: Mapping[Shape, str], installed: InstalledState
         iface_set=iface_set, iface_delete=iface_delete,
         local_add=frozenset(desired.local_addrs - installed.local_addrs),
         local_delete=frozenset(installed.local_addrs - desired.local_addrs),
-        neigh_set=frozenset(desired.neighbours - installed.neighbours),
+        neigh_set=frozenset(n for n in desired.neighbours
+                            if n not in installed.neighbours or n.key in refresh_neighbours),
         neigh_delete=frozenset({n.key for n in installed.neighbours} - {n.key for n in desired.neighbours}),
     )

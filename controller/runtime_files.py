@@ -1,6 +1,7 @@
 """The controller's files under /run: installed state, response times, pid."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -39,20 +40,71 @@ def load_json(path: str) -> dict | None:
         return None
 
 
-def running_controller(layout: NamespaceLayout) -> int | None:
-    """Pid of a live controller for this namespace, if any."""
+class AlreadyRunning(Exception):
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        super().__init__(f"another `linuxfp run` (pid {pid or '?'}) already accelerates this namespace; "
+                         "stop it first (or `linuxfp detach`)")
+
+
+class ControllerLock:
+    """The pid file, held with flock for the controller's lifetime: the lock,
+    not the pid (which a crashed controller's successor may reuse), says
+    whether a controller runs."""
+
+    def __init__(self, layout: NamespaceLayout) -> None:
+        os.makedirs(layout.run_dir, exist_ok=True)
+        self.path = layout.pid_file
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(self.path)
+            os.close(self.fd)
+            raise AlreadyRunning(pid) from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+
+    def release(self, remove: bool = True) -> None:
+        """Drop the lock; `remove` also deletes the pid file (and the run
+        directory if nothing else is in it)."""
+        if self.fd < 0:
+            return
+        if remove:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        os.close(self.fd)     # drops the lock
+        self.fd = -1
+        if remove:
+            try:
+                os.rmdir(os.path.dirname(self.path))
+            except OSError:
+                pass          # other runtime files (a kept datapath) remain
+
+
+def _read_pid(path: str) -> int | None:
     try:
-        with open(layout.pid_file) as f:
-            pid = int(f.read().strip())
+        with open(path) as f:
+            return int(f.read().strip())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def running_controller(layout: NamespaceLayout) -> int | None:
+    """Pid of the live controller of this namespace, if one holds the lock."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fd = os.open(layout.pid_file, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
         return None
-    except PermissionError:
-        return pid
-    return pid
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_pid(layout.pid_file) or -1
+    finally:
+        os.close(fd)
+    return None
 
 
 def remove_run_dir(layout: NamespaceLayout) -> None:

@@ -22,6 +22,9 @@ NAMES = (IFACES, LOCAL_SRC, LOCAL_HINT, NEIGH, TX_PORTS)
 _BY_IFINDEX = (IFACES, TX_PORTS)     # arrays indexed by ifindex, sized together
 _XDP_TX_READY = IF_XDP_TX | IF_FORWARDING
 MIN_IFACE_SLOTS = 256
+# Interfaces with a larger ifindex get no facts: all-zero facts mean "pass",
+# so they simply stay on the kernel path.
+MAX_IFACE_SLOTS = 1 << 16
 
 _IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface (bpf_modules/common.h)
 _EMPTY_IFACE = bytes(_IFACE_VALUE.size)
@@ -38,7 +41,7 @@ def unpack_iface(ifindex: int, raw: bytes) -> IfaceFacts:
 
 def iface_slots(facts) -> int:
     """Array size covering every ifindex in `facts` (a power of two)."""
-    highest = max((f.ifindex for f in facts), default=0)
+    highest = max((f.ifindex for f in facts if f.ifindex < MAX_IFACE_SLOTS), default=0)
     slots = MIN_IFACE_SLOTS
     while slots <= highest:
         slots *= 2
@@ -90,7 +93,7 @@ class SharedMaps:
     def fits(self, facts) -> bool:
         for name in _BY_IFINDEX:
             m = self.get(name)
-            if m is not None and any(f.ifindex >= m.max_entries for f in facts):
+            if m is not None and any(m.max_entries <= f.ifindex < MAX_IFACE_SLOTS for f in facts):
                 return False
         return True
 
@@ -141,6 +144,7 @@ class SharedMaps:
 
     def write(self, facts=(), local=(), neighbours=()) -> None:
         ifaces, src, neigh, tx = self.get(IFACES), self.get(LOCAL_SRC), self.get(NEIGH), self.get(TX_PORTS)
+        facts = [f for f in facts if f.ifindex < MAX_IFACE_SLOTS]
         if ifaces is not None:
             for f in facts:
                 ifaces.update(_u32(f.ifindex), pack_iface(f))
@@ -168,7 +172,8 @@ class SharedMaps:
                     ifaces.update(_u32(ifindex), _EMPTY_IFACE)   # zero facts: pass everything
         if tx is not None:
             for ifindex in ifindexes:
-                tx.delete(_u32(ifindex))
+                if ifindex < tx.max_entries:
+                    tx.delete(_u32(ifindex))
         if src is not None:
             for addr in local:
                 src.delete(socket.inet_aton(addr))

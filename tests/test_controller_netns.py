@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, _env, linuxfp_cli
 from linuxfp.lab import Capture, RouterTopology, inject, ping, settle
 from linuxfp.lab.frames import udp_frame
 
@@ -28,6 +28,25 @@ def stats(router) -> dict:
 
 def status(router) -> dict:
     return json.loads(linuxfp_cli(router.dut.name, "-j", "status").stdout)
+
+
+def attached_programs(router) -> dict[str, list[int]]:
+    """Per DUT interface, the XDP and tcx programs the kernel has attached
+    (bpftool 7.1 does not list tcx yet, so ask the kernel directly)."""
+    from linuxfp import datapath as dp
+    from linuxfp.lab import entered
+
+    out = {}
+    with entered(router.dut):
+        for link in json.loads(router.dut.run(["ip", "-j", "link", "show"]).stdout):
+            ifindex = link["ifindex"]
+            progs = dp.tcx_attached(ifindex, "ingress")
+            xdp = dp.xdp_attached(ifindex).prog_id
+            if xdp:
+                progs.append(xdp)
+            if progs:
+                out[link["ifname"]] = progs
+    return out
 
 
 def fast_path_count(router, ifname="to-src") -> int:
@@ -55,7 +74,7 @@ def test_traffic_takes_the_fast_path(router_topology, ip_forw_datagrams, hook):
     before = ip_forw_datagrams(r.dut)
     udp_burst(r, 50)
     assert ip_forw_datagrams(r.dut) - before >= 50
-    assert "xdp" not in r.dut.run(["ip", "link", "show", "to-src"]).stdout.split("mtu")[0]
+    assert attached_programs(r) == {}
     assert status(r)["interfaces"] == []
 
 
@@ -101,7 +120,7 @@ def test_detach_removes_everything_and_is_idempotent(router_topology):
     assert len(status(r)["interfaces"]) == 2
     out = linuxfp_cli(r.dut.name, "detach")
     assert out.returncode == 0 and "detached" in out.stdout
-    assert status(r)["interfaces"] == []
+    assert status(r)["interfaces"] == [] and attached_programs(r) == {}
     again = linuxfp_cli(r.dut.name, "detach")
     assert again.returncode == 0 and "nothing attached" in again.stdout
 
@@ -316,3 +335,78 @@ def test_tcp_bulk_transfer_through_tc_takes_the_fast_path(router_topology, ip_fo
         assert fast > 0 and fast > kernel, (fast, kernel)
         passed = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]["router"]["passed"]
         assert (passed.get("fib_frag_needed", 0) > 0) == (egress_mtu < 1500)
+
+
+def test_one_controller_per_namespace(router_topology):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as first:
+        second = subprocess.run(["ip", "netns", "exec", r.dut.name, sys.executable, "-m", "controller.cli", "run"],
+                                capture_output=True, text=True, timeout=30, env=_env())
+        assert second.returncode == 1 and "already accelerates" in second.stderr
+        assert f"pid {first.proc.pid}" in second.stderr
+        assert len(status(r)["interfaces"]) == 2 and status(r)["controller_pid"] == first.proc.pid
+
+
+def test_detach_never_signals_a_stranger(router_topology):
+    """A pid file left by a crashed controller may name a reused pid: only the
+    lock a live controller holds counts."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="tc", keep=True):
+        pass
+    pid_file = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["namespace"]
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        run_dir = os.path.join("/run/linuxfp", pid_file)
+        with open(os.path.join(run_dir, "controller.pid"), "w") as f:
+            f.write(f"{stranger.pid}\n")
+        out = linuxfp_cli(r.dut.name, "detach")
+        assert out.returncode == 0 and "detached" in out.stdout
+        assert stranger.poll() is None, "detach signalled a process that is not a controller"
+        assert attached_programs(r) == {}
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_shape_that_does_not_compile_is_shown_and_not_retried(router_topology, tmp_path):
+    import shutil
+
+    from linuxfp.synth.resources import modules_dir
+
+    broken = tmp_path / "modules"
+    shutil.copytree(modules_dir(), broken)
+    (broken / "router.h").write_text((broken / "router.h").read_text() + "\nthis is not C;\n")
+    r = router_topology
+    env = {"LINUXFP_MODULES_DIR": str(broken), "LINUXFP_CACHE_DIR": str(tmp_path / "cache")}
+    with ControllerProcess(r.dut.name, hook="tc", env=env) as c:
+        entries = {i["ifname"]: i for i in status(r)["interfaces"]}
+        assert entries["to-src"]["state"] == "error" and "compile" in entries["to-src"]["error"]
+        for i in range(3):
+            r.dut.run(["ip", "route", "add", f"198.19.{200 + i}.0/24", "via", RouterTopology.SINK_IP])
+        c.settled()
+        assert c.stderr().count("cannot compile") == 1
+        assert c.lines[-1].endswith("datapath unchanged")
+        assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
+
+
+def test_an_interface_recreated_with_the_same_ifindex_is_attached_again(router_topology):
+    """Deleted and re-created within one batch (the controller paused): the
+    kernel detached our program with the old device; it must come back."""
+    import signal as sig
+
+    r = router_topology
+    r.dut.run(["ip", "link", "add", "x0", "index", "300", "type", "veth", "peer", "name", "x0p"])
+    r.dut.run(["ip", "link", "set", "x0", "up"])
+    with ControllerProcess(r.dut.name, hook="tc") as c:
+        first = {i["ifname"]: i for i in status(r)["interfaces"]}["x0"]
+        c.proc.send_signal(sig.SIGSTOP)
+        try:
+            r.dut.run(["ip", "link", "del", "x0"])
+            r.dut.run(["ip", "link", "add", "x0", "index", "300", "type", "veth", "peer", "name", "x0p"])
+            r.dut.run(["ip", "link", "set", "x0", "up"])
+        finally:
+            c.proc.send_signal(sig.SIGCONT)
+        c.settled()
+        again = {i["ifname"]: i for i in status(r)["interfaces"]}["x0"]
+        assert again["state"] == "active" and again["link_id"] != first["link_id"]
+        assert attached_programs(r).get("x0") == [again["prog_id"]], "x0 must have our program again"

@@ -26,7 +26,7 @@ from .libbpf import (
     BPF_TCX_INGRESS,
     BPF_XDP,
 )
-from .links import Link, XdpAttachment, attach_tc, attach_xdp, xdp_attached
+from .links import Link, XdpAttachment, attach_tc, attach_xdp, tcx_attached, xdp_attached
 from .maps import Map, possible_cpus
 from .objects import BpfObject, Program
 from .pins import (
@@ -79,6 +79,7 @@ __all__ = [
     "remove_tree",
     "test_run",
     "unpin",
+    "tcx_attached",
     "xdp_attached",
     "xdp_md",
 ]

@@ -242,6 +242,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_program__name": (c_char_p, [c_void_p]),
     "bpf_program__section_name": (c_char_p, [c_void_p]),
     "bpf_program__set_ifindex": (None, [c_void_p, c_uint32]),
+    "bpf_prog_query": (c_int, [c_int, c_int, c_uint32, POINTER(c_uint32), POINTER(c_uint32), POINTER(c_uint32)]),
     "bpf_program__flags": (c_uint32, [c_void_p]),
     "bpf_program__set_flags": (c_int, [c_void_p, c_uint32]),
     "bpf_program__fd": (c_int, [c_void_p]),

@@ -269,6 +269,18 @@ def _xdp_mode_of(ifindex: int, prog_id: int) -> str:
 # --- TC ---------------------------------------------------------------------
 
 
+def tcx_attached(ifindex: int, direction: str = "ingress") -> list[int]:
+    """Program ids attached with tcx at ifindex (any tool's, in order)."""
+    ids = (ctypes.c_uint32 * 64)()
+    count = ctypes.c_uint32(len(ids))
+    flags = ctypes.c_uint32(0)
+    result = lib().bpf_prog_query(ifindex, TCX_ATTACH_TYPES[direction], 0, ctypes.byref(flags), ids,
+                                  ctypes.byref(count))
+    if result != 0:
+        raise BpfError(f"bpf_prog_query(ifindex {ifindex}, tcx {direction})", errno_of(result))
+    return list(ids[: count.value])
+
+
 def attach_tc(prog: int | HasFd, ifindex: int, direction: str = "ingress", method: str = "auto") -> Link:
     """Attach a SCHED_CLS program (fd or Program) at TC ingress/egress.
 
