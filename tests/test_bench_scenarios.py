@@ -86,8 +86,10 @@ def test_chain(tmp_path, capsys):
 def test_breakdown(tmp_path, capsys):
     result = bench("breakdown", tmp_path, capsys, as_json=False)
     assert result["errors"] == {}
-    check_throughput(result, {"rung-1", "rung-3", "rung-9", "linuxfp-xdp"})
-    assert [step["to"] for step in result["steps"]] == ["rung-3", "rung-9", "linuxfp-xdp"]
+    check_throughput(result, {"rung-1", "rung-3", "rung-10", "linuxfp-xdp"})
+    assert [step["to"] for step in result["steps"]] == ["rung-3", "rung-10", "linuxfp-xdp"]
+    for repetition in result["repetitions"]:   # every rung forwards by itself, none falls back
+        assert all(m["kernel_forwarded"] == 0 for m in repetition["measurements"].values())
 
 
 def test_hooks(tmp_path, capsys):

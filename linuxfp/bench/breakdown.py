@@ -22,7 +22,7 @@ from .machine import machine
 from .options import Options
 from .results import table, timestamp
 from .systems import SYSTEMS, System
-from .topology import DUT_IN_IP, DUT_OUT_IP, Line
+from .topology import DUT_IN_IP, DUT_OUT_IP, GEN_IP, SINK_IP, Line
 
 RUNGS = (
     (1, "MAC rewrite + devmap redirect (upper bound)"),
@@ -34,8 +34,9 @@ RUNGS = (
     (7, "+ IPv4 header validation (checksum, lengths, fragments, martians)"),
     (8, "+ per-CPU counter increment"),
     (9, "+ L4 ports in the FIB lookup"),
+    (10, "+ next-hop neighbour state: hash lookup keyed by (ifindex, address)"),
 )
-QUICK_RUNGS = (1, 3, 9)
+QUICK_RUNGS = (1, 3, 10)
 FRAME_SIZE = 64
 _IFACE = struct.Struct("<II6s2s")
 _FORWARDING, _XDP_TX = 1 << 0, 1 << 2
@@ -65,6 +66,10 @@ def _install(rung: int):
                                                              programs.mac_bytes(port.mac), b"\0\0"))
             for address in (DUT_IN_IP, DUT_OUT_IP):
                 local.update(ipaddress.ip_address(address).packed, b"\1")
+            neigh = obj.map("ladder_neigh")
+            held.append(neigh)
+            for port, address in ((line.dut_out, SINK_IP), (line.dut_in, GEN_IP)):
+                neigh.update(u32(port.ifindex) + ipaddress.ip_address(address).packed, b"\1")
             prog = obj.program("bench_ladder")
             held.append(prog)
             with entered(line.dut):

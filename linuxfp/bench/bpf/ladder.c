@@ -10,7 +10,8 @@
  *   6 + local-source lookup in a hash map
  *   7 + IPv4 header validation (checksum, lengths, fragments, martians)
  *   8 + a per-CPU counter per forwarded packet
- *   9 + L4 ports in the FIB lookup (multipath hash input) */
+ *   9 + L4 ports in the FIB lookup (multipath hash input)
+ *  10 + next-hop neighbour state from a hash map keyed by (ifindex, address) */
 #ifndef LADDER
 #error "LADDER must be defined"
 #endif
@@ -49,6 +50,18 @@ struct {
 	__type(key, __be32);
 	__type(value, __u8);
 } ladder_local_src SEC(".maps");
+
+struct ladder_neigh_key {
+	__u32 ifindex;
+	__be32 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ladder_neigh_key);
+	__type(value, __u8);
+} ladder_neigh SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -131,6 +144,13 @@ int bench_ladder(struct xdp_md *ctx)
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return XDP_PASS;
 	egress = fib.ifindex;
+#if LADDER >= 10
+	struct ladder_neigh_key neigh = { .ifindex = fib.ifindex, .addr = fib.ipv4_dst };
+	__u8 *neigh_state = bpf_map_lookup_elem(&ladder_neigh, &neigh);
+
+	if (!neigh_state || *neigh_state != 1)
+		return XDP_PASS;
+#endif
 #if LADDER >= 5
 	if (egress == ingress)
 		return XDP_PASS;
