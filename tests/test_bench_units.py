@@ -7,12 +7,12 @@ import struct
 import pytest
 
 from linuxfp.bench import programs
-from linuxfp.bench.accounting import ROLE_SLOTS, ROLES, CpuSample, _LAYOUT
+from linuxfp.bench.accounting import _LAYOUT, ROLE_SLOTS, ROLES, CpuSample
 from linuxfp.bench.generator import SENT_TTL, FrameSpec
 from linuxfp.bench.measure import Validity, judge
 from linuxfp.bench.sink import SinkSample
 from linuxfp.bench.stats import percentile, ratios, system_summary
-from linuxfp.datapath import test_run, xdp_md
+from linuxfp.datapath import test_run
 from linuxfp.lab import frames
 
 XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3

@@ -33,7 +33,7 @@ class CpuSample:
     switches: int
 
     @classmethod
-    def decode(cls, raw: bytes) -> "CpuSample":
+    def decode(cls, raw: bytes) -> CpuSample:
         values = _LAYOUT.unpack_from(raw)
         fields = {}
         for position, name in enumerate(_FIELDS):
@@ -42,7 +42,7 @@ class CpuSample:
         return cls(fields["ns"], fields["frames"], fields["polls"], fields["full_polls"],
                    fields["polls_after_full"], fields["post_ns"], values[-1])
 
-    def __sub__(self, earlier: "CpuSample") -> "CpuSample":
+    def __sub__(self, earlier: CpuSample) -> CpuSample:
         def minus(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
             return {key: a[key] - b[key] for key in a}
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import statistics
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from linuxfp.datapath import attach_xdp
 from linuxfp.lab.netns import entered
@@ -54,11 +55,11 @@ def _install(rung: int):
             "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
             "ladder_egress": line.dut_out.ifindex,
         })
-        held = []
+        held: list = []
         try:
             devmap, ifaces, local = obj.map("ladder_devmap"), obj.map("ladder_ifaces"), obj.map("ladder_local_src")
             held += [devmap, ifaces, local]
-            u32 = lambda value: value.to_bytes(4, "little")  # noqa: E731
+            u32 = lambda value: value.to_bytes(4, "little")
             with entered(line.dut):  # devmap ifindexes resolve in the caller's namespace
                 devmap.update(u32(line.dut_out.ifindex), u32(line.dut_out.ifindex))
             for port in (line.dut_in, line.dut_out):
@@ -101,7 +102,7 @@ def headline_repetitions(repetitions: list[dict], regime: str) -> list[dict]:
 def steps(repetitions: list[dict], names: list[str]) -> list[dict]:
     """ns/packet added by each system over the previous one, median of per-repetition differences."""
     out = []
-    for previous, current in zip(names, names[1:]):
+    for previous, current in itertools.pairwise(names):
         deltas = []
         for repetition in repetitions:
             a, b = repetition["measurements"].get(previous), repetition["measurements"].get(current)

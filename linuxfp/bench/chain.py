@@ -7,8 +7,8 @@ the router topology, against the sink's TTL-unchanged check."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from linuxfp.datapath import attach_xdp
 from linuxfp.lab.netns import entered
@@ -39,7 +39,7 @@ def _install(variant: str, length: int):
             "chain_dst_mac": programs.mac_bytes(line.snk.mac),
             "chain_src_mac": programs.mac_bytes(line.dut_out.mac),
         })
-        held = []
+        held: list = []
         try:
             egress = obj.map("chain_egress")
             held.append(egress)
@@ -152,8 +152,8 @@ def markdown(result: dict) -> str:
                     f"{s['valid_measurements']}/{s['measurements']}"] if s else ["–", "–", "–"]
         rows.append(row)
     out = [f"# chain benchmark, {result['timestamp']}\n\n",
-           "N no-op stages then MAC rewrite + devmap redirect; DUT capacity at 64 B; "
-           f"{result['regime']} placement.\n\n",
+           ("N no-op stages then MAC rewrite + devmap redirect; DUT capacity at 64 B; "
+            f"{result['regime']} placement.\n\n"),
            table(["N", "inline Mpps", "inline ns", "valid", "tail Mpps", "tail ns", "valid"], rows),
            "\nns per added stage (least squares): "
            + ", ".join(f"{v}: {s if s is not None else '–'}" for v, s in result["ns_per_added_stage"].items())

@@ -5,9 +5,9 @@ import importlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from . import results, unsupported
 from .options import Options

@@ -15,7 +15,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from linuxfp.datapath import BPF_F_TEST_XDP_LIVE_FRAMES, BpfError, TestRunInterrupted, test_run, xdp_md
+from linuxfp.datapath import (
+    BPF_F_TEST_XDP_LIVE_FRAMES,
+    BpfError,
+    TestRunInterrupted,
+    test_run,
+    xdp_md,
+)
 from linuxfp.lab.netns import entered
 
 from . import programs
@@ -98,7 +104,7 @@ class Generator:
                              flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=BATCH_SIZE)
             except TestRunInterrupted:
                 pass
-            except BaseException as exc:  # reported by the main thread
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, re-raised there
                 failure.append(exc)
             finally:
                 started.set()
@@ -111,7 +117,7 @@ class Generator:
         finally:
             while worker.is_alive():
                 with contextlib.suppress(ProcessLookupError):
-                    signal.pthread_kill(worker.ident, STOP_SIGNAL)
+                    signal.pthread_kill(worker.ident or 0, STOP_SIGNAL)
                 worker.join(0.05)
             # The page_pool of the stopped run waits for RCU before it is gone.
             time.sleep(0.05)

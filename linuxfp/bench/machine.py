@@ -25,7 +25,7 @@ def _hypervisor() -> str | None:
     if " hypervisor" not in flags:
         return None
     try:
-        out = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True, timeout=5).stdout.strip()
+        out = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True, check=False, timeout=5).stdout.strip()
         return out or "yes"
     except (OSError, subprocess.TimeoutExpired):
         return "yes"
@@ -33,7 +33,7 @@ def _hypervisor() -> str | None:
 
 def _clang_version() -> str | None:
     try:
-        out = subprocess.run(["clang", "--version"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(["clang", "--version"], capture_output=True, text=True, check=False, timeout=10).stdout
         return out.splitlines()[0] if out else None
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -46,7 +46,7 @@ def code_version() -> dict:
     """The commit under test, and whether the datapath/controller sources differ from it."""
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(_CHECKOUT), *args], capture_output=True, text=True, timeout=10)
+            done = subprocess.run(["git", "-C", str(_CHECKOUT), *args], capture_output=True, text=True, check=False, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None

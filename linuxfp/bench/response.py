@@ -21,7 +21,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from controller.launcher import ControllerProcess
@@ -151,7 +151,7 @@ def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sample:
     command: str
     system: str
@@ -162,15 +162,18 @@ class Sample:
     e2e_ms: float | None = None
     error: str | None = None
 
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 def _run_action(line: Line, action) -> str | None:
     if callable(action):
         try:
             action()
-        except Exception as exc:  # reported with the sample
+        except Exception as exc:  # noqa: BLE001 - reported with the sample
             return f"{type(exc).__name__}: {exc}"
         return None
-    done = subprocess.run(line.dut.exec_argv(list(action)), capture_output=True, text=True)
+    done = subprocess.run(line.dut.exec_argv(list(action)), capture_output=True, text=True, check=False)
     return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
@@ -235,22 +238,25 @@ def run_step(line: Line, sink: Sink, probes: ProbeStream, step: Step, system: st
     mark = len(controller.lines) if controller else 0
     t_start = time.monotonic_ns()
     error = _run_action(line, step.action)
-    command_ms = (time.monotonic_ns() - t_start) / 1e6
-    sample = Sample(step.command, system, round(command_ms, 3), error=error)
+    command_ms = round((time.monotonic_ns() - t_start) / 1e6, 3)
     if error:
-        return sample
-    if controller is not None:
-        batches = _wait_applied(controller, mark, response_timeout)
-        sample.batches = len(batches)
-        if batches:
-            sample.response_ms = max(ms for _, ms, _ in batches)
-            sample.datapath_updated = any(worked for _, _, worked in batches)
+        return Sample(step.command, system, command_ms, error=error)
+    batches = _wait_applied(controller, mark, response_timeout) if controller is not None else []
+    e2e_ms = None
     if effect:
         obeyed = _wait_obeyed(sink, effect, t_start)
-        sample.e2e_ms = round(obeyed, 3) if obeyed is not None else None
         if obeyed is None:
-            sample.error = f"traffic to {effect.daddr} did not {effect.kind[:-1]} within {OBEY_TIMEOUT_S} s"
-    return sample
+            error = f"traffic to {effect.daddr} did not {effect.kind[:-1]} within {OBEY_TIMEOUT_S} s"
+        else:
+            e2e_ms = round(obeyed, 3)
+    return Sample(
+        step.command, system, command_ms,
+        response_ms=max(ms for _, ms, _ in batches) if batches else None,
+        batches=len(batches),
+        datapath_updated=any(worked for _, _, worked in batches),
+        e2e_ms=e2e_ms,
+        error=error,
+    )
 
 
 def _run_cycles(line: Line, sink: Sink, probes: ProbeStream, all_cycles, system: str,
@@ -352,7 +358,7 @@ def run(options: Options) -> dict:
         "response": response,
         "systems": {},
         "ratios": {},
-        "samples": [s.__dict__ for s in samples],
+        "samples": [s.to_dict() for s in samples],
     }
 
 

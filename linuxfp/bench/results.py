@@ -11,7 +11,7 @@ DEFAULT_OUT_DIR = Path("bench/results")
 
 
 def timestamp() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _pyplot():

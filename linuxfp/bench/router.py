@@ -75,9 +75,9 @@ def summary_line(result: dict) -> str:
 
 def markdown(result: dict) -> str:
     out = [f"# router benchmark, {result['timestamp']}\n",
-           f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
-           f"({result['machine']['cpu_model']}); {result['method']['repetitions']} repetitions"
-           f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity (DUT frames per DUT CPU-second).\n"]
+           (f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
+            f"({result['machine']['cpu_model']}); {result['method']['repetitions']} repetitions"
+            f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity (DUT frames per DUT CPU-second).\n")]
     for size, data in result["frame_sizes"].items():
         out.append(f"\n## {size} B frames\n\nHeadline from the {data['regime']} placement "
                    f"({data.get('repetitions_used', 0)} stable repetitions; "

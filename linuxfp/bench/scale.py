@@ -44,7 +44,8 @@ def _routes(line: Line, start: int, count: int, verb: str = "add") -> str:
 
 def _batch(line: Line, tool: str, commands: str) -> float:
     started = time.monotonic()
-    done = subprocess.run(line.dut.exec_argv([tool, "-batch", "-"]), input=commands, capture_output=True, text=True)
+    done = subprocess.run(line.dut.exec_argv([tool, "-batch", "-"]), input=commands, capture_output=True,
+                          text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{tool} -batch failed: {done.stderr.strip()[:500]}")
     return time.monotonic() - started
@@ -68,6 +69,7 @@ def start_up(line: Line) -> dict:
     try:
         controller.start()
         ready_s = time.monotonic() - started
+        assert controller.proc is not None  # start() returned, so it is running
         memory = _memory_kib(controller.proc.pid)
     finally:
         controller.stop()

@@ -23,7 +23,7 @@ COUNTERS = ("frames", "good", "ttl_unchanged", "bad_mac", "bad_csum", "bad_ttl",
 class SinkSample:
     counts: dict[str, int]
 
-    def __sub__(self, earlier: "SinkSample") -> "SinkSample":
+    def __sub__(self, earlier: SinkSample) -> SinkSample:
         return SinkSample({key: self.counts[key] - earlier.counts[key] for key in self.counts})
 
     def __getitem__(self, key: str) -> int:

@@ -9,8 +9,9 @@ removed after it, on the same unchanged Linux configuration.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterator
 
 from controller.launcher import ControllerProcess
 from linuxfp.datapath import Map, attach_xdp

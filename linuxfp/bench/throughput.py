@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from linuxfp.lab.netns import Lab
 
@@ -36,15 +34,16 @@ def progress(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rig:
+    """Everything a throughput measurement needs, attached for the rig's lifetime."""
+
     lab: Lab
     line: Line
     placement: cpu_placement.Placement
     sink: Sink
     accounting: CpuAccounting
     generator: Generator
-    extras: dict = field(default_factory=dict)
 
 
 LOCK_PATH = "/run/lock/linuxfp-bench.lock"
@@ -105,7 +104,7 @@ class Plan:
     repetitions: int
     window: Window
     retries: int = 1                 # re-measure an invalid window this many times
-    validity: Validity = Validity()
+    validity: Validity = field(default_factory=Validity)
     # Measured before and after every repetition to see whether the host
     # moved the vCPUs meanwhile (see `label`); None: no bracketing.
     sentinel: System | None = None
@@ -150,7 +149,7 @@ def _measure_sentinel(rig_: Rig, plan: Plan, frame: FrameSpec) -> float | None:
     try:
         with sentinel.install(rig_.line):
             result = _measure_with_retries(rig_, sentinel, frame, plan)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a repetition without sentinel is just not used
         progress(f"sentinel {sentinel.name}: cannot measure: {type(exc).__name__}: {exc}")
         return None
     progress(f"  sentinel {sentinel.name} {frame.frame_size} B: {result['ns_per_packet']:.0f} ns/pkt"
@@ -183,7 +182,7 @@ def run(rig_: Rig, plan: Plan) -> dict:
                     with system.install(rig_.line):
                         measured[system.name] = _measure_with_retries(rig_, system, frame, plan)
                     progress(f"[{index + 1}/{plan.repetitions}] " + _describe_dict(measured[system.name]))
-                except Exception as exc:  # one broken system must not cost the others' figures
+                except Exception as exc:  # noqa: BLE001 - one broken system must not cost the others' figures
                     errors[system.name] = f"{type(exc).__name__}: {exc}"
                     progress(f"{system.name}: cannot measure: {errors[system.name]}")
             after = _measure_sentinel(rig_, plan, frame)
@@ -269,7 +268,7 @@ def summarize(repetitions: Sequence[Mapping], frame_size: int, system_names: Seq
         reps = [r["measurements"] for r in at_size if r.get("stable") and r.get("regime") == regime]
         if reps:
             by_regime[regime] = _summarize_reps(reps, system_names, pairs)
-    headline_regime = next((r for r in ("near", "unbracketed", "far") if r in by_regime), None)
+    headline_regime: str | None = next((r for r in ("near", "unbracketed", "far") if r in by_regime), None)
     if headline_regime is None:
         headline_regime = "all (no stable repetition)"
         headline = _summarize_reps([r["measurements"] for r in at_size], system_names, pairs)
@@ -278,6 +277,3 @@ def summarize(repetitions: Sequence[Mapping], frame_size: int, system_names: Seq
     return {**headline, "regime": headline_regime, "by_regime": by_regime,
             "unstable_repetitions": sum(1 for r in at_size if not r.get("stable"))}
 
-
-def elapsed_since(start: float) -> float:
-    return round(time.monotonic() - start, 2)
