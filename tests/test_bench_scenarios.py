@@ -3,6 +3,7 @@ well-formed results. No timing assertions: only the harness is under test."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -68,7 +69,10 @@ def test_router(tmp_path, capsys):
     assert set(result["frame_sizes"]) == {"64", "1518"}
     for per_size in result["frame_sizes"].values():
         check_throughput({**per_size, "repetitions": []}, systems)
-    assert (tmp_path / result["files"]["plot"]).stat().st_size > 0
+    if importlib.util.find_spec("matplotlib") is not None:   # without it: a warning, no plot
+        assert (tmp_path / result["files"]["plot"]).stat().st_size > 0
+    else:
+        assert "plot" not in result["files"]
     # The fast path really carried the traffic: the DUT kernel forwarded none of it.
     for repetition in result["repetitions"]:
         for name in ("linuxfp-xdp", "upper-bound", "reference"):
