@@ -15,10 +15,7 @@ from .unsupported import REASONS
 SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc")
 FRAME_SIZE = 64
 PAIRS = (("linuxfp-xdp", "linuxfp-tc"), ("linuxfp-xdp", "linux"), ("linuxfp-tc", "linux"))
-NOT_YET = {
-    "bridge": "the bridge node does not exist yet: " + REASONS["bridge"],
-    "filter": "the filter node does not exist yet: " + REASONS["gateway"],
-}
+NOT_YET = {"bridge": REASONS["bridge"], "filter": REASONS["gateway"]}
 
 
 def run(options: Options) -> dict:
