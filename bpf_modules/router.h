@@ -27,36 +27,44 @@ struct {
 	__type(value, __u8);
 } lfp_local_src SEC(".maps");
 
-/* A 256-bit prefilter of lfp_local_src: a clear bit proves the source is not
- * local, sparing the hash lookup for almost every packet. Bits are only set
- * for addresses already in the hash (the controller writes the hash first). */
-struct lfp_local_hint {
+/* 256-bit prefilters: a clear bit proves a hash lookup would find nothing
+ * of interest, sparing it for almost every packet. The controller sets a bit
+ * only after writing the entry it stands for, and clears it only after the
+ * entry no longer needs attention. */
+struct lfp_hint {
 	__u64 bits[4];
 };
 
+/* Same fold as controller/shared_maps.py hint_bit(). */
+static __always_inline __u32 lfp_hint_bit(__u32 v)
+{
+	v ^= v >> 16;
+	v ^= v >> 8;
+	return v & 0xff;
+}
+
+static __always_inline int lfp_hint_set(struct lfp_hint *hint, __u32 v)
+{
+	__u32 bit = lfp_hint_bit(v);
+
+	/* no hint map entry: unsure, so look it up */
+	return !hint || (hint->bits[(bit >> 6) & 3] & (1ULL << (bit & 63)));
+}
+
+/* Index 0: local sources (lfp_local_src); 1: next hops that are not
+ * confirmed (lfp_neigh entries other than CONFIRMED). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
-	__type(value, struct lfp_local_hint);
-} lfp_local_hint SEC(".maps");
-
-/* Same fold as controller/shared_maps.py local_hint_bit(). */
-static __always_inline __u32 lfp_local_hint_bit(__be32 addr)
-{
-	__u32 h = addr;
-
-	h ^= h >> 16;
-	h ^= h >> 8;
-	return h & 0xff;
-}
+	__type(value, struct lfp_hint);
+} lfp_hints SEC(".maps");
 
 static __always_inline int lfp_source_is_local(__be32 saddr)
 {
-	__u32 zero = 0, bit = lfp_local_hint_bit(saddr);
-	struct lfp_local_hint *hint = bpf_map_lookup_elem(&lfp_local_hint, &zero);
+	__u32 key = 0;
 
-	if (hint && !(hint->bits[(bit >> 6) & 3] & (1ULL << (bit & 63))))
+	if (!lfp_hint_set(bpf_map_lookup_elem(&lfp_hints, &key), saddr))
 		return 0;
 	return bpf_map_lookup_elem(&lfp_local_src, &saddr) != NULL;
 }
@@ -66,8 +74,9 @@ static __always_inline int lfp_source_is_local(__be32 saddr)
  * Linux sends to a STALE entry also starts reachability probing (STALE ->
  * DELAY, silently). So a STALE entry lets exactly one packet through to the
  * kernel and is then marked PROBING, in which Linux sends as usual. The
- * controller writes CONFIRMED / STALE from neighbour events; no entry means
- * "not known to be usable" and the packet goes to the kernel. */
+ * controller writes the states from neighbour events and flags every entry
+ * that is not CONFIRMED in lfp_hints[1]; only flagged next hops are looked
+ * up, and a flagged one without an entry goes to the kernel. */
 enum lfp_neigh_state {
 	LFP_NEIGH_CONFIRMED = 1,  /* REACHABLE, PERMANENT, NOARP */
 	LFP_NEIGH_STALE = 2,      /* the next packet must go through the kernel */
@@ -148,6 +157,7 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	struct bpf_fib_lookup fib = {};
 	struct lfp_neigh_key neigh;
 	__u8 *neigh_state;
+	__u32 hint_key;
 	struct lfp_iface *in;
 	struct ethhdr *eth;
 	struct iphdr *ip;
@@ -242,12 +252,18 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, lfp_fib_reason(rc));
 	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
-	/* The lookup left the next hop (gateway or destination) in ipv4_dst. */
+	/* The lookup left the next hop (gateway or destination) in ipv4_dst and
+	 * found a valid kernel neighbour entry. Only an entry the controller
+	 * knows as not confirmed needs a closer look. */
 	neigh.ifindex = fib.ifindex;
 	neigh.addr = fib.ipv4_dst;
-	neigh_state = bpf_map_lookup_elem(&lfp_neigh, &neigh);
-	if (!neigh_state)
-		return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
+	hint_key = 1;
+	neigh_state = NULL;
+	if (lfp_hint_set(bpf_map_lookup_elem(&lfp_hints, &hint_key), neigh.ifindex ^ neigh.addr)) {
+		neigh_state = bpf_map_lookup_elem(&lfp_neigh, &neigh);
+		if (!neigh_state)
+			return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
+	}
 	/* Linux would also send an ICMP redirect when routing back out. */
 	if (fib.ifindex == pkt->ingress_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
@@ -256,7 +272,7 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
 	/* Only a packet Linux will really send starts its probing: every check
 	 * that could make the kernel drop it has been made above. */
-	if (*neigh_state == LFP_NEIGH_STALE) {
+	if (neigh_state && *neigh_state == LFP_NEIGH_STALE) {
 		*neigh_state = LFP_NEIGH_PROBING;
 		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
 	}

@@ -140,8 +140,8 @@ class Installer:
             self.detach_pipeline(old)
             state = state.without_pipeline(old.ifindex)
         self.maps.erase(plan.iface_delete, plan.local_delete, plan.neigh_delete)
-        if plan.local_add or plan.local_delete:
-            self.maps.set_local_hint(desired.local_addrs)
+        if plan.local_add or plan.local_delete or plan.neigh_set or plan.neigh_delete:
+            self.maps.set_hints(desired.local_addrs, desired.neighbours)
         # Maps not created yet are filled from the desired graph when they are.
         return replace(state, ifaces=desired.ifaces, local_addrs=desired.local_addrs,
                        neighbours=desired.neighbours)

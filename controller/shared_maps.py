@@ -10,15 +10,16 @@ import struct
 
 from linuxfp import datapath as dp
 from linuxfp.graph import IfaceFacts, NeighbourFacts
-from linuxfp.graph.model import IF_FORWARDING, IF_XDP_TX
+from linuxfp.graph.model import IF_FORWARDING, IF_XDP_TX, NEIGH_CONFIRMED
 
 from .namespace import NamespaceLayout
 
 log = logging.getLogger("linuxfp.maps")
 
-IFACES, LOCAL_SRC, LOCAL_HINT, NEIGH, TX_PORTS = (
-    "lfp_ifaces", "lfp_local_src", "lfp_local_hint", "lfp_neigh", "lfp_tx_ports")
-NAMES = (IFACES, LOCAL_SRC, LOCAL_HINT, NEIGH, TX_PORTS)
+IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS = (
+    "lfp_ifaces", "lfp_local_src", "lfp_hints", "lfp_neigh", "lfp_tx_ports")
+NAMES = (IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS)
+HINT_LOCAL, HINT_NEIGH = 0, 1        # rows of lfp_hints (bpf_modules/router.h)
 _BY_IFINDEX = (IFACES, TX_PORTS)     # arrays indexed by ifindex, sized together
 _XDP_TX_READY = IF_XDP_TX | IF_FORWARDING
 MIN_IFACE_SLOTS = 256
@@ -48,20 +49,32 @@ def iface_slots(facts) -> int:
     return slots
 
 
-def local_hint_bit(addr: str) -> int:
-    """Bit of an address in lfp_local_hint (as lfp_local_hint_bit() in
-    bpf_modules/router.h folds the address in network byte order)."""
-    h = struct.unpack("<I", socket.inet_aton(addr))[0]    # the __be32 as the CPU reads it
-    h ^= h >> 16
-    h ^= h >> 8
-    return h & 0xFF
+def _be32(addr: str) -> int:
+    """An IPv4 address as the CPU reads the __be32 holding it."""
+    return struct.unpack("<I", socket.inet_aton(addr))[0]
+
+
+def hint_bit(value: int) -> int:
+    """Bit of a value in a 256-bit hint (lfp_hint_bit() in bpf_modules/router.h)."""
+    value ^= value >> 16
+    value ^= value >> 8
+    return value & 0xFF
+
+
+def _hint(values) -> bytes:
+    bits = 0
+    for value in values:
+        bits |= 1 << hint_bit(value)
+    return bits.to_bytes(32, "little")
 
 
 def local_hint(addrs) -> bytes:
-    bits = 0
-    for addr in addrs:
-        bits |= 1 << local_hint_bit(addr)
-    return bits.to_bytes(32, "little")
+    return _hint(_be32(a) for a in addrs)
+
+
+def neighbour_hint(neighbours) -> bytes:
+    """Next hops the datapath must look up: every entry not CONFIRMED."""
+    return _hint(n.ifindex ^ _be32(n.address) for n in neighbours if n.state != NEIGH_CONFIRMED)
 
 
 def _u32(value: int) -> bytes:
@@ -131,16 +144,17 @@ class SharedMaps:
             obj.map(name).pin(self.layout.shared_map_pin(name))
         if fresh:
             self.write(desired.ifaces, desired.local_addrs, desired.neighbours)
-            self.set_local_hint(desired.local_addrs)
+            self.set_hints(desired.local_addrs, desired.neighbours)
 
     # -- contents ----------------------------------------------------------
 
-    def set_local_hint(self, all_local) -> None:
-        """After the hash holds every address: a bit may only be set for an
-        address the exact lookup will find."""
-        hint = self.get(LOCAL_HINT)
-        if hint is not None:
-            hint.update(_u32(0), local_hint(all_local))
+    def set_hints(self, all_local, all_neighbours) -> None:
+        """After the hashes hold every entry: a bit may only be set for an
+        entry the exact lookup will find (and cleared once it needs none)."""
+        hints = self.get(HINTS)
+        if hints is not None:
+            hints.update(_u32(HINT_LOCAL), local_hint(all_local))
+            hints.update(_u32(HINT_NEIGH), neighbour_hint(all_neighbours))
 
     def write(self, facts=(), local=(), neighbours=()) -> None:
         ifaces, src, neigh, tx = self.get(IFACES), self.get(LOCAL_SRC), self.get(NEIGH), self.get(TX_PORTS)

@@ -12,7 +12,7 @@ import struct
 import pytest
 from scapy.layers.l2 import Ether
 
-from controller.shared_maps import local_hint, pack_iface
+from controller.shared_maps import local_hint, neighbour_hint, pack_iface
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.lab.netns import Lab, entered
@@ -86,7 +86,9 @@ class LoadedRouter:
             local = self.obj.map("lfp_local_src")
             for a in graph.local_addrs:
                 local.update(socket.inet_aton(a), b"\x01")
-            self.obj.map("lfp_local_hint").update(struct.pack("<I", 0), local_hint(graph.local_addrs))
+            hints = self.obj.map("lfp_hints")
+            hints.update(struct.pack("<I", 0), local_hint(graph.local_addrs))
+            hints.update(struct.pack("<I", 1), neighbour_hint(graph.neighbours))
             if hook == "xdp":
                 tx = self.obj.map("lfp_tx_ports")
                 for f in graph.ifaces:
