@@ -206,26 +206,24 @@ class BpfObject:
         if result != 0:
             raise BpfError(f"bpf_map__set_initial_value(.rodata of '{self.name}')", errno_of(result))
 
-    def set_max_entries(self, name: str, max_entries: int) -> None:
-        """Size map `name` before load (e.g. an array indexed by ifindex)."""
-        self._require_unloaded("set_max_entries")
-        library = lib()
-        bpf_map = library.bpf_object__find_map_by_name(self.handle, name.encode())
+    def _unloaded_map(self, name: str, operation: str) -> int:
+        """libbpf's handle of map `name`, for configuring it before load."""
+        self._require_unloaded(operation)
+        bpf_map = lib().bpf_object__find_map_by_name(self.handle, name.encode())
         if not bpf_map:
             raise KeyError(f"object '{self.name}' has no map '{name}'")
-        result = library.bpf_map__set_max_entries(bpf_map, max_entries)
+        return bpf_map
+
+    def set_max_entries(self, name: str, max_entries: int) -> None:
+        """Size map `name` before load (e.g. an array indexed by ifindex)."""
+        result = lib().bpf_map__set_max_entries(self._unloaded_map(name, "set_max_entries"), max_entries)
         if result != 0:
             raise BpfError(f"bpf_map__set_max_entries('{name}' of '{self.name}', {max_entries})", errno_of(result))
 
     def reuse_map(self, name: str, existing: Map | int) -> None:
         """Make this object use an existing map (by Map or fd) instead of creating ``name``."""
-        self._require_unloaded("reuse_map")
-        library = lib()
-        bpf_map = library.bpf_object__find_map_by_name(self.handle, name.encode())
-        if not bpf_map:
-            raise KeyError(f"object '{self.name}' has no map '{name}'")
         fd = existing.fd if isinstance(existing, Map) else existing
-        result = library.bpf_map__reuse_fd(bpf_map, fd)
+        result = lib().bpf_map__reuse_fd(self._unloaded_map(name, "reuse_map"), fd)
         if result != 0:
             raise BpfError(f"bpf_map__reuse_fd('{name}' of '{self.name}', fd {fd})", errno_of(result))
 
