@@ -44,13 +44,11 @@ def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | Non
         return None
     m = dp.Map.from_pinned(path)
     try:
-        totals = {}
-        for c in counters():
-            values = m.lookup_percpu(struct.pack("<I", c.id)) or []
-            totals[c.name] = sum(struct.unpack("<Q", v[:8])[0] for v in values)
-        return totals
+        by_id = {struct.unpack("<I", key)[0]: sum(struct.unpack("<Q", v[:8])[0] for v in values)
+                 for key, values in m.items_percpu()}      # one dump, not a lookup per counter
     finally:
         m.close()
+    return {c.name: by_id.get(c.id, 0) for c in counters()}
 
 
 def stats(layout: NamespaceLayout) -> dict:

@@ -15,14 +15,13 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from linuxfp.datapath import attach_xdp
 from linuxfp.lab.netns import entered
 
 from . import programs, throughput
 from .machine import machine
 from .options import Options
 from .results import table, timestamp
-from .systems import SYSTEMS, System
+from .systems import SYSTEMS, System, on_dut_ingress
 from .topology import DUT_IN_IP, DUT_OUT_IP, GEN_IP, SINK_IP, Line
 
 RUNGS = (
@@ -73,12 +72,8 @@ def _install(rung: int):
                 neigh.update(u32(port.ifindex) + ipaddress.ip_address(address).packed, b"\1")
             prog = obj.program("bench_ladder")
             held.append(prog)
-            with entered(line.dut):
-                link = attach_xdp(prog.fd, line.dut_in.ifindex, mode="native")
-            try:
+            with on_dut_ingress(line, prog):
                 yield
-            finally:
-                link.detach()
         finally:
             for item in held:
                 item.close()

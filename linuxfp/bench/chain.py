@@ -10,14 +10,13 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from linuxfp.datapath import attach_xdp
 from linuxfp.lab.netns import entered
 
 from . import programs, throughput
 from .machine import machine
 from .options import Options
 from .results import fmt_mpps, table, timestamp
-from .systems import SYSTEMS, System
+from .systems import SYSTEMS, System, on_dut_ingress
 from .topology import Line
 
 FULL_LENGTHS = tuple(range(1, 11))
@@ -57,12 +56,8 @@ def _install(variant: str, length: int):
             else:
                 entry = obj.program("chain_entry")
             held.append(entry)
-            with entered(line.dut):
-                link = attach_xdp(entry.fd, line.dut_in.ifindex, mode="native")
-            try:
+            with on_dut_ingress(line, entry):
                 yield
-            finally:
-                link.detach()
         finally:
             for item in held:
                 item.close()

@@ -36,6 +36,17 @@ def _devmap_set(devmap: Map, line: Line, key: int, ifindex: int) -> None:
 
 
 @contextlib.contextmanager
+def on_dut_ingress(line: Line, prog) -> Iterator[None]:
+    """`prog` attached natively at the DUT's ingress for the duration."""
+    with entered(line.dut):  # the ifindex resolves in the caller's namespace
+        link = attach_xdp(prog.fd, line.dut_in.ifindex, mode="native")
+    try:
+        yield
+    finally:
+        link.detach()
+
+
+@contextlib.contextmanager
 def _attached_xdp(line: Line, name: str, entry: str, rodata: dict | None, devmap: str,
                   devmap_key: Callable[[Line], int]) -> Iterator[None]:
     obj = programs.load(name, rodata=rodata)
@@ -43,12 +54,10 @@ def _attached_xdp(line: Line, name: str, entry: str, rodata: dict | None, devmap
         egress = obj.map(devmap)
         _devmap_set(egress, line, devmap_key(line), line.dut_out.ifindex)
         prog = obj.program(entry)
-        with entered(line.dut):
-            link = attach_xdp(prog.fd, line.dut_in.ifindex, mode="native")
         try:
-            yield
+            with on_dut_ingress(line, prog):
+                yield
         finally:
-            link.detach()
             prog.close()
             egress.close()
     finally:
