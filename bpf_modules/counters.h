@@ -11,6 +11,7 @@
 #define LFP_COUNTERS(X)                                                                   \
 	X(ROUTER_FORWARDED,       router, fast, "forwarded by the fast path")               \
 	X(PIPELINE_END,           pipeline, pass, "no node took the packet")                \
+	X(LEASE_EXPIRED,          pipeline, pass, "no live controller holds the lease (gone, stopped or stuck)") \
 	X(PARSE_SHORT,            pipeline, pass, "frame shorter than its headers")         \
 	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")                      \
 	X(NOT_IPV4,               router, pass, "not IPv4")                                 \

@@ -17,6 +17,7 @@ from linuxfp.synth import build as build_shape
 
 from . import runtime_files
 from .installer import Installer
+from .lease import Lease
 from .namespace import NamespaceLayout, netns_cookie
 from .reconcile import InstalledPipeline, InstalledState, plan
 from .responsetime import ResponseTimes
@@ -47,6 +48,7 @@ class Controller:
         self.options = options
         self.layout = layout or current_layout()
         self.installer = Installer(self.layout)
+        self.lease = Lease(self.installer.maps)
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
@@ -138,6 +140,7 @@ class Controller:
             with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS) as events:
                 snapshot = kstate.read_snapshot()
                 self.reconcile(snapshot)
+                self.lease.renew(force=True)
                 print("ready", file=ready_out, flush=True)
                 last_poll = time.monotonic()
                 response_dirty = False
@@ -173,6 +176,9 @@ class Controller:
                         if polled != snapshot:
                             snapshot = polled
                             self.reconcile(snapshot)
+                    # Renewed only here, by the loop itself, once what arrived has
+                    # been applied: a stuck loop or a stopped process lets it lapse.
+                    self.lease.renew(force=batch is not None)
         finally:
             self.stop()
         return 0

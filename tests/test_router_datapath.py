@@ -12,6 +12,7 @@ import struct
 import pytest
 from scapy.layers.l2 import Ether
 
+from controller import lease
 from controller.shared_maps import local_hint, neighbour_hint, pack_iface
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
@@ -97,6 +98,7 @@ class LoadedRouter:
             neigh = self.obj.map("lfp_neigh")
             for n in graph.neighbours:
                 neigh.update(struct.pack("<I", n.ifindex) + socket.inet_aton(n.address), bytes([n.state]))
+            lease.grant(self.obj.map(lease.LEASE_MAP), FOREVER)
             self.prog = self.obj.program(shape.entry)
 
     def run(self, frame: bytes):
@@ -108,6 +110,9 @@ class LoadedRouter:
     def counter(self, name: str) -> int:
         values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
         return sum(struct.unpack("<Q", v[:8])[0] for v in values)
+
+
+FOREVER = (1 << 64) - 1
 
 
 @pytest.fixture(scope="module", params=["xdp", "tc"])
@@ -201,3 +206,21 @@ def test_truncated_ipv4_header_passes(router_ns):
         assert loaded.counter("parse_short") == before + 1
     finally:
         loaded.obj.close()
+
+
+@pytest.mark.parametrize("lapsed", [0, "past"], ids=["never granted", "expired"])
+def test_without_a_lease_every_packet_goes_to_the_kernel(router, lapsed):
+    """A datapath whose controller stopped renewing forwards nothing itself."""
+    lease_map = router.obj.map(lease.LEASE_MAP)
+    frame = next(c for c in CASES if c.verdict == FORWARD).frame()
+    assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+    lease.grant(lease_map, 0 if lapsed == 0 else lease.now_ns() - 1)
+    try:
+        before = router.counter("lease_expired")
+        result = router.run(frame)
+        assert result.retval == VERDICTS[router.hook]["pass"]
+        assert result.data_out == frame
+        assert router.counter("lease_expired") == before + 1
+    finally:
+        lease.grant(lease_map, FOREVER)
+    assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
