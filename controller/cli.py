@@ -55,9 +55,17 @@ def cmd_graph(args) -> int:
 
 def cmd_status(args) -> int:
     from .daemon import current_layout
-    from .views import status, status_text
+    from .views import namespaces_text, status, status_text
 
     check_runtime(need_compiler=False)
+    if args.all:
+        from linuxfp.datapath import bpffs_root
+
+        from .reclaim import describe, pinned_namespaces
+
+        rows = [describe(layout).to_dict() for layout in pinned_namespaces(bpffs_root())]
+        _print({"namespaces": rows}, args.json, namespaces_text)
+        return 0
     _print(status(current_layout()), args.json, status_text)
     return 0
 
@@ -78,6 +86,17 @@ def cmd_detach(args) -> int:
 
     check_runtime(need_compiler=False)
     layout = current_layout()
+    if args.stale:
+        from .reclaim import reclaim_stale
+
+        gone = reclaim_stale(layout.bpffs)
+        if args.json:
+            print(json.dumps({"reclaimed": [g.to_dict() for g in gone]}))
+        else:
+            for g in gone:
+                print(f"reclaimed {g.namespace}: {g.links} link(s), none serving an interface; no controller")
+            print(f"{len(gone)} stale namespace(s) reclaimed")
+        return 0
     pid = runtime_files.running_controller(layout)     # only a lock holder counts
     if pid:
         if pid > 0:
@@ -141,9 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("graph", cmd_graph, "print the packet-processing graph for the current configuration")
     p.add_argument("--hook", choices=("auto", "xdp", "tc"), default="auto")
     p.add_argument("--dot", action="store_true", help="Graphviz dot output")
-    add("status", cmd_status, "per interface: hook, mode, shape, program id")
+    p = add("status", cmd_status, "per interface: hook, mode, shape, program id")
+    p.add_argument("--all", action="store_true",
+                   help="every namespace with pins: its controller, the links still serving, whether stale")
     add("stats", cmd_stats, "fast-path and pass-to-kernel counters, response times")
-    add("detach", cmd_detach, "remove everything LinuxFP attached or pinned in this namespace")
+    p = add("detach", cmd_detach, "remove everything LinuxFP attached or pinned in this namespace")
+    p.add_argument("--stale", action="store_true",
+                   help="instead: remove the pins of every namespace with no controller and no interface served "
+                        "(e.g. deleted namespaces)")
     p = add("demo", cmd_demo, "build a throw-away topology and show it accelerated")
     p.add_argument("scenario", choices=("router",), nargs="?", default="router")
     p.add_argument("--quick", action="store_true", help="shorter measurement")

@@ -19,6 +19,7 @@ from . import runtime_files
 from .installer import Installer
 from .lease import Lease
 from .namespace import NamespaceLayout, netns_cookie
+from .reclaim import reclaim_stale
 from .reconcile import InstalledPipeline, InstalledState, plan
 from .responsetime import ResponseTimes
 
@@ -112,6 +113,8 @@ class Controller:
 
     def start(self) -> None:
         self._lock = runtime_files.ControllerLock(self.layout)   # raises AlreadyRunning
+        for gone in reclaim_stale(self.layout.bpffs):
+            log.info("reclaimed the pins of %s (%d link(s), none serving; no controller)", gone.namespace, gone.links)
         saved = runtime_files.load_installed(self.layout) or InstalledState()
         self.installed = self.installer.adopt(saved)
         if self.installed.pipelines:

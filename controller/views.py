@@ -107,3 +107,15 @@ def stats_text(data: dict) -> str:
     if not lines:
         lines.append("nothing attached")
     return "\n".join(lines)
+
+
+def namespaces_text(data: dict) -> str:
+    rows = data["namespaces"]
+    if not rows:
+        return "no namespace has LinuxFP pins"
+    lines = []
+    for n in rows:
+        controller = f"controller {n['controller_pid']}" if n["controller_pid"] else "no controller"
+        lines.append(f"{n['namespace']:<24} {controller:<18} links {n['serving']}/{n['links']} serving"
+                     + ("  STALE (linuxfp detach --stale removes it)" if n["stale"] else ""))
+    return "\n".join(lines)

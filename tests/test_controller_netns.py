@@ -6,9 +6,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from controller import lease
 from controller.launcher import ControllerProcess, _env, linuxfp_cli
 from linuxfp.lab import Capture, RouterTopology, inject, ping, settle
 from linuxfp.lab.frames import udp_frame
@@ -47,6 +49,13 @@ def attached_programs(router) -> dict[str, list[int]]:
             if progs:
                 out[link["ifname"]] = progs
     return out
+
+
+def pipeline_passes(router, reason: str, ifname="to-src") -> int:
+    for entry in stats(router)["interfaces"]:
+        if entry["ifname"] == ifname:
+            return entry["nodes"].get("pipeline", {}).get("passed", {}).get(reason, 0)
+    return 0
 
 
 def fast_path_count(router, ifname="to-src") -> int:
@@ -96,20 +105,27 @@ def test_config_change_is_absorbed_without_restart(router_topology, ip_forw_data
         assert stats(r)["response_time"]["all"]["n"] >= 2
 
 
-def test_keep_then_adopt_without_reattaching(router_topology):
+def test_keep_then_adopt_without_reattaching(router_topology, ip_forw_datagrams):
     r = router_topology
     with ControllerProcess(r.dut.name, hook="xdp", keep=True):
         first = {i["ifname"]: i for i in status(r)["interfaces"]}
     kept = {i["ifname"]: i for i in status(r)["interfaces"]}
     assert kept["to-src"]["state"] == "active" and kept["to-src"]["prog_id"] == first["to-src"]["prog_id"]
     assert status(r)["controller_pid"] is None
-    udp_burst(r, 30)   # the kept datapath still forwards with no controller
-    assert fast_path_count(r) >= 30
+    time.sleep(lease.TERM_NS / 1e9 + 0.05)
+    # Nobody renews the lease: the kept datapath hands everything to Linux.
+    before = ip_forw_datagrams(r.dut)
+    udp_burst(r, 30)
+    assert ip_forw_datagrams(r.dut) - before >= 30
+    assert pipeline_passes(r, "lease_expired") >= 30
     with ControllerProcess(r.dut.name, hook="xdp") as c:
         adopted = {i["ifname"]: i for i in status(r)["interfaces"]}
         assert adopted["to-src"]["prog_id"] == first["to-src"]["prog_id"]
         assert adopted["to-src"]["link_id"] == first["to-src"]["link_id"]
         assert "adopted" in c.stderr()
+        fast = fast_path_count(r)
+        udp_burst(r, 30)   # adopted and renewed: the same program forwards again
+        assert fast_path_count(r) - fast >= 30
     assert status(r)["interfaces"] == []
 
 

@@ -45,7 +45,8 @@ MORE_SPECIFIC_HOST = 200  # inside the /25 that the route-add step points back a
 SOURCES_PER_ROUND = 64
 
 
-def _sources(router: Router, round_: int):
+def round_sources(router: Router, round_: int):
+    """The fresh source addresses of one round, in the order the flows take them."""
     base = int(router.source_pool.network_address) + round_ * SOURCES_PER_ROUND
     if base + SOURCES_PER_ROUND > int(router.source_pool.broadcast_address):
         raise ValueError(f"round {round_} exceeds the source pool {router.source_pool}")
@@ -58,7 +59,7 @@ def standard_frames(router: Router, round: int = 0) -> list[bytes]:
         raise ValueError(f"standard_frames needs RouterTopology(prefixes>={MIN_PREFIXES})")
     src_mac, dut_mac = router.src_if.mac, router.dut_left.mac
     dut_left, dut_right = str(router.dut_left.ip), str(router.dut_right.ip)
-    sources = _sources(router, round)
+    sources = round_sources(router, round)
     flows: list[list[bytes]] = []
 
     def to(prefix_index: int) -> str:

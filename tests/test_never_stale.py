@@ -1,0 +1,154 @@
+"""A datapath never outlives the controller's knowledge: once its controller
+is gone (SIGKILL), stopped (SIGSTOP) or has exited with --keep and nobody
+took over, a configuration change made right after is honoured within one
+lease term — every frame identical to Linux alone. And pins whose namespace
+is gone are reclaimed."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from controller import lease
+from controller.launcher import ControllerProcess, linuxfp_cli
+from linuxfp import datapath as dp
+from linuxfp.lab import RouterTopology, run_differential, standard_frames
+from linuxfp.lab.differential import Step
+from linuxfp.lab.standard import ORDINARY, round_sources
+
+pytestmark = pytest.mark.netns
+
+# The coarse clock the datapath reads lags by at most one tick; the rest is
+# margin for the frames' own transit.
+LEASE_SLACK_S = 0.05
+
+
+class Orphaned:
+    """The differential harness's handle: its first settled() (right after the
+    controller attached) orphans the datapath; every later one returns only
+    once a full lease term has passed since — so the first step's change is
+    made while the orphan still holds its lease, and its frames are judged
+    one term later."""
+
+    def __init__(self, controller: ControllerProcess, how: str) -> None:
+        self.controller, self.how = controller, how
+        self.since: float | None = None
+
+    def settled(self) -> None:
+        if self.since is None:
+            self.controller.settled()
+            self.since = time.monotonic()
+            if self.how == "SIGKILL":
+                os.killpg(self.controller.proc.pid, signal.SIGKILL)
+            elif self.how == "SIGSTOP":
+                os.killpg(self.controller.proc.pid, signal.SIGSTOP)
+            else:
+                assert self.controller.stop() == 0     # exits, leaving the datapath (--keep)
+            return
+        remaining = self.since + lease.TERM_NS / 1e9 + LEASE_SLACK_S - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+
+
+def orphaning(how: str, lease_expired: list[int]):
+    @contextlib.contextmanager
+    def accelerate(topology):
+        controller = ControllerProcess(topology.dut.name, hook="xdp", keep=(how == "--keep exit"))
+        controller.start()
+        try:
+            yield Orphaned(controller, how)
+            stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
+            lease_expired.append(sum(i["nodes"].get("pipeline", {}).get("passed", {}).get("lease_expired", 0)
+                                     for i in stats["interfaces"]))
+        finally:
+            if how == "SIGSTOP" and controller.proc.poll() is None:
+                os.killpg(controller.proc.pid, signal.SIGCONT)
+            controller.stop()
+            # whatever the orphan left pinned goes before its namespace does
+            linuxfp_cli(topology.dut.name, "detach", check=False)
+
+    return accelerate
+
+
+def _first_source(router, step_index: int) -> str:
+    return next(round_sources(router, step_index))
+
+
+def orphan_steps():
+    """Each makes Linux drop what the orphan, left alone, would forward."""
+    return (
+        Step("iptables-drop", lambda r: r.dut.run(
+            f"iptables -A FORWARD -d {r.prefixes[ORDINARY]} -j DROP")),
+        # the ordinary flow's source of this round becomes a local address
+        Step("source-becomes-local", lambda r: r.dut.run(
+            f"ip address add {_first_source(r, 1)}/32 dev to-sink")),
+        Step("forwarding-off", lambda r: r.dut.run("sysctl -qw net.ipv4.ip_forward=0")),
+    )
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP", "--keep exit"])
+def test_an_orphaned_datapath_hands_everything_to_linux_within_one_lease(require_root, how):
+    lease_expired: list[int] = []
+    report = run_differential(RouterTopology(prefixes=8), orphan_steps(), orphaning(how, lease_expired),
+                              frames=standard_frames, prefix="lfp-t")
+    assert report.ok, report.render()
+    # The orphan was there, and it was the lease that sent the frames to Linux.
+    assert lease_expired and lease_expired[0] > 0, lease_expired
+
+
+def _pinned(namespace: str) -> dict | None:
+    rows = json.loads(_host_cli("-j", "status", "--all"))["namespaces"]
+    return next((row for row in rows if row["namespace"] == namespace), None)
+
+
+def _host_cli(*args: str) -> str:
+    import subprocess
+    import sys
+
+    from controller.launcher import _env
+
+    return subprocess.run([sys.executable, "-m", "controller.cli", *args], capture_output=True, text=True,
+                          check=True, env=_env()).stdout
+
+
+def _namespace_name(router) -> str:
+    return json.loads(linuxfp_cli(router.dut.name, "-j", "status").stdout)["namespace"]
+
+
+def test_pins_of_a_deleted_namespace_are_reclaimed_by_the_next_run(lab):
+    kept = RouterTopology(prefixes=2)(lab)
+    other = RouterTopology(prefixes=2)(lab)
+    # tcx links: a deleted namespace takes device-bound XDP programs with it
+    # through a kernel path this kernel has oopsed in (see bench/response.py)
+    with ControllerProcess(kept.dut.name, hook="tc", keep=True):
+        name = _namespace_name(kept)
+    row = _pinned(name)
+    assert row and row["serving"] > 0 and not row["stale"], row
+    kept.dut.delete()
+    deadline = time.monotonic() + 10
+    while not (row := _pinned(name))["stale"]:
+        assert time.monotonic() < deadline, f"links of the deleted namespace still serving: {row}"
+        time.sleep(0.1)
+    assert row["controller_pid"] is None and row["serving"] == 0
+    with ControllerProcess(other.dut.name, hook="tc"):
+        assert _pinned(name) is None, "the next `linuxfp run` reclaims them"
+
+
+def test_detach_stale_removes_pins_nobody_serves_and_keeps_the_rest(require_root):
+    root = dp.bpffs_root()
+    stale = os.path.join(root, "linuxfp", "ns-18446744073709551000")   # no namespace has this cookie
+    dp.makedirs(stale)
+    try:
+        with dp.Map.create(2, 4, 4, 1, name="lfp_t_stale") as m:   # BPF_MAP_TYPE_ARRAY
+            m.pin(os.path.join(stale, "lfp_ifaces"))
+        assert _pinned("ns-18446744073709551000")["stale"]
+        out = json.loads(_host_cli("-j", "detach", "--stale"))
+        assert "ns-18446744073709551000" in [r["namespace"] for r in out["reclaimed"]]
+        assert not os.path.exists(stale)
+        assert "0 stale namespace(s) reclaimed" in _host_cli("detach", "--stale")
+    finally:
+        dp.remove_tree(stale)
