@@ -18,6 +18,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "counters.h"
+#include "lease.h"
 
 #if defined(LFP_HOOK_XDP) == defined(LFP_HOOK_TC)
 #error "define exactly one of LFP_HOOK_XDP, LFP_HOOK_TC"
@@ -88,35 +89,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } lfp_counters SEC(".maps");
-
-/* The controller's lease on this namespace's datapath: one entry shared by
- * every pipeline. The controller's event loop moves `expires_ns` forward
- * (CLOCK_MONOTONIC_COARSE) while it knows the namespace's state is current.
- * A controller that died, was stopped or whose loop is stuck stops renewing,
- * and within one lease every packet goes to the kernel: the datapath never
- * outlives the knowledge that keeps it exact. The coarse clock is a load of
- * the timekeeper's last tick, far cheaper than reading a clocksource; its
- * tick granularity is nothing against a lease of a second. A fresh map reads
- * 0: no lease until the controller grants one. Layout mirrored in
- * controller/lease.py. */
-struct lfp_lease {
-	__u64 expires_ns;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lfp_lease);
-} lfp_lease SEC(".maps");
-
-static __always_inline int lfp_lease_held(void)
-{
-	__u32 key = 0;
-	struct lfp_lease *lease = bpf_map_lookup_elem(&lfp_lease, &key);
-
-	return lease && bpf_ktime_get_coarse_ns() < lease->expires_ns;
-}
 
 /* Set at load time, per interface; the compiled object is shared by every
  * interface with the same pipeline shape. */

@@ -12,6 +12,7 @@
 	X(ROUTER_FORWARDED,       router, fast, "forwarded by the fast path")               \
 	X(PIPELINE_END,           pipeline, pass, "no node took the packet")                \
 	X(LEASE_EXPIRED,          pipeline, pass, "no live controller holds the lease (gone, stopped or stuck)") \
+	X(WATCHED_TABLE_CHANGED,  pipeline, pass, "legacy iptables changed; the controller has not re-read it yet") \
 	X(PARSE_SHORT,            pipeline, pass, "frame shorter than its headers")         \
 	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")                      \
 	X(NOT_IPV4,               router, pass, "not IPv4")                                 \

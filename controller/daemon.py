@@ -18,6 +18,7 @@ from linuxfp.synth import build as build_shape
 from . import runtime_files
 from .installer import Installer
 from .lease import Lease
+from .watch import TableWatch
 from .namespace import NamespaceLayout, netns_cookie
 from .reclaim import reclaim_stale
 from .reconcile import InstalledPipeline, InstalledState, plan
@@ -50,6 +51,7 @@ class Controller:
         self.layout = layout or current_layout()
         self.installer = Installer(self.layout)
         self.lease = Lease(self.installer.maps)
+        self.watch = TableWatch(self.installer.maps, self.layout.cookie)
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
@@ -119,9 +121,11 @@ class Controller:
         self.installed = self.installer.adopt(saved)
         if self.installed.pipelines:
             log.info("adopted %d pipeline(s) left by a previous controller", len(self.installed.pipelines))
+        self.watch.start()
 
     def stop(self) -> None:
         try:
+            self.watch.close()
             if self.options.keep:
                 runtime_files.save_installed(self.layout, self.installed)
                 log.info("datapath kept in place (--keep); the next `linuxfp run` adopts it")
@@ -141,16 +145,18 @@ class Controller:
         try:
             # Subscribe before the first dump so no change falls in between.
             with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS) as events:
+                # Changes completed before this read are in the dump below.
+                watched = self.watch.read()
                 snapshot = kstate.read_snapshot()
                 self.reconcile(snapshot)
-                self.lease.renew(force=True)
+                self.lease.acknowledge(self._completed(watched))
                 print("ready", file=ready_out, flush=True)
                 last_poll = time.monotonic()
-                response_dirty = False
+                response_dirty = in_flight = False
                 while not self._stop:
                     # Response times reach /run only once events pause, so the
                     # file write never delays the next change.
-                    batch = events.read_batch(timeout=0.05 if response_dirty else 0.2)
+                    batch = events.read_batch(timeout=0.01 if in_flight else 0.05 if response_dirty else 0.2)
                     if batch is None and response_dirty:
                         runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
                         response_dirty = False
@@ -173,18 +179,31 @@ class Controller:
                               f"{'datapath updated' if worked else 'datapath unchanged'}",
                               file=ready_out, flush=True)
                         response_dirty = True
-                    if time.monotonic() - last_poll >= POLL_INTERVAL_S:
+                    # A watched table changed (the datapath has been passing
+                    # since the change began): re-read once no change is in flight.
+                    watched = self.watch.read()
+                    changed = watched is not None and watched[0] != self.lease.watch_acked
+                    in_flight = changed and watched[0] != watched[1]
+                    if (changed and not in_flight) or time.monotonic() - last_poll >= POLL_INTERVAL_S:
                         last_poll = time.monotonic()
                         polled = kstate.refresh_polled(snapshot)
                         if polled != snapshot:
                             snapshot = polled
                             self.reconcile(snapshot)
+                        if changed and not in_flight:
+                            self.lease.acknowledge(watched[0])
                     # Renewed only here, by the loop itself, once what arrived has
                     # been applied: a stuck loop or a stopped process lets it lapse.
                     self.lease.renew(force=batch is not None)
         finally:
             self.stop()
         return 0
+
+
+    @staticmethod
+    def _completed(watched: tuple[int, int] | None) -> int:
+        """The watched changes a read made now is sure to include."""
+        return watched[1] if watched else 0
 
 
 def _announced_neighbours(batch) -> frozenset[tuple[int, str]]:

@@ -1,7 +1,9 @@
 """The controller's lease on its namespace's datapath (struct lfp_lease in
-bpf_modules/common.h): renewed from the event loop, so a controller that
+bpf_modules/lease.h): renewed from the event loop, so a controller that
 died, was stopped or whose loop is stuck stops renewing and the datapath hands
-every packet to the kernel within one term."""
+every packet to the kernel within one term. The lease also carries the
+count of watched-table changes (controller/watch.py) the controller has
+re-read the tables after."""
 from __future__ import annotations
 
 import struct
@@ -10,9 +12,9 @@ import time
 LEASE_MAP = "lfp_lease"
 TERM_NS = 1_000_000_000      # how long a renewal keeps the fast path on
 RENEW_NS = 200_000_000       # how often the loop renews: a term spans several renewals
-_VALUE = struct.Struct("<Q")  # struct lfp_lease { __u64 expires_ns; }
-_KEY = struct.pack("<I", 0)
 CLOCK_MONOTONIC_COARSE = 6   # <linux/time.h>; Python's time module does not name it
+_VALUE = struct.Struct("<QQ")  # struct lfp_lease { __u64 expires_ns; __u64 watch_acked; }
+_KEY = struct.pack("<I", 0)
 
 
 def now_ns() -> int:
@@ -20,18 +22,14 @@ def now_ns() -> int:
     return time.clock_gettime_ns(CLOCK_MONOTONIC_COARSE)
 
 
-def pack(expires_ns: int) -> bytes:
-    return _VALUE.pack(expires_ns)
-
-
-def expires(lease_map) -> int:
-    """The pinned lease's end on the datapath's clock; 0 if never granted."""
+def read(lease_map) -> tuple[int, int]:
+    """(expires_ns, watch_acked) as pinned; expires_ns 0 if never granted."""
     raw = lease_map.lookup(_KEY)
-    return _VALUE.unpack(raw[: _VALUE.size])[0] if raw else 0
+    return _VALUE.unpack(raw[: _VALUE.size]) if raw else (0, 0)
 
 
-def grant(lease_map, until_ns: int) -> None:
-    lease_map.update(_KEY, pack(until_ns))
+def grant(lease_map, until_ns: int, watch_acked: int = 0) -> None:
+    lease_map.update(_KEY, _VALUE.pack(until_ns, watch_acked))
 
 
 class Lease:
@@ -39,7 +37,13 @@ class Lease:
 
     def __init__(self, maps) -> None:
         self.maps = maps
+        self.watch_acked = 0
         self._renewed = 0
+
+    def acknowledge(self, changes_started: int) -> None:
+        """The watched tables were re-read after this many changes began."""
+        self.watch_acked = changes_started
+        self.renew(force=True)
 
     def renew(self, force: bool = False) -> None:
         now = now_ns()
@@ -47,5 +51,5 @@ class Lease:
             return
         lease_map = self.maps.get(LEASE_MAP)
         if lease_map is not None:          # no pipeline loaded yet: nothing to keep on
-            grant(lease_map, now + TERM_NS)
+            grant(lease_map, now + TERM_NS, self.watch_acked)
             self._renewed = now

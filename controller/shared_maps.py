@@ -13,13 +13,14 @@ from linuxfp.graph import IfaceFacts, NeighbourFacts
 from linuxfp.graph.model import IF_FORWARDING, IF_XDP_TX, NEIGH_CONFIRMED
 
 from .lease import LEASE_MAP
+from .watch import WATCH_MAP
 from .namespace import NamespaceLayout
 
 log = logging.getLogger("linuxfp.maps")
 
 IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS = (
     "lfp_ifaces", "lfp_local_src", "lfp_hints", "lfp_neigh", "lfp_tx_ports")
-NAMES = (IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS, LEASE_MAP)
+NAMES = (IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS, LEASE_MAP, WATCH_MAP)
 HINT_LOCAL, HINT_NEIGH = 0, 1        # rows of lfp_hints (bpf_modules/router.h)
 _BY_IFINDEX = (IFACES, TX_PORTS)     # arrays indexed by ifindex, sized together
 _XDP_TX_READY = IF_XDP_TX | IF_FORWARDING
@@ -138,11 +139,17 @@ class SharedMaps:
                     obj.set_max_entries(name, iface_slots(desired_ifaces))
         return fresh
 
+    def pin_fresh(self, obj, fresh: list[str]) -> None:
+        """Pin the maps `obj` created, for every later object to share."""
+        if fresh:
+            dp.makedirs(self.layout.pin_dir)
+        for name in fresh:
+            obj.map(name).pin(self.layout.shared_map_pin(name))
+
     def adopt(self, obj, fresh: list[str], desired) -> None:
         """Pin the maps `obj` created and fill them before any program using
         them is attached."""
-        for name in fresh:
-            obj.map(name).pin(self.layout.shared_map_pin(name))
+        self.pin_fresh(obj, fresh)
         if fresh:
             self.write(desired.ifaces, desired.local_addrs, desired.neighbours)
             self.set_hints(desired.local_addrs, desired.neighbours)

@@ -152,3 +152,66 @@ def test_detach_stale_removes_pins_nobody_serves_and_keeps_the_rest(require_root
         assert "0 stale namespace(s) reclaimed" in _host_cli("detach", "--stale")
     finally:
         dp.remove_tree(stale)
+
+
+class NoGrace:
+    """A handle that waits for the controller once, after it attached, and
+    never again: each step's frames follow its change at once."""
+
+    def __init__(self, controller: ControllerProcess) -> None:
+        self.controller, self.attached = controller, False
+
+    def settled(self) -> None:
+        if not self.attached:
+            self.controller.settled()
+            self.attached = True
+
+
+def no_grace():
+    @contextlib.contextmanager
+    def accelerate(topology):
+        with ControllerProcess(topology.dut.name, hook="xdp") as controller:
+            yield NoGrace(controller)
+
+    return accelerate
+
+
+def test_legacy_iptables_changes_are_honoured_from_the_syscall_on(require_root):
+    """Legacy iptables sends no event; the watch's raw tracepoints make the
+    datapath defer to Linux as the table is replaced, not a poll later."""
+    steps = (
+        Step("legacy-drop", lambda r: r.dut.run(f"iptables-legacy -A FORWARD -d {r.prefixes[ORDINARY]} -j DROP")),
+        Step("legacy-flush", lambda r: r.dut.run("iptables-legacy -F FORWARD")),
+    )
+    report = run_differential(RouterTopology(prefixes=8), steps, no_grace(), frames=standard_frames, prefix="lfp-t")
+    assert report.ok, report.render()
+
+
+def test_the_fast_path_resumes_once_the_controller_has_reread_the_table(router_topology):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as controller:
+        r.dut.run("iptables-legacy -A FORWARD -d 203.0.113.9 -j DROP")
+        r.dut.run("iptables-legacy -D FORWARD -d 203.0.113.9 -j DROP")
+        deadline = time.monotonic() + 5
+        while True:
+            row = {i["ifname"]: i for i in json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["interfaces"]}
+            fast = _fast_path(r)
+            _udp_burst(r, 20)
+            if _fast_path(r) - fast >= 20:
+                break
+            assert time.monotonic() < deadline, f"fast path never resumed: {row}\n{controller.stderr()}"
+            time.sleep(0.1)
+        assert "watch unavailable" not in controller.stderr()
+
+
+def _fast_path(router, ifname="to-src") -> int:
+    stats = json.loads(linuxfp_cli(router.dut.name, "-j", "stats").stdout)
+    return next((i["fast_path"] for i in stats["interfaces"] if i["ifname"] == ifname), 0)
+
+
+def _udp_burst(router, count: int) -> None:
+    from linuxfp.lab import inject
+    from linuxfp.lab.frames import udp_frame
+
+    src = router.src_if
+    inject(router.src, src.name, [udp_frame(src.mac, router.dut_left.mac, str(src.ip), "198.19.3.7", size=64)] * count)

@@ -13,6 +13,7 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from controller import lease
+from controller.watch import WATCH_MAP
 from controller.shared_maps import local_hint, neighbour_hint, pack_iface
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
@@ -224,3 +225,22 @@ def test_without_a_lease_every_packet_goes_to_the_kernel(router, lapsed):
     finally:
         lease.grant(lease_map, FOREVER)
     assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+
+
+def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(router):
+    """lfp_watch.changes_started moves as legacy iptables starts replacing a
+    table; until the controller acknowledges it in the lease, Linux decides."""
+    watch_map = router.obj.map(WATCH_MAP)
+    frame = next(c for c in CASES if c.verdict == FORWARD).frame()
+    key = struct.pack("<I", 0)
+    watch_map.update(key, struct.pack("<QQ", 1, 0))       # one change begun, none acknowledged
+    try:
+        before = router.counter("watched_table_changed")
+        result = router.run(frame)
+        assert result.retval == VERDICTS[router.hook]["pass"] and result.data_out == frame
+        assert router.counter("watched_table_changed") == before + 1
+        lease.grant(router.obj.map(lease.LEASE_MAP), FOREVER, watch_acked=1)   # re-read after it
+        assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+    finally:
+        watch_map.update(key, struct.pack("<QQ", 0, 0))
+        lease.grant(router.obj.map(lease.LEASE_MAP), FOREVER)

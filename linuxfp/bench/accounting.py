@@ -4,6 +4,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from linuxfp import datapath as dp
 from linuxfp.datapath.fds import OwnedFd
 
 from . import programs
@@ -75,7 +76,7 @@ class CpuAccounting:
         try:
             for prog_name, tracepoint in _TRACEPOINTS.items():
                 prog = self._obj.program(prog_name)
-                self._links.append(programs.attach_raw_tracepoint(prog.fd, tracepoint))
+                self._links.append(dp.attach_raw_tracepoint(prog.fd, tracepoint))
                 prog.close()
         except BaseException:
             self.close()

@@ -3,14 +3,10 @@ flags and on-disk cache, through linuxfp.synth.compile_source) and loaded
 with the project's libbpf binding."""
 from __future__ import annotations
 
-import ctypes
-import errno
 from collections.abc import Mapping
 from pathlib import Path
 
-from linuxfp.datapath import BpfError, BpfObject
-from linuxfp.datapath.fds import OwnedFd
-from linuxfp.datapath.libbpf import errno_of, lib
+from linuxfp.datapath import BpfObject
 from linuxfp.synth import compile_source
 
 BPF_DIR = Path(__file__).resolve().parent / "bpf"
@@ -50,21 +46,3 @@ def load(
 
 def mac_bytes(mac: str) -> bytes:
     return bytes(int(part, 16) for part in mac.split(":"))
-
-
-# libbpf's bpf_raw_tracepoint_open(name, prog_fd), declared here rather than in
-# the shared binding's table because only the benchmark attaches tracepoints.
-_raw_tp_open = None
-
-
-def attach_raw_tracepoint(prog_fd: int, tracepoint: str) -> OwnedFd:
-    """Attach a raw tracepoint program; closing the returned fd detaches it."""
-    global _raw_tp_open
-    if _raw_tp_open is None:
-        prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_int, use_errno=True)
-        _raw_tp_open = prototype(("bpf_raw_tracepoint_open", lib()))
-    fd = _raw_tp_open(tracepoint.encode(), prog_fd)
-    if fd < 0:
-        code = errno_of(fd) or errno.EINVAL
-        raise BpfError(f"attach raw tracepoint {tracepoint}", code)
-    return OwnedFd(fd)

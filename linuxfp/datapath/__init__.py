@@ -26,7 +26,7 @@ from .libbpf import (
     BPF_TCX_INGRESS,
     BPF_XDP,
 )
-from .links import Link, XdpAttachment, attach_tc, attach_xdp, tcx_attached, xdp_attached
+from .links import Link, XdpAttachment, attach_raw_tracepoint, attach_tc, attach_xdp, tcx_attached, xdp_attached
 from .maps import Map, possible_cpus
 from .objects import BpfObject, Program
 from .pins import (
@@ -63,6 +63,7 @@ __all__ = [
     "VerifierError",
     "XdpAttachment",
     "XdpMd",
+    "attach_raw_tracepoint",
     "attach_tc",
     "attach_xdp",
     "anchor_pid",

@@ -349,3 +349,21 @@ def _cls_bpf_detach(target: _ClsBpfFilter) -> None:
     result = lib().bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
     if result != 0 and errno_of(result) != errno.ENOENT:
         raise BpfError(f"delete cls_bpf filter on ifindex {target.ifindex}", errno_of(result))
+
+
+# libbpf's bpf_raw_tracepoint_open(name, prog_fd). Raw tracepoints load under
+# lockdown (kprobes and fentry do not); their attachment is an fd, not a pin.
+_raw_tp_open = None
+
+
+def attach_raw_tracepoint(prog_fd: int, tracepoint: str) -> OwnedFd:
+    """Attach a raw tracepoint program; closing the returned fd detaches it."""
+    global _raw_tp_open
+    if _raw_tp_open is None:
+        prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_int, use_errno=True)
+        _raw_tp_open = prototype(("bpf_raw_tracepoint_open", lib()))
+    fd = _raw_tp_open(tracepoint.encode(), prog_fd)
+    if fd < 0:
+        code = errno_of(fd) or errno.EINVAL
+        raise BpfError(f"attach raw tracepoint {tracepoint}", code)
+    return OwnedFd(fd)

@@ -1,6 +1,7 @@
 """Pipeline shape → C source (jinja2) → BPF object (clang, cached)."""
 from .compile import CompileError, CompiledObject, ToolMissing, compile_source, default_cache_dir
 from .counters import Counter, counter_named, counters
+from .resources import modules_dir
 from .render import HOOKS, NODES, Shape, render
 
 
@@ -9,7 +10,12 @@ def build(shape: Shape, cache_dir=None) -> CompiledObject:
     return compile_source(render(shape), cache_dir)
 
 
+def build_watch(cache_dir=None) -> CompiledObject:
+    """The raw-tracepoint watch of tables without change events (watch.c)."""
+    return compile_source((modules_dir() / "watch.c").read_text(), cache_dir)
+
+
 __all__ = [
-    "HOOKS", "NODES", "Shape", "render", "build", "compile_source", "CompiledObject",
+    "HOOKS", "NODES", "Shape", "render", "build", "build_watch", "compile_source", "CompiledObject",
     "CompileError", "ToolMissing", "default_cache_dir", "Counter", "counters", "counter_named",
 ]
