@@ -34,14 +34,17 @@ struct {
 	__type(value, struct lfp_lease);
 } lfp_lease SEC(".maps");
 
-/* Written by watch.c from raw tracepoints, synchronously with the syscall
- * that changes a watched table (legacy iptables: no netlink event, so the
- * controller could only poll it). changes_started moves before the change is
- * made: from then on the datapath passes until the controller has re-read
- * the tables; changes_done lets it see that no change is in flight. */
+/* Written by watch.c, synchronously with the system call that changes a
+ * watched table (legacy iptables: no event, so the controller could only
+ * poll it). changes_started moves before the change is made: from then on
+ * the datapath passes until the controller has re-read the table;
+ * changes_done and changer_tgid let it see that no change is in flight.
+ * Layout mirrored in controller/watch.py. */
 struct lfp_watch {
 	__u64 changes_started;
 	__u64 changes_done;
+	__u32 changer_tgid;     /* the process of the latest change */
+	__u32 pad;
 };
 
 struct {

@@ -18,6 +18,7 @@ from linuxfp.synth import build as build_shape
 from . import runtime_files
 from .installer import Installer
 from .lease import Lease
+from .lease import windows as lease_windows
 from .watch import TableWatch
 from .namespace import NamespaceLayout, netns_cookie
 from .reclaim import reclaim_stale
@@ -122,6 +123,8 @@ class Controller:
         if self.installed.pipelines:
             log.info("adopted %d pipeline(s) left by a previous controller", len(self.installed.pipelines))
         self.watch.start()
+        runtime_files.write_atomic(self.layout.windows_file,
+                                   _json(lease_windows(self.watch.attached)))
 
     def stop(self) -> None:
         try:
@@ -145,11 +148,14 @@ class Controller:
         try:
             # Subscribe before the first dump so no change falls in between.
             with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS) as events:
-                # Changes completed before this read are in the dump below.
-                watched = self.watch.read()
+                # Changes settled before this read are in the dump below.
+                watched = self.watch.settled()
                 snapshot = kstate.read_snapshot()
                 self.reconcile(snapshot)
-                self.lease.acknowledge(self._completed(watched))
+                if watched is not None:
+                    self.lease.acknowledge(watched)
+                else:
+                    self.lease.renew(force=True)
                 print("ready", file=ready_out, flush=True)
                 last_poll = time.monotonic()
                 response_dirty = in_flight = False
@@ -181,29 +187,23 @@ class Controller:
                         response_dirty = True
                     # A watched table changed (the datapath has been passing
                     # since the change began): re-read once no change is in flight.
-                    watched = self.watch.read()
-                    changed = watched is not None and watched[0] != self.lease.watch_acked
-                    in_flight = changed and watched[0] != watched[1]
-                    if (changed and not in_flight) or time.monotonic() - last_poll >= POLL_INTERVAL_S:
+                    watched = self.watch.settled()
+                    in_flight = watched is None
+                    changed = not in_flight and watched != self.lease.watch_acked
+                    if changed or time.monotonic() - last_poll >= POLL_INTERVAL_S:
                         last_poll = time.monotonic()
                         polled = kstate.refresh_polled(snapshot)
                         if polled != snapshot:
                             snapshot = polled
                             self.reconcile(snapshot)
-                        if changed and not in_flight:
-                            self.lease.acknowledge(watched[0])
+                        if changed:
+                            self.lease.acknowledge(watched)
                     # Renewed only here, by the loop itself, once what arrived has
                     # been applied: a stuck loop or a stopped process lets it lapse.
                     self.lease.renew(force=batch is not None)
         finally:
             self.stop()
         return 0
-
-
-    @staticmethod
-    def _completed(watched: tuple[int, int] | None) -> int:
-        """The watched changes a read made now is sure to include."""
-        return watched[1] if watched else 0
 
 
 def _announced_neighbours(batch) -> frozenset[tuple[int, str]]:

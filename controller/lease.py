@@ -53,3 +53,16 @@ class Lease:
         if lease_map is not None:          # no pipeline loaded yet: nothing to keep on
             grant(lease_map, now + TERM_NS, self.watch_acked)
             self._renewed = now
+
+
+def windows(watch_attached: bool) -> dict[str, str]:
+    """Each source of truth the fast path depends on, and how stale the fast
+    path can be about it (docs/datapath.md explains each)."""
+    term = f"{TERM_NS / 1e9:g} s"
+    return {
+        "controller gone, stopped or stuck": f"<= {term} (lease)",
+        "routes, rules, next hops": "none (the FIB is read per packet)",
+        "addresses, neighbours, links, sysctls with events, nf_tables": "the response time (linuxfp stats)",
+        "legacy iptables": "none (cgroup setsockopt watch)" if watch_attached else "<= 1 s (polled)",
+        "xfrm, accept_local/send_redirects/route_localnet": "<= 1 s (polled)",
+    }

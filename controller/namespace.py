@@ -59,5 +59,9 @@ class NamespaceLayout:
         return os.path.join(self.run_dir, "response.json")
 
     @property
+    def windows_file(self) -> str:
+        return os.path.join(self.run_dir, "windows.json")
+
+    @property
     def pid_file(self) -> str:
         return os.path.join(self.run_dir, "controller.pid")

@@ -8,7 +8,7 @@ import struct
 from linuxfp import datapath as dp
 from linuxfp.synth import counters
 
-from . import runtime_files
+from . import lease, runtime_files
 from .namespace import NamespaceLayout
 
 
@@ -35,7 +35,22 @@ def status(layout: NamespaceLayout) -> dict:
                 except dp.BpfError as e:
                     entry["state"] = f"unreadable: {e}"
         interfaces.append(entry)
-    return {"namespace": layout.name, "controller_pid": pid, "interfaces": interfaces}
+    return {"namespace": layout.name, "controller_pid": pid, "interfaces": interfaces,
+            "lease": _lease(layout), "windows": runtime_files.load_json(layout.windows_file) if pid else None}
+
+
+def _lease(layout: NamespaceLayout) -> dict | None:
+    """The pinned lease: whether the datapath may act, and for how long."""
+    path = layout.shared_map_pin(lease.LEASE_MAP)
+    if not os.path.exists(path):
+        return None
+    m = dp.Map.from_pinned(path)
+    try:
+        expires, _acked = lease.read(m)
+    finally:
+        m.close()
+    remaining = expires - lease.now_ns()
+    return {"held": remaining > 0, "remaining_ms": round(remaining / 1e6, 1) if remaining > 0 else 0}
 
 
 def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | None:
@@ -82,6 +97,10 @@ def stats(layout: NamespaceLayout) -> dict:
 def status_text(data: dict) -> str:
     lines = [f"namespace {data['namespace']}: controller "
              + (f"running (pid {data['controller_pid']})" if data["controller_pid"] else "not running")]
+    held = data.get("lease")
+    if held is not None:
+        lines.append("  lease: " + (f"held, {held['remaining_ms']:.0f} ms left" if held["held"]
+                                    else "expired: every packet goes to the kernel"))
     if not data["interfaces"]:
         lines.append("  nothing attached")
     for i in data["interfaces"]:
@@ -89,6 +108,9 @@ def status_text(data: dict) -> str:
         if i.get("error"):
             line += f"\n    {i['error'].splitlines()[0] if i['error'] else ''}"
         lines.append(line)
+    if data.get("windows"):
+        lines.append("  windows (how stale the fast path can be about each source):")
+        lines += [f"    {source:<62} {bound}" for source, bound in data["windows"].items()]
     return "\n".join(lines)
 
 

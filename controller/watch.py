@@ -1,10 +1,12 @@
-"""The kernel-side watch of legacy iptables (bpf_modules/watch.c): raw
-tracepoints count the table replacements made in this namespace as they
-happen, so the datapath stops acting on a table that is being changed
-before the change is made, instead of up to a poll interval after it."""
+"""The kernel-side watch of legacy iptables (bpf_modules/watch.c): a cgroup
+setsockopt program counts the table replacements made in this namespace as
+they are requested, so the datapath stops acting on a table that is being
+changed before the change is made, instead of up to a poll interval after.
+This module attaches it and tells the controller when a re-read is due."""
 from __future__ import annotations
 
 import logging
+import os
 import struct
 
 from linuxfp import datapath as dp
@@ -13,25 +15,32 @@ from linuxfp.synth import CompileError, ToolMissing, build_watch
 log = logging.getLogger("linuxfp.watch")
 
 WATCH_MAP = "lfp_watch"
-_VALUE = struct.Struct("<QQ")   # struct lfp_watch { changes_started; changes_done; }
+# struct lfp_watch { __u64 changes_started, changes_done; __u32 changer_tgid, pad; }
+_VALUE = struct.Struct("<QQII")
 _KEY = struct.pack("<I", 0)
-_PROGRAMS = (("lfp_watch_enter", "sys_enter"), ("lfp_watch_exit", "sys_exit"))
+PROGRAM = "lfp_watch_setsockopt"
 
 
 class TableWatch:
-    """Attached for the controller's lifetime (its links are fds, not pins:
-    they end with the process, and the lease then runs out)."""
+    """Attached for the controller's lifetime (its link is an fd, not a pin:
+    it ends with the process, and the lease then runs out)."""
 
     def __init__(self, maps, netns_cookie: int) -> None:
         self.maps = maps
         self.cookie = netns_cookie
         self._obj = None
-        self._links: list = []
+        self._link = None
+        # replaces that ended without a counters call (failed ones)
+        self._unpaired = 0
         self.error: str | None = None
+
+    @property
+    def attached(self) -> bool:
+        return self._link is not None
 
     def start(self) -> bool:
         """Attach; False (with `error` set) where the kernel or toolchain
-        cannot, and the controller polls instead."""
+        cannot, and legacy iptables is polled instead."""
         try:
             obj = dp.BpfObject.open(build_watch().data, name="lfp_watch")
         except (CompileError, ToolMissing, dp.BpfError) as e:
@@ -41,10 +50,12 @@ class TableWatch:
             fresh = self.maps.prepare(obj, ())
             obj.load()
             self.maps.pin_fresh(obj, fresh)
-            for program, tracepoint in _PROGRAMS:
-                self._links.append(dp.attach_raw_tracepoint(obj.program(program).fd, tracepoint))
+            cgroup = dp.open_cgroup2_root()
+            try:
+                self._link = dp.attach_cgroup(obj.program(PROGRAM).fd, cgroup.fd)
+            finally:
+                cgroup.close()
         except (dp.BpfError, OSError) as e:
-            self.close()
             obj.close()
             return self._unavailable(e)
         self._obj = obj
@@ -55,19 +66,32 @@ class TableWatch:
         log.warning("legacy iptables watch unavailable (%s): polling it every second instead", error)
         return False
 
-    def read(self) -> tuple[int, int] | None:
-        """(changes_started, changes_done) as the datapath sees them, or None
-        while no map exists (no watch and no pipeline yet)."""
+    def read(self) -> tuple[int, int, int] | None:
+        """(changes_started, changes_done, changer_tgid) as the datapath sees
+        them, or None while no map exists (no watch and no pipeline yet)."""
         watch_map = self.maps.get(WATCH_MAP)
         if watch_map is None:
             return None
         raw = watch_map.lookup(_KEY)
-        return _VALUE.unpack(raw[: _VALUE.size]) if raw else (0, 0)
+        return _VALUE.unpack(raw[: _VALUE.size])[:3] if raw else (0, 0, 0)
+
+    def settled(self) -> int | None:
+        """changes_started when no change is in flight — a re-read made after
+        this call sees every change counted — else None."""
+        state = self.read()
+        if state is None:
+            return 0
+        started, done, changer = state
+        outstanding = started - done
+        if outstanding > self._unpaired and os.path.exists(f"/proc/{changer}"):
+            return None         # replaced, counters not added yet: still in the kernel
+        self._unpaired = outstanding
+        return started
 
     def close(self) -> None:
-        for link in self._links:
-            link.close()
-        self._links.clear()
+        if self._link is not None:
+            self._link.close()
+            self._link = None
         if self._obj is not None:
             self._obj.close()
             self._obj = None

@@ -5,7 +5,7 @@ set -euo pipefail
 
 APT_PACKAGES=(
   clang llvm libbpf1 libbpf-dev linux-libc-dev libc6-dev bpftool
-  iproute2 bridge-utils iptables ipset ethtool tcpdump
+  iproute2 bridge-utils iptables nftables ipset ethtool tcpdump
   iputils-ping procps util-linux
   python3 python3-pip
 )

@@ -142,6 +142,14 @@ def test_scale(tmp_path, capsys):
     assert result["burst"]["changes"] > 0 and result["burst"]["batches"] >= 1
 
 
+def test_watch(tmp_path, capsys):
+    result = bench("watch", tmp_path, capsys)
+    for system in ("no controller", "controller"):
+        assert set(result["ns_per_call"][system]) == {"getppid", "setsockopt"}
+        assert all(v > 0 for v in result["ns_per_call"][system].values())
+    assert set(result["added_ns_per_call"]) == {"getppid", "setsockopt"}
+
+
 @pytest.mark.parametrize("scenario", ["gateway", "rules", "bridge"])
 def test_not_yet_supported(scenario, tmp_path, capsys):
     result = bench(scenario, tmp_path, capsys, as_json=False)
@@ -150,7 +158,8 @@ def test_not_yet_supported(scenario, tmp_path, capsys):
 
 
 def test_every_scenario_is_tested():
-    tested = {"router", "chain", "response", "latency", "scale", "gateway", "rules", "bridge", "hooks", "breakdown"}
+    tested = {"router", "chain", "response", "latency", "scale", "gateway", "rules", "bridge", "hooks", "breakdown",
+              "watch"}
     assert set(SCENARIOS) == tested
 
 

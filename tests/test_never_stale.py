@@ -177,11 +177,14 @@ def no_grace():
 
 
 def test_legacy_iptables_changes_are_honoured_from_the_syscall_on(require_root):
-    """Legacy iptables sends no event; the watch's raw tracepoints make the
-    datapath defer to Linux as the table is replaced, not a poll later."""
+    """Legacy iptables sends no event: the watch (a cgroup setsockopt
+    program) makes the datapath defer to Linux as the table replacement is
+    requested, not a poll later. Each burst follows its change at once."""
+    ordinary = lambda r: r.prefixes[ORDINARY]  # noqa: E731
     steps = (
-        Step("legacy-drop", lambda r: r.dut.run(f"iptables-legacy -A FORWARD -d {r.prefixes[ORDINARY]} -j DROP")),
+        Step("legacy-drop", lambda r: r.dut.run(f"iptables-legacy -A FORWARD -d {ordinary(r)} -j DROP")),
         Step("legacy-flush", lambda r: r.dut.run("iptables-legacy -F FORWARD")),
+        Step("legacy-drop-again", lambda r: r.dut.run(f"iptables-legacy -I FORWARD -d {ordinary(r)} -j DROP")),
     )
     report = run_differential(RouterTopology(prefixes=8), steps, no_grace(), frames=standard_frames, prefix="lfp-t")
     assert report.ok, report.render()
@@ -202,6 +205,10 @@ def test_the_fast_path_resumes_once_the_controller_has_reread_the_table(router_t
             assert time.monotonic() < deadline, f"fast path never resumed: {row}\n{controller.stderr()}"
             time.sleep(0.1)
         assert "watch unavailable" not in controller.stderr()
+        shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
+        assert shown["lease"]["held"] and shown["lease"]["remaining_ms"] > 0
+        assert shown["windows"]["legacy iptables"].startswith("none")
+        assert shown["windows"]["controller gone, stopped or stuck"] == "<= 1 s (lease)"
 
 
 def _fast_path(router, ifname="to-src") -> int:

@@ -233,7 +233,7 @@ def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(route
     watch_map = router.obj.map(WATCH_MAP)
     frame = next(c for c in CASES if c.verdict == FORWARD).frame()
     key = struct.pack("<I", 0)
-    watch_map.update(key, struct.pack("<QQ", 1, 0))       # one change begun, none acknowledged
+    watch_map.update(key, struct.pack("<QQII", 1, 0, 0, 0))   # one change begun, none acknowledged
     try:
         before = router.counter("watched_table_changed")
         result = router.run(frame)
@@ -242,5 +242,5 @@ def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(route
         lease.grant(router.obj.map(lease.LEASE_MAP), FOREVER, watch_acked=1)   # re-read after it
         assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
     finally:
-        watch_map.update(key, struct.pack("<QQ", 0, 0))
+        watch_map.update(key, struct.pack("<QQII", 0, 0, 0, 0))
         lease.grant(router.obj.map(lease.LEASE_MAP), FOREVER)

@@ -45,6 +45,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "hooks": _module_scenario("hooks"),
     "scale": _module_scenario("scale"),
     "breakdown": _module_scenario("breakdown"),
+    "watch": _module_scenario("watch"),
 }
 
 

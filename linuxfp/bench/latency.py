@@ -10,7 +10,6 @@ egress has GRO on in every mode so reflected frames get NAPI there, and the
 source's veth too so LinuxFP may redirect the replies into it."""
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import statistics
@@ -18,10 +17,10 @@ import subprocess
 from pathlib import Path
 
 from linuxfp.lab.netns import Lab
-from linuxfp.synth.compile import ToolMissing, default_cache_dir, find_clang
 
 from .machine import machine
 from .options import Options
+from .programs import build_c_tool
 from .results import table, timestamp
 from .sink import ECHO_UDP_PORT, Sink
 from .systems import SYSTEMS
@@ -31,27 +30,6 @@ from .topology import Line, build_line
 SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc")
 SESSIONS = (1, 128)
 PAYLOAD = 18          # UDP payload: 64-byte frames
-TOOL_SOURCE = Path(__file__).resolve().parent / "tools" / "rr.c"
-
-
-def build_tool() -> Path:
-    """Compile tools/rr.c once per source version; cached next to the BPF objects."""
-    source = TOOL_SOURCE.read_bytes()
-    clang = find_clang()
-    digest = hashlib.sha256(source + clang.encode()).hexdigest()[:16]
-    binary = default_cache_dir() / f"rr-{digest}"
-    if binary.exists():
-        return binary
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    partial = binary.with_suffix(".tmp")
-    done = subprocess.run([clang, "-O2", "-Wall", "-o", str(partial), str(TOOL_SOURCE), "-lm"],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        if "stdio.h" in done.stderr or "No such file" in done.stderr:
-            raise ToolMissing("cannot build the latency client: install the Debian package 'libc6-dev'")
-        raise RuntimeError(f"cannot build the latency client:\n{done.stderr.strip()}")
-    partial.replace(binary)
-    return binary
 
 
 def _prepare(line: Line) -> None:
@@ -82,7 +60,7 @@ def run(options: Options) -> dict:
     started = timestamp()
     repetitions = options.reps(full=5)
     duration_ms, warmup_ms = (400, 100) if options.quick else (4000, 500)
-    tool = build_tool()
+    tool = build_c_tool("rr", "the latency client")
     rng = random.Random()
     raw: list[dict] = []
     errors: dict[str, str] = {}

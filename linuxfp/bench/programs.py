@@ -1,15 +1,20 @@
-"""The benchmark's own BPF programs: compiled like LinuxFP's (same clang
+"""The benchmark's own programs: BPF ones compiled like LinuxFP's (same clang
 flags and on-disk cache, through linuxfp.synth.compile_source) and loaded
-with the project's libbpf binding."""
+with the project's libbpf binding, and small C tools (tools/*.c) built with
+the host's clang."""
 from __future__ import annotations
 
+import hashlib
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from linuxfp.datapath import BpfObject
 from linuxfp.synth import compile_source
+from linuxfp.synth.compile import ToolMissing, default_cache_dir, find_clang
 
 BPF_DIR = Path(__file__).resolve().parent / "bpf"
+TOOLS_DIR = Path(__file__).resolve().parent / "tools"
 _COMMON_HEADER = "bench_common.h"
 
 
@@ -46,3 +51,24 @@ def load(
 
 def mac_bytes(mac: str) -> bytes:
     return bytes(int(part, 16) for part in mac.split(":"))
+
+
+def build_c_tool(name: str, what: str) -> Path:
+    """Compile tools/<name>.c once per source version; cached next to the BPF
+    objects. `what` names the tool in errors."""
+    source_path = TOOLS_DIR / f"{name}.c"
+    clang = find_clang()
+    digest = hashlib.sha256(source_path.read_bytes() + clang.encode()).hexdigest()[:16]
+    binary = default_cache_dir() / f"{name}-{digest}"
+    if binary.exists():
+        return binary
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_suffix(".tmp")
+    done = subprocess.run([clang, "-O2", "-Wall", "-o", str(partial), str(source_path), "-lm"],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        if "stdio.h" in done.stderr or "No such file" in done.stderr:
+            raise ToolMissing(f"cannot build {what}: install the Debian package 'libc6-dev'")
+        raise RuntimeError(f"cannot build {what}:\n{done.stderr.strip()}")
+    partial.replace(binary)
+    return binary

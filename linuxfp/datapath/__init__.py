@@ -26,7 +26,17 @@ from .libbpf import (
     BPF_TCX_INGRESS,
     BPF_XDP,
 )
-from .links import Link, XdpAttachment, attach_raw_tracepoint, attach_tc, attach_xdp, tcx_attached, xdp_attached
+from .cgroups import open_cgroup2_root
+from .links import (
+    Link,
+    XdpAttachment,
+    attach_cgroup,
+    attach_raw_tracepoint,
+    attach_tc,
+    attach_xdp,
+    tcx_attached,
+    xdp_attached,
+)
 from .maps import Map, possible_cpus
 from .objects import BpfObject, Program
 from .pins import (
@@ -63,6 +73,7 @@ __all__ = [
     "VerifierError",
     "XdpAttachment",
     "XdpMd",
+    "attach_cgroup",
     "attach_raw_tracepoint",
     "attach_tc",
     "attach_xdp",
@@ -73,6 +84,7 @@ __all__ = [
     "is_bpffs",
     "link_info",
     "makedirs",
+    "open_cgroup2_root",
     "map_info",
     "pin",
     "possible_cpus",

@@ -296,6 +296,7 @@ _LIBC_SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "vsnprintf": (c_int, [c_char_p, c_size_t, c_char_p, c_void_p]),
     "statfs": (c_int, [c_char_p, c_void_p]),
     "mount": (c_int, [c_char_p, c_char_p, c_char_p, c_ulong, c_char_p]),
+    "umount2": (c_int, [c_char_p, c_int]),
 }
 
 

@@ -367,3 +367,16 @@ def attach_raw_tracepoint(prog_fd: int, tracepoint: str) -> OwnedFd:
         code = errno_of(fd) or errno.EINVAL
         raise BpfError(f"attach raw tracepoint {tracepoint}", code)
     return OwnedFd(fd)
+
+
+BPF_CGROUP_SETSOCKOPT = 22   # enum bpf_attach_type
+
+
+def attach_cgroup(prog: int | HasFd, cgroup_fd: int, attach_type: int = BPF_CGROUP_SETSOCKOPT) -> OwnedFd:
+    """Attach a cgroup program with a BPF link (alongside any others: links
+    attach as BPF_F_ALLOW_MULTI); closing the returned fd detaches it."""
+    prog_fd = fd_of(prog)
+    fd = _link_create(prog_fd, cgroup_fd, attach_type, 0)
+    if fd < 0:
+        raise BpfError(f"attach cgroup program fd {prog_fd} (attach type {attach_type})", errno_of(fd))
+    return OwnedFd(fd)
