@@ -1,7 +1,7 @@
 /* Whether this namespace's datapath may act at all: the controller's lease
  * (it is alive and current) and the kernel-side watch of the tables that
  * change without a netlink event (they have not changed since it looked).
- * Included by every pipeline and by watch.c. */
+ * Included by every pipeline and by controller.c. */
 #ifndef LFP_LEASE_H
 #define LFP_LEASE_H
 
@@ -11,20 +11,22 @@
 
 #include "counters.h"
 
-/* Written by the controller (controller/lease.py mirrors the layout).
- * expires_ns: the controller's event loop moves it forward
- * (CLOCK_MONOTONIC_COARSE) while it knows the namespace's state is current. A
- * controller that died, was stopped or whose loop is stuck stops renewing,
- * and within one lease every packet goes to the kernel: the datapath never
- * outlives the knowledge that keeps it exact. The coarse clock is a load of
- * the timekeeper's last tick, far cheaper than reading a clocksource; its
- * tick granularity is nothing against a lease of a second. A fresh map reads
- * 0: no lease until the controller grants one.
- * watch_acked: the lfp_watch.changes_started the controller last read the
- * watched tables after. */
+/* Written by the controller through lfp_lease_renew (controller.c): held
+ * stays 1 while the controller's event loop keeps renewing the lease, which
+ * it does only while it knows the namespace's state is current. Each renewal
+ * re-arms a timer that clears held one term later, so a controller that
+ * died, was stopped or whose loop is stuck lets it lapse, and from then on
+ * every packet goes to the kernel: the datapath never outlives the knowledge
+ * that keeps it exact. The kernel keeps time, so a packet reads one word
+ * instead of a clock. A fresh map reads 0: no lease until the controller
+ * grants one.
+ * watch_acked: the lfp_watch.changes_started the controller last re-read the
+ * watched tables after. Layout mirrored in controller/lease.py. */
 struct lfp_lease {
-	__u64 expires_ns;
 	__u64 watch_acked;
+	__u32 held;
+	__u32 pad;
+	struct bpf_timer lapse;
 };
 
 struct {
@@ -34,7 +36,7 @@ struct {
 	__type(value, struct lfp_lease);
 } lfp_lease SEC(".maps");
 
-/* Written by watch.c, synchronously with the system call that changes a
+/* Written by controller.c, synchronously with the system call that changes a
  * watched table (legacy iptables: no event, so the controller could only
  * poll it). changes_started moves before the change is made: from then on
  * the datapath passes until the controller has re-read the table;
@@ -64,7 +66,7 @@ static __always_inline enum lfp_counter lfp_lease_check(void)
 	struct lfp_lease *lease = bpf_map_lookup_elem(&lfp_lease, &key);
 	struct lfp_watch *watch = bpf_map_lookup_elem(&lfp_watch, &key);
 
-	if (!lease || !watch || bpf_ktime_get_coarse_ns() >= lease->expires_ns)
+	if (!lease || !watch || !lease->held)
 		return LFP_CNT_LEASE_EXPIRED;
 	if (watch->changes_started != lease->watch_acked)
 		return LFP_CNT_WATCHED_TABLE_CHANGED;

@@ -16,6 +16,7 @@ from linuxfp.synth import CompileError, Shape, ToolMissing
 from linuxfp.synth import build as build_shape
 
 from . import runtime_files
+from .companion import RENEW_PROGRAM, WATCH_PROGRAM, Companion
 from .installer import Installer
 from .lease import Lease
 from .lease import windows as lease_windows
@@ -50,9 +51,10 @@ class Controller:
     def __init__(self, options: RunOptions, layout: NamespaceLayout | None = None) -> None:
         self.options = options
         self.layout = layout or current_layout()
-        self.installer = Installer(self.layout)
-        self.lease = Lease(self.installer.maps)
-        self.watch = TableWatch(self.installer.maps, self.layout.cookie)
+        self.installer = Installer(self.layout, pin_links=options.keep)
+        self.companion = Companion(self.installer.maps, self.layout.cookie)
+        self.lease = Lease()
+        self.watch = TableWatch(self.installer.maps)
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
@@ -122,13 +124,19 @@ class Controller:
         self.installed = self.installer.adopt(saved)
         if self.installed.pipelines:
             log.info("adopted %d pipeline(s) left by a previous controller", len(self.installed.pipelines))
-        self.watch.start()
+        if self.companion.load():
+            self.lease.renew_program = self.companion.program(RENEW_PROGRAM)
+        else:
+            log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
+                      "so the datapath leaves every packet to the kernel", self.companion.error)
+        self.watch.start(self.companion.program(WATCH_PROGRAM))
         runtime_files.write_atomic(self.layout.windows_file,
                                    _json(lease_windows(self.watch.attached)))
 
     def stop(self) -> None:
         try:
             self.watch.close()
+            self.companion.close()
             if self.options.keep:
                 runtime_files.save_installed(self.layout, self.installed)
                 log.info("datapath kept in place (--keep); the next `linuxfp run` adopts it")

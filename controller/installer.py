@@ -24,10 +24,14 @@ COUNTERS_MAP = "lfp_counters"
 
 
 class Installer:
-    """Owns this namespace's pinned datapath: links, counters and shared maps."""
+    """Owns this namespace's datapath: links, pinned counters and shared maps."""
 
-    def __init__(self, layout: NamespaceLayout) -> None:
+    def __init__(self, layout: NamespaceLayout, pin_links: bool = True) -> None:
         self.layout = layout
+        # Unpinned, a link lives as long as this process's fd: a controller
+        # that dies takes its programs with it (the kernel detaches them). Only
+        # a datapath meant to outlive the controller (--keep) is pinned.
+        self.pin_links = pin_links
         self.links: dict[int, object] = {}
         self.maps = SharedMaps(layout)
         self._desired = None      # the graph being applied: fills maps a load creates
@@ -68,7 +72,8 @@ class Installer:
         else:
             # tcx: a pinnable link (the cls_bpf fallback cannot be pinned or adopted)
             link = dp.attach_tc(prog.fd, pipeline.ifindex, direction="ingress", method="tcx")
-        link.pin(self.layout.link_pin(pipeline.ifindex, pipeline.hook))
+        if self.pin_links:
+            link.pin(self.layout.link_pin(pipeline.ifindex, pipeline.hook))
         return link
 
     def _install(self, pipeline: Pipeline, compiled: CompiledObject, how: str,

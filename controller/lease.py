@@ -1,42 +1,51 @@
 """The controller's lease on its namespace's datapath (struct lfp_lease in
-bpf_modules/lease.h): renewed from the event loop, so a controller that
-died, was stopped or whose loop is stuck stops renewing and the datapath hands
-every packet to the kernel within one term. The lease also carries the
-count of watched-table changes (controller/watch.py) the controller has
-re-read the tables after."""
+bpf_modules/lease.h): renewed from the event loop through the companion's
+lfp_lease_renew, whose kernel timer ends it one term after the last renewal.
+So a controller that died, was stopped or whose loop is stuck stops renewing
+and the datapath hands every packet to the kernel within one term. The
+lease also carries the count of watched-table changes (controller/watch.py)
+the controller has re-read the tables after."""
 from __future__ import annotations
 
+import logging
 import struct
 import time
+
+from linuxfp import datapath as dp
+
+log = logging.getLogger("linuxfp.lease")
 
 LEASE_MAP = "lfp_lease"
 TERM_NS = 1_000_000_000      # how long a renewal keeps the fast path on
 RENEW_NS = 200_000_000       # how often the loop renews: a term spans several renewals
-CLOCK_MONOTONIC_COARSE = 6   # <linux/time.h>; Python's time module does not name it
-_VALUE = struct.Struct("<QQ")  # struct lfp_lease { __u64 expires_ns; __u64 watch_acked; }
+# struct lfp_lease { __u64 watch_acked; __u32 held; __u32 pad; struct bpf_timer lapse; }
+_VALUE = struct.Struct("<QI")
+_RENEWAL = struct.Struct("<QQ")  # struct lfp_renewal { __u64 watch_acked; __u64 term_ns; }
 _KEY = struct.pack("<I", 0)
 
 
-def now_ns() -> int:
-    """The datapath's clock (bpf_ktime_get_coarse_ns)."""
-    return time.clock_gettime_ns(CLOCK_MONOTONIC_COARSE)
-
-
-def read(lease_map) -> tuple[int, int]:
-    """(expires_ns, watch_acked) as pinned; expires_ns 0 if never granted."""
+def read(lease_map) -> tuple[bool, int]:
+    """(held, watch_acked) as pinned."""
     raw = lease_map.lookup(_KEY)
-    return _VALUE.unpack(raw[: _VALUE.size]) if raw else (0, 0)
+    if not raw:
+        return False, 0
+    acked, held = _VALUE.unpack(raw[: _VALUE.size])
+    return bool(held), acked
 
 
-def grant(lease_map, until_ns: int, watch_acked: int = 0) -> None:
-    lease_map.update(_KEY, _VALUE.pack(until_ns, watch_acked))
+def grant(lease_map, held: bool = True, watch_acked: int = 0) -> None:
+    """Set the lease directly, with no timer to end it: for tests that load a
+    pipeline without a controller."""
+    value = bytearray(lease_map.value_size)
+    _VALUE.pack_into(value, 0, watch_acked, int(held))
+    lease_map.update(_KEY, bytes(value))
 
 
 class Lease:
-    """Renews the lease in `maps` (a SharedMaps) at most every RENEW_NS."""
+    """Renews the lease at most every RENEW_NS through `renew_program`."""
 
-    def __init__(self, maps) -> None:
-        self.maps = maps
+    def __init__(self) -> None:
+        self.renew_program = None    # set once the companion has loaded
         self.watch_acked = 0
         self._renewed = 0
 
@@ -46,13 +55,13 @@ class Lease:
         self.renew(force=True)
 
     def renew(self, force: bool = False) -> None:
-        now = now_ns()
-        if not force and now - self._renewed < RENEW_NS:
+        now = time.monotonic_ns()
+        if self.renew_program is None or (not force and now - self._renewed < RENEW_NS):
             return
-        lease_map = self.maps.get(LEASE_MAP)
-        if lease_map is not None:          # no pipeline loaded yet: nothing to keep on
-            grant(lease_map, now + TERM_NS, self.watch_acked)
-            self._renewed = now
+        run = dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self.watch_acked, TERM_NS))
+        if run.retval != 0:
+            log.error("lease renewal refused (%d): the datapath leaves packets to the kernel", run.retval)
+        self._renewed = now
 
 
 def windows(watch_attached: bool) -> dict[str, str]:

@@ -23,34 +23,38 @@ def status(layout: NamespaceLayout) -> dict:
         if p.error:
             entry["error"] = p.error
         else:
+            # pinned (--keep), or held by the running controller's fd
             path = layout.link_pin(p.ifindex, p.hook)
-            if not os.path.exists(path):
+            try:
+                link = dp.Link.from_pinned(path) if os.path.exists(path) else dp.Link.from_id(p.link_id)
+            except dp.BpfError:
                 entry["state"] = "missing"
             else:
                 try:
-                    link = dp.Link.from_pinned(path)
                     info = dp.link_info(link.fd)
+                    if info.get("ifindex") != p.ifindex:
+                        entry["state"] = "missing"
                     entry["prog_id"] = info.get("prog_id", p.prog_id)
-                    link.close()
                 except dp.BpfError as e:
                     entry["state"] = f"unreadable: {e}"
+                finally:
+                    link.close()
         interfaces.append(entry)
     return {"namespace": layout.name, "controller_pid": pid, "interfaces": interfaces,
             "lease": _lease(layout), "windows": runtime_files.load_json(layout.windows_file) if pid else None}
 
 
 def _lease(layout: NamespaceLayout) -> dict | None:
-    """The pinned lease: whether the datapath may act, and for how long."""
+    """The pinned lease: whether the datapath may act."""
     path = layout.shared_map_pin(lease.LEASE_MAP)
     if not os.path.exists(path):
         return None
     m = dp.Map.from_pinned(path)
     try:
-        expires, _acked = lease.read(m)
+        held, _acked = lease.read(m)
     finally:
         m.close()
-    remaining = expires - lease.now_ns()
-    return {"held": remaining > 0, "remaining_ms": round(remaining / 1e6, 1) if remaining > 0 else 0}
+    return {"held": held}
 
 
 def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | None:
@@ -99,8 +103,7 @@ def status_text(data: dict) -> str:
              + (f"running (pid {data['controller_pid']})" if data["controller_pid"] else "not running")]
     held = data.get("lease")
     if held is not None:
-        lines.append("  lease: " + (f"held, {held['remaining_ms']:.0f} ms left" if held["held"]
-                                    else "expired: every packet goes to the kernel"))
+        lines.append("  lease: " + ("held" if held["held"] else "lapsed: every packet goes to the kernel"))
     if not data["interfaces"]:
         lines.append("  nothing attached")
     for i in data["interfaces"]:

@@ -1,16 +1,16 @@
-"""The kernel-side watch of legacy iptables (bpf_modules/watch.c): a cgroup
+"""The kernel-side watch of legacy iptables (bpf_modules/controller.c): a cgroup
 setsockopt program counts the table replacements made in this namespace as
 they are requested, so the datapath stops acting on a table that is being
 changed before the change is made, instead of up to a poll interval after.
 This module attaches it and tells the controller when a re-read is due."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
 
 from linuxfp import datapath as dp
-from linuxfp.synth import CompileError, ToolMissing, build_watch
 
 log = logging.getLogger("linuxfp.watch")
 
@@ -18,17 +18,14 @@ WATCH_MAP = "lfp_watch"
 # struct lfp_watch { __u64 changes_started, changes_done; __u32 changer_tgid, pad; }
 _VALUE = struct.Struct("<QQII")
 _KEY = struct.pack("<I", 0)
-PROGRAM = "lfp_watch_setsockopt"
 
 
 class TableWatch:
     """Attached for the controller's lifetime (its link is an fd, not a pin:
     it ends with the process, and the lease then runs out)."""
 
-    def __init__(self, maps, netns_cookie: int) -> None:
+    def __init__(self, maps) -> None:
         self.maps = maps
-        self.cookie = netns_cookie
-        self._obj = None
         self._link = None
         # replaces that ended without a counters call (failed ones)
         self._unpaired = 0
@@ -38,33 +35,22 @@ class TableWatch:
     def attached(self) -> bool:
         return self._link is not None
 
-    def start(self) -> bool:
-        """Attach; False (with `error` set) where the kernel or toolchain
-        cannot, and legacy iptables is polled instead."""
+    def start(self, program) -> bool:
+        """Attach the companion's `program`; False (with `error` set) where
+        the kernel cannot, and legacy iptables is polled instead."""
         try:
-            obj = dp.BpfObject.open(build_watch().data, name="lfp_watch")
-        except (CompileError, ToolMissing, dp.BpfError) as e:
-            return self._unavailable(e)
-        try:
-            obj.set_rodata({"lfp_netns_cookie": self.cookie})
-            fresh = self.maps.prepare(obj, ())
-            obj.load()
-            self.maps.pin_fresh(obj, fresh)
+            if program is None:
+                raise dp.BpfError("the controller's programs did not load", errno.ENOENT)
             cgroup = dp.open_cgroup2_root()
             try:
-                self._link = dp.attach_cgroup(obj.program(PROGRAM).fd, cgroup.fd)
+                self._link = dp.attach_cgroup(program.fd, cgroup.fd)
             finally:
                 cgroup.close()
         except (dp.BpfError, OSError) as e:
-            obj.close()
-            return self._unavailable(e)
-        self._obj = obj
+            self.error = str(e)
+            log.warning("legacy iptables watch unavailable (%s): polling it every second instead", e)
+            return False
         return True
-
-    def _unavailable(self, error: Exception) -> bool:
-        self.error = str(error)
-        log.warning("legacy iptables watch unavailable (%s): polling it every second instead", error)
-        return False
 
     def read(self) -> tuple[int, int, int] | None:
         """(changes_started, changes_done, changer_tgid) as the datapath sees
@@ -92,6 +78,3 @@ class TableWatch:
         if self._link is not None:
             self._link.close()
             self._link = None
-        if self._obj is not None:
-            self._obj.close()
-            self._obj = None

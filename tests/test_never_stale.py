@@ -57,7 +57,9 @@ class Orphaned:
 def orphaning(how: str, lease_expired: list[int]):
     @contextlib.contextmanager
     def accelerate(topology):
-        controller = ControllerProcess(topology.dut.name, hook="xdp", keep=(how == "--keep exit"))
+        # --keep pins the links, so a killed controller's programs stay
+        # attached (without it they die with it: see the last test)
+        controller = ControllerProcess(topology.dut.name, hook="xdp", keep=how != "SIGSTOP")
         controller.start()
         try:
             yield Orphaned(controller, how)
@@ -90,7 +92,8 @@ def orphan_steps():
     )
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP", "--keep exit"])
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP", "--keep exit"],
+                         ids=["SIGKILL with --keep", "SIGSTOP", "--keep exit"])
 def test_an_orphaned_datapath_hands_everything_to_linux_within_one_lease(require_root, how):
     lease_expired: list[int] = []
     report = run_differential(RouterTopology(prefixes=8), orphan_steps(), orphaning(how, lease_expired),
@@ -206,7 +209,7 @@ def test_the_fast_path_resumes_once_the_controller_has_reread_the_table(router_t
             time.sleep(0.1)
         assert "watch unavailable" not in controller.stderr()
         shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
-        assert shown["lease"]["held"] and shown["lease"]["remaining_ms"] > 0
+        assert shown["lease"]["held"]
         assert shown["windows"]["legacy iptables"].startswith("none")
         assert shown["windows"]["controller gone, stopped or stuck"] == "<= 1 s (lease)"
 
@@ -222,3 +225,41 @@ def _udp_burst(router, count: int) -> None:
 
     src = router.src_if
     inject(router.src, src.name, [udp_frame(src.mac, router.dut_left.mac, str(src.ip), "198.19.3.7", size=64)] * count)
+
+
+def _attached(router) -> list[int]:
+    from linuxfp.lab import entered
+
+    programs = []
+    with entered(router.dut):
+        for row in json.loads(router.dut.run(["ip", "-j", "link", "show"]).stdout):
+            programs += dp.tcx_attached(row["ifindex"], "ingress")
+            if dp.xdp_attached(row["ifindex"]).prog_id:
+                programs.append(dp.xdp_attached(row["ifindex"]).prog_id)
+    return programs
+
+
+def test_without_keep_a_killed_controller_takes_its_programs_with_it(router_topology):
+    """Unpinned links live as long as the controller's fds: SIGKILL detaches
+    everything at once (no lease to wait for), and what stays pinned (maps)
+    serves nothing and is reclaimed."""
+    r = router_topology
+    controller = ControllerProcess(r.dut.name, hook="tc")
+    controller.start()
+    try:
+        name = _namespace_name(r)
+        assert _attached(r), "the controller attached programs"
+        assert _pinned(name)["links"] == 0            # nothing pinned that could outlive it
+        os.killpg(controller.proc.pid, signal.SIGKILL)
+        controller.proc.wait(10)
+        deadline = time.monotonic() + 5
+        while _attached(r):
+            assert time.monotonic() < deadline, "programs outlived their controller"
+            time.sleep(0.05)
+        assert _pinned(name)["stale"]
+        gone = json.loads(_host_cli("-j", "detach", "--stale"))["reclaimed"]
+        assert name in [g["namespace"] for g in gone]
+        assert _pinned(name) is None
+    finally:
+        controller.stop()
+        linuxfp_cli(r.dut.name, "detach", check=False)

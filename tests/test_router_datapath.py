@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import time
 
 import pytest
 from scapy.layers.l2 import Ether
@@ -99,7 +100,7 @@ class LoadedRouter:
             neigh = self.obj.map("lfp_neigh")
             for n in graph.neighbours:
                 neigh.update(struct.pack("<I", n.ifindex) + socket.inet_aton(n.address), bytes([n.state]))
-            lease.grant(self.obj.map(lease.LEASE_MAP), FOREVER)
+            lease.grant(self.obj.map(lease.LEASE_MAP))
             self.prog = self.obj.program(shape.entry)
 
     def run(self, frame: bytes):
@@ -111,9 +112,6 @@ class LoadedRouter:
     def counter(self, name: str) -> int:
         values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
         return sum(struct.unpack("<Q", v[:8])[0] for v in values)
-
-
-FOREVER = (1 << 64) - 1
 
 
 @pytest.fixture(scope="module", params=["xdp", "tc"])
@@ -209,22 +207,52 @@ def test_truncated_ipv4_header_passes(router_ns):
         loaded.obj.close()
 
 
-@pytest.mark.parametrize("lapsed", [0, "past"], ids=["never granted", "expired"])
-def test_without_a_lease_every_packet_goes_to_the_kernel(router, lapsed):
-    """A datapath whose controller stopped renewing forwards nothing itself."""
+def assert_lease_decides(router, frame, held: bool) -> None:
+    before = router.counter("lease_expired")
+    result = router.run(frame)
+    if held:
+        assert result.retval != VERDICTS[router.hook]["pass"]
+        assert router.counter("lease_expired") == before
+    else:
+        assert result.retval == VERDICTS[router.hook]["pass"] and result.data_out == frame
+        assert router.counter("lease_expired") == before + 1
+
+
+def test_without_a_lease_every_packet_goes_to_the_kernel(router):
+    """A datapath nobody renews the lease of forwards nothing itself."""
     lease_map = router.obj.map(lease.LEASE_MAP)
     frame = next(c for c in CASES if c.verdict == FORWARD).frame()
-    assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
-    lease.grant(lease_map, 0 if lapsed == 0 else lease.now_ns() - 1)
+    assert_lease_decides(router, frame, held=True)
+    lease.grant(lease_map, held=False)
     try:
-        before = router.counter("lease_expired")
-        result = router.run(frame)
-        assert result.retval == VERDICTS[router.hook]["pass"]
-        assert result.data_out == frame
-        assert router.counter("lease_expired") == before + 1
+        assert_lease_decides(router, frame, held=False)
     finally:
-        lease.grant(lease_map, FOREVER)
-    assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+        lease.grant(lease_map)
+    assert_lease_decides(router, frame, held=True)
+
+
+def test_the_lease_lapses_one_term_after_the_last_renewal(router):
+    """The controller's lfp_lease_renew arms a kernel timer that ends the lease."""
+    from linuxfp.synth import build_controller_programs
+
+    frame = next(c for c in CASES if c.verdict == FORWARD).frame()
+    companion = dp.BpfObject.open(build_controller_programs().data, name="test_companion")
+    try:
+        companion.reuse_map(lease.LEASE_MAP, router.obj.map(lease.LEASE_MAP))
+        companion.reuse_map(WATCH_MAP, router.obj.map(WATCH_MAP))
+        companion.load()
+        renewal = struct.pack("<QQ", 0, 300_000_000)      # acknowledged 0, a term of 0.3 s
+        assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
+        assert_lease_decides(router, frame, held=True)
+        time.sleep(0.15)
+        assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
+        time.sleep(0.2)                                    # 0.35 s after the first renewal
+        assert_lease_decides(router, frame, held=True)
+        time.sleep(0.2)                                    # 0.4 s after the last one
+        assert_lease_decides(router, frame, held=False)
+    finally:
+        companion.close()
+        lease.grant(router.obj.map(lease.LEASE_MAP))
 
 
 def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(router):
@@ -239,8 +267,8 @@ def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(route
         result = router.run(frame)
         assert result.retval == VERDICTS[router.hook]["pass"] and result.data_out == frame
         assert router.counter("watched_table_changed") == before + 1
-        lease.grant(router.obj.map(lease.LEASE_MAP), FOREVER, watch_acked=1)   # re-read after it
+        lease.grant(router.obj.map(lease.LEASE_MAP), watch_acked=1)   # re-read after it
         assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
     finally:
         watch_map.update(key, struct.pack("<QQII", 0, 0, 0, 0))
-        lease.grant(router.obj.map(lease.LEASE_MAP), FOREVER)
+        lease.grant(router.obj.map(lease.LEASE_MAP))

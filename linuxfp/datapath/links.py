@@ -113,7 +113,20 @@ class Link:
     @classmethod
     def from_pinned(cls, path: str) -> Link:
         """Re-open a pinned XDP or tcx link (mode is read back from the kernel)."""
-        owned = pins.open_pinned(path, "link")
+        link = cls._from_owned(pins.open_pinned(path, "link"), path)
+        link.pinned_path = path
+        return link
+
+    @classmethod
+    def from_id(cls, link_id: int) -> Link:
+        """Open a live XDP or tcx link by id (root only); BpfError once it is gone."""
+        fd = lib().bpf_link_get_fd_by_id(link_id)
+        if fd < 0:
+            raise BpfError(f"bpf_link_get_fd_by_id({link_id})", errno_of(fd))
+        return cls._from_owned(OwnedFd(fd), f"link {link_id}")
+
+    @classmethod
+    def _from_owned(cls, owned: OwnedFd, origin: str) -> Link:
         info = link_info(owned.fd)
         if info["type"] == BPF_LINK_TYPE_XDP:
             link = cls(owned, info["ifindex"], "xdp", _xdp_mode_of(info["ifindex"], info["prog_id"]))
@@ -122,8 +135,7 @@ class Link:
             link = cls(owned, info["ifindex"], "tc", "tcx", direction)
         else:
             owned.close()
-            raise BpfError(f"{path}: link type {info['type']} is neither XDP nor tcx", errno.EINVAL)
-        link.pinned_path = path
+            raise BpfError(f"{origin}: link type {info['type']} is neither XDP nor tcx", errno.EINVAL)
         return link
 
     def update(self, new_prog: int | HasFd) -> None:

@@ -113,16 +113,23 @@ def test_run(
     """
     prog_fd = fd_of(prog)
     live = bool(flags & BPF_F_TEST_XDP_LIVE_FRAMES)
-    data_in = ctypes.create_string_buffer(bytes(data), len(data) or 1)
+    # No data at all (a BPF_PROG_TYPE_SYSCALL program, which takes only a
+    # context): no data buffers, which such programs refuse.
+    data_in = ctypes.create_string_buffer(bytes(data), len(data)) if data else None
     ctx_bytes = ctx_in.to_bytes(len(data)) if isinstance(ctx_in, XdpMd) else ctx_in
     ctx_buffer = ctypes.create_string_buffer(ctx_bytes, len(ctx_bytes)) if ctx_bytes else None
-    out_size = 0 if live else (data_size_out if data_size_out is not None else len(data) + _DEFAULT_OUTPUT_HEADROOM)
+    if live or not data:
+        out_size = 0
+    else:
+        out_size = data_size_out if data_size_out is not None else len(data) + _DEFAULT_OUTPUT_HEADROOM
     data_out = ctypes.create_string_buffer(out_size) if out_size else None
-    ctx_out = ctypes.create_string_buffer(len(ctx_bytes)) if ctx_bytes and not live else None
+    ctx_out = ctypes.create_string_buffer(len(ctx_bytes)) if ctx_bytes and not live and data else None
+    if not data:
+        repeat = 0          # syscall programs run once and refuse a repeat count
 
     opts = new_opts(
         BpfTestRunOpts,
-        data_in=ctypes.cast(data_in, ctypes.c_void_p),
+        data_in=ctypes.cast(data_in, ctypes.c_void_p) if data_in is not None else None,
         data_size_in=len(data),
         data_out=ctypes.cast(data_out, ctypes.c_void_p) if data_out is not None else None,
         data_size_out=out_size,

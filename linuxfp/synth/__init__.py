@@ -10,12 +10,12 @@ def build(shape: Shape, cache_dir=None) -> CompiledObject:
     return compile_source(render(shape), cache_dir)
 
 
-def build_watch(cache_dir=None) -> CompiledObject:
-    """The raw-tracepoint watch of tables without change events (watch.c)."""
-    return compile_source((modules_dir() / "watch.c").read_text(), cache_dir)
+def build_controller_programs(cache_dir=None) -> CompiledObject:
+    """The programs the controller runs itself: lease renewal, table watch (controller.c)."""
+    return compile_source((modules_dir() / "controller.c").read_text(), cache_dir)
 
 
 __all__ = [
-    "HOOKS", "NODES", "Shape", "render", "build", "build_watch", "compile_source", "CompiledObject",
+    "HOOKS", "NODES", "Shape", "render", "build", "build_controller_programs", "compile_source", "CompiledObject",
     "CompileError", "ToolMissing", "default_cache_dir", "Counter", "counters", "counter_named",
 ]

@@ -1,7 +1,13 @@
-/* The kernel-side watch of legacy iptables, the one table that changes
- * without any event.
+/* The programs the controller runs itself, never on packets: the lease
+ * renewal and the watch of legacy iptables, the one table that changes
+ * without any event. Loaded once per `linuxfp run`, against the namespace's
+ * shared lfp_lease and lfp_watch (lease.h).
  *
- * iptables-legacy (libiptc) replaces a whole table with one
+ * Lease: the controller's event loop runs lfp_lease_renew (BPF_PROG_TEST_RUN)
+ * every 200 ms; it sets held and re-arms a timer that clears it one term
+ * later.
+ *
+ * Watch: iptables-legacy (libiptc) replaces a whole table with one
  * setsockopt(SOL_IP, IPT_SO_SET_REPLACE) and then, once the replace is done,
  * adds the old counters with setsockopt(SOL_IP, IPT_SO_SET_ADD_COUNTERS). A
  * cgroup setsockopt program at the cgroup root sees both before the kernel
@@ -13,17 +19,52 @@
  * the table; the counters call bumps changes_done, so the controller knows no
  * replace is still in flight (a replace that fails is followed by no
  * counters call: its process exits, which the controller checks).
- * Only calls made in the watched namespace count. One program per controller;
- * closing its link (the controller exits) stops the watch, and the lease then
- * runs out. */
+ * Only calls made in the watched namespace count. Closing the program's link
+ * (the controller exits) stops the watch, and the lease then runs out. */
 #include "lease.h"
 
 #define SOL_IP 0
 #define IPT_SO_SET_REPLACE 64
 #define IPT_SO_SET_ADD_COUNTERS 65
 
+#define CLOCK_MONOTONIC 1
+
 /* The watched namespace (SO_NETNS_COOKIE: never reused). */
 volatile const __u64 lfp_netns_cookie = 0;
+
+/* BPF_PROG_TEST_RUN's context for lfp_lease_renew (controller/lease.py). */
+struct lfp_renewal {
+	__u64 watch_acked;
+	__u64 term_ns;
+};
+
+static int lfp_lease_lapse(void *map, __u32 *key, struct lfp_lease *lease)
+{
+	(void)map;
+	(void)key;
+	lease->held = 0;
+	return 0;
+}
+
+SEC("syscall")
+int lfp_lease_renew(struct lfp_renewal *renewal)
+{
+	__u32 key = 0;
+	struct lfp_lease *lease = bpf_map_lookup_elem(&lfp_lease, &key);
+
+	if (!lease)
+		return 1;
+	bpf_timer_init(&lease->lapse, &lfp_lease, CLOCK_MONOTONIC);   /* -EBUSY once armed before */
+	bpf_timer_set_callback(&lease->lapse, lfp_lease_lapse);
+	/* No lease without a timer that ends it. */
+	if (bpf_timer_start(&lease->lapse, renewal->term_ns, 0)) {
+		lease->held = 0;
+		return 2;
+	}
+	lease->watch_acked = renewal->watch_acked;
+	lease->held = 1;
+	return 0;
+}
 
 SEC("cgroup/setsockopt")
 int lfp_watch_setsockopt(struct bpf_sockopt *ctx)
