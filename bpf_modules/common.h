@@ -34,7 +34,7 @@ typedef struct __sk_buff lfp_ctx_t;
 enum lfp_rc {
 	LFP_NEXT = 0,     /* hand the packet to the next node */
 	LFP_PASS,         /* give it to the kernel (already counted) */
-	LFP_REDIRECT,     /* transmit on pkt->egress_ifindex */
+	LFP_REDIRECT,     /* transmit where lfp_arm_redirect() aimed it */
 	LFP_DROP,         /* drop it exactly as Linux would */
 };
 
@@ -44,20 +44,18 @@ struct lfp_pkt {
 	void *data_end;
 	__u32 len;              /* whole frame, including non-linear parts */
 	__u32 ingress_ifindex;
-	__u32 egress_ifindex;   /* set by lfp_arm_redirect() */
 	__u16 l3_proto;         /* network byte order */
-	__u16 l3_off;
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
  * current by the controller (sysctl and link changes are map updates, never
- * reloads). Layout mirrored in controller/installer.py. */
+ * reloads). Layout mirrored in controller/shared_maps.py. */
 #define LFP_IF_FORWARDING      (1u << 0)  /* conf/DEV/forwarding */
 #define LFP_IF_RP_FILTER       (1u << 1)  /* effective rp_filter != 0 */
 #define LFP_IF_XDP_TX          (1u << 2)  /* may be the target of an XDP redirect */
 #define LFP_IF_TC_TX           (1u << 3)  /* may be the target of a TC redirect */
-#define LFP_IF_ACCEPT_LOCAL    (1u << 4)
-#define LFP_IF_ROUTE_LOCALNET  (1u << 5)
+/* bits 4 and 5 (accept_local, route_localnet) were never read: the
+ * datapath passes local sources and 127/8 whatever they say */
 #define LFP_IF_SRC_FULL_CHECK  (1u << 6)  /* Linux would run __fib_validate_source */
 #define LFP_IF_SET_PRIORITY    (1u << 7)  /* ip_forward_update_priority=1 */
 
@@ -117,9 +115,7 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 	pkt->data = (void *)(long)ctx->data;
 	pkt->data_end = (void *)(long)ctx->data_end;
 	pkt->ingress_ifindex = lfp_ingress_ifindex;
-	pkt->egress_ifindex = 0;
 	pkt->l3_proto = 0;
-	pkt->l3_off = 0;
 #ifdef LFP_HOOK_XDP
 	pkt->len = pkt->data_end - pkt->data;
 #else
@@ -245,7 +241,6 @@ struct {
  * hook cannot send there, and the packet must go to the kernel unchanged. */
 static __always_inline int lfp_arm_redirect(struct lfp_pkt *pkt, __u32 egress)
 {
-	pkt->egress_ifindex = egress;
 #ifdef LFP_HOOK_XDP
 	return bpf_redirect_map(&lfp_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
 #else

@@ -32,7 +32,8 @@
 /* The watched namespace (SO_NETNS_COOKIE: never reused). */
 volatile const __u64 lfp_netns_cookie = 0;
 
-/* BPF_PROG_TEST_RUN's context for lfp_lease_renew (controller/lease.py). */
+/* BPF_PROG_TEST_RUN's context for lfp_lease_renew (controller/lease.py);
+ * a term of 0 revokes the lease at once. */
 struct lfp_renewal {
 	__u64 watch_acked;
 	__u64 term_ns;
@@ -54,6 +55,11 @@ int lfp_lease_renew(struct lfp_renewal *renewal)
 
 	if (!lease)
 		return 1;
+	if (!renewal->term_ns) {
+		lease->held = 0;
+		bpf_timer_cancel(&lease->lapse);
+		return 0;
+	}
 	bpf_timer_init(&lease->lapse, &lfp_lease, CLOCK_MONOTONIC);   /* -EBUSY once armed before */
 	bpf_timer_set_callback(&lease->lapse, lfp_lease_lapse);
 	/* No lease without a timer that ends it. */

@@ -17,8 +17,9 @@ static __always_inline struct ethhdr *lfp_eth(struct lfp_pkt *pkt)
 	return eth;
 }
 
-/* Fills l3_proto/l3_off. VLAN-tagged frames are reported as such rather than
- * parsed: the router only acts on untagged frames of its own interface. */
+/* Fills l3_proto (the network header follows the Ethernet header).
+ * VLAN-tagged frames are reported as such rather than parsed: the router
+ * only acts on untagged frames of its own interface. */
 static __always_inline enum lfp_rc lfp_parse_l2(struct lfp_pkt *pkt)
 {
 	struct ethhdr *eth = lfp_eth(pkt);
@@ -29,7 +30,6 @@ static __always_inline enum lfp_rc lfp_parse_l2(struct lfp_pkt *pkt)
 	    lfp_has_offloaded_vlan(pkt))
 		return lfp_pass(pkt, LFP_CNT_VLAN_TAGGED);
 	pkt->l3_proto = eth->h_proto;
-	pkt->l3_off = sizeof(*eth);
 	return LFP_NEXT;
 }
 

@@ -24,14 +24,10 @@ def _print(data: dict, as_json: bool, text) -> None:
 def cmd_run(args) -> int:
     from .daemon import Controller, RunOptions
 
-    if args.xdp_mode == "generic":
-        print("linuxfp run: generic XDP cannot see VLAN tags that the NIC or veth peer moved out of the "
-              "frame, so it cannot reproduce Linux exactly; use --hook tc (or auto) instead", file=sys.stderr)
-        return EXIT_USAGE
     from .runtime_files import AlreadyRunning
 
     check_runtime()
-    controller = Controller(RunOptions(hook=args.hook, xdp_mode=args.xdp_mode, keep=args.keep))
+    controller = Controller(RunOptions(hook=args.hook, keep=args.keep))
     try:
         return controller.run()
     except AlreadyRunning as e:
@@ -151,10 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", cmd_run, "run the controller in this network namespace until SIGINT/SIGTERM")
     p.add_argument("--hook", choices=("auto", "xdp", "tc"), default="auto",
-                   help="where to attach: XDP, TC, or XDP where the device supports it (default)")
-    p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), default="auto",
-                   help="XDP attach mode: native (auto) only; generic is refused because it cannot see "
-                        "offloaded VLAN tags")
+                   help="where to attach: XDP, TC, or XDP where the device supports it (default); "
+                        "XDP is always native (generic XDP cannot see VLAN tags the NIC or veth "
+                        "peer moved out of the frame)")
     p.add_argument("--keep", action="store_true",
                    help="on exit leave the datapath pinned and running; the next run adopts it")
     p = add("graph", cmd_graph, "print the packet-processing graph for the current configuration")

@@ -39,7 +39,6 @@ COALESCE_QUIET_NS = 0
 @dataclass(frozen=True)
 class RunOptions:
     hook: str = "auto"
-    xdp_mode: str = "auto"
     keep: bool = False
 
 
@@ -131,7 +130,7 @@ class Controller:
                       "so the datapath leaves every packet to the kernel", self.companion.error)
         self.watch.start(self.companion.program(WATCH_PROGRAM))
         runtime_files.write_atomic(self.layout.windows_file,
-                                   _json(lease_windows(self.watch.attached)))
+                                   _json(lease_windows(self.watch.attached, self.options.keep)))
 
     def stop(self) -> None:
         try:
@@ -176,6 +175,9 @@ class Controller:
                         response_dirty = False
                     if batch is not None:
                         if batch.resync:
+                            # Events were lost: until the re-read below is
+                            # applied, the datapath must not act on what it has.
+                            self.lease.revoke()
                             log.warning("netlink overrun: full resync")
                         # a batch that lost events or cannot be applied exactly is
                         # a full re-read, never silent drift

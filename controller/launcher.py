@@ -18,12 +18,12 @@ class ControllerProcess:
     """Context manager: start the controller in `netns`, wait for `ready`,
     stop it with SIGTERM on exit (the controller then detaches cleanly)."""
 
-    def __init__(self, netns: str, hook: str = "auto", xdp_mode: str = "auto",
+    def __init__(self, netns: str, hook: str = "auto",
                  keep: bool = False, extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
                  env: dict[str, str] | None = None):
         self.netns = netns
         self.argv = ["ip", "netns", "exec", netns, sys.executable, "-m", "controller.cli", "run",
-                     "--hook", hook, "--xdp-mode", xdp_mode, *(("--keep",) if keep else ()), *extra_args]
+                     "--hook", hook, *(("--keep",) if keep else ()), *extra_args]
         self.ready_timeout = ready_timeout
         self.extra_env = env or {}
         self.proc: subprocess.Popen | None = None
@@ -114,14 +114,14 @@ def linuxfp_cli(netns: str, *args: str, check: bool = True) -> subprocess.Comple
                           capture_output=True, text=True, check=check, env=_env())
 
 
-def accelerator(hook: str = "auto", xdp_mode: str = "auto"):
+def accelerator(hook: str = "auto"):
     """An `accelerate(topology)` factory for the differential harness: the
     controller running in the topology's DUT."""
     import contextlib
 
     @contextlib.contextmanager
     def accelerate(topology):
-        with ControllerProcess(topology.dut.name, hook=hook, xdp_mode=xdp_mode) as controller:
+        with ControllerProcess(topology.dut.name, hook=hook) as controller:
             yield controller
 
     return accelerate

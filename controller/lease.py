@@ -49,6 +49,13 @@ class Lease:
         self.watch_acked = 0
         self._renewed = 0
 
+    def revoke(self) -> None:
+        """End the lease now: the controller knows its view may be stale
+        (events were lost) until it has re-read everything."""
+        if self.renew_program is not None:
+            dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self.watch_acked, 0))
+            self._renewed = 0
+
     def acknowledge(self, changes_started: int) -> None:
         """The watched tables were re-read after this many changes began."""
         self.watch_acked = changes_started
@@ -64,14 +71,17 @@ class Lease:
         self._renewed = now
 
 
-def windows(watch_attached: bool) -> dict[str, str]:
+def windows(watch_attached: bool, keep: bool) -> dict[str, str]:
     """Each source of truth the fast path depends on, and how stale the fast
     path can be about it (docs/datapath.md explains each)."""
     term = f"{TERM_NS / 1e9:g} s"
     return {
-        "controller gone, stopped or stuck": f"<= {term} (lease)",
+        "controller gone": f"<= {term} (lease; --keep pins the datapath)" if keep
+        else "none (its programs die with it)",
+        "controller stopped or stuck": f"<= {term} (lease)",
         "routes, rules, next hops": "none (the FIB is read per packet)",
-        "addresses, neighbours, links, sysctls with events, nf_tables": "the response time (linuxfp stats)",
+        "addresses, neighbours, links, sysctls with events, nf_tables, xfrm policies":
+            "the response time (linuxfp stats)",
         "legacy iptables": "none (cgroup setsockopt watch)" if watch_attached else "<= 1 s (polled)",
-        "xfrm, accept_local/send_redirects/route_localnet": "<= 1 s (polled)",
+        "accept_redirects and other sysctls without events": "<= 1 s (polled)",
     }

@@ -102,6 +102,7 @@ class LoadedRouter:
                 neigh.update(struct.pack("<I", n.ifindex) + socket.inet_aton(n.address), bytes([n.state]))
             lease.grant(self.obj.map(lease.LEASE_MAP))
             self.prog = self.obj.program(shape.entry)
+            self.graph = graph
 
     def run(self, frame: bytes):
         with entered(self.ns):
@@ -250,6 +251,11 @@ def test_the_lease_lapses_one_term_after_the_last_renewal(router):
         assert_lease_decides(router, frame, held=True)
         time.sleep(0.2)                                    # 0.4 s after the last one
         assert_lease_decides(router, frame, held=False)
+        assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
+        assert_lease_decides(router, frame, held=True)
+        revoke = struct.pack("<QQ", 0, 0)                  # a term of 0: lost events, stop now
+        assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=revoke).retval == 0
+        assert_lease_decides(router, frame, held=False)
     finally:
         companion.close()
         lease.grant(router.obj.map(lease.LEASE_MAP))
@@ -272,3 +278,22 @@ def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(route
     finally:
         watch_map.update(key, struct.pack("<QQII", 0, 0, 0, 0))
         lease.grant(router.obj.map(lease.LEASE_MAP))
+
+
+def test_a_stale_neighbour_passes_the_first_packet_then_forwards(router):
+    """Linux starts probing a STALE neighbour with the first packet it sends
+    there: that one goes to the kernel, the next ones take the fast path."""
+    from fixtures.router_cases import STALE_NEIGH, routed, udp
+    from linuxfp.graph.model import NEIGH_STALE
+
+    entry = next(n for n in router.graph.neighbours if n.address == "198.18.2.5")
+    neigh = router.obj.map("lfp_neigh")
+    key = struct.pack("<I", entry.ifindex) + socket.inet_aton(entry.address)
+    neigh.update(key, bytes([NEIGH_STALE]))
+    frame = bytes(udp(dst=STALE_NEIGH))
+    assert_passed(router, frame, "neigh_stale")
+    before = router.counter("router_forwarded")
+    result = router.run(frame)
+    assert result.retval == VERDICTS[router.hook][FORWARD]
+    assert result.data_out == routed(frame, next_hop_mac=STALE_MAC)
+    assert router.counter("router_forwarded") == before + 1

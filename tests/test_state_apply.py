@@ -210,3 +210,14 @@ def test_snapshot_is_immutable():
         snap.routes = ()  # type: ignore[misc]
     with pytest.raises(AttributeError):
         snap.links[0].mtu = 9000  # type: ignore[misc]
+
+
+def test_ipsec_policies_survive_unrelated_events_and_follow_their_own():
+    from linuxfp.state import XfrmChanged, XfrmReplaced
+    from linuxfp.state.model import XfrmState
+
+    blocked = replace(base_snapshot(), xfrm=XfrmState(policies_fwd=1))
+    routed = apply_messages(blocked, [RouteUpdate(make_route("192.0.2.0/24", "198.18.0.3"))])
+    assert routed.xfrm == XfrmState(policies_fwd=1) and routed.xfrm.active
+    cleared = apply_messages(routed, [XfrmChanged(), XfrmReplaced(XfrmState())])
+    assert not cleared.xfrm.active and cleared.changed_fields(routed) == {"xfrm"}

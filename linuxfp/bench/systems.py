@@ -84,7 +84,7 @@ def reference(line: Line) -> ContextManager[None]:
 def linuxfp(hook: str) -> Callable[[Line], ContextManager[None]]:
     @contextlib.contextmanager
     def install(line: Line) -> Iterator[None]:
-        with ControllerProcess(line.dut.name, hook=hook, xdp_mode="native"):
+        with ControllerProcess(line.dut.name, hook=hook):
             yield
 
     return install

@@ -3,12 +3,13 @@
 Typical use::
 
     with BpfObject.open(elf_bytes, name="router") as obj:
-        obj.set_rodata({"ingress_ifindex": 3})
+        obj.set_rodata({"lfp_ingress_ifindex": 3})
         obj.reuse_map("lfp_ifaces", shared_ifaces_map)
         obj.load()
-        prog = obj.program("lfp_xdp")
-    link = attach_xdp(prog.fd, 3, mode="auto")
-    link.pin(f"{bpffs_root()}/linuxfp/ns-.../xdp-3")
+        link = attach_xdp(obj.program("lfp_xdp").fd, 3, mode="native")
+    # the link holds the program once the object is closed; an unpinned
+    # link detaches when its last fd closes, a pinned one outlives us
+    link.pin(f"{bpffs_root()}/linuxfp/ns-<cookie>/if3/link_xdp")
 
 See docs/datapath-binding.md.
 """

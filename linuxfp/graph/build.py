@@ -7,7 +7,7 @@ import ipaddress
 from linuxfp.synth import Shape
 
 from .model import (
-    IF_ACCEPT_LOCAL, IF_FORWARDING, IF_ROUTE_LOCALNET, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK,
+    IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK,
     IF_TC_TX, IF_XDP_TX, NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, Graph, IfaceFacts,
     NeighbourFacts, Pipeline, Skipped,
 )
@@ -110,8 +110,6 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
     if conf is not None:
         flags |= IF_FORWARDING if conf.forwarding else 0
         flags |= IF_RP_FILTER if conf.rp_filter else 0
-        flags |= IF_ACCEPT_LOCAL if conf.accept_local else 0
-        flags |= IF_ROUTE_LOCALNET if conf.route_localnet else 0
     if full_check:
         flags |= IF_SRC_FULL_CHECK
     if snapshot.sysctls.forward_update_priority:

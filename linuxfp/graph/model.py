@@ -11,8 +11,8 @@ IF_FORWARDING = 1 << 0
 IF_RP_FILTER = 1 << 1
 IF_XDP_TX = 1 << 2
 IF_TC_TX = 1 << 3
-IF_ACCEPT_LOCAL = 1 << 4
-IF_ROUTE_LOCALNET = 1 << 5
+# bits 4, 5: free (accept_local and route_localnet need no fact: the
+# datapath passes local sources and 127/8 whatever they say)
 IF_SRC_FULL_CHECK = 1 << 6
 IF_SET_PRIORITY = 1 << 7
 
@@ -21,8 +21,6 @@ FLAG_NAMES = {
     IF_RP_FILTER: "rp_filter",
     IF_XDP_TX: "xdp_tx",
     IF_TC_TX: "tc_tx",
-    IF_ACCEPT_LOCAL: "accept_local",
-    IF_ROUTE_LOCALNET: "route_localnet",
     IF_SRC_FULL_CHECK: "src_full_check",
     IF_SET_PRIORITY: "set_priority",
 }

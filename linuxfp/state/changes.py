@@ -22,6 +22,7 @@ from .model import (
     Rule,
     Snapshot,
     Sysctls,
+    XfrmState,
     address_order,
     link_order,
     neighbour_order,
@@ -172,11 +173,24 @@ class NetfilterReplaced:
     kind = "netfilter"
 
 
+@dataclass(frozen=True, slots=True)
+class XfrmChanged:
+    """An IPsec policy (or default) changed; followed by an XfrmReplaced."""
+
+    kind = "xfrm"
+
+
+@dataclass(frozen=True, slots=True)
+class XfrmReplaced:
+    xfrm: XfrmState
+    kind = "xfrm"
+
+
 Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
     | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
     | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced | RulesReplaced | SysctlsReplaced
-    | NetfilterReplaced
+    | NetfilterReplaced | XfrmChanged | XfrmReplaced
 )
 
 # --- sorted-tuple editing ---------------------------------------------------
@@ -325,6 +339,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     neighbours = _SortedEdit(snapshot.neighbours, neighbour_order)
     sysctls = snapshot.sysctls
     netfilter = snapshot.netfilter
+    xfrm = snapshot.xfrm
 
     for msg in messages:
         if isinstance(msg, RouteUpdate):
@@ -379,7 +394,9 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             sysctls = msg.sysctls
         elif isinstance(msg, NetfilterReplaced):
             netfilter = msg.netfilter
-        elif isinstance(msg, (NetconfChanged, NftablesChanged, QdiscChanged, NexthopChanged)):
+        elif isinstance(msg, XfrmReplaced):
+            xfrm = msg.xfrm
+        elif isinstance(msg, (NetconfChanged, NftablesChanged, XfrmChanged, QdiscChanged, NexthopChanged)):
             pass  # markers; the state follows in a *Replaced message
         else:
             raise TypeError(f"apply_messages: unsupported message {msg!r}")
@@ -393,13 +410,17 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         sysctls = snapshot.sysctls
     if netfilter == snapshot.netfilter:
         netfilter = snapshot.netfilter
+    if xfrm == snapshot.xfrm:
+        xfrm = snapshot.xfrm
     if (new_links is snapshot.links and new_addresses is snapshot.addresses
             and new_routes is snapshot.routes and new_rules is snapshot.rules
             and new_neighbours is snapshot.neighbours and sysctls is snapshot.sysctls
-            and netfilter is snapshot.netfilter):
+            and netfilter is snapshot.netfilter and xfrm is snapshot.xfrm):
         return snapshot
+    # Every field, xfrm included: a field left to its default would forget
+    # state (an IPsec policy) on the next unrelated event.
     return Snapshot(
         links=new_links, addresses=new_addresses, routes=new_routes, rules=new_rules,
-        neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter,
+        neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter, xfrm=xfrm,
         netns_inode=snapshot.netns_inode,
     ).inherit_hashes(snapshot)

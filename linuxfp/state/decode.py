@@ -21,6 +21,7 @@ from .changes import (
     NetconfChanged,
     NexthopChanged,
     NftablesChanged,
+    XfrmChanged,
     QdiscChanged,
     RouteRemoved,
     RouteUpdate,
@@ -462,3 +463,10 @@ def decode_nft_event(msg: nl.RawMessage) -> Message | None:
     if (msg.type >> 8) == NFNL_SUBSYS_NFTABLES:
         return NftablesChanged()
     return None
+
+
+def decode_xfrm_event(msg: nl.RawMessage) -> Message | None:
+    """Any message on the xfrm policy group: policies are re-counted."""
+    if msg.type < 0x10:  # control messages (NOOP/ERROR/DONE/OVERRUN)
+        return None
+    return XfrmChanged()

@@ -35,6 +35,8 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
   -> `RoutesReplaced`.
 * RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsReplaced`.
 * Any nf_tables message -> `NetfilterReplaced`.
+* Any xfrm policy message (XFRMNLGRP_POLICY: policies and their defaults)
+  -> `XfrmReplaced`.
 
 Never announced at all, hence `refresh_polled()`: accept_local,
 send_redirects and route_localnet sysctls, legacy iptables rules, and XDP
@@ -70,6 +72,8 @@ from .changes import (
     SysctlsReplaced,
     TcIngressUpdate,
     XdpFeaturesUpdate,
+    XfrmChanged,
+    XfrmReplaced,
     apply_messages,
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
@@ -84,6 +88,9 @@ from .read import (
     read_snapshot,
 )
 from .sysctl import read_sysctls
+from .xfrm import NETLINK_XFRM, read_xfrm
+
+XFRMNLGRP_POLICY = 4     # enum xfrm_nlgroups: policy and default-policy changes
 
 # rtnetlink multicast groups (enum rtnetlink_groups)
 RTNLGRP_LINK = 1
@@ -163,6 +170,12 @@ class EventStream:
             nft = None  # kernel without nfnetlink: nothing to watch
         if nft is not None:
             self._add_source("nft", nft, decode.decode_nft_event)
+        try:
+            xfrm = nl.NetlinkSocket(NETLINK_XFRM, rcvbuf=rcvbuf, groups=(XFRMNLGRP_POLICY,))
+        except OSError:
+            xfrm = None  # kernel without xfrm: no policy can exist
+        if xfrm is not None:
+            self._add_source("xfrm", xfrm, decode.decode_xfrm_event)
         # Request sockets for the state the kernel changes silently.
         self._rtnl = nl.NetlinkSocket(nl.NETLINK_ROUTE)
         self._netdev = NetdevFamily()
@@ -282,7 +295,7 @@ class EventStream:
 
     def _silent_changes(self, messages: list[Message]) -> list[Message]:
         """Freshly read state for the kernel changes that come without events."""
-        need_routes = need_rules = need_sysctls = need_netfilter = False
+        need_routes = need_rules = need_sysctls = need_netfilter = need_xfrm = False
         new_links: list[int] = []
         reread_links: set[int] = set()
         for msg in messages:
@@ -311,10 +324,12 @@ class EventStream:
                 need_sysctls = True
             elif isinstance(msg, NftablesChanged):
                 need_netfilter = True
-        if not (need_routes or need_rules or need_sysctls or need_netfilter or new_links
+            elif isinstance(msg, XfrmChanged):
+                need_xfrm = True
+        if not (need_routes or need_rules or need_sysctls or need_netfilter or need_xfrm or new_links
                 or reread_links):
             return []
-        if netns_inode() != self.netns_inode and (need_sysctls or need_netfilter):
+        if netns_inode() != self.netns_inode and (need_sysctls or need_netfilter or need_xfrm):
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
                                "the stream was opened in (/proc/sys follows the thread)")
         extra: list[Message] = []
@@ -340,6 +355,8 @@ class EventStream:
                 (index, name) for index, (name, _state) in self._links.items())))
         if need_netfilter:
             extra.append(NetfilterReplaced(read_netfilter()))
+        if need_xfrm:
+            extra.append(XfrmReplaced(read_xfrm()))
         return extra
 
 

@@ -363,21 +363,6 @@ class XfrmState(_JsonMixin):
         return bool(self.policies_in or self.policies_out or self.policies_fwd or self.default_blocks)
 
 
-@dataclass(frozen=True, slots=True)
-class XfrmState(_JsonMixin):
-    """IPsec policies of the namespace (ip_forward checks them)."""
-
-    available: bool = True
-    policies_in: int = 0
-    policies_out: int = 0
-    policies_fwd: int = 0
-    default_blocks: bool = False   # a default policy (in/fwd/out) is "block"
-
-    @property
-    def active(self) -> bool:
-        return bool(self.policies_in or self.policies_out or self.policies_fwd or self.default_blocks)
-
-
 def link_order(link: Link) -> int:
     return link.index
 
