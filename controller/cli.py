@@ -27,7 +27,7 @@ def cmd_run(args) -> int:
     from .runtime_files import AlreadyRunning
 
     check_runtime()
-    controller = Controller(RunOptions(hook=args.hook, keep=args.keep))
+    controller = Controller(RunOptions(hook=args.hook, keep=args.keep, netlink_rcvbuf=args.netlink_rcvbuf))
     try:
         return controller.run()
     except AlreadyRunning as e:
@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to attach: XDP, TC, or XDP where the device supports it (default); "
                         "XDP is always native (generic XDP cannot see VLAN tags the NIC or veth "
                         "peer moved out of the frame)")
+    p.add_argument("--netlink-rcvbuf", type=int, default=None, metavar="BYTES",
+                   help="receive buffer of the event sockets (default 32 MiB); a small one makes bursts "
+                        "overrun it, which costs a full re-read, never exactness (fault testing)")
     p.add_argument("--keep", action="store_true",
                    help="on exit leave the datapath pinned and running; the next run adopts it")
     p = add("graph", cmd_graph, "print the packet-processing graph for the current configuration")

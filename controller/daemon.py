@@ -40,6 +40,7 @@ COALESCE_QUIET_NS = 0
 class RunOptions:
     hook: str = "auto"
     keep: bool = False
+    netlink_rcvbuf: int | None = None    # None: the state layer's default
 
 
 def current_layout() -> NamespaceLayout:
@@ -154,7 +155,8 @@ class Controller:
         self.start()
         try:
             # Subscribe before the first dump so no change falls in between.
-            with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS) as events:
+            stream_options = {"rcvbuf": self.options.netlink_rcvbuf} if self.options.netlink_rcvbuf else {}
+            with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS, **stream_options) as events:
                 # Changes settled before this read are in the dump below.
                 watched = self.watch.settled()
                 snapshot = kstate.read_snapshot()

@@ -344,3 +344,28 @@ def test_ipsec_policies_are_followed_by_event_and_never_forgotten(require_root):
     report = run_differential(RouterTopology(prefixes=8), steps, accelerator(hook="xdp"),
                               frames=standard_frames, prefix="lfp-t")
     assert report.ok, report.render()
+
+
+def test_lost_events_revoke_the_lease_and_resync_without_drift(require_root):
+    """A receive buffer too small for a burst: the kernel drops events
+    (ENOBUFS). The controller revokes the lease, re-reads everything and
+    grants it again; what it then installs matches Linux frame for frame."""
+    controllers: list[ControllerProcess] = []
+
+    @contextlib.contextmanager
+    def accelerate(topology):
+        with ControllerProcess(topology.dut.name, hook="xdp", extra_args=("--netlink-rcvbuf", "4096")) as c:
+            controllers.append(c)
+            yield c
+
+    def burst(r):
+        source = next(round_sources(r, 0))
+        commands = [f"route add 198.19.{200 + i // 250}.{i % 250}/32 via {RouterTopology.SINK_IP}"
+                    for i in range(1500)]
+        commands.append(f"address add {source}/32 dev to-sink")    # this round's first source turns local
+        r.dut.run(["ip", "-batch", "-"], input="\n".join(commands) + "\n")
+
+    report = run_differential(RouterTopology(prefixes=8), (Step("burst", burst),), accelerate,
+                              frames=standard_frames, prefix="lfp-t")
+    assert report.ok, report.render()
+    assert "netlink overrun" in controllers[0].stderr(), "the burst did not overrun the small buffer"
