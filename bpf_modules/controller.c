@@ -1,7 +1,7 @@
 /* The programs the controller runs itself, never on packets: the lease
  * renewal and the watch of legacy iptables, the one table that changes
  * without any event. Loaded once per `linuxfp run`, against the namespace's
- * shared lfp_lease and lfp_watch (lease.h).
+ * shared lfp_lease (lease.h).
  *
  * Lease: the controller's event loop runs lfp_lease_renew (BPF_PROG_TEST_RUN)
  * every 200 ms; it sets held and re-arms a timer that clears it one term
@@ -13,7 +13,7 @@
  * cgroup setsockopt program at the cgroup root sees both before the kernel
  * acts on them, and only setsockopt calls pay for it (a raw tracepoint on
  * every system call measured +120 ns per call here, host-wide). The replace
- * bumps lfp_watch.changes_started before the kernel changes anything: from
+ * bumps lfp_lease.changes_started before the kernel changes anything: from
  * then on the datapath, which compares it with what the controller
  * acknowledged, hands packets to the kernel until the controller has re-read
  * the table; the counters call bumps changes_done, so the controller knows no
@@ -76,21 +76,21 @@ SEC("cgroup/setsockopt")
 int lfp_watch_setsockopt(struct bpf_sockopt *ctx)
 {
 	__u32 key = 0;
-	struct lfp_watch *watch;
+	struct lfp_lease *lease;
 
 	if (ctx->level != SOL_IP ||
 	    (ctx->optname != IPT_SO_SET_REPLACE && ctx->optname != IPT_SO_SET_ADD_COUNTERS))
 		return 1;
 	if (bpf_get_netns_cookie(ctx) != lfp_netns_cookie)
 		return 1;
-	watch = bpf_map_lookup_elem(&lfp_watch, &key);
-	if (!watch)
+	lease = bpf_map_lookup_elem(&lfp_lease, &key);
+	if (!lease)
 		return 1;
 	if (ctx->optname == IPT_SO_SET_REPLACE) {
-		watch->changer_tgid = bpf_get_current_pid_tgid() >> 32;
-		__sync_fetch_and_add(&watch->changes_started, 1);
+		lease->changer_tgid = bpf_get_current_pid_tgid() >> 32;
+		__sync_fetch_and_add(&lease->changes_started, 1);
 	} else {
-		__sync_fetch_and_add(&watch->changes_done, 1);
+		__sync_fetch_and_add(&lease->changes_done, 1);
 	}
 	return 1;   /* never interfere: the kernel handles the option as always */
 }

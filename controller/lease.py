@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from dataclasses import dataclass
 
 from linuxfp import datapath as dp
 
@@ -18,26 +19,34 @@ log = logging.getLogger("linuxfp.lease")
 LEASE_MAP = "lfp_lease"
 TERM_NS = 1_000_000_000      # how long a renewal keeps the fast path on
 RENEW_NS = 200_000_000       # how often the loop renews: a term spans several renewals
-# struct lfp_lease { __u64 watch_acked; __u32 held; __u32 pad; struct bpf_timer lapse; }
-_VALUE = struct.Struct("<QI")
+# struct lfp_lease { __u64 changes_started, changes_done, watch_acked;
+#                    __u32 held, changer_tgid; struct bpf_timer lapse; }
+_VALUE = struct.Struct("<QQQII")
 _RENEWAL = struct.Struct("<QQ")  # struct lfp_renewal { __u64 watch_acked; __u64 term_ns; }
 _KEY = struct.pack("<I", 0)
 
 
-def read(lease_map) -> tuple[bool, int]:
-    """(held, watch_acked) as pinned."""
+@dataclass(frozen=True)
+class LeaseState:
+    held: bool
+    watch_acked: int
+    changes_started: int    # the watch's counters (controller/watch.py)
+    changes_done: int
+    changer_tgid: int
+
+
+def read(lease_map) -> LeaseState:
+    """The lease as the datapath sees it."""
     raw = lease_map.lookup(_KEY)
-    if not raw:
-        return False, 0
-    acked, held = _VALUE.unpack(raw[: _VALUE.size])
-    return bool(held), acked
+    started, done, acked, held, changer = _VALUE.unpack(raw[: _VALUE.size]) if raw else (0, 0, 0, 0, 0)
+    return LeaseState(bool(held), acked, started, done, changer)
 
 
-def grant(lease_map, held: bool = True, watch_acked: int = 0) -> None:
+def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: int = 0) -> None:
     """Set the lease directly, with no timer to end it: for tests that load a
     pipeline without a controller."""
     value = bytearray(lease_map.value_size)
-    _VALUE.pack_into(value, 0, watch_acked, int(held))
+    _VALUE.pack_into(value, 0, changes_started, 0, watch_acked, int(held), 0)
     lease_map.update(_KEY, bytes(value))
 
 

@@ -13,14 +13,13 @@ from linuxfp.graph import IfaceFacts, NeighbourFacts
 from linuxfp.graph.model import IF_FORWARDING, IF_XDP_TX, NEIGH_CONFIRMED
 
 from .lease import LEASE_MAP
-from .watch import WATCH_MAP
 from .namespace import NamespaceLayout
 
 log = logging.getLogger("linuxfp.maps")
 
 IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS = (
     "lfp_ifaces", "lfp_local_src", "lfp_hints", "lfp_neigh", "lfp_tx_ports")
-NAMES = (IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS, LEASE_MAP, WATCH_MAP)
+NAMES = (IFACES, LOCAL_SRC, HINTS, NEIGH, TX_PORTS, LEASE_MAP)
 HINT_LOCAL, HINT_NEIGH = 0, 1        # rows of lfp_hints (bpf_modules/router.h)
 _BY_IFINDEX = (IFACES, TX_PORTS)     # arrays indexed by ifindex, sized together
 _XDP_TX_READY = IF_XDP_TX | IF_FORWARDING

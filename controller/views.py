@@ -51,10 +51,11 @@ def _lease(layout: NamespaceLayout) -> dict | None:
         return None
     m = dp.Map.from_pinned(path)
     try:
-        held, _acked = lease.read(m)
+        state = lease.read(m)
     finally:
         m.close()
-    return {"held": held}
+    return {"held": state.held, "watched_changes": state.changes_started,
+            "acknowledged": state.watch_acked}
 
 
 def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | None:

@@ -8,17 +8,12 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import struct
 
 from linuxfp import datapath as dp
 
+from . import lease
+
 log = logging.getLogger("linuxfp.watch")
-
-WATCH_MAP = "lfp_watch"
-# struct lfp_watch { __u64 changes_started, changes_done; __u32 changer_tgid, pad; }
-_VALUE = struct.Struct("<QQII")
-_KEY = struct.pack("<I", 0)
-
 
 class TableWatch:
     """Attached for the controller's lifetime (its link is an fd, not a pin:
@@ -54,12 +49,12 @@ class TableWatch:
 
     def read(self) -> tuple[int, int, int] | None:
         """(changes_started, changes_done, changer_tgid) as the datapath sees
-        them, or None while no map exists (no watch and no pipeline yet)."""
-        watch_map = self.maps.get(WATCH_MAP)
-        if watch_map is None:
+        them, or None while no lease map exists (nothing loaded yet)."""
+        lease_map = self.maps.get(lease.LEASE_MAP)
+        if lease_map is None:
             return None
-        raw = watch_map.lookup(_KEY)
-        return _VALUE.unpack(raw[: _VALUE.size])[:3] if raw else (0, 0, 0)
+        state = lease.read(lease_map)
+        return state.changes_started, state.changes_done, state.changer_tgid
 
     def settled(self) -> int | None:
         """changes_started when no change is in flight — a re-read made after

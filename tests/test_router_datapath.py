@@ -14,7 +14,6 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from controller import lease
-from controller.watch import WATCH_MAP
 from controller.shared_maps import local_hint, neighbour_hint, pack_iface
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
@@ -240,7 +239,6 @@ def test_the_lease_lapses_one_term_after_the_last_renewal(router):
     companion = dp.BpfObject.open(build_controller_programs().data, name="test_companion")
     try:
         companion.reuse_map(lease.LEASE_MAP, router.obj.map(lease.LEASE_MAP))
-        companion.reuse_map(WATCH_MAP, router.obj.map(WATCH_MAP))
         companion.load()
         renewal = struct.pack("<QQ", 0, 300_000_000)      # acknowledged 0, a term of 0.3 s
         assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
@@ -262,22 +260,20 @@ def test_the_lease_lapses_one_term_after_the_last_renewal(router):
 
 
 def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(router):
-    """lfp_watch.changes_started moves as legacy iptables starts replacing a
+    """lfp_lease.changes_started moves as legacy iptables starts replacing a
     table; until the controller acknowledges it in the lease, Linux decides."""
-    watch_map = router.obj.map(WATCH_MAP)
+    lease_map = router.obj.map(lease.LEASE_MAP)
     frame = next(c for c in CASES if c.verdict == FORWARD).frame()
-    key = struct.pack("<I", 0)
-    watch_map.update(key, struct.pack("<QQII", 1, 0, 0, 0))   # one change begun, none acknowledged
+    lease.grant(lease_map, changes_started=1)              # one change begun, none acknowledged
     try:
         before = router.counter("watched_table_changed")
         result = router.run(frame)
         assert result.retval == VERDICTS[router.hook]["pass"] and result.data_out == frame
         assert router.counter("watched_table_changed") == before + 1
-        lease.grant(router.obj.map(lease.LEASE_MAP), watch_acked=1)   # re-read after it
+        lease.grant(lease_map, changes_started=1, watch_acked=1)   # re-read after it
         assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
     finally:
-        watch_map.update(key, struct.pack("<QQII", 0, 0, 0, 0))
-        lease.grant(router.obj.map(lease.LEASE_MAP))
+        lease.grant(lease_map)
 
 
 def test_a_stale_neighbour_passes_the_first_packet_then_forwards(router):
