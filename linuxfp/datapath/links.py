@@ -120,10 +120,7 @@ class Link:
     @classmethod
     def from_id(cls, link_id: int) -> Link:
         """Open a live XDP or tcx link by id (root only); BpfError once it is gone."""
-        fd = lib().bpf_link_get_fd_by_id(link_id)
-        if fd < 0:
-            raise BpfError(f"bpf_link_get_fd_by_id({link_id})", errno_of(fd))
-        return cls._from_owned(OwnedFd(fd), f"link {link_id}")
+        return cls._from_owned(pins.open_by_id("link", link_id), f"link {link_id}")
 
     @classmethod
     def _from_owned(cls, owned: OwnedFd, origin: str) -> Link:

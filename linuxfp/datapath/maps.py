@@ -85,10 +85,7 @@ class Map:
 
     @classmethod
     def from_id(cls, map_id: int) -> Map:
-        fd = lib().bpf_map_get_fd_by_id(map_id)
-        if fd < 0:
-            raise BpfError(f"bpf_map_get_fd_by_id({map_id})", errno_of(fd))
-        return cls(OwnedFd(fd))
+        return cls(pins.open_by_id("map", map_id))
 
     @classmethod
     def create(

@@ -72,10 +72,7 @@ class Program:
 
     @classmethod
     def from_id(cls, prog_id: int) -> Program:
-        fd = lib().bpf_prog_get_fd_by_id(prog_id)
-        if fd < 0:
-            raise BpfError(f"bpf_prog_get_fd_by_id({prog_id})", errno_of(fd))
-        return cls(OwnedFd(fd))
+        return cls(pins.open_by_id("prog", prog_id))
 
     @property
     def fd(self) -> int:

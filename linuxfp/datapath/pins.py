@@ -202,6 +202,19 @@ def remove_tree(path: str) -> None:
     os.rmdir(path)
 
 
+_GET_FD_BY_ID = {"map": "bpf_map_get_fd_by_id", "prog": "bpf_prog_get_fd_by_id", "link": "bpf_link_get_fd_by_id"}
+
+
+def open_by_id(kind: str, object_id: int) -> OwnedFd:
+    """An owned fd for the live BPF object of `kind` ('map', 'prog', 'link')
+    with this id (root only); BpfError once it is gone."""
+    call = _GET_FD_BY_ID[kind]
+    fd = getattr(lib(), call)(object_id)
+    if fd < 0:
+        raise BpfError(f"{call}({object_id})", errno_of(fd))
+    return OwnedFd(fd)
+
+
 def open_pinned(path: str, kind: str) -> OwnedFd:
     """An owned fd for the BPF object of `kind` ('map', 'prog', 'link') pinned at `path`."""
     owned = OwnedFd(get_pinned(path))
