@@ -34,6 +34,9 @@ class Installer:
         self.pin_links = pin_links
         self.links: dict[int, object] = {}
         self.maps = SharedMaps(layout)
+        # maps another version pinned with other layouts, which adopted
+        # programs still read until they are replaced
+        self._foreign_maps: list[str] = []
         self._desired = None      # the graph being applied: fills maps a load creates
 
     def read_back(self) -> InstalledState:
@@ -56,7 +59,7 @@ class Installer:
             if counters_pinned:
                 obj.reuse_map(COUNTERS_MAP, dp.Map.from_pinned(counters_path))
             obj.load()
-            dp.makedirs(self.layout.iface_dir(pipeline.ifindex))
+            dp.makedirs(self.layout.maps_dir)
             self.maps.adopt(obj, fresh, self._desired)
             if not counters_pinned:
                 obj.map(COUNTERS_MAP).pin(counters_path)
@@ -73,6 +76,7 @@ class Installer:
             # tcx: a pinnable link (the cls_bpf fallback cannot be pinned or adopted)
             link = dp.attach_tc(prog.fd, pipeline.ifindex, direction="ingress", method="tcx")
         if self.pin_links:
+            dp.makedirs(self.layout.iface_dir(pipeline.ifindex))
             link.pin(self.layout.link_pin(pipeline.ifindex, pipeline.hook))
         return link
 
@@ -129,6 +133,9 @@ class Installer:
             # array keeps serving it).
             log.info("interface facts array too small: reloading every pipeline with a larger one")
             self.maps.drop_ifindex_arrays()
+        # Either way the running programs read maps nobody will write again.
+        reloading = growing or bool(self._foreign_maps)
+        if reloading:
             plan = _with_everything_reloaded(plan, installed, desired)
         self.maps.write(plan.iface_set, plan.local_add, plan.neigh_set)
         state = installed
@@ -136,7 +143,7 @@ class Installer:
             for p in pipelines:
                 old = state.pipeline(p.ifindex)
                 new = self._install_or_record(p, how, old, compiled)
-                if growing and how == "replace" and new.error and old is not None:
+                if reloading and how == "replace" and new.error and old is not None:
                     # still running on the arrays nobody writes any more: back to Linux
                     self.detach_pipeline(old)
                     new = replace(new, prog_id=0, link_id=0, error=f"detached: {new.error}")
@@ -145,6 +152,9 @@ class Installer:
             self.detach_pipeline(old)
             state = state.without_pipeline(old.ifindex)
         self.maps.erase(plan.iface_delete, plan.local_delete, plan.neigh_delete)
+        for directory in self._foreign_maps:      # no program of ours reads them now
+            dp.remove_tree(directory)
+        self._foreign_maps = []
         if plan.local_add or plan.local_delete or plan.neigh_set or plan.neigh_delete:
             self.maps.set_hints(desired.local_addrs, desired.neighbours)
         # Maps not created yet are filled from the desired graph when they are.
@@ -187,15 +197,19 @@ class Installer:
             if not alive:
                 log.info("%s on %s was detached by the kernel", p.shape, p.ifname)
                 self.links.pop(p.ifindex, None)
-                dp.remove_tree(self.layout.iface_dir(p.ifindex))
+                self._unpin_interface(p.ifindex)
                 state = state.without_pipeline(p.ifindex)
         return state
 
     def detach_pipeline(self, old: InstalledPipeline) -> None:
         if old.active:
             self._detach_link(old.ifindex, old.hook)
-        dp.remove_tree(self.layout.iface_dir(old.ifindex))
+        self._unpin_interface(old.ifindex)
         log.info("detached %s from %s", old.shape, old.ifname)
+
+    def _unpin_interface(self, ifindex: int) -> None:
+        dp.remove_tree(self.layout.iface_dir(ifindex))
+        dp.unpin(self.layout.counters_pin(ifindex), missing_ok=True)
 
     def adopt(self, saved: InstalledState) -> InstalledState:
         """Take over the datapath a previous controller left (`--keep`, or a
@@ -226,6 +240,11 @@ class Installer:
                         dp.Link.from_pinned(path).detach()
                     except dp.BpfError:
                         dp.unpin(path, missing_ok=True)
+        self._foreign_maps = self.layout.other_maps_dirs()
+        if self._foreign_maps:
+            log.info("maps pinned with other layouts (%s): every adopted pipeline is replaced, "
+                     "atomically, by one using maps of this version's layout",
+                     ", ".join(os.path.basename(d) for d in self._foreign_maps))
         maps = self.read_back()
         # Local addresses are rewritten once, so the prefilter is rebuilt too.
         return replace(maps, pipelines=tuple(kept), local_addrs=frozenset())

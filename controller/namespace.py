@@ -7,7 +7,10 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from linuxfp.synth.compile import maps_layout_digest
+
 SO_NETNS_COOKIE = 71
+MAPS_DIR_PREFIX = "maps-"
 RUN_DIR = os.environ.get("LINUXFP_RUN_DIR", "/run/linuxfp")
 
 
@@ -34,8 +37,14 @@ class NamespaceLayout:
     def pin_dir(self) -> str:
         return os.path.join(self.bpffs, "linuxfp", self.name)
 
+    @property
+    def maps_dir(self) -> str:
+        """The maps, under the digest of their layouts: code with other
+        layouts (another version) never opens them, nor they its."""
+        return os.path.join(self.pin_dir, f"{MAPS_DIR_PREFIX}{maps_layout_digest()}")
+
     def shared_map_pin(self, map_name: str) -> str:
-        return os.path.join(self.pin_dir, map_name)
+        return os.path.join(self.maps_dir, map_name)
 
     def iface_dir(self, ifindex: int) -> str:
         return os.path.join(self.pin_dir, f"if{ifindex}")
@@ -44,7 +53,16 @@ class NamespaceLayout:
         return os.path.join(self.iface_dir(ifindex), f"link_{hook}")
 
     def counters_pin(self, ifindex: int) -> str:
-        return os.path.join(self.iface_dir(ifindex), "lfp_counters")
+        return os.path.join(self.maps_dir, f"if{ifindex}_counters")
+
+    def other_maps_dirs(self) -> list[str]:
+        """Maps pinned here by code with other layouts (an older version)."""
+        try:
+            names = os.listdir(self.pin_dir)
+        except FileNotFoundError:
+            return []
+        ours = os.path.basename(self.maps_dir)
+        return [os.path.join(self.pin_dir, n) for n in sorted(names) if n.startswith(MAPS_DIR_PREFIX) and n != ours]
 
     @property
     def run_dir(self) -> str:

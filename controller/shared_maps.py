@@ -141,7 +141,7 @@ class SharedMaps:
     def pin_fresh(self, obj, fresh: list[str]) -> None:
         """Pin the maps `obj` created, for every later object to share."""
         if fresh:
-            dp.makedirs(self.layout.pin_dir)
+            dp.makedirs(self.layout.maps_dir)
         for name in fresh:
             obj.map(name).pin(self.layout.shared_map_pin(name))
 

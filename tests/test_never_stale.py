@@ -369,3 +369,30 @@ def test_lost_events_revoke_the_lease_and_resync_without_drift(require_root):
                               frames=standard_frames, prefix="lfp-t")
     assert report.ok, report.render()
     assert "netlink overrun" in controllers[0].stderr(), "the burst did not overrun the small buffer"
+
+
+def test_an_upgrade_with_other_map_layouts_replaces_the_kept_datapath_atomically(router_topology):
+    """Pins of a version whose map layouts differ are never opened: the new
+    controller adopts the links, replaces each program (same link, new
+    program) by one reading fresh maps, then removes the old maps."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp", keep=True):
+        before = {i["ifname"]: i for i in json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["interfaces"]}
+    name = _namespace_name(r)
+    pin_dir = os.path.join(dp.bpffs_root(), "linuxfp", name)
+    ours = [d for d in os.listdir(pin_dir) if d.startswith("maps-")]
+    assert len(ours) == 1
+    older = os.path.join(pin_dir, "maps-0ld0ld0ld0ld")          # as an older version left them
+    os.rename(os.path.join(pin_dir, ours[0]), older)
+    try:
+        with ControllerProcess(r.dut.name, hook="xdp") as controller:
+            after = {i["ifname"]: i for i in json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["interfaces"]}
+            assert "other layouts" in controller.stderr()
+            assert after["to-src"]["link_id"] == before["to-src"]["link_id"]      # adopted, never detached
+            assert after["to-src"]["prog_id"] != before["to-src"]["prog_id"]      # replaced
+            assert not os.path.exists(older)
+            fast = _fast_path(r)
+            _udp_burst(r, 20)
+            assert _fast_path(r) - fast >= 20
+    finally:
+        linuxfp_cli(r.dut.name, "detach", check=False)

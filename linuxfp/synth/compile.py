@@ -5,6 +5,7 @@ compiler flags and the compiler binary's identity (path, size, mtime), so a
 cache hit never runs clang — not even to ask its version."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -56,6 +57,19 @@ def _include_dirs() -> list[str]:
     if os.path.isdir(_ARCH_INCLUDE):
         dirs.append(_ARCH_INCLUDE)
     return dirs
+
+
+@functools.cache
+def maps_layout_digest() -> str:
+    """Names the layout of every map the programs share: the headers that
+    declare them. Pins made by code with another digest are never reused (an
+    upgrade whose layouts differ makes fresh maps instead of misreading old
+    ones); a header changed in a comment only costs a reload on upgrade."""
+    h = hashlib.sha256()
+    for header in sorted(modules_dir().glob("*.h")):
+        h.update(header.name.encode())
+        h.update(header.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def source_digest(source: str, clang: str) -> str:
