@@ -135,6 +135,9 @@ class Controller:
 
     def stop(self) -> None:
         try:
+            # First: from here on nothing watches or renews, so nothing may
+            # keep the fast path on (a kept datapath waits for the next run).
+            self.lease.revoke()
             self.watch.close()
             self.companion.close()
             if self.options.keep:
@@ -212,7 +215,8 @@ class Controller:
                             self.lease.acknowledge(watched)
                     # Renewed only here, by the loop itself, once what arrived has
                     # been applied: a stuck loop or a stopped process lets it lapse.
-                    self.lease.renew(force=batch is not None)
+                    if not self._stop:
+                        self.lease.renew(force=batch is not None)
         finally:
             self.stop()
         return 0

@@ -15,6 +15,7 @@ from linuxfp.synth import CompiledObject, Shape
 from linuxfp.synth.debuginfo import describe_rejection
 
 from .namespace import NamespaceLayout
+from .lease import LEASE_MAP, revoke_pinned
 from .reconcile import InstalledPipeline, InstalledState, Plan
 from .shared_maps import SharedMaps
 
@@ -152,8 +153,11 @@ class Installer:
             self.detach_pipeline(old)
             state = state.without_pipeline(old.ifindex)
         self.maps.erase(plan.iface_delete, plan.local_delete, plan.neigh_delete)
-        for directory in self._foreign_maps:      # no program of ours reads them now
-            dp.remove_tree(directory)
+        for path in self._foreign_maps:      # no program of ours reads them now
+            lease_pin = os.path.join(path, LEASE_MAP) if os.path.isdir(path) else path
+            if os.path.basename(lease_pin) == LEASE_MAP:
+                revoke_pinned(lease_pin)   # in case one failed to be replaced and still reads it
+            dp.remove_tree(path)
         self._foreign_maps = []
         if plan.local_add or plan.local_delete or plan.neigh_set or plan.neigh_delete:
             self.maps.set_hints(desired.local_addrs, desired.neighbours)
@@ -178,6 +182,10 @@ class Installer:
                 # The old program still runs, correctly (the maps it reads are
                 # kept current); record the failure without losing track of it.
                 return replace(old, error=f"update to {p.shape} failed: {message}")
+            if how == "rehook" and old is not None and old.active:
+                # The old program sits at the hook the graph no longer wants
+                # (e.g. XDP, blind to what now needs TC): it must not stay.
+                self.detach_pipeline(old)
             return InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape),
                                      compiled[p.shape].digest, error=message)
 
@@ -229,6 +237,9 @@ class Installer:
             except (dp.BpfError, FileNotFoundError, OSError):
                 continue
             self.links[p.ifindex] = link
+            if not self.pin_links:
+                # adopted without --keep: from now on it lives as long as we do
+                dp.unpin(path, missing_ok=True)
             kept.append(p)
         kept_paths = {self.layout.link_pin(p.ifindex, p.hook) for p in kept}
         for dirpath, _dirs, files in os.walk(self.layout.pin_dir) if os.path.isdir(self.layout.pin_dir) else ():
@@ -240,7 +251,7 @@ class Installer:
                         dp.Link.from_pinned(path).detach()
                     except dp.BpfError:
                         dp.unpin(path, missing_ok=True)
-        self._foreign_maps = self.layout.other_maps_dirs()
+        self._foreign_maps = self.layout.foreign_maps()
         if self._foreign_maps:
             log.info("maps pinned with other layouts (%s): every adopted pipeline is replaced, "
                      "atomically, by one using maps of this version's layout",

@@ -42,6 +42,22 @@ def read(lease_map) -> LeaseState:
     return LeaseState(bool(held), acked, started, done, changer)
 
 
+def revoke_pinned(path: str) -> None:
+    """Clear `held` in a pinned lease about to be unpinned: once its last
+    reference from user space goes, the kernel cancels its timer and nothing
+    would ever clear it for programs still reading it."""
+    try:
+        lease_map = dp.Map.from_pinned(path)
+    except (dp.BpfError, OSError):
+        return
+    try:
+        grant(lease_map, held=False, watch_acked=read(lease_map).watch_acked)
+    except dp.BpfError:
+        pass
+    finally:
+        lease_map.close()
+
+
 def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: int = 0) -> None:
     """Set the lease directly, with no timer to end it: for tests that load a
     pipeline without a controller."""

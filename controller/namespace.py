@@ -55,14 +55,26 @@ class NamespaceLayout:
     def counters_pin(self, ifindex: int) -> str:
         return os.path.join(self.maps_dir, f"if{ifindex}_counters")
 
-    def other_maps_dirs(self) -> list[str]:
-        """Maps pinned here by code with other layouts (an older version)."""
+    def foreign_maps(self) -> list[str]:
+        """Maps pinned here by code with other layouts: `maps-*` directories
+        of other digests, and the maps versions before those directories
+        pinned at the top and as if<N>/lfp_counters."""
         try:
-            names = os.listdir(self.pin_dir)
+            names = sorted(os.listdir(self.pin_dir))
         except FileNotFoundError:
             return []
         ours = os.path.basename(self.maps_dir)
-        return [os.path.join(self.pin_dir, n) for n in sorted(names) if n.startswith(MAPS_DIR_PREFIX) and n != ours]
+        found = []
+        for name in names:
+            path = os.path.join(self.pin_dir, name)
+            if name.startswith(MAPS_DIR_PREFIX):
+                if name != ours:
+                    found.append(path)
+            elif name.startswith("lfp_"):
+                found.append(path)
+            elif os.path.lexists(os.path.join(path, "lfp_counters")):
+                found.append(os.path.join(path, "lfp_counters"))
+        return found
 
     @property
     def run_dir(self) -> str:

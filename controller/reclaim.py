@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from linuxfp import datapath as dp
 
@@ -78,11 +78,19 @@ def reclaim_stale(bpffs: str) -> list[PinnedNamespace]:
     """Remove the pins (and /run files) of every stale namespace; returns them."""
     reclaimed = []
     for layout in pinned_namespaces(bpffs):
-        entry = describe(layout)
-        if not entry.stale:
+        if not describe(layout).stale:
             continue
-        log.info("reclaiming the pins of %s: no controller, no interface served", layout.name)
-        dp.remove_tree(layout.pin_dir)
-        runtime_files.remove_run_dir(layout)
-        reclaimed.append(entry)
+        lock = runtime_files.ReclaimLock.take(layout)   # no controller may start there meanwhile
+        if lock is None:
+            continue
+        try:
+            entry = describe(layout)                     # checked again, under the lock
+            if not entry.serving:
+                entry = replace(entry, controller_pid=None)
+                log.info("reclaiming the pins of %s: no controller, no interface served", layout.name)
+                dp.remove_tree(layout.pin_dir)
+                runtime_files.remove_run_dir(layout)
+                reclaimed.append(entry)
+        finally:
+            os.close(lock)
     return reclaimed

@@ -5,6 +5,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 
 from .namespace import NamespaceLayout
 from .reconcile import InstalledState
@@ -56,12 +57,21 @@ class ControllerLock:
         os.makedirs(layout.run_dir, exist_ok=True)
         self.path = layout.pid_file
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _read_pid(self.path)
-            os.close(self.fd)
-            raise AlreadyRunning(pid) from None
+        # Another process may hold the lock for an instant (a status probe, a
+        # reclaim looking at this namespace): only a lock held for long is a
+        # running controller.
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                pid = _read_pid(self.path)
+                os.close(self.fd)
+                raise AlreadyRunning(pid) from None
         os.ftruncate(self.fd, 0)
         os.write(self.fd, f"{os.getpid()}\n".encode())
 
@@ -117,3 +127,19 @@ def remove_run_dir(layout: NamespaceLayout) -> None:
         os.rmdir(layout.run_dir)
     except OSError:
         pass
+
+
+class ReclaimLock:
+    """The pid file of a namespace held by someone reclaiming its pins, so
+    that no controller can start there meanwhile; None if one runs."""
+
+    @staticmethod
+    def take(layout: NamespaceLayout) -> int | None:
+        os.makedirs(layout.run_dir, exist_ok=True)
+        fd = os.open(layout.pid_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd

@@ -221,3 +221,9 @@ def test_ipsec_policies_survive_unrelated_events_and_follow_their_own():
     assert routed.xfrm == XfrmState(policies_fwd=1) and routed.xfrm.active
     cleared = apply_messages(routed, [XfrmChanged(), XfrmReplaced(XfrmState())])
     assert not cleared.xfrm.active and cleared.changed_fields(routed) == {"xfrm"}
+
+
+def test_an_xfrm_state_the_kernel_would_not_tell_counts_as_policies():
+    from linuxfp.state.model import XfrmState
+
+    assert XfrmState(unreadable=True).active and not XfrmState().active

@@ -357,10 +357,12 @@ class XfrmState(_JsonMixin):
     policies_out: int = 0
     policies_fwd: int = 0
     default_blocks: bool = False   # a default policy (in/fwd/out) is "block"
+    unreadable: bool = False       # the kernel has xfrm but did not answer: assume policies
 
     @property
     def active(self) -> bool:
-        return bool(self.policies_in or self.policies_out or self.policies_fwd or self.default_blocks)
+        return bool(self.policies_in or self.policies_out or self.policies_fwd or self.default_blocks
+                    or self.unreadable)
 
 
 def link_order(link: Link) -> int:

@@ -4,6 +4,7 @@ forwarded packet, so the router fast path needs to know whether any exist."""
 
 from __future__ import annotations
 
+import errno
 import struct
 
 from . import netlink as nl
@@ -28,7 +29,9 @@ def read_xfrm() -> XfrmState:
         try:
             replies = sock.request(XFRM_MSG_GETSPDINFO, struct.pack("=I", 0), dump=False)
         except nl.NetlinkError:
-            return XfrmState(available=False)
+            # xfrm exists (the socket opened) but would not say: unsure, so
+            # the fast path must assume policies
+            return XfrmState(available=True, unreadable=True)
         counts = (0, 0, 0)
         for reply in replies:
             attrs = nl.parse_attrs(reply.payload, 4)
@@ -39,7 +42,9 @@ def read_xfrm() -> XfrmState:
         try:
             for reply in sock.request(XFRM_MSG_GETDEFAULT, bytes(4), dump=False):
                 blocks = XFRM_USERPOLICY_BLOCK in reply.payload[:3]
-        except nl.NetlinkError:
-            pass   # kernels before 5.16 have no default policies: accept
+        except nl.NetlinkError as e:
+            # kernels before 5.16 have no default policies (EOPNOTSUPP/EINVAL):
+            # accept; any other refusal: unsure, so assume a blocking default
+            blocks = e.errno not in (errno.EOPNOTSUPP, errno.EINVAL)
     return XfrmState(available=True, policies_in=counts[0], policies_out=counts[1],
                      policies_fwd=counts[2], default_blocks=blocks)
