@@ -107,6 +107,7 @@ def windows(watch_attached: bool, keep: bool) -> dict[str, str]:
         "routes, rules, next hops": "none (the FIB is read per packet)",
         "addresses, neighbours, links, sysctls with events, nf_tables, xfrm policies":
             "the response time (linuxfp stats)",
-        "legacy iptables": "none (cgroup setsockopt watch)" if watch_attached else "<= 1 s (polled)",
+        "legacy iptables": "none (cgroup setsockopt watch; the 1 s poll behind it)" if watch_attached
+        else "<= 1 s (polled)",
         "accept_redirects and other sysctls without events": "<= 1 s (polled)",
     }

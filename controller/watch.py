@@ -8,10 +8,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 
 from linuxfp import datapath as dp
 
 from . import lease
+
+IN_FLIGHT_LIMIT_NS = 2_000_000_000
 
 log = logging.getLogger("linuxfp.watch")
 
@@ -24,6 +27,7 @@ class TableWatch:
         self._link = None
         # replaces that ended without a counters call (failed ones)
         self._unpaired = 0
+        self._in_flight_since: int | None = None
         self.error: str | None = None
 
     @property
@@ -65,7 +69,17 @@ class TableWatch:
         started, done, changer = state
         outstanding = started - done
         if outstanding > self._unpaired and os.path.exists(f"/proc/{changer}"):
-            return None         # replaced, counters not added yet: still in the kernel
+            # replaced, counters not added yet: still in the kernel. A replace
+            # takes milliseconds; a live process that never adds counters (its
+            # replace failed) must not hold the fast path off for good: past
+            # IN_FLIGHT_LIMIT_NS the change counts as done (the 1 s poll
+            # re-reads the table again anyway).
+            now = time.monotonic_ns()
+            if self._in_flight_since is None:
+                self._in_flight_since = now
+            if now - self._in_flight_since < IN_FLIGHT_LIMIT_NS:
+                return None
+        self._in_flight_since = None
         self._unpaired = outstanding
         return started
 
