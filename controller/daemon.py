@@ -20,11 +20,11 @@ from .companion import RENEW_PROGRAM, WATCH_PROGRAM, Companion
 from .installer import Installer
 from .lease import Lease
 from .lease import windows as lease_windows
-from .watch import TableWatch
 from .namespace import NamespaceLayout, netns_cookie
 from .reclaim import reclaim_stale
 from .reconcile import InstalledPipeline, InstalledState, plan
 from .responsetime import ResponseTimes
+from .watch import TableWatch
 
 log = logging.getLogger("linuxfp.controller")
 
