@@ -150,6 +150,25 @@ static __always_inline int lfp_has_offloaded_vlan(struct lfp_pkt *pkt)
 #endif
 }
 
+#ifdef LFP_XDP_VLAN_KFUNC
+/* Never set. It guards dead code, see lfp_realloc_headroom(). */
+volatile const __u32 lfp_never = 0;
+#endif
+
+/* Device-bound programs only: 512 instructions the verifier proves dead and
+ * removes before its rewrites, so the kernel's first allocation of the
+ * program already has room for everything they add. A device-bound program
+ * the verifier has to move to larger pages leaves the kernel a dangling
+ * pointer that oopses when the device is deleted (linuxfp/datapath/hazards.py
+ * says how, and checks every load). Called off the fast path. */
+static __always_inline void lfp_realloc_headroom(void)
+{
+#ifdef LFP_XDP_VLAN_KFUNC
+	if (lfp_never)
+		asm volatile(".rept 512\n\tr0 = 0\n\t.endr" ::: "r0");
+#endif
+}
+
 /* Whether Linux would treat the frame as addressed to this host
  * (PACKET_HOST): TC knows it from eth_type_trans(), XDP compares the MAC. */
 static __always_inline int lfp_for_this_host(struct lfp_pkt *pkt, const __u8 *dst, const __u8 *own)

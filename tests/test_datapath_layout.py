@@ -59,6 +59,7 @@ def test_info_offsets_match_uapi(header_layout: dict[str, int]) -> None:
         "bpf_prog_info.tag": info.PROG_INFO_TAG,
         "bpf_prog_info.name": info.PROG_INFO_NAME,
         "bpf_prog_info.ifindex": info.PROG_INFO_IFINDEX,
+        "bpf_prog_info.xlated_prog_len": info.PROG_INFO_XLATED_LEN,
         "bpf_map_info.type": info.MAP_INFO_TYPE,
         "bpf_map_info.id": info.MAP_INFO_ID,
         "bpf_map_info.key_size": info.MAP_INFO_KEY_SIZE,

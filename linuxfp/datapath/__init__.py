@@ -15,7 +15,7 @@ See docs/datapath-binding.md.
 """
 
 from .environment import check_environment
-from .errors import BpfError, DependencyError, TestRunInterrupted, VerifierError
+from .errors import BpfError, DependencyError, KernelHazard, TestRunInterrupted, VerifierError
 from .info import link_info, map_info, prog_info
 from .libbpf import (
     BPF_ANY,
@@ -72,6 +72,7 @@ __all__ = [
     "TestRun",
     "TestRunInterrupted",
     "VerifierError",
+    "KernelHazard",
     "XdpAttachment",
     "XdpMd",
     "attach_cgroup",

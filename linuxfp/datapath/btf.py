@@ -1,11 +1,12 @@
-"""Reading a loaded-or-opened object's BTF: the variables of a DATASEC."""
+"""Reading BTF: the variables of an object's DATASEC, the size of a kernel struct."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 
-from .libbpf import BTF_KIND_DATASEC, BtfType, BtfVarSecinfo, lib
+from .libbpf import BTF_KIND_DATASEC, BTF_KIND_STRUCT, BtfType, BtfVarSecinfo, lib
 
 
 @dataclass(frozen=True)
@@ -41,3 +42,20 @@ def datasec_variables(btf: int, section: str) -> dict[str, SectionVariable]:
         name = raw_name.decode("utf-8", errors="replace")
         variables[name] = SectionVariable(name=name, offset=secinfo.offset, size=secinfo.size)
     return variables
+
+
+@functools.cache
+def kernel_struct_size(name: str) -> int | None:
+    """sizeof(struct `name`) in the running kernel, from its BTF; None if unknown."""
+    library = lib()
+    btf = library.btf__load_vmlinux_btf()
+    if not btf:
+        return None
+    try:
+        type_id = library.btf__find_by_name_kind(btf, name.encode(), BTF_KIND_STRUCT)
+        if type_id <= 0:
+            return None
+        found = library.btf__type_by_id(btf, type_id)
+        return int(found.contents.size_or_type) if found else None
+    finally:
+        library.btf__free(btf)

@@ -33,6 +33,14 @@ class VerifierError(BpfError):
         super().__init__(operation, errno, verifier_log_tail(log))
 
 
+class KernelHazard(BpfError):
+    """A program was loaded but must not be used: keeping it could crash the
+    kernel (see linuxfp/datapath/hazards.py). It has been closed already."""
+
+    def __init__(self, message: str, errno: int) -> None:
+        super().__init__(message, errno)
+
+
 class TestRunInterrupted(BpfError):
     """BPF_PROG_TEST_RUN stopped early because a signal reached the calling thread.
 

@@ -20,6 +20,7 @@ _INFO_BUFFER_SIZE = 512
 PROG_INFO_TYPE = 0
 PROG_INFO_ID = 4
 PROG_INFO_TAG = 8
+PROG_INFO_XLATED_LEN = 20
 PROG_INFO_NAME = 64
 PROG_INFO_IFINDEX = 80
 
@@ -57,7 +58,9 @@ def _name(raw: bytes, offset: int) -> str:
 
 
 def prog_info(fd: int) -> dict[str, Any]:
-    """{'id', 'type', 'tag' (hex), 'name', 'ifindex'} of a program fd."""
+    """{'id', 'type', 'tag' (hex), 'name', 'ifindex', 'xlated_len'} of a program fd.
+    xlated_len: bytes of the program as verified (after the verifier's
+    rewrites and dead-code removal)."""
     raw = _info(fd, "prog")
     return {
         "id": _u32(raw, PROG_INFO_ID),
@@ -65,6 +68,7 @@ def prog_info(fd: int) -> dict[str, Any]:
         "tag": raw[PROG_INFO_TAG : PROG_INFO_TAG + 8].hex(),
         "name": _name(raw, PROG_INFO_NAME),
         "ifindex": _u32(raw, PROG_INFO_IFINDEX),
+        "xlated_len": _u32(raw, PROG_INFO_XLATED_LEN),
     }
 
 

@@ -85,6 +85,7 @@ BPF_TC_EGRESS = 1 << 1
 BPF_TC_F_REPLACE = 1 << 0
 
 # BTF kinds (uapi btf.h)
+BTF_KIND_STRUCT = 4
 BTF_KIND_VAR = 14
 BTF_KIND_DATASEC = 15
 
@@ -246,6 +247,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_program__flags": (c_uint32, [c_void_p]),
     "bpf_program__set_flags": (c_int, [c_void_p, c_uint32]),
     "bpf_program__fd": (c_int, [c_void_p]),
+    "bpf_program__insn_cnt": (c_size_t, [c_void_p]),
     "bpf_program__type": (c_int, [c_void_p]),
     # maps (object side)
     "bpf_map__name": (c_char_p, [c_void_p]),
@@ -260,6 +262,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "btf__find_by_name_kind": (c_int, [c_void_p, c_char_p, c_uint32]),
     "btf__type_by_id": (POINTER(BtfType), [c_void_p, c_uint32]),
     "btf__name_by_offset": (c_char_p, [c_void_p, c_uint32]),
+    "btf__load_vmlinux_btf": (c_void_p, []),
+    "btf__free": (None, [c_void_p]),
     # low-level map syscalls
     "bpf_map_create": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_uint32, c_void_p]),
     "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),

@@ -16,6 +16,8 @@ from .environment import explain_load_failure
 from .errors import BpfError, VerifierError
 from .fds import OwnedFd, fd_kind
 from .info import prog_info
+from . import hazards
+from .errors import KernelHazard
 from .libbpf import BPF_F_XDP_DEV_BOUND_ONLY, BpfObjectOpenOpts, capture_libbpf_output, errno_of, lib, new_opts
 from .maps import Map
 
@@ -109,6 +111,7 @@ class BpfObject:
         # as soon as the expression is evaluated.
         self._programs: dict[str, Program] = {}
         self._maps: dict[str, Map] = {}
+        self._device_bound: list[str] = []    # programs set to load bound to a device
 
     @classmethod
     def open(cls, source: str | os.PathLike[str] | bytes, name: str = "linuxfp") -> BpfObject:
@@ -237,6 +240,30 @@ class BpfObject:
         result = library.bpf_program__set_flags(prog, library.bpf_program__flags(prog) | BPF_F_XDP_DEV_BOUND_ONLY)
         if result != 0:
             raise BpfError(f"bpf_program__set_flags('{program}' of '{self.name}')", errno_of(result))
+        self._device_bound.append(program)
+
+    def insn_count(self, program: str) -> int:
+        """Instructions of `program` as libbpf submits (or submitted) them."""
+        prog = lib().bpf_object__find_program_by_name(self.handle, program.encode())
+        if not prog:
+            raise KeyError(f"object '{self.name}' has no program '{program}'")
+        return int(lib().bpf_program__insn_cnt(prog))
+
+    def _refuse_moved_device_bound(self) -> None:
+        """See linuxfp/datapath/hazards.py: a device-bound program the verifier
+        moved must never live on (closing it now is the one safe way out)."""
+        for program in self._device_bound:
+            submitted = self.insn_count(program)
+            fd = self.program(program).fd
+            if hazards.reallocated(fd, submitted):
+                found = hazards.memlock(fd)
+                self.close()
+                raise KernelHazard(
+                    f"'{program}' of '{self.name}' outgrew its first allocation during verification "
+                    f"({submitted} instructions submitted, {hazards.first_allocation(submitted)} bytes "
+                    f"allocated, {found} after): a device-bound program moved this way oopses the kernel "
+                    "when its device is deleted, so it is not attached (more dead-code headroom is needed)",
+                    errno.EFBIG)
 
     # --- load ---------------------------------------------------------------
 
@@ -251,6 +278,7 @@ class BpfObject:
         if log_buffer is not None:
             log_buffer.release()  # libbpf uses it only during load
         if result == 0:
+            self._refuse_moved_device_bound()
             return
         code = errno_of(result)
         libbpf_text = "\n".join(messages)
