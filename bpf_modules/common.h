@@ -38,6 +38,20 @@ enum lfp_rc {
 	LFP_DROP,         /* drop it exactly as Linux would */
 };
 
+/* What the deciding node (routing; later bridging) leaves for transmit,
+ * which alone rewrites and sends: nodes in between (filters) see the
+ * decision, e.g. the egress interface iptables' -o matches. */
+struct lfp_fwd {
+	__u32 egress;           /* ifindex; 0: nothing decided */
+	__be32 nexthop;         /* IPv4 next hop (gateway or destination) */
+	__u8 dmac[ETH_ALEN];
+	__u8 smac[ETH_ALEN];
+	__u8 flags;             /* LFP_FWD_* */
+	__u8 priority;          /* with LFP_FWD_SET_PRIORITY */
+};
+#define LFP_FWD_DEC_TTL       (1u << 0)   /* IPv4 forwarding: TTL - 1 */
+#define LFP_FWD_SET_PRIORITY  (1u << 1)   /* set the packet's priority */
+
 struct lfp_pkt {
 	lfp_ctx_t *ctx;
 	void *data;
@@ -45,11 +59,12 @@ struct lfp_pkt {
 	__u32 len;              /* whole frame, including non-linear parts */
 	__u32 ingress_ifindex;
 	__u16 l3_proto;         /* network byte order */
+	struct lfp_fwd fwd;
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
  * current by the controller (sysctl and link changes are map updates, never
- * reloads). Layout mirrored in controller/shared_maps.py. */
+ * reloads). Layout mirrored in linuxfp/graph/interfaces.py. */
 #define LFP_IF_FORWARDING      (1u << 0)  /* conf/DEV/forwarding */
 #define LFP_IF_RP_FILTER       (1u << 1)  /* effective rp_filter != 0 */
 #define LFP_IF_XDP_TX          (1u << 2)  /* may be the target of an XDP redirect */
@@ -109,6 +124,15 @@ static __always_inline enum lfp_rc lfp_pass(struct lfp_pkt *pkt, enum lfp_counte
 	return LFP_PASS;
 }
 
+/* The single way to drop: only where Linux would drop the packet too, and
+ * never silently. */
+static __always_inline enum lfp_rc lfp_drop(struct lfp_pkt *pkt, enum lfp_counter reason)
+{
+	(void)pkt;
+	lfp_count(reason);
+	return LFP_DROP;
+}
+
 static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
 	pkt->ctx = ctx;
@@ -116,6 +140,7 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 	pkt->data_end = (void *)(long)ctx->data_end;
 	pkt->ingress_ifindex = lfp_ingress_ifindex;
 	pkt->l3_proto = 0;
+	__builtin_memset(&pkt->fwd, 0, sizeof(pkt->fwd));
 #ifdef LFP_HOOK_XDP
 	pkt->len = pkt->data_end - pkt->data;
 #else
@@ -224,22 +249,15 @@ static __always_inline int lfp_has_mark(struct lfp_pkt *pkt)
 #endif
 }
 
-/* ip_forward() sets skb->priority from the TOS (ip_fwd_update_priority=1,
- * the default); the egress qdisc of a TC redirect sees it. XDP redirects
- * bypass the qdisc. */
-static __always_inline void lfp_set_forward_priority(struct lfp_pkt *pkt, __u8 tos)
+/* The packet's priority (skb->priority), which the egress qdisc of a TC
+ * redirect sees; XDP redirects bypass the qdisc, so there is nothing to set. */
+static __always_inline void lfp_set_priority(struct lfp_pkt *pkt, __u32 priority)
 {
 #ifdef LFP_HOOK_TC
-	/* rt_tos2priority(): ip_tos2prio[IPTOS_TOS(tos) >> 1], whose 16 entries
-	 * are 0, 2, 6, 4 in runs of four: the Gray code of TOS bits 3-4, doubled.
-	 * (A lookup table here put a constant in .rodata.cst16 whose BTF the
-	 * kernel rejects, and the whole object lost its BTF.) */
-	__u8 run = (tos & 0x18) >> 3;
-
-	pkt->ctx->priority = (run ^ (run >> 1)) << 1;
+	pkt->ctx->priority = priority;
 #else
 	(void)pkt;
-	(void)tos;
+	(void)priority;
 #endif
 }
 

@@ -4,13 +4,46 @@
  * neighbours live, so route and neighbour changes need no datapath work. What
  * the lookup does not cover is checked here, in the order ip_rcv(),
  * ip_route_input_slow() and ip_forward() check it; anything this node cannot
- * reproduce exactly goes to the kernel with its reason counted.
+ * reproduce exactly goes to the kernel with its reason counted. The node only
+ * decides: it leaves egress, next hop and MACs in pkt->fwd, and transmit
+ * (transmit.h) rewrites and sends once the nodes in between agree.
+ * Declared to the controller by linuxfp/graph/nodes/router.py.
  */
 #ifndef LFP_ROUTER_H
 #define LFP_ROUTER_H
 
 #include "common.h"
 #include "parse.h"
+#include "hint.h"
+
+#define LFP_COUNTERS_ROUTER(X)                                                            \
+	X(NOT_IPV4,               router, pass, "not IPv4")                                 \
+	X(NOT_FOR_US,             router, pass, "destination MAC is not the ingress device's") \
+	X(IP_BAD_HEADER,          router, pass, "IPv4 version/IHL/total length invalid")    \
+	X(IP_OPTIONS,             router, pass, "IPv4 header has options")                  \
+	X(IP_LENGTH_MISMATCH,     router, pass, "frame length differs from IPv4 total length") \
+	X(IP_BAD_CHECKSUM,        router, pass, "IPv4 header checksum invalid")             \
+	X(IP_FRAGMENT,            router, pass, "IPv4 fragment")                            \
+	X(TTL_EXPIRED,            router, pass, "TTL <= 1")                                 \
+	X(MARTIAN,                router, pass, "martian source or destination")            \
+	X(LOCAL_SOURCE,           router, pass, "source is a local address")                \
+	X(ICMP_ERROR,             router, pass, "ICMP error (multipath hashes its inner header)") \
+	X(INGRESS_UNKNOWN,        router, pass, "ingress interface not prepared")           \
+	X(INGRESS_FWD_DISABLED,   router, pass, "forwarding disabled on ingress")          \
+	X(RP_FILTER,              router, pass, "rp_filter active on ingress")              \
+	X(FIB_BLACKHOLE,          router, pass, "route is blackhole")                       \
+	X(FIB_UNREACHABLE,        router, pass, "route is unreachable")                     \
+	X(FIB_PROHIBIT,           router, pass, "route is prohibit")                        \
+	X(FIB_NOT_FORWARDED,      router, pass, "destination local, broadcast or multicast") \
+	X(FIB_FWD_DISABLED,       router, pass, "FIB: forwarding disabled")                 \
+	X(FIB_LWT,                router, pass, "route needs encapsulation")                \
+	X(FIB_NO_NEIGH,           router, pass, "no neighbour entry for next hop")          \
+	X(FIB_FRAG_NEEDED,        router, pass, "larger than egress MTU")                   \
+	X(ROUTE_MTU,              router, pass, "longer than a route MTU metric")           \
+	X(FIB_OTHER,              router, pass, "FIB lookup failed otherwise")              \
+	X(MARKED,                 router, pass, "packet carries a mark (fwmark rules)")     \
+	X(SOURCE_CHECK,           router, pass, "source would fail Linux's source validation") \
+	X(HAIRPIN,                router, pass, "egress is the ingress interface")
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -27,73 +60,15 @@ struct {
 	__type(value, __u8);
 } lfp_local_src SEC(".maps");
 
-/* 256-bit prefilters: a clear bit proves a hash lookup would find nothing
- * of interest, sparing it for almost every packet. The controller sets a bit
- * only after writing the entry it stands for, and clears it only after the
- * entry no longer needs attention. */
-struct lfp_hint {
-	__u64 bits[4];
-};
-
-/* Same fold as controller/shared_maps.py hint_bit(). */
-static __always_inline __u32 lfp_hint_bit(__u32 v)
-{
-	v ^= v >> 16;
-	v ^= v >> 8;
-	return v & 0xff;
-}
-
-static __always_inline int lfp_hint_set(struct lfp_hint *hint, __u32 v)
-{
-	__u32 bit = lfp_hint_bit(v);
-
-	/* no hint map entry: unsure, so look it up */
-	return !hint || (hint->bits[(bit >> 6) & 3] & (1ULL << (bit & 63)));
-}
-
-/* Index 0: local sources (lfp_local_src); 1: next hops that are not
- * confirmed (lfp_neigh entries other than CONFIRMED). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, struct lfp_hint);
-} lfp_hints SEC(".maps");
+/* Local sources that may be in lfp_local_src (hint.h). */
+LFP_HINT_MAP(lfp_local_hint);
 
 static __always_inline int lfp_source_is_local(__be32 saddr)
 {
-	__u32 key = 0;
-
-	if (!lfp_hint_set(bpf_map_lookup_elem(&lfp_hints, &key), saddr))
+	if (!lfp_hint_set(lfp_hint_of(&lfp_local_hint), saddr))
 		return 0;
 	return bpf_map_lookup_elem(&lfp_local_src, &saddr) != NULL;
 }
-
-/* Neighbour state of next hops, as far as it changes what Linux does with a
- * packet. bpf_fib_lookup() accepts any valid entry, but the first packet
- * Linux sends to a STALE entry also starts reachability probing (STALE ->
- * DELAY, silently). So a STALE entry lets exactly one packet through to the
- * kernel and is then marked PROBING, in which Linux sends as usual. The
- * controller writes the states from neighbour events and flags every entry
- * that is not CONFIRMED in lfp_hints[1]; only flagged next hops are looked
- * up, and a flagged one without an entry goes to the kernel. */
-enum lfp_neigh_state {
-	LFP_NEIGH_CONFIRMED = 1,  /* REACHABLE, PERMANENT, NOARP */
-	LFP_NEIGH_STALE = 2,      /* the next packet must go through the kernel */
-	LFP_NEIGH_PROBING = 3,    /* DELAY/PROBE: the kernel is probing */
-};
-
-struct lfp_neigh_key {
-	__u32 ifindex;
-	__be32 addr;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct lfp_neigh_key);
-	__type(value, __u8);
-} lfp_neigh SEC(".maps");
 
 static __always_inline int lfp_ipv4_is_multicast(__be32 a) { return (a & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000); }
 static __always_inline int lfp_ipv4_is_lbcast(__be32 a) { return a == bpf_htonl(0xffffffff); }
@@ -143,21 +118,20 @@ static __always_inline int lfp_source_routable(struct lfp_pkt *pkt, const struct
 	       rc == BPF_FIB_LKUP_RET_UNREACHABLE || rc == BPF_FIB_LKUP_RET_PROHIBIT;
 }
 
-static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
+/* rt_tos2priority(): ip_tos2prio[IPTOS_TOS(tos) >> 1], whose 16 entries are
+ * 0, 2, 6, 4 in runs of four: the Gray code of TOS bits 3-4, doubled. (A
+ * lookup table put a constant in .rodata.cst16 whose BTF the kernel rejects,
+ * and the whole object lost its BTF.) */
+static __always_inline __u8 lfp_tos2priority(__u8 tos)
 {
-	__u32 check = ip->check;
+	__u8 run = (tos & 0x18) >> 3;
 
-	check += bpf_htons(0x0100);
-	ip->check = (__u16)(check + (check >= 0xffff));
-	ip->ttl--;
+	return (run ^ (run >> 1)) << 1;
 }
 
 static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 {
 	struct bpf_fib_lookup fib = {};
-	struct lfp_neigh_key neigh;
-	__u8 *neigh_state;
-	__u32 hint_key;
 	struct lfp_iface *in;
 	struct ethhdr *eth;
 	struct iphdr *ip;
@@ -252,42 +226,25 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, lfp_fib_reason(rc));
 	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
-	/* The lookup left the next hop (gateway or destination) in ipv4_dst and
-	 * found a valid kernel neighbour entry. Only an entry the controller
-	 * knows as not confirmed needs a closer look. */
-	neigh.ifindex = fib.ifindex;
-	neigh.addr = fib.ipv4_dst;
-	hint_key = 1;
-	neigh_state = NULL;
-	if (lfp_hint_set(bpf_map_lookup_elem(&lfp_hints, &hint_key), neigh.ifindex ^ neigh.addr)) {
-		neigh_state = bpf_map_lookup_elem(&lfp_neigh, &neigh);
-		if (!neigh_state)
-			return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
-	}
 	/* Linux would also send an ICMP redirect when routing back out. */
 	if (fib.ifindex == pkt->ingress_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
-
 	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, &fib, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
-	/* Only a packet Linux will really send starts its probing: every check
-	 * that could make the kernel drop it has been made above. */
-	if (neigh_state && *neigh_state == LFP_NEIGH_STALE) {
-		*neigh_state = LFP_NEIGH_PROBING;
-		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
-	}
-	/* Last decision before the rewrite: a pass after it would hand the
-	 * kernel a modified packet. */
-	if (!lfp_arm_redirect(pkt, fib.ifindex))
-		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 
-	if (in->flags & LFP_IF_SET_PRIORITY)
-		lfp_set_forward_priority(pkt, ip->tos);
-	lfp_ipv4_decrease_ttl(ip);
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	lfp_count(LFP_CNT_ROUTER_FORWARDED);
-	return LFP_REDIRECT;
+	/* The lookup left the next hop (gateway or destination) in ipv4_dst and
+	 * found a valid kernel neighbour entry; transmit checks its state. */
+	pkt->fwd.egress = fib.ifindex;
+	pkt->fwd.nexthop = fib.ipv4_dst;
+	__builtin_memcpy(pkt->fwd.dmac, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(pkt->fwd.smac, fib.smac, ETH_ALEN);
+	pkt->fwd.flags = LFP_FWD_DEC_TTL;
+	if (in->flags & LFP_IF_SET_PRIORITY) {
+		/* ip_forward() sets it (ip_forward_update_priority=1) */
+		pkt->fwd.flags |= LFP_FWD_SET_PRIORITY;
+		pkt->fwd.priority = lfp_tos2priority(ip->tos);
+	}
+	return LFP_NEXT;
 }
 
 #endif

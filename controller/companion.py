@@ -31,7 +31,7 @@ class Companion:
             return False
         try:
             obj.set_rodata({"lfp_netns_cookie": self.cookie})
-            fresh = self.maps.prepare(obj, ())
+            fresh = self.maps.prepare(obj, None)
             obj.load()
             self.maps.pin_fresh(obj, fresh)
         except (dp.BpfError, OSError) as e:

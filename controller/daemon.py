@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from linuxfp import state as kstate
 from linuxfp.datapath import bpffs_root
-from linuxfp.graph import Graph, build_graph
-from linuxfp.synth import CompileError, Shape, ToolMissing
+from linuxfp.graph import Graph, Shape, build_graph, refreshed
+from linuxfp.synth import CompileError, ToolMissing
 from linuxfp.synth import build as build_shape
 
 from . import runtime_files
@@ -81,8 +81,9 @@ class Controller:
                 compiled[shape] = outcome
         return compiled, failed
 
-    def reconcile(self, snapshot, refresh_neighbours=frozenset()) -> bool:
-        """Bring the datapath in line with `snapshot`; True if anything changed."""
+    def reconcile(self, snapshot, messages=()) -> bool:
+        """Bring the datapath in line with `snapshot` (`messages`: the batch
+        that led to it); True if anything changed."""
         graph = build_graph(snapshot, self.options.hook)
         compiled, failed = self._compile(graph)
         digests = {shape: obj.digest for shape, obj in compiled.items()}
@@ -96,7 +97,7 @@ class Controller:
                     self._drop_running(p.ifindex)
                     self.installed = self.installed.with_pipeline(
                         InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape), digests[shape], error=message))
-        todo = plan(graph, digests, self.installed, refresh_neighbours)
+        todo = plan(graph, digests, self.installed, refreshed(graph, messages))
         if todo.empty:
             return False
         self.installed = self.installer.apply(todo, self.installed, graph, compiled)
@@ -191,7 +192,7 @@ class Controller:
                             # a link deleted and re-created with the same ifindex
                             # within one batch took our program with it
                             self.installed = self.installer.forget_defunct(self.installed)
-                        worked = self.reconcile(snapshot, _announced_neighbours(batch))
+                        worked = self.reconcile(snapshot, batch.messages)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked)
                         # One line per applied batch: what `ip monitor` users expect,
@@ -220,11 +221,6 @@ class Controller:
         finally:
             self.stop()
         return 0
-
-
-def _announced_neighbours(batch) -> frozenset[tuple[int, str]]:
-    return frozenset((m.neighbour.ifindex, m.neighbour.dst) for m in batch.messages
-                     if isinstance(m, kstate.NeighbourUpdate))
 
 
 def _json(data) -> str:

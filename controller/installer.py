@@ -11,17 +11,17 @@ from dataclasses import replace
 
 from linuxfp import datapath as dp
 from linuxfp.graph import Graph, Pipeline
-from linuxfp.synth import CompiledObject, Shape
+from linuxfp.graph import Shape
+from linuxfp.synth import CompiledObject
 from linuxfp.synth.debuginfo import describe_rejection
 
 from .namespace import NamespaceLayout
 from .lease import LEASE_MAP, revoke_pinned
 from .reconcile import InstalledPipeline, InstalledState, Plan
-from .shared_maps import SharedMaps
+from .shared_maps import COUNTERS_MAP, SharedMaps
 
 log = logging.getLogger("linuxfp.installer")
 
-COUNTERS_MAP = "lfp_counters"
 
 
 class Installer:
@@ -42,8 +42,7 @@ class Installer:
 
     def read_back(self) -> InstalledState:
         """Map contents as currently pinned (used when adopting a datapath)."""
-        ifaces, local, neighbours = self.maps.read_back()
-        return InstalledState(ifaces=ifaces, local_addrs=local, neighbours=neighbours)
+        return InstalledState(tables=self.maps.read_back())
 
     # -- programs ----------------------------------------------------------
 
@@ -54,7 +53,7 @@ class Installer:
             obj.set_rodata({"lfp_ingress_ifindex": pipeline.ifindex})
             if pipeline.shape.device_bound:
                 obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
-            fresh = self.maps.prepare(obj, self._desired.ifaces)
+            fresh = self.maps.prepare(obj, self._desired)
             counters_path = self.layout.counters_pin(pipeline.ifindex)
             counters_pinned = os.path.exists(counters_path)
             if counters_pinned:
@@ -127,18 +126,21 @@ class Installer:
         are recorded in that state, never raised: the interface stays on the
         kernel path and the others carry on."""
         self._desired = desired
-        growing = not self.maps.fits(desired.ifaces)
+        growing = not self.maps.fits(desired)
         if growing:
             # A new interface's ifindex is beyond the facts array: every program
             # moves to a larger one (each by an atomic update; until then the old
             # array keeps serving it).
             log.info("interface facts array too small: reloading every pipeline with a larger one")
-            self.maps.drop_ifindex_arrays()
+            self.maps.drop_ifindex_arrays(desired)
         # Either way the running programs read maps nobody will write again.
         reloading = growing or bool(self._foreign_maps)
         if reloading:
             plan = _with_everything_reloaded(plan, installed, desired)
-        self.maps.write(plan.iface_set, plan.local_add, plan.neigh_set)
+        # Before any program changes: summaries widened to cover old and new,
+        # then the new entries (so a new program never reads a missing one).
+        for write in plan.tables:
+            self.maps.write(write.table, write.widen if write.table.summary else write.set)
         state = installed
         for how, pipelines in (("attach", plan.attach), ("replace", plan.replace), ("rehook", plan.rehook)):
             for p in pipelines:
@@ -152,18 +154,20 @@ class Installer:
         for old in plan.detach:
             self.detach_pipeline(old)
             state = state.without_pipeline(old.ifindex)
-        self.maps.erase(plan.iface_delete, plan.local_delete, plan.neigh_delete)
+        # After: what is gone, then summaries narrowed to exactly the new contents.
+        for write in plan.tables:
+            self.maps.erase(write.table, write.erase)
+        for write in plan.tables:
+            if write.table.summary:
+                self.maps.write(write.table, write.set)
         for path in self._foreign_maps:      # no program of ours reads them now
             lease_pin = os.path.join(path, LEASE_MAP) if os.path.isdir(path) else path
             if os.path.basename(lease_pin) == LEASE_MAP:
                 revoke_pinned(lease_pin)   # in case one failed to be replaced and still reads it
             dp.remove_tree(path)
         self._foreign_maps = []
-        if plan.local_add or plan.local_delete or plan.neigh_set or plan.neigh_delete:
-            self.maps.set_hints(desired.local_addrs, desired.neighbours)
         # Maps not created yet are filled from the desired graph when they are.
-        return replace(state, ifaces=desired.ifaces, local_addrs=desired.local_addrs,
-                       neighbours=desired.neighbours)
+        return replace(state, tables={t.name: t.entries for t in desired.tables})
 
     def _install_or_record(self, p: Pipeline, how: str, old: InstalledPipeline | None,
                            compiled: dict[Shape, CompiledObject]) -> InstalledPipeline:
@@ -256,9 +260,8 @@ class Installer:
             log.info("maps pinned with other layouts (%s): every adopted pipeline is replaced, "
                      "atomically, by one using maps of this version's layout",
                      ", ".join(os.path.basename(d) for d in self._foreign_maps))
-        maps = self.read_back()
-        # Local addresses are rewritten once, so the prefilter is rebuilt too.
-        return replace(maps, pipelines=tuple(kept), local_addrs=frozenset())
+        # What the maps hold now: the first plan writes only the difference.
+        return replace(self.read_back(), pipelines=tuple(kept))
 
     def remove_all(self, installed: InstalledState) -> int:
         """Detach every link and remove every pin of this namespace."""

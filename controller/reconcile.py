@@ -5,8 +5,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
-from linuxfp.graph import Graph, IfaceFacts, NeighbourFacts, Pipeline
-from linuxfp.synth import Shape
+from linuxfp.graph import Graph, Pipeline, Shape, Table
+from linuxfp.graph.tables import widened
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,14 @@ class InstalledPipeline:
         return not self.error
 
 
+Entries = frozenset[tuple[bytes, bytes]]
+
+
 @dataclass(frozen=True)
 class InstalledState:
     pipelines: tuple[InstalledPipeline, ...] = ()
-    ifaces: tuple[IfaceFacts, ...] = ()
-    local_addrs: frozenset[str] = field(default_factory=frozenset)
-    neighbours: frozenset[NeighbourFacts] = field(default_factory=frozenset)
+    # what each shared map holds, by map name (the graph's tables once written)
+    tables: Mapping[str, Entries] = field(default_factory=dict)
 
     def pipeline(self, ifindex: int) -> InstalledPipeline | None:
         for p in self.pipelines:
@@ -56,17 +58,23 @@ class InstalledState:
 
 
 @dataclass(frozen=True)
+class TableWrite:
+    """What one table's map needs: entries to set, keys to erase, and for a
+    summary the widened values to write first."""
+
+    table: Table
+    set: tuple[tuple[bytes, bytes], ...] = ()
+    erase: tuple[bytes, ...] = ()
+    widen: tuple[tuple[bytes, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     attach: tuple[Pipeline, ...] = ()       # nothing installed on this interface yet
     replace: tuple[Pipeline, ...] = ()      # same hook, new program: atomic link update
     rehook: tuple[Pipeline, ...] = ()       # hook changes: attach the new one, then detach the old
     detach: tuple[InstalledPipeline, ...] = ()
-    iface_set: tuple[IfaceFacts, ...] = ()
-    iface_delete: tuple[int, ...] = ()
-    local_add: frozenset[str] = frozenset()
-    local_delete: frozenset[str] = frozenset()
-    neigh_set: frozenset[NeighbourFacts] = frozenset()
-    neigh_delete: frozenset[tuple[int, str]] = frozenset()     # keys
+    tables: tuple[TableWrite, ...] = ()
 
     @property
     def touches_programs(self) -> bool:
@@ -74,19 +82,21 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.touches_programs or self.iface_set or self.iface_delete
-                    or self.local_add or self.local_delete or self.neigh_set or self.neigh_delete)
+        return not (self.touches_programs or self.tables)
+
+    def writes(self, name: str) -> TableWrite | None:
+        return next((w for w in self.tables if w.table.name == name), None)
 
 
 def plan(desired: Graph, digests: Mapping[Shape, str], installed: InstalledState,
-         refresh_neighbours: frozenset[tuple[int, str]] = frozenset()) -> Plan:
+         refresh: Mapping[str, frozenset[bytes]] = {}) -> Plan:
     """What to change so that `installed` becomes `desired`.
 
     An interface whose last install failed is retried only when its program
     would differ, so a verifier rejection is not repeated on every event.
-    `refresh_neighbours`: neighbour keys the kernel just announced; they are
-    rewritten even when unchanged, because the datapath itself advances a
-    STALE entry to PROBING and a new STALE must reset it."""
+    `refresh`: per table, keys a netlink message just announced; they are
+    rewritten even when unchanged, because the datapath writes those entries
+    too (a node's `refreshed`)."""
     attach, replace_, rehook, detach = [], [], [], []
     wanted = {p.ifindex: p for p in desired.pipelines}
     for p in desired.pipelines:
@@ -105,17 +115,30 @@ def plan(desired: Graph, digests: Mapping[Shape, str], installed: InstalledState
     for have in installed.pipelines:
         if have.ifindex not in wanted:
             detach.append(have)
+    writes = []
+    for table in desired.tables:
+        write = table_write(table, installed.tables.get(table.name, frozenset()), refresh.get(table.name, frozenset()))
+        if write is not None:
+            writes.append(write)
+    return Plan(attach=tuple(attach), replace=tuple(replace_), rehook=tuple(rehook), detach=tuple(detach),
+                tables=tuple(writes))
 
-    have_facts = {f.ifindex: f for f in installed.ifaces}
-    want_facts = {f.ifindex: f for f in desired.ifaces}
-    iface_set = tuple(f for i, f in sorted(want_facts.items()) if have_facts.get(i) != f)
-    iface_delete = tuple(sorted(set(have_facts) - set(want_facts)))
-    return Plan(
-        attach=tuple(attach), replace=tuple(replace_), rehook=tuple(rehook), detach=tuple(detach),
-        iface_set=iface_set, iface_delete=iface_delete,
-        local_add=frozenset(desired.local_addrs - installed.local_addrs),
-        local_delete=frozenset(installed.local_addrs - desired.local_addrs),
-        neigh_set=frozenset(n for n in desired.neighbours
-                            if n not in installed.neighbours or n.key in refresh_neighbours),
-        neigh_delete=frozenset({n.key for n in installed.neighbours} - {n.key for n in desired.neighbours}),
-    )
+
+def table_write(table: Table, installed: Entries, refresh: frozenset[bytes] = frozenset()) -> TableWrite | None:
+    """The difference between a table's desired and installed entries, or
+    None when there is none. Unchanged tables are the same object (the graph
+    reuses them), so most events compare nothing."""
+    if table.entries is installed and not refresh:
+        return None
+    desired = table.as_dict
+    new = set(table.entries - installed)
+    new.update((k, desired[k]) for k in refresh if k in desired)
+    gone = {k for k, _ in installed} - desired.keys()
+    if not new and not gone:
+        return None
+    ordered = tuple(sorted(new))
+    widen = ()
+    if table.summary:
+        have = dict(installed)
+        widen = tuple((k, widened(have.get(k, table.empty_value), v)) for k, v in ordered)
+    return TableWrite(table, ordered, tuple(sorted(gone)), widen)

@@ -77,7 +77,7 @@ def test_traffic_takes_the_fast_path(router_topology, ip_forw_datagrams, hook):
         assert fast_path_count(r) >= 200
         entry = {i["ifname"]: i for i in status(r)["interfaces"]}["to-src"]
         assert entry["hook"] == hook and entry["state"] == "active" and entry["prog_id"] > 0
-        assert entry["shape"] == f"{hook}:router"
+        assert entry["shape"] == f"{hook}:router+transmit"
     # stopped: the kernel path carries on, nothing is left attached
     assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
     before = ip_forw_datagrams(r.dut)
@@ -261,7 +261,7 @@ def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_to
     keeps flowing through Linux."""
     import shutil
 
-    from linuxfp.synth.resources import modules_dir
+    from linuxfp.resources import modules_dir
 
     broken = tmp_path / "modules"
     shutil.copytree(modules_dir(), broken)
@@ -302,11 +302,10 @@ def test_an_ifindex_beyond_the_facts_array_grows_it(router_topology):
 
 def test_iface_slots():
     from controller.shared_maps import iface_slots
-    from linuxfp.graph import IfaceFacts
     assert iface_slots([]) == 256
-    assert iface_slots([IfaceFacts(255, 0, 1500, bytes(6))]) == 256
-    assert iface_slots([IfaceFacts(256, 0, 1500, bytes(6))]) == 512
-    assert iface_slots([IfaceFacts(700, 0, 1500, bytes(6))]) == 1024
+    assert iface_slots([255]) == 256
+    assert iface_slots([256]) == 512
+    assert iface_slots([700]) == 1024
 
 
 @pytest.mark.parametrize("egress_mtu", [1500, 1280])
@@ -387,7 +386,7 @@ def test_detach_never_signals_a_stranger(router_topology):
 def test_a_shape_that_does_not_compile_is_shown_and_not_retried(router_topology, tmp_path):
     import shutil
 
-    from linuxfp.synth.resources import modules_dir
+    from linuxfp.resources import modules_dir
 
     broken = tmp_path / "modules"
     shutil.copytree(modules_dir(), broken)

@@ -5,7 +5,9 @@ import pytest
 
 from linuxfp.graph import build_graph, flag_names, to_dot, to_text
 from linuxfp.state.model import NetfilterState, Rule, Sysctls
-from linuxfp.synth import Shape
+from linuxfp.graph import Shape
+from linuxfp.graph.nodes.router import local_source_addresses
+from linuxfp.graph.nodes.transmit import neighbour_states
 
 from snapshot_fixtures import XDP_ALL, link, route, router_snapshot, sysctl
 
@@ -16,7 +18,8 @@ def facts(graph, ifindex):
 
 def test_router_placed_on_both_veths_and_not_on_loopback():
     g = build_graph(router_snapshot())
-    assert [(p.ifname, str(p.shape)) for p in g.pipelines] == [("left", "xdp:router"), ("right", "xdp:router")]
+    assert [(p.ifname, str(p.shape)) for p in g.pipelines] == [("left", "xdp:router+transmit"),
+                                                                 ("right", "xdp:router+transmit")]
     assert [s.ifname for s in g.skipped] == ["lo"]
 
 
@@ -57,13 +60,13 @@ def test_neighbour_states_for_the_datapath():
         Neighbour(3, 2, "198.18.2.8", "02:00:00:00:00:96", 0x08),
         Neighbour(3, 2, "198.18.2.9", None, 0x20),
         Neighbour(2, 2, "198.18.1.1", "02:00:00:00:00:97", 0x80)))
-    states = {(n.ifindex, n.address): n.state for n in build_graph(snap).neighbours}
+    states = {(n.ifindex, n.address): n.state for n in neighbour_states(snap)}
     assert states == {(3, "198.18.2.1"): 1, (3, "198.18.2.7"): 2, (3, "198.18.2.8"): 3, (2, "198.18.1.1"): 1}
 
 
 def test_same_shape_is_shared():
     g = build_graph(router_snapshot())
-    assert g.shapes() == (Shape("xdp", ("router",)),)
+    assert g.shapes() == (Shape("xdp", ("router", "transmit")),)
 
 
 def test_netfilter_keeps_whole_namespace_on_kernel_path():
@@ -102,8 +105,11 @@ def test_xdp_tx_needs_ndo_xmit_carrier_and_a_plain_qdisc():
 
 
 def test_local_sources_cover_addresses_and_local_table():
-    g = build_graph(router_snapshot())
-    assert {"198.18.1.254", "198.18.2.254", "198.18.1.255", "127.0.0.1"} <= g.local_addrs
+    local = local_source_addresses(router_snapshot())
+    assert {"198.18.1.254", "198.18.2.254", "198.18.1.255", "127.0.0.1"} <= local
+    import socket
+    table = build_graph(router_snapshot()).table("lfp_local_src")
+    assert {socket.inet_ntoa(k) for k, _ in table.entries} == local
 
 
 def test_full_source_check_only_when_a_source_could_be_refused_elsewhere():
@@ -149,8 +155,9 @@ def test_accepted_redirects_and_pmtu_use_are_conservative():
 def test_presentations():
     g = build_graph(router_snapshot())
     text = to_text(g)
-    assert "left (ifindex 2) [xdp]: parse -> router -> egress" in text
+    assert "left (ifindex 2) [xdp]: parse -> router -> transmit -> egress" in text
     assert "lo (ifindex 1): kernel path" in text
     assert to_dot(g).startswith("digraph linuxfp {")
     d = g.to_dict()
-    assert d["pipelines"][0]["shape"] == "xdp:router" and "ifaces" in d
+    assert d["pipelines"][0]["shape"] == "xdp:router+transmit" and "ifaces" in d
+    assert {t["name"]: t["owner"] for t in d["tables"]}["lfp_neigh"] == "transmit"

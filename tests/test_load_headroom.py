@@ -12,7 +12,8 @@ import pytest
 from linuxfp import datapath as dp
 from linuxfp.datapath import hazards
 from linuxfp.lab.netns import entered
-from linuxfp.synth import Shape, build
+from linuxfp.graph import Shape
+from linuxfp.synth import build
 
 
 def test_first_allocation_is_whole_pages_of_header_and_instructions():
@@ -21,7 +22,7 @@ def test_first_allocation_is_whole_pages_of_header_and_instructions():
     assert hazards.first_allocation(4000) > hazards.first_allocation(100)
 
 
-@pytest.mark.parametrize("nodes", [("router",)])
+@pytest.mark.parametrize("nodes", [("router", "transmit")])
 def test_device_bound_pipeline_is_not_moved_by_the_verifier(lab, nodes):
     ns = lab.namespace("hz")
     ns.run(["ip", "link", "add", "a0", "type", "veth", "peer", "name", "b0"])

@@ -3,28 +3,31 @@ from dataclasses import replace
 
 from controller.reconcile import InstalledPipeline, InstalledState, plan
 from linuxfp.graph import build_graph
-from linuxfp.state.model import Sysctls
-from linuxfp.synth import Shape
+from linuxfp.state.model import Neighbour, Sysctls
+from linuxfp.graph import Shape
+from linuxfp.graph.tables import u32
 
-from snapshot_fixtures import router_snapshot, sysctl
+from snapshot_fixtures import addr, router_snapshot, sysctl
 
-XDP = Shape("xdp", ("router",))
-TC = Shape("tc", ("router",))
+XDP = Shape("xdp", ("router", "transmit"))
+TC = Shape("tc", ("router", "transmit"))
 DIGESTS = {XDP: "d-xdp", TC: "d-tc"}
 
 
 def installed_from(graph, digest="d-xdp", hook="xdp"):
     return InstalledState(
-        pipelines=tuple(InstalledPipeline(p.ifindex, p.ifname, hook, f"{hook}:router", digest, "native", 10, 20)
+        pipelines=tuple(InstalledPipeline(p.ifindex, p.ifname, hook, f"{hook}:router+transmit", digest,
+                                          "native", 10, 20)
                         for p in graph.pipelines),
-        ifaces=graph.ifaces, local_addrs=graph.local_addrs)
+        tables={t.name: t.entries for t in graph.tables})
 
 
 def test_fresh_install_attaches_everything_and_fills_maps():
     g = build_graph(router_snapshot())
     p = plan(g, DIGESTS, InstalledState())
     assert [x.ifname for x in p.attach] == ["left", "right"]
-    assert p.iface_set == g.ifaces and p.local_add == g.local_addrs
+    assert set(p.writes("lfp_ifaces").set) == g.table("lfp_ifaces").entries
+    assert set(p.writes("lfp_local_src").set) == g.table("lfp_local_src").entries
     assert not p.replace and not p.detach
 
 
@@ -38,7 +41,8 @@ def test_sysctl_change_is_a_map_update_only():
     changed = build_graph(router_snapshot(sysctls=Sysctls(True, (sysctl(1), sysctl(2, forwarding=False), sysctl(3)))))
     p = plan(changed, DIGESTS, installed_from(g))
     assert not p.touches_programs
-    assert [f.ifindex for f in p.iface_set] == [2]
+    assert [k for k, _ in p.writes("lfp_ifaces").set] == [u32(2)]
+    assert [w.table.name for w in p.tables] == ["lfp_ifaces", "lfp_tx_ports"]
 
 
 def test_new_program_replaces_atomically_and_hook_change_rehooks():
@@ -53,14 +57,14 @@ def test_removed_interface_is_detached_and_forgotten():
     snap = router_snapshot()
     smaller = build_graph(replace(snap, links=snap.links[:2]))
     p = plan(smaller, DIGESTS, installed_from(g))
-    assert [x.ifname for x in p.detach] == ["right"] and p.iface_delete == (3,)
+    assert [x.ifname for x in p.detach] == ["right"] and p.writes("lfp_ifaces").erase == (u32(3),)
 
 
 def test_failed_install_not_retried_until_program_changes():
     g = build_graph(router_snapshot())
     failed = InstalledState(pipelines=tuple(
-        InstalledPipeline(p.ifindex, p.ifname, "xdp", "xdp:router", "d-xdp", error="verifier said no")
-        for p in g.pipelines), ifaces=g.ifaces, local_addrs=g.local_addrs)
+        InstalledPipeline(p.ifindex, p.ifname, "xdp", "xdp:router+transmit", "d-xdp", error="verifier said no")
+        for p in g.pipelines), tables={t.name: t.entries for t in g.tables})
     assert plan(g, DIGESTS, failed).empty
     assert len(plan(g, {XDP: "fixed", TC: "d-tc"}, failed).attach) == 2
 
@@ -69,3 +73,36 @@ def test_installed_state_round_trips_json():
     g = build_graph(router_snapshot())
     s = installed_from(g)
     assert InstalledState.from_json(s.to_json()).pipelines == s.pipelines
+
+
+def test_unchanged_tables_are_reused_and_not_compared():
+    snap = router_snapshot()
+    g = build_graph(snap)
+    again = build_graph(replace(snap, neighbours=()))
+    assert again.table("lfp_local_src") is g.table("lfp_local_src")
+    p = plan(again, DIGESTS, installed_from(g))
+    assert {w.table.name for w in p.tables} <= {"lfp_neigh", "lfp_neigh_hint"}
+
+
+def test_summary_is_widened_before_and_narrowed_after():
+    snap = router_snapshot()
+    g = build_graph(snap)
+    installed = installed_from(g)
+    # 198.18.2.254 leaves (address and local route), 203.0.113.9 arrives
+    moved = replace(snap, addresses=snap.addresses[:2] + (addr(3, "203.0.113.9"),),
+                    routes=tuple(r for r in snap.routes if r.dst != "198.18.2.254/32"))
+    write = plan(build_graph(moved), DIGESTS, installed).writes("lfp_local_hint")
+    (key, old), = g.table("lfp_local_hint").entries
+    (_, new), = write.set
+    (_, wide), = write.widen
+    assert wide == bytes(a | b for a, b in zip(old, new)) and new != old
+
+
+def test_announced_keys_are_rewritten_even_when_unchanged():
+    stale = Neighbour(3, 2, "198.18.2.1", "02:00:00:00:00:01", 0x04)
+    g = build_graph(router_snapshot(neighbours=(stale,)))
+    (key, value), = g.table("lfp_neigh").entries
+    assert value == b"\x02"      # STALE: the datapath advances it to PROBING itself
+    assert plan(g, DIGESTS, installed_from(g)).empty
+    p = plan(g, DIGESTS, installed_from(g), {"lfp_neigh": frozenset({key})})
+    assert [k for k, _ in p.writes("lfp_neigh").set] == [key]

@@ -14,12 +14,15 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from controller import lease
-from controller.shared_maps import local_hint, neighbour_hint, pack_iface
+from dataclasses import replace
+
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
+from linuxfp.graph.interfaces import pack_iface
+from linuxfp.graph.nodes.transmit import neigh_key
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.state import read_snapshot
-from linuxfp.synth import Shape, build, counter_named
+from linuxfp.synth import build, counter_named
 
 from fixtures.router_cases import CASES, FORWARD, IN_MAC, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC, STALE_MAC
 
@@ -78,27 +81,18 @@ class LoadedRouter:
             self.ifindex = snap.link_by_name("in0").index
             # BPF_PROG_TEST_RUN refuses device-bound programs: the XDP build here
             # lacks only the offloaded-VLAN kfunc, covered by the namespace tests.
-            shape = Shape(hook, ("router",), testable=True)
+            shape = replace(graph.pipeline(self.ifindex).shape, testable=True)
+            assert shape.nodes == ("router", "transmit")
             self.obj = dp.BpfObject.open(build(shape).data, name=f"test_{hook}")
             self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
             self.obj.load()
-            ifaces = self.obj.map("lfp_ifaces")
-            for f in graph.ifaces:
-                ifaces.update(struct.pack("<I", f.ifindex), pack_iface(f))
-            local = self.obj.map("lfp_local_src")
-            for a in graph.local_addrs:
-                local.update(socket.inet_aton(a), b"\x01")
-            hints = self.obj.map("lfp_hints")
-            hints.update(struct.pack("<I", 0), local_hint(graph.local_addrs))
-            hints.update(struct.pack("<I", 1), neighbour_hint(graph.neighbours))
-            if hook == "xdp":
-                tx = self.obj.map("lfp_tx_ports")
-                for f in graph.ifaces:
-                    if f.flags & 0x5 == 0x5:      # XDP_TX | FORWARDING, as the controller does
-                        tx.update(struct.pack("<I", f.ifindex), struct.pack("<I", f.ifindex))
-            neigh = self.obj.map("lfp_neigh")
-            for n in graph.neighbours:
-                neigh.update(struct.pack("<I", n.ifindex) + socket.inet_aton(n.address), bytes([n.state]))
+            # Every table the program reads, as the controller writes it
+            # (summaries last).
+            for table in sorted(graph.tables, key=lambda t: t.summary):
+                if table.name in self.obj.map_names():
+                    m = self.obj.map(table.name)
+                    for key, value in table.entries:
+                        m.update(key, value)
             lease.grant(self.obj.map(lease.LEASE_MAP))
             self.prog = self.obj.program(shape.entry)
             self.graph = graph
@@ -282,14 +276,16 @@ def test_a_stale_neighbour_passes_the_first_packet_then_forwards(router):
     from fixtures.router_cases import STALE_NEIGH, routed, udp
     from linuxfp.graph.model import NEIGH_STALE
 
-    entry = next(n for n in router.graph.neighbours if n.address == "198.18.2.5")
+    with entered(router.ns):
+        out0 = read_snapshot().link_by_name("out0").index
     neigh = router.obj.map("lfp_neigh")
-    key = struct.pack("<I", entry.ifindex) + socket.inet_aton(entry.address)
+    key = neigh_key(out0, "198.18.2.5")
+    assert neigh.lookup(key) is not None
     neigh.update(key, bytes([NEIGH_STALE]))
     frame = bytes(udp(dst=STALE_NEIGH))
     assert_passed(router, frame, "neigh_stale")
-    before = router.counter("router_forwarded")
+    before = router.counter("forwarded")
     result = router.run(frame)
     assert result.retval == VERDICTS[router.hook][FORWARD]
     assert result.data_out == routed(frame, next_hop_mac=STALE_MAC)
-    assert router.counter("router_forwarded") == before + 1
+    assert router.counter("forwarded") == before + 1

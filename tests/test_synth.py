@@ -8,9 +8,12 @@ from linuxfp import synth
 from linuxfp.synth import Shape, compile_source, counters, render
 
 
+ROUTER = ("router", "transmit")
+
+
 def test_shapes_parse_and_validate():
-    s = Shape("tc", ("router",))
-    assert str(s) == "tc:router" and Shape.parse("tc:router") == s
+    s = Shape("tc", ROUTER)
+    assert str(s) == "tc:router+transmit" and Shape.parse("tc:router+transmit") == s
     with pytest.raises(ValueError):
         Shape("egress", ())
     with pytest.raises(ValueError):
@@ -18,25 +21,30 @@ def test_shapes_parse_and_validate():
 
 
 def test_render_chains_nodes_inline_per_hook():
-    src = render(Shape("xdp", ("router",)))
-    assert "#define LFP_HOOK_XDP 1" in src and '#include "router.h"' in src
-    assert "rc = router_node(&pkt);" in src and "bpf_tail_call" not in src
-    assert 'SEC("tc")' in render(Shape("tc", ("router",)))
-    assert "LFP_XDP_VLAN_KFUNC" in src and Shape("xdp", ("router",)).device_bound
-    testable = Shape("xdp", ("router",), testable=True)
+    src = render(Shape("xdp", ROUTER))
+    assert "#define LFP_HOOK_XDP 1" in src and '#include "router.h"' in src and '#include "transmit.h"' in src
+    assert src.index("rc = router_node(&pkt);") < src.index("rc = transmit_node(&pkt);")
+    assert "bpf_tail_call" not in src
+    assert 'SEC("tc")' in render(Shape("tc", ROUTER))
+    assert "LFP_XDP_VLAN_KFUNC" in src and Shape("xdp", ROUTER).device_bound
+    testable = Shape("xdp", ROUTER, testable=True)
     assert "LFP_XDP_VLAN_KFUNC" not in render(testable) and not testable.device_bound
     assert Shape.parse(str(testable)) == testable
 
 
-def test_counter_table_is_parsed_from_the_c_header():
+def test_counter_table_is_parsed_from_the_c_headers():
     names = [c.name for c in counters()]
-    assert names[0] == "router_forwarded" and "fib_no_neigh" in names
+    # the pipeline's own first, then each registered node's, in order
+    assert names[0] == "pipeline_end" and names.index("fib_no_neigh") < names.index("forwarded")
+    assert {c.node for c in counters() if c.name in ("forwarded", "neigh_stale")} == {"transmit"}
+    # every shape defines every counter, so ids never depend on the shape
+    assert all(f"X({c.c_name}," in render(Shape("tc", ROUTER)) for c in counters())
     assert len(names) == len(set(names))
     assert {c.kind for c in counters()} <= {"fast", "pass", "drop"}
 
 
 def test_cache_hit_never_runs_clang(tmp_path, monkeypatch):
-    src = render(Shape("xdp", ("router",)))
+    src = render(Shape("xdp", ROUTER))
     first = compile_source(src, tmp_path)
     assert not first.cached and first.data.startswith(b"\x7fELF")
 
@@ -50,8 +58,8 @@ def test_cache_hit_never_runs_clang(tmp_path, monkeypatch):
 
 
 def test_different_source_different_object(tmp_path):
-    a = compile_source(render(Shape("xdp", ("router",))), tmp_path)
-    b = compile_source(render(Shape("tc", ("router",))), tmp_path)
+    a = compile_source(render(Shape("xdp", ROUTER)), tmp_path)
+    b = compile_source(render(Shape("tc", ROUTER)), tmp_path)
     assert a.digest != b.digest
     assert len(os.listdir(tmp_path)) == 2
 

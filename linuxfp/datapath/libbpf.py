@@ -258,6 +258,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_map__set_initial_value": (c_int, [c_void_p, c_void_p, c_size_t]),
     "bpf_map__reuse_fd": (c_int, [c_void_p, c_int]),
     "bpf_map__set_max_entries": (c_int, [c_void_p, c_uint32]),
+    "bpf_map__key_size": (c_uint32, [c_void_p]),
+    "bpf_map__value_size": (c_uint32, [c_void_p]),
     # BTF
     "btf__find_by_name_kind": (c_int, [c_void_p, c_char_p, c_uint32]),
     "btf__type_by_id": (POINTER(BtfType), [c_void_p, c_uint32]),

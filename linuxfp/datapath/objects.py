@@ -214,6 +214,13 @@ class BpfObject:
             raise KeyError(f"object '{self.name}' has no map '{name}'")
         return bpf_map
 
+    def map_layout(self, name: str) -> tuple[int, int]:
+        """(key size, value size) of map `name` as the object declares it."""
+        handle = lib().bpf_object__find_map_by_name(self.handle, name.encode())
+        if not handle:
+            raise KeyError(f"object '{self.name}' has no map '{name}'")
+        return int(lib().bpf_map__key_size(handle)), int(lib().bpf_map__value_size(handle))
+
     def set_max_entries(self, name: str, max_entries: int) -> None:
         """Size map `name` before load (e.g. an array indexed by ifindex)."""
         result = lib().bpf_map__set_max_entries(self._unloaded_map(name, "set_max_entries"), max_entries)

@@ -2,9 +2,10 @@
 per-interface facts the nodes read from maps."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from linuxfp.synth import Shape
+from .shape import Shape
+from .tables import Table
 
 # Bits of struct lfp_iface.flags (bpf_modules/common.h).
 IF_FORWARDING = 1 << 0
@@ -50,7 +51,7 @@ class IfaceFacts:
         }
 
 
-# Values of lfp_neigh (enum lfp_neigh_state in bpf_modules/router.h).
+# Values of lfp_neigh (enum lfp_neigh_state in bpf_modules/transmit.h).
 NEIGH_CONFIRMED, NEIGH_STALE, NEIGH_PROBING = 1, 2, 3
 NEIGH_STATE_NAMES = {NEIGH_CONFIRMED: "confirmed", NEIGH_STALE: "stale", NEIGH_PROBING: "probing"}
 
@@ -110,16 +111,24 @@ class Skipped:
 
 @dataclass(frozen=True)
 class Graph:
+    """Per ingress, the pipeline Linux's configuration calls for; per node,
+    the tables it owns. Interface facts are the pipeline's own tables."""
+
     pipelines: tuple[Pipeline, ...] = ()
     skipped: tuple[Skipped, ...] = ()
     ifaces: tuple[IfaceFacts, ...] = ()
-    local_addrs: frozenset[str] = field(default_factory=frozenset)
-    neighbours: frozenset[NeighbourFacts] = field(default_factory=frozenset)
+    tables: tuple[Table, ...] = ()
 
     def pipeline(self, ifindex: int) -> Pipeline | None:
         for p in self.pipelines:
             if p.ifindex == ifindex:
                 return p
+        return None
+
+    def table(self, name: str) -> Table | None:
+        for t in self.tables:
+            if t.name == name:
+                return t
         return None
 
     def shapes(self) -> tuple[Shape, ...]:
@@ -130,6 +139,5 @@ class Graph:
             "pipelines": [p.to_dict() for p in self.pipelines],
             "skipped": [s.to_dict() for s in self.skipped],
             "ifaces": [f.to_dict() for f in self.ifaces],
-            "local_addrs": sorted(self.local_addrs),
-            "neighbours": [n.to_dict() for n in sorted(self.neighbours, key=lambda n: n.key)],
+            "tables": [t.to_dict() for t in self.tables],
         }

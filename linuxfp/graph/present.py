@@ -14,7 +14,10 @@ def to_text(graph: Graph) -> str:
         lines.append("interface facts:")
         for f in graph.ifaces:
             lines.append(f"  ifindex {f.ifindex}: mtu {f.mtu} {','.join(flag_names(f.flags)) or '-'}")
-    lines.append(f"local source addresses: {len(graph.local_addrs)}")
+    if graph.tables:
+        lines.append("tables:")
+        for t in graph.tables:
+            lines.append(f"  {t.name} ({t.owner}): {len(t.entries)} entries — {t.describe}")
     return "\n".join(lines)
 
 

@@ -68,6 +68,7 @@ _TCMSG = struct.Struct("=BxxxiIII")
 
 # IFLA_*
 IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_QDISC = 1, 3, 4, 5, 6
+IFLA_IFALIAS = 20
 IFLA_MASTER, IFLA_OPERSTATE, IFLA_LINKINFO = 10, 16, 18
 IFLA_EXT_MASK, IFLA_LINK_NETNSID, IFLA_XDP = 29, 37, 43
 IFLA_INFO_KIND, IFLA_INFO_SLAVE_KIND = 1, 4
@@ -165,6 +166,7 @@ def decode_link(payload: bytes) -> Link | None:
         slave_kind=slave_kind,
         peer=peer if peer and peer != index else None,
         peer_netnsid=nl.s32(a[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in a else None,
+        alias=nl.cstr(a[IFLA_IFALIAS]) if IFLA_IFALIAS in a else "",
     )
 
 

@@ -140,6 +140,7 @@ class Link(_JsonMixin):
     peer_netnsid: int | None = None  # IFLA_LINK_NETNSID: peer lives elsewhere
     # An ingress or clsact qdisc exists: tc ingress filters may run on this
     # device, and an XDP program would run before (and around) them.
+    alias: str = ""  # IFLA_IFALIAS (`ip link set DEV alias TEXT`)
     tc_ingress: bool = False
     # NETDEV_XDP_RX_METADATA_* bitmask: which metadata kfuncs the driver
     # implements (VLAN_TAG lets XDP see a tag moved out of the frame).

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .resources import modules_dir
+from linuxfp.resources import modules_dir
 
 CFLAGS = ("-O2", "-g", "-target", "bpf", "-Wall", "-Werror", "-Wno-unused-function")
 _ARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
@@ -72,10 +72,11 @@ def maps_layout_digest() -> str:
     return h.hexdigest()[:12]
 
 
-def source_digest(source: str, clang: str) -> str:
+def source_digest(source: str, clang: str, headers: tuple[Path, ...] = ()) -> str:
+    """`headers`: node headers outside bpf_modules/ the source includes."""
     h = hashlib.sha256()
     h.update(source.encode())
-    for header in sorted(modules_dir().glob("*.h")):
+    for header in sorted(modules_dir().glob("*.h")) + sorted(headers):
         h.update(header.name.encode())
         h.update(header.read_bytes())
     st = os.stat(clang)
@@ -84,11 +85,11 @@ def source_digest(source: str, clang: str) -> str:
     return h.hexdigest()
 
 
-def compile_source(source: str, cache_dir: Path | None = None) -> CompiledObject:
+def compile_source(source: str, cache_dir: Path | None = None, headers: tuple[Path, ...] = ()) -> CompiledObject:
     if not os.path.exists("/usr/include/bpf/bpf_helpers.h"):
         raise ToolMissing("bpf/bpf_helpers.h not found: install the Debian package 'libbpf-dev'")
     clang = find_clang()
-    digest = source_digest(source, clang)
+    digest = source_digest(source, clang, tuple(Path(h) for h in headers))
     cache_dir = cache_dir or default_cache_dir()
     cached_path = cache_dir / f"{digest}.o"
     try:

@@ -7,7 +7,7 @@ import importlib.resources
 import os
 from pathlib import Path
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _package_dir(package: str, checkout_dir: str) -> Path:

@@ -1,0 +1,103 @@
+/* Transmit node: sends what the deciding node (router.h) left in pkt->fwd,
+ * once every node in between (filters) let the packet through. It alone
+ * rewrites the packet, so nothing before it ever hands the kernel a modified
+ * one. Declared to the controller by linuxfp/graph/nodes/transmit.py.
+ */
+#ifndef LFP_TRANSMIT_H
+#define LFP_TRANSMIT_H
+
+#include "common.h"
+#include "parse.h"
+#include "hint.h"
+
+#define LFP_COUNTERS_TRANSMIT(X)                                                          \
+	X(FORWARDED,              transmit, fast, "forwarded by the fast path")             \
+	X(NO_DECISION,            transmit, pass, "no node decided where the packet goes")  \
+	X(NEIGH_UNCONFIRMED,      transmit, pass, "neighbour state unknown to the fast path") \
+	X(NEIGH_STALE,            transmit, pass, "first packet to a STALE neighbour (Linux starts probing)") \
+	X(EGRESS_UNSUPPORTED,     transmit, pass, "egress cannot take a redirect from this hook, or does not forward")
+
+/* Neighbour state of next hops, as far as it changes what Linux does with a
+ * packet. bpf_fib_lookup() accepts any valid entry, but the first packet
+ * Linux sends to a STALE entry also starts reachability probing (STALE ->
+ * DELAY, silently). So a STALE entry lets exactly one packet through to the
+ * kernel and is then marked PROBING, in which Linux sends as usual. The
+ * controller writes the states from neighbour events and flags every entry
+ * that is not CONFIRMED in lfp_neigh_hint; only flagged next hops are looked
+ * up, and a flagged one without an entry goes to the kernel. */
+enum lfp_neigh_state {
+	LFP_NEIGH_CONFIRMED = 1,  /* REACHABLE, PERMANENT, NOARP */
+	LFP_NEIGH_STALE = 2,      /* the next packet must go through the kernel */
+	LFP_NEIGH_PROBING = 3,    /* DELAY/PROBE: the kernel is probing */
+};
+
+struct lfp_neigh_key {
+	__u32 ifindex;
+	__be32 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lfp_neigh_key);
+	__type(value, __u8);
+} lfp_neigh SEC(".maps");
+
+/* Next hops that may be in lfp_neigh with a state other than CONFIRMED. */
+LFP_HINT_MAP(lfp_neigh_hint);
+
+static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
+{
+	__u32 check = ip->check;
+
+	check += bpf_htons(0x0100);
+	ip->check = (__u16)(check + (check >= 0xffff));
+	ip->ttl--;
+}
+
+static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
+{
+	struct lfp_neigh_key neigh;
+	__u8 *neigh_state = NULL;
+	struct iphdr *ip = NULL;
+	struct ethhdr *eth;
+
+	if (!pkt->fwd.egress)
+		return lfp_pass(pkt, LFP_CNT_NO_DECISION);
+	neigh.ifindex = pkt->fwd.egress;
+	neigh.addr = pkt->fwd.nexthop;
+	if (lfp_hint_set(lfp_hint_of(&lfp_neigh_hint), neigh.ifindex ^ neigh.addr)) {
+		neigh_state = bpf_map_lookup_elem(&lfp_neigh, &neigh);
+		if (!neigh_state)
+			return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
+	}
+	/* Only a packet Linux will really send starts its probing: every node
+	 * that could make the kernel drop it has let it through. */
+	if (neigh_state && *neigh_state == LFP_NEIGH_STALE) {
+		*neigh_state = LFP_NEIGH_PROBING;
+		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
+	}
+	/* Last decision before the rewrite: a pass after it would hand the
+	 * kernel a modified packet. */
+	eth = lfp_eth(pkt);
+	if (!eth)
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	if (pkt->fwd.flags & LFP_FWD_DEC_TTL) {
+		ip = lfp_ipv4(pkt);
+		if (!ip)
+			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	}
+	if (!lfp_arm_redirect(pkt, pkt->fwd.egress))
+		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
+
+	if (pkt->fwd.flags & LFP_FWD_SET_PRIORITY)
+		lfp_set_priority(pkt, pkt->fwd.priority);
+	if (ip)
+		lfp_ipv4_decrease_ttl(ip);
+	__builtin_memcpy(eth->h_dest, pkt->fwd.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, pkt->fwd.smac, ETH_ALEN);
+	lfp_count(LFP_CNT_FORWARDED);
+	return LFP_REDIRECT;
+}
+
+#endif

@@ -1,0 +1,79 @@
+"""Per-interface facts every pipeline reads (struct lfp_iface in
+bpf_modules/common.h) and the XDP egress set, as the pipeline's own tables.
+Pure: reads only the snapshot."""
+from __future__ import annotations
+
+import struct
+
+from .model import IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts
+from .tables import ARRAY, DEVMAP, Table, u32
+
+ARPHRD_ETHER = 1
+IFACES, TX_PORTS = "lfp_ifaces", "lfp_tx_ports"
+# Interfaces with a larger ifindex get no facts: all-zero facts mean "pass",
+# so they simply stay on the kernel path.
+MAX_IFACE_SLOTS = 1 << 16
+
+# Interface kinds whose packets Linux hands straight to IP (no bridge, tunnel
+# or aggregation semantics in between), so the router node can stand in for it.
+ROUTABLE_KINDS = frozenset({"", "veth"})
+
+# Root qdiscs that neither reorder by class nor rewrite: an XDP redirect, which
+# bypasses the egress qdisc, is then indistinguishable from Linux's output.
+PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
+
+_IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface
+_XDP_TX_READY = IF_XDP_TX | IF_FORWARDING
+
+
+def pack_iface(f: IfaceFacts) -> bytes:
+    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap)
+
+
+def unpack_iface(ifindex: int, raw: bytes) -> IfaceFacts:
+    flags, mtu, mac, cap = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
+    return IfaceFacts(ifindex, flags, mtu, mac, cap)
+
+
+def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> IfaceFacts:
+    conf = snapshot.sysctls.for_ifindex(link.index)
+    flags = 0
+    if conf is not None:
+        flags |= IF_FORWARDING if conf.forwarding else 0
+        flags |= IF_RP_FILTER if conf.rp_filter else 0
+    if full_check:
+        flags |= IF_SRC_FULL_CHECK
+    if snapshot.sysctls.forward_update_priority:
+        flags |= IF_SET_PRIORITY
+    # Accepted ICMP redirects create next-hop exceptions bpf_fib_lookup ignores.
+    redirects = conf is not None and conf.accept_redirects
+    sendable = (link.up and link.oper_up and link.kind in ROUTABLE_KINDS and not link.master
+                and not redirects)
+    if sendable:
+        flags |= IF_TC_TX
+        # An XDP redirect skips the egress qdisc and tc egress filters.
+        if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress:
+            flags |= IF_XDP_TX
+    return IfaceFacts(link.index, flags, link.mtu, _mac_bytes(link.mac), fwd_len_cap)
+
+
+def _mac_bytes(mac: str) -> bytes:
+    try:
+        raw = bytes(int(part, 16) for part in mac.split(":"))
+    except (ValueError, AttributeError):
+        return bytes(6)
+    return raw if len(raw) == 6 else bytes(6)
+
+
+def interface_tables(facts: tuple[IfaceFacts, ...]) -> tuple[Table, ...]:
+    """lfp_ifaces (facts by ifindex) and lfp_tx_ports (the egresses an XDP
+    redirect may use: able to take XDP frames, and forwarding)."""
+    usable = [f for f in facts if f.ifindex < MAX_IFACE_SLOTS]
+    ifaces = Table(IFACES, "pipeline", 4, _IFACE_VALUE.size,
+                   frozenset((u32(f.ifindex), pack_iface(f)) for f in usable if pack_iface(f) != bytes(_IFACE_VALUE.size)),
+                   kind=ARRAY, by_ifindex=True, describe="interface facts by ifindex")
+    tx = Table(TX_PORTS, "pipeline", 4, 4,
+               frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
+                         if f.flags & _XDP_TX_READY == _XDP_TX_READY),
+               kind=DEVMAP, by_ifindex=True, describe="XDP egresses")
+    return ifaces, tx

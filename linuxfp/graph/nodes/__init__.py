@@ -1,0 +1,134 @@
+"""The node registry: every node is one C header in bpf_modules/ (or beside
+its module) plus one Python module here declaring it.
+
+A node declares where it sits (`stage`), whether it applies to an ingress and
+whether it can be exact there (`applies`, `blocker`, `hook_blocker`), the maps
+it owns with their desired contents (`tables`), and through its header its
+counters (LFP_COUNTERS_<NAME>). The graph composes pipelines from the
+registry, synth renders them, the controller syncs every table generically:
+adding a node touches no other node and no controller code
+(docs/architecture.md, "How to add a node").
+
+LINUXFP_NODES=/path/a.py:/path/b.py registers nodes that live outside the
+tree: each module calls `register()`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from enum import IntEnum
+from pathlib import Path
+from typing import Iterable
+
+from ..tables import Table
+
+
+class Stage(IntEnum):
+    """Where a node sits on the path a packet takes through Linux; the
+    pipeline chains its nodes in this order."""
+
+    BRIDGE = 10           # bridge forwarding decision (br_handle_frame)
+    BRIDGE_FILTER = 20    # br_netfilter: FORWARD with the bridge as device
+    PREROUTING = 30       # raw/mangle/nat PREROUTING, conntrack lookup
+    LOCAL_IN = 40         # INPUT of the outer packet: decapsulation
+    ROUTE = 50            # the routing decision
+    FORWARD = 60          # filter FORWARD (the egress is known here)
+    POSTROUTING = 70      # mangle/nat POSTROUTING
+    TRANSMIT = 80         # rewrite and send what was decided
+
+
+class Node:
+    """Base of every node declaration. Pure: reads only the snapshot."""
+
+    name: str = ""
+    stage: Stage = Stage.FORWARD
+    header: Path = Path()
+    # Whether it fills pkt->fwd: an ingress without a deciding node stays on
+    # the kernel path, with the deciding nodes' blockers as the reason.
+    decides: bool = False
+    # Obstacles (linuxfp/graph/obstacles.py) this node reproduces exactly,
+    # e.g. "netfilter" for a filter node.
+    covers: frozenset[str] = frozenset()
+    # The Snapshot fields `tables` reads: the graph recomputes a node's
+    # tables only when one of them changed.
+    inputs: tuple[str, ...] = ()
+
+    def applies(self, snapshot, link) -> bool:
+        """Whether packets arriving on `link` pass through this node."""
+        return True
+
+    def blocker(self, snapshot, link) -> str | None:
+        """For a deciding node that does not apply: why (shown by `linuxfp graph`)."""
+        return None
+
+    def hook_blocker(self, snapshot, link, hook: str) -> str | None:
+        """Why this node cannot be exact at `hook` on `link` (None: it can)."""
+        return None
+
+    def tables(self, snapshot) -> tuple[Table, ...]:
+        """The maps this node owns and what they must hold."""
+        return ()
+
+    def refreshed(self, table: str, messages) -> frozenset[bytes]:
+        """Keys of `table` to rewrite even if unchanged, because a netlink
+        message announced them and the datapath writes these entries too."""
+        return frozenset()
+
+    def __repr__(self) -> str:
+        return f"<node {self.name} stage={self.stage.name}>"
+
+
+_REGISTRY: list[Node] = []
+_loaded_external = False
+
+
+def register(node: Node) -> Node:
+    """Add a node (once per name); returns it, so a module can say
+    `NODE = register(MyNode())`."""
+    if not node.name or not node.name.isidentifier():
+        raise ValueError(f"node name {node.name!r} is not a C identifier")
+    for known in _REGISTRY:
+        if known.name == node.name:
+            if type(known) is type(node):
+                return known
+            raise ValueError(f"a node named {node.name!r} is registered already")
+    if not node.header.is_file():
+        raise ValueError(f"node {node.name!r}: header {node.header} not found")
+    _REGISTRY.append(node)
+    return node
+
+
+def _load_external() -> None:
+    global _loaded_external
+    if _loaded_external:
+        return
+    _loaded_external = True
+    for path in filter(None, os.environ.get("LINUXFP_NODES", "").split(":")):
+        spec = importlib.util.spec_from_file_location(f"linuxfp_node_{Path(path).stem}", path)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"LINUXFP_NODES: cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+def registered() -> tuple[Node, ...]:
+    """Every node, built-in ones first, in registration order (the order of
+    their counters)."""
+    from . import router, transmit  # noqa: F401  (built-ins register themselves)
+
+    _load_external()
+    return tuple(_REGISTRY)
+
+
+def node_named(name: str) -> Node:
+    for node in registered():
+        if node.name == name:
+            return node
+    raise ValueError(f"unknown node {name!r} (registered: {', '.join(n.name for n in registered())})")
+
+
+def in_stage_order(nodes: Iterable[Node]) -> tuple[Node, ...]:
+    return tuple(sorted(nodes, key=lambda n: n.stage))
+
+
+__all__ = ["Node", "Stage", "register", "registered", "node_named", "in_stage_order"]

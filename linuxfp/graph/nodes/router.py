@@ -1,0 +1,104 @@
+"""The router node (bpf_modules/router.h): IPv4 forwarding decided by the
+kernel's FIB, read live; it owns the local-source set and its prefilter."""
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+from linuxfp.resources import modules_dir
+
+from ..interfaces import ARPHRD_ETHER, ROUTABLE_KINDS
+from ..tables import HASH, Table, be32, hint_table
+from . import Node, Stage, register
+
+LOCAL_TABLE = 255
+LOCAL_SRC, LOCAL_HINT = "lfp_local_src", "lfp_local_hint"
+
+# Route types that make __fib_validate_source() refuse a source when found
+# outside the local table (where lfp_local_src already covers them).
+_SOURCE_REFUSING_TYPES = frozenset({"local", "broadcast", "multicast", "anycast", "nat"})
+_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+class Router(Node):
+    name = "router"
+    stage = Stage.ROUTE
+    header = modules_dir() / "router.h"
+    decides = True
+    inputs = ("addresses", "routes")
+
+    def applies(self, snapshot, link) -> bool:
+        return self.blocker(snapshot, link) is None
+
+    def blocker(self, snapshot, link) -> str | None:
+        if link.link_type != ARPHRD_ETHER:
+            return "not an Ethernet interface"
+        if link.master:
+            master = snapshot.link(link.master)
+            name = master.name if master else str(link.master)
+            return f"port of {name}: the bridge node is not available yet"
+        if link.kind not in ROUTABLE_KINDS:
+            return f"{link.kind} interfaces are not supported yet"
+        return None
+
+    def hook_blocker(self, snapshot, link, hook: str) -> str | None:
+        if hook == "xdp" and any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
+            return "policy rules match fwmark, which XDP cannot see"
+        return None
+
+    def tables(self, snapshot) -> tuple[Table, ...]:
+        local = local_source_addresses(snapshot)
+        return (
+            Table(LOCAL_SRC, self.name, 4, 1, frozenset((socket.inet_aton(a), b"\x01") for a in local),
+                  kind=HASH, describe="local addresses: refused as sources"),
+            hint_table(LOCAL_HINT, self.name, (be32(a) for a in local), "prefilter of lfp_local_src"),
+        )
+
+
+ROUTER = register(Router())
+
+
+def local_source_addresses(snapshot) -> frozenset[str]:
+    """Sources Linux refuses on forwarded packets: every address of the host
+    (inet_lookup_ifaddr_rcu sees addresses of down links too) and every local or
+    broadcast destination of the local table (what a reverse lookup would find)."""
+    addrs = {a.host_address for a in snapshot.addresses if a.family == 2}
+    for route in snapshot.routes:
+        if route.family == 2 and route.table == LOCAL_TABLE and route.type in _SOURCE_REFUSING_TYPES:
+            net = ipaddress.ip_network(route.dst, strict=False)
+            if net.prefixlen == 32:
+                addrs.add(str(net.network_address))
+    return frozenset(addrs)
+
+
+def needs_full_source_check(snapshot) -> bool:
+    """Whether a source can be refused by a route lfp_local_src does not hold:
+    the local table is not consulted first, or another table has routes of a
+    type that makes __fib_validate_source() fail."""
+    local_first = any(
+        r.family == 2 and r.priority == 0 and r.table == LOCAL_TABLE and r.action == "to_tbl"
+        and not r.has_selectors
+        for r in snapshot.rules
+    )
+    if not local_first:
+        return True
+    return any(
+        r.family == 2 and r.type in _SOURCE_REFUSING_TYPES
+        and (r.table != LOCAL_TABLE or not r.dst.endswith("/32"))   # lfp_local_src holds /32s only
+        and not _LOOPBACK.supernet_of(ipaddress.ip_network(r.dst, strict=False))  # martian anyway
+        for r in snapshot.routes
+    )
+
+
+def forward_length_cap(snapshot) -> int:
+    """The smallest route MTU metric of the namespace (0 when none): Linux's
+    forwarding honours these, bpf_fib_lookup() only when locked, so longer
+    packets go to the kernel rather than risk a difference."""
+    mtus = [r.mtu for r in snapshot.routes if r.family == 2 and r.mtu]
+    if not mtus:
+        return 0
+    if snapshot.sysctls.forward_use_pmtu:
+        # Linux then prefers a learned path MTU, which bpf_fib_lookup ignores
+        # when a metric is set: only minimum-size packets are safe.
+        return 68
+    return min(min(mtus), 0xFFFF)

@@ -1,0 +1,40 @@
+"""Obstacles: configuration that makes Linux do something to a packet that
+no chosen node reproduces. An ingress with an obstacle that none of its
+nodes `covers` stays on the kernel path. Pure."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .interfaces import ARPHRD_ETHER
+
+
+@dataclass(frozen=True)
+class Obstacle:
+    name: str        # what a node names in `covers`
+    reason: str      # shown by `linuxfp graph`
+
+
+def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
+    """Obstacles every ingress of the namespace meets."""
+    found = []
+    nf = snapshot.netfilter
+    if nf.active:
+        found.append(Obstacle("netfilter", f"netfilter rules present ({nf.detail}); "
+                                           "the filter node is not available yet"))
+    if snapshot.xfrm.active:
+        found.append(Obstacle("xfrm", "IPsec (xfrm) policies present: ip_forward would check or transform packets"))
+    policy = snapshot.sysctls.multipath_hash_policy
+    if policy not in (0, 1) and any(len(r.nexthops) > 1 or r.nh_id for r in snapshot.routes):
+        found.append(Obstacle("multipath_hash", f"fib_multipath_hash_policy={policy} hashes fields "
+                                                "bpf_fib_lookup does not see, and multipath routes exist"))
+    return tuple(found)
+
+
+def ingress_obstacles(link) -> tuple[Obstacle, ...]:
+    """Obstacles of one ingress interface."""
+    found = []
+    if link.link_type != ARPHRD_ETHER:
+        found.append(Obstacle("not_ethernet", "not an Ethernet interface"))
+    if link.tc_ingress:
+        found.append(Obstacle("tc_ingress", "an ingress/clsact qdisc is present: its tc filters would be bypassed"))
+    return tuple(found)
