@@ -7,6 +7,7 @@ import logging
 import os
 
 from linuxfp import datapath as dp
+from linuxfp.datapath.maps import BPF_MAP_TYPE_ARRAY
 from linuxfp.graph import Graph, Table
 from linuxfp.graph.interfaces import MAX_IFACE_SLOTS
 from linuxfp.graph.tables import ARRAY, DEVMAP
@@ -18,7 +19,6 @@ log = logging.getLogger("linuxfp.maps")
 
 COUNTERS_MAP = "lfp_counters"      # per interface, not shared
 MIN_IFACE_SLOTS = 256
-_MAP_TYPE_ARRAY = 2
 
 Entries = frozenset[tuple[bytes, bytes]]
 
@@ -158,7 +158,7 @@ class SharedMaps:
             if m is None:
                 continue
             items = m.items()
-            if m.type == _MAP_TYPE_ARRAY:
+            if m.type == BPF_MAP_TYPE_ARRAY:
                 items = [(k, v) for k, v in items if any(v)]
             found[name] = frozenset(items)
         return found

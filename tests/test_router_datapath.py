@@ -6,7 +6,6 @@ maps are filled the way the controller fills them: snapshot → graph."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import struct
 import time
 
