@@ -149,6 +149,25 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 	return 0;
 }
 
+/* Whether the first `len` bytes of the frame are in pkt->data..data_end.
+ * An skb may hold them partly in fragments: they are pulled into the linear
+ * part, which changes no byte of the packet (but moves it: every pointer
+ * into it must be derived again). XDP sees all of a single-buffer frame. */
+static __always_inline int lfp_linear(struct lfp_pkt *pkt, __u32 len)
+{
+	if (pkt->data + len <= pkt->data_end)
+		return 1;
+#ifdef LFP_HOOK_TC
+	if (len > pkt->len || bpf_skb_pull_data(pkt->ctx, len))
+		return 0;
+	pkt->data = (void *)(long)pkt->ctx->data;
+	pkt->data_end = (void *)(long)pkt->ctx->data_end;
+	return pkt->data + len <= pkt->data_end;
+#else
+	return 0;
+#endif
+}
+
 #if defined(LFP_HOOK_XDP) && defined(LFP_XDP_VLAN_KFUNC)
 /* Only device-bound programs may call it; see Shape.device_bound. */
 extern int bpf_xdp_metadata_rx_vlan_tag(const struct xdp_md *ctx, __be16 *vlan_proto,

@@ -24,7 +24,7 @@ from .namespace import NamespaceLayout, netns_cookie
 from .reclaim import reclaim_stale
 from .reconcile import InstalledPipeline, InstalledState, plan
 from .responsetime import ResponseTimes
-from .watch import TableWatch
+from .watch import NftablesWatch, TableWatch
 
 log = logging.getLogger("linuxfp.controller")
 
@@ -55,6 +55,7 @@ class Controller:
         self.companion = Companion(self.installer.maps, self.layout.cookie)
         self.lease = Lease()
         self.watch = TableWatch(self.installer.maps)
+        self.nft_watch = NftablesWatch(self.lease.mark_unsure)
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
@@ -131,14 +132,17 @@ class Controller:
             log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
                       "so the datapath leaves every packet to the kernel", self.companion.error)
         self.watch.start(self.companion.program(WATCH_PROGRAM))
+        self.nft_watch.start()
         runtime_files.write_atomic(self.layout.windows_file,
-                                   _json(lease_windows(self.watch.attached, self.options.keep)))
+                                   _json(lease_windows(self.watch.attached, self.options.keep,
+                                                       self.nft_watch.attached)))
 
     def stop(self) -> None:
         try:
             # First: from here on nothing watches or renews, so nothing may
             # keep the fast path on (a kept datapath waits for the next run).
             self.lease.revoke()
+            self.nft_watch.close()
             self.watch.close()
             self.companion.close()
             if self.options.keep:
@@ -214,6 +218,15 @@ class Controller:
                             self.reconcile(snapshot)
                         if changed:
                             self.lease.acknowledge(watched)
+                    # nf_tables announced a commit (the datapath has been passing
+                    # since): the re-read below sees every commit counted in seq.
+                    if self.lease.unsure:
+                        seq = self.lease.unsure_seq
+                        fresh = kstate.refresh_netfilter(snapshot)
+                        if fresh is not snapshot:
+                            snapshot = fresh
+                            self.reconcile(snapshot)
+                        self.lease.settle_unsure(seq)
                     # Renewed only here, by the loop itself, once what arrived has
                     # been applied: a stuck loop or a stopped process lets it lapse.
                     if not self._stop:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 import time
 from dataclasses import dataclass
 
@@ -66,19 +67,59 @@ def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: i
     lease_map.update(_KEY, bytes(value))
 
 
+# watch_acked while a change the controller has not re-read yet is known to
+# have been made (changes_started never reaches it): every packet goes to
+# the kernel, counted as watched_table_changed.
+UNSURE = (1 << 64) - 1
+
+
 class Lease:
-    """Renews the lease at most every RENEW_NS through `renew_program`."""
+    """Renews the lease at most every RENEW_NS through `renew_program`.
+
+    `mark_unsure` (called from a watch's thread the moment the kernel
+    announces a change) hands every packet to the kernel until the event
+    loop has re-read the changed state and calls `settle_unsure` with the
+    count it read before: a change announced in between keeps it unsure."""
 
     def __init__(self) -> None:
         self.renew_program = None    # set once the companion has loaded
         self.watch_acked = 0
         self._renewed = 0
+        self._lock = threading.Lock()
+        self.unsure_seq = 0          # changes announced so far
+        self._settled_seq = 0        # of which the loop has re-read
+
+    @property
+    def unsure(self) -> bool:
+        return self.unsure_seq != self._settled_seq
+
+    def _acked(self) -> int:
+        return UNSURE if self.unsure else self.watch_acked
+
+    def mark_unsure(self) -> None:
+        with self._lock:
+            self.unsure_seq += 1
+            if self.renew_program is not None:
+                # Keeps the timer as it is where possible: a term from now, as
+                # any renewal; harmless, since nothing is fast-pathed until
+                # the loop settles it.
+                dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(UNSURE, TERM_NS))
+
+    def settle_unsure(self, seq: int) -> bool:
+        """The changes announced up to `seq` have been re-read and applied."""
+        with self._lock:
+            if seq != self.unsure_seq:
+                return False
+            self._settled_seq = seq
+            self._renew_locked(force=True)
+            return True
 
     def revoke(self) -> None:
         """End the lease now: the controller knows its view may be stale
         (events were lost) until it has re-read everything."""
         if self.renew_program is not None:
-            dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self.watch_acked, 0))
+            with self._lock:
+                dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self._acked(), 0))
             self._renewed = 0
 
     def acknowledge(self, changes_started: int) -> None:
@@ -87,16 +128,20 @@ class Lease:
         self.renew(force=True)
 
     def renew(self, force: bool = False) -> None:
+        with self._lock:
+            self._renew_locked(force)
+
+    def _renew_locked(self, force: bool) -> None:
         now = time.monotonic_ns()
         if self.renew_program is None or (not force and now - self._renewed < RENEW_NS):
             return
-        run = dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self.watch_acked, TERM_NS))
+        run = dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self._acked(), TERM_NS))
         if run.retval != 0:
             log.error("lease renewal refused (%d): the datapath leaves packets to the kernel", run.retval)
         self._renewed = now
 
 
-def windows(watch_attached: bool, keep: bool) -> dict[str, str]:
+def windows(watch_attached: bool, keep: bool, nft_watched: bool = False) -> dict[str, str]:
     """Each source of truth the fast path depends on, and how stale the fast
     path can be about it (docs/datapath.md explains each)."""
     term = f"{TERM_NS / 1e9:g} s"
@@ -105,8 +150,11 @@ def windows(watch_attached: bool, keep: bool) -> dict[str, str]:
         else "none (its programs die with it)",
         "controller stopped or stuck": f"<= {term} (lease)",
         "routes, rules, next hops": "none (the FIB is read per packet)",
-        "addresses, neighbours, links, sysctls with events, nf_tables, xfrm policies":
+        "addresses, neighbours, links, sysctls with events, xfrm policies":
             "the response time (linuxfp stats)",
+        "nf_tables (iptables-nft, nft)": "its notification's delivery (a watch thread then hands every "
+                                         "packet to the kernel until the change is applied)" if nft_watched
+        else "the response time (linuxfp stats)",
         "legacy iptables": "none (cgroup setsockopt watch; the 1 s poll behind it)" if watch_attached
         else "<= 1 s (polled)",
         "accept_redirects and other sysctls without events": "<= 1 s (polled)",

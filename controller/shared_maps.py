@@ -121,6 +121,9 @@ class SharedMaps:
         m = self.get(table.name)
         if m is None:
             return                   # no program uses it yet: filled when one creates it
+        if table.kind != DEVMAP and not table.by_ifindex:
+            m.update_many(list(entries))
+            return
         for key, value in entries:
             if table.by_ifindex and int.from_bytes(key, "little") >= m.max_entries:
                 continue             # beyond the array: all-zero facts, the kernel path
@@ -136,6 +139,9 @@ class SharedMaps:
     def erase(self, table: Table, keys) -> None:
         m = self.get(table.name)
         if m is None:
+            return
+        if table.kind != ARRAY and not table.by_ifindex:
+            m.delete_many(list(keys))
             return
         for key in keys:
             if table.by_ifindex and int.from_bytes(key, "little") >= m.max_entries:

@@ -82,17 +82,20 @@ def stats(layout: NamespaceLayout) -> dict:
         nodes: dict[str, dict] = {}
         for name, value in values.items():
             c = table[name]
-            node = nodes.setdefault(c.node, {"fast_path": 0, "dropped": 0, "passed": {}})
+            node = nodes.setdefault(c.node, {"fast_path": 0, "dropped": 0, "passed": {}, "drops": {}})
             if c.kind == "fast":
                 node["fast_path"] += value
             elif c.kind == "drop":
                 node["dropped"] += value
+                if value:
+                    node["drops"][name] = value
             elif value:
                 node["passed"][name] = value
         interfaces.append({
             "ifname": p.ifname, "ifindex": p.ifindex, "hook": p.hook,
             "fast_path": sum(n["fast_path"] for n in nodes.values()),
             "passed_to_kernel": sum(sum(n["passed"].values()) for n in nodes.values()),
+            "dropped": sum(n["dropped"] for n in nodes.values()),
             "nodes": nodes,
         })
     return {"namespace": layout.name, "interfaces": interfaces,
@@ -122,8 +125,11 @@ def stats_text(data: dict) -> str:
     descriptions = {c.name: c.description for c in counters()}
     lines = []
     for i in data["interfaces"]:
-        lines.append(f"{i['ifname']} [{i['hook']}]: fast path {i['fast_path']}, passed to kernel {i['passed_to_kernel']}")
+        lines.append(f"{i['ifname']} [{i['hook']}]: fast path {i['fast_path']}, passed to kernel "
+                     f"{i['passed_to_kernel']}, dropped {i.get('dropped', 0)}")
         for node, n in sorted(i["nodes"].items()):
+            for reason, value in sorted(n.get("drops", {}).items(), key=lambda kv: -kv[1]):
+                lines.append(f"    {node:<8} drop {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
             for reason, value in sorted(n["passed"].items(), key=lambda kv: -kv[1]):
                 lines.append(f"    {node:<8} pass {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
     rt = data.get("response_time")

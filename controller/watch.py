@@ -1,16 +1,31 @@
-"""The kernel-side watch of legacy iptables (bpf_modules/controller.c): a cgroup
-setsockopt program counts the table replacements made in this namespace as
-they are requested, so the datapath stops acting on a table that is being
-changed before the change is made, instead of up to a poll interval after.
-This module attaches it and tells the controller when a re-read is due."""
+"""The watches of the netfilter tables the filter node mirrors, which make the
+datapath fail-safe the moment they change, long before the controller has
+re-read and applied them.
+
+Legacy iptables (TableWatch): the kernel-side watch (bpf_modules/
+controller.c), a cgroup setsockopt program, counts the table replacements
+made in this namespace as they are requested, so the datapath stops acting
+on a table that is being changed before the change is made, instead of up to
+a poll interval after. This module attaches it and tells the controller when
+a re-read is due.
+
+nf_tables (NftablesWatch): a commit is announced on NFNLGRP_NFTABLES once it
+is in force; a thread of its own waits for that and marks the lease unsure at
+once (controller/lease.py), whatever the event loop is busy with. The window
+left is the announcement's delivery."""
 from __future__ import annotations
 
 import errno
 import logging
 import os
+import socket
+import threading
 import time
 
 from linuxfp import datapath as dp
+
+from linuxfp.state import netlink as nl
+from linuxfp.state.events import NFNLGRP_NFTABLES
 
 from . import lease
 
@@ -87,3 +102,57 @@ class TableWatch:
         if self._link is not None:
             self._link.close()
             self._link = None
+
+
+class NftablesWatch:
+    """Calls `on_change` from its own thread for every nf_tables
+    announcement (and for lost ones), in the namespace it was started in."""
+
+    def __init__(self, on_change) -> None:
+        self.on_change = on_change
+        self._sock: nl.NetlinkSocket | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.error: str | None = None
+
+    @property
+    def attached(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> bool:
+        try:
+            self._sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER, groups=(NFNLGRP_NFTABLES,))
+        except OSError as e:
+            self.error = str(e)     # no nfnetlink: no nf_tables either
+            return False
+        self._sock.sock.settimeout(0.2)   # to notice close()
+        self._thread = threading.Thread(target=self._run, name="nftables-watch", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._sock.sock.recv(nl.RECV_BUFSIZE)
+            except socket.timeout:
+                continue
+            except OSError as e:
+                if e.errno != errno.ENOBUFS or self._stop.is_set():
+                    if not self._stop.is_set():
+                        log.error("nf_tables watch failed (%s): the lease is left unsure", e)
+                        self.on_change()
+                    return
+            # any message, or an overrun that lost some: a commit happened
+            try:
+                self.on_change()
+            except Exception:      # noqa: BLE001  (the loop must go on)
+                log.exception("nf_tables watch: marking the lease unsure failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(1.0)
+            self._thread = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -150,7 +150,15 @@ def test_watch(tmp_path, capsys):
     assert set(result["added_ns_per_call"]) == {"getppid", "setsockopt"}
 
 
-@pytest.mark.parametrize("scenario", ["gateway", "rules", "bridge"])
+def test_rules(tmp_path, capsys):
+    result = bench("rules", tmp_path, capsys)
+    assert set(result["counts"]) == {"1", "1000"}, result["errors"]
+    for data in result["counts"].values():
+        check_throughput(data, {"linux", "linuxfp-xdp", "linuxfp-tc"})
+    assert set(result["flatness"]) == {"linux", "linuxfp-xdp", "linuxfp-tc"}
+
+
+@pytest.mark.parametrize("scenario", ["gateway", "bridge"])
 def test_not_yet_supported(scenario, tmp_path, capsys):
     result = bench(scenario, tmp_path, capsys, as_json=False)
     assert result["supported"] is False

@@ -220,16 +220,17 @@ def test_offloaded_vlan_tag_is_never_routed_as_untagged(router_topology, ip_forw
 
 
 @pytest.mark.parametrize("command, undo", [
-    # (iptables-nft leaves its table behind after a flush, which keeps the
-    # namespace on the kernel path: nothing to undo here)
-    (["iptables", "-A", "FORWARD", "-d", "198.19.3.0/24", "-j", "DROP"], None),
+    # connection tracking is beyond the filter node (iptables-nft leaves its
+    # empty table behind after the flush: the filter node has nothing to do)
+    (["iptables", "-A", "FORWARD", "-m", "conntrack", "--ctstate", "NEW", "-d", "198.19.3.0/24", "-j", "DROP"],
+     ["iptables", "-F", "FORWARD"]),
     (["ip", "xfrm", "policy", "add", "dir", "fwd", "src", "198.18.1.0/24", "dst", "198.19.3.0/24", "action", "block"],
      ["ip", "xfrm", "policy", "flush"]),
-], ids=["iptables", "xfrm"])
+], ids=["conntrack", "xfrm"])
 def test_rules_the_router_cannot_honour_return_the_namespace_to_linux(router_topology, ip_forw_datagrams,
                                                                        command, undo):
-    """A netfilter rule or an IPsec policy makes the controller detach: Linux
-    then applies it; removing the policy brings the fast path back."""
+    """A stateful netfilter rule or an IPsec policy makes the controller
+    detach: Linux then applies it; removing it brings the fast path back."""
     import time
 
     r = router_topology
@@ -253,6 +254,32 @@ def test_rules_the_router_cannot_honour_return_the_namespace_to_linux(router_top
         before = fast_path_count(r)
         udp_burst(r, 20)
         assert fast_path_count(r) >= before + 20
+
+
+@pytest.mark.parametrize("save", ["iptables", "iptables-legacy"])
+def test_an_iptables_forward_rule_is_applied_in_the_fast_path(router_topology, ip_forw_datagrams, save):
+    """A stateless FORWARD rule keeps the namespace accelerated: the filter
+    node drops what the rule drops and forwards the rest, Linux untouched;
+    `graph` names the filter in the shape; flushing takes it out again."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as c:
+        r.dut.run([save, "-A", "FORWARD", "-d", "198.19.3.0/24", "-p", "udp", "-j", "DROP"])
+        c.settled()
+        shapes = {i["ifname"]: i["shape"] for i in status(r)["interfaces"]}
+        assert "filter" in shapes["to-src"], shapes
+        before = ip_forw_datagrams(r.dut)
+        with Capture(r.sink, "to-dut") as sink:
+            udp_burst(r, 20)                       # dropped
+            udp_burst(r, 20, dst="198.19.4.7")     # forwarded
+            settle([sink], quiet=0.2)
+            got = [f for f in sink.stop() if len(f.data) >= 64]
+        assert len(got) == 20 and ip_forw_datagrams(r.dut) == before
+        nodes = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]
+        assert nodes["filter"]["drops"]["filter_dropped"] == 20
+        r.dut.run([save, "-F", "FORWARD"])
+        c.settled()
+        shapes = {i["ifname"]: i["shape"] for i in status(r)["interfaces"]}
+        assert "filter" not in shapes["to-src"], shapes
 
 
 def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_topology, tmp_path):

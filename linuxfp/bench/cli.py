@@ -37,7 +37,7 @@ def _unsupported_scenario(name: str) -> Callable[[], Scenario]:
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "router": _module_scenario("router"),
     "gateway": _unsupported_scenario("gateway"),
-    "rules": _unsupported_scenario("rules"),
+    "rules": _module_scenario("rules"),
     "bridge": _unsupported_scenario("bridge"),
     "latency": _module_scenario("latency"),
     "response": _module_scenario("response"),

@@ -10,8 +10,6 @@ REASONS = {
     "gateway": "needs the filter node (iptables/ipset rules in the fast path); until it exists any "
                "netfilter ruleset keeps the whole namespace on the kernel path, so LinuxFP would "
                "just measure Linux",
-    "rules": "needs the filter node: LinuxFP's rate vs number of iptables/ipset rules is only "
-             "meaningful once rules are evaluated in the fast path",
     "bridge": "needs the bridge node: bridge ports stay on the kernel path until it exists",
 }
 

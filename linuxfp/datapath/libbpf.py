@@ -276,6 +276,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
         c_int,
         [c_int, c_void_p, c_void_p, c_void_p, c_void_p, POINTER(c_uint32), POINTER(BpfMapBatchOpts)],
     ),
+    "bpf_map_update_batch": (c_int, [c_int, c_void_p, c_void_p, POINTER(c_uint32), POINTER(BpfMapBatchOpts)]),
+    "bpf_map_delete_batch": (c_int, [c_int, c_void_p, POINTER(c_uint32), POINTER(BpfMapBatchOpts)]),
     # object files, ids, info
     "bpf_obj_pin": (c_int, [c_int, c_char_p]),
     "bpf_obj_get": (c_int, [c_char_p]),

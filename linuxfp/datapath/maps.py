@@ -35,6 +35,7 @@ PERCPU_MAP_TYPES = frozenset(
 )
 
 _BATCH_ENTRIES = 256
+_WRITE_BATCH = 4096
 _BATCH_UNSUPPORTED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP})
 
 
@@ -178,6 +179,46 @@ class Map:
                 )
         packed = b"".join(value.ljust(stride, b"\0") for value in per_cpu)
         self._update_raw(key, packed, flags)
+
+    def update_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Write many entries with BPF_MAP_UPDATE_BATCH (one system call per
+        _WRITE_BATCH entries) where the map type has it, else one by one. Not
+        atomic: a reader sees each entry old or new."""
+        self._refuse_percpu("update_many")
+        done = 0
+        while done < len(items):
+            chunk = items[done:done + _WRITE_BATCH]
+            keys = ctypes.create_string_buffer(b"".join(k for k, _ in chunk), self.key_size * len(chunk))
+            values = ctypes.create_string_buffer(b"".join(v for _, v in chunk), self.value_size * len(chunk))
+            count = ctypes.c_uint32(len(chunk))
+            opts = new_opts(BpfMapBatchOpts)
+            result = lib().bpf_map_update_batch(self.fd, keys, values, ctypes.byref(count), ctypes.byref(opts))
+            if result != 0:
+                code = errno_of(result)
+                if code in _BATCH_UNSUPPORTED and count.value == 0:
+                    for key, value in items[done:]:
+                        self.update(key, value)
+                    return
+                raise BpfError(f"update_batch in map {self.name}", code)
+            done += len(chunk)
+
+    def delete_many(self, keys: Sequence[bytes]) -> None:
+        """Delete many keys (absent ones are fine), batched where possible."""
+        self._refuse_percpu("delete_many")
+        done = 0
+        while done < len(keys):
+            chunk = keys[done:done + _WRITE_BATCH]
+            buffer = ctypes.create_string_buffer(b"".join(chunk), self.key_size * len(chunk))
+            count = ctypes.c_uint32(len(chunk))
+            opts = new_opts(BpfMapBatchOpts)
+            result = lib().bpf_map_delete_batch(self.fd, buffer, ctypes.byref(count), ctypes.byref(opts))
+            if result != 0:
+                # a key already gone stops the batch at it (ENOENT); the rest
+                # one by one, as for map types without batches
+                for key in keys[done + count.value:]:
+                    self.delete(key)
+                return
+            done += len(chunk)
 
     def delete(self, key: bytes) -> bool:
         """Remove key; False if it was not there."""

@@ -39,7 +39,8 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     tables = interface_tables(facts)
     for node in nodes:
         tables += _remembered(node.name, node.inputs, snapshot, node.tables)
-    return Graph(tuple(pipelines), tuple(skipped), facts, tables)
+    notes = tuple((node.name, lines) for node in nodes if (lines := node.notes(snapshot)))
+    return Graph(tuple(pipelines), tuple(skipped), facts, tables, notes)
 
 
 def _facts(snapshot):
@@ -67,14 +68,21 @@ def _blocker(snapshot, link, chosen: tuple[Node, ...], shared) -> str | None:
     covered = frozenset().union(*(n.covers for n in chosen))
     for obstacle in shared:
         if obstacle.name not in covered:
-            return obstacle.reason
+            return _uncovered(snapshot, link, obstacle)
     if not any(n.decides for n in chosen):
         reasons = [n.blocker(snapshot, link) for n in registered() if n.decides]
         return next((r for r in reasons if r), "no node decides for this interface")
     for obstacle in ingress_obstacles(link):
         if obstacle.name not in covered:
-            return obstacle.reason
+            return _uncovered(snapshot, link, obstacle)
     return None
+
+
+def _uncovered(snapshot, link, obstacle) -> str:
+    """An obstacle's reason, with why the nodes that could cover it do not."""
+    why = [n.blocker(snapshot, link) for n in registered() if obstacle.name in n.covers]
+    why = [w for w in why if w]
+    return f"{obstacle.reason}: {'; '.join(why)}" if why else obstacle.reason
 
 
 def _xdp_blocker(link, snapshot, chosen: tuple[Node, ...]) -> str | None:

@@ -118,6 +118,8 @@ class Graph:
     skipped: tuple[Skipped, ...] = ()
     ifaces: tuple[IfaceFacts, ...] = ()
     tables: tuple[Table, ...] = ()
+    # per node, what it makes of the configuration (`linuxfp graph`)
+    notes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def pipeline(self, ifindex: int) -> Pipeline | None:
         for p in self.pipelines:
@@ -140,4 +142,5 @@ class Graph:
             "skipped": [s.to_dict() for s in self.skipped],
             "ifaces": [f.to_dict() for f in self.ifaces],
             "tables": [t.to_dict() for t in self.tables],
+            "notes": {node: list(lines) for node, lines in self.notes},
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .filtering.scope import filter_scope
 from .interfaces import ARPHRD_ETHER
 
 
@@ -19,8 +20,13 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
     found = []
     nf = snapshot.netfilter
     if nf.active:
-        found.append(Obstacle("netfilter", f"netfilter rules present ({nf.detail}); "
-                                           "the filter node is not available yet"))
+        scope = filter_scope(nf)
+        if scope.uncovered:
+            more = f" (and {len(scope.uncovered) - 1} more)" if len(scope.uncovered) > 1 else ""
+            found.append(Obstacle("netfilter", f"netfilter: {scope.uncovered[0]}{more}"))
+        if scope.forward:
+            found.append(Obstacle("iptables_filter", "iptables FORWARD rules ("
+                                  + ", ".join(f"iptables-{r.backend}" for r in scope.forward) + ")"))
     if snapshot.xfrm.active:
         found.append(Obstacle("xfrm", "IPsec (xfrm) policies present: ip_forward would check or transform packets"))
     policy = snapshot.sysctls.multipath_hash_policy

@@ -10,6 +10,9 @@ def to_text(graph: Graph) -> str:
         lines.append(f"{p.ifname} (ifindex {p.ifindex}) [{p.hook}]: " + " -> ".join(("parse", *p.nodes, "egress")))
     for s in graph.skipped:
         lines.append(f"{s.ifname} (ifindex {s.ifindex}): kernel path — {s.reason}")
+    for node, notes in graph.notes:
+        lines.append(f"{node}:")
+        lines += [f"  {line}" for line in notes]
     if graph.ifaces:
         lines.append("interface facts:")
         for f in graph.ifaces:

@@ -24,6 +24,7 @@ ETH_P_8021Q = 0x8100
 ETH_P_IPV6 = 0x86DD
 
 IPPROTO_ICMP = 1
+IPPROTO_TCP = 6
 IPPROTO_UDP = 17
 
 IP_FLAG_DF = 0x4000
@@ -155,6 +156,31 @@ def icmp_echo_frame(
     if "ip_ident" in ip_fields:
         ip_fields["ident"] = ip_fields.pop("ip_ident")
     return ethernet(dst_mac, src_mac, ETH_P_IP, ipv4(src_ip, dst_ip, IPPROTO_ICMP, body, **ip_fields), vlan)
+
+
+def tcp(src: str, dst: str, sport: int, dport: int, payload: bytes, *, flags: int = 0x10, seq: int = 1,
+        ack: int = 1, window: int = 8192) -> bytes:
+    """A TCP segment without options (flags: 0x02 SYN, 0x10 ACK, ...)."""
+    pseudo = ipaddress.IPv4Address(src).packed + ipaddress.IPv4Address(dst).packed
+    pseudo += struct.pack("!BBH", 0, IPPROTO_TCP, 20 + len(payload))
+    segment = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, 5 << 4, flags, window, 0, 0) + payload
+    checksum = internet_checksum(pseudo + segment)
+    return segment[:16] + struct.pack("!H", checksum) + segment[18:]
+
+
+def tcp_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, *, sport: int = 40000, dport: int = 80,
+              flags: int = 0x10, payload: bytes = b"linuxfp-lab-tcp", **ip_fields) -> bytes:
+    """Ethernet/IPv4/TCP; ip_fields go to `ipv4`."""
+    body = tcp(src_ip, dst_ip, sport, dport, payload, flags=flags)
+    return ethernet(dst_mac, src_mac, ETH_P_IP, ipv4(src_ip, dst_ip, IPPROTO_TCP, body, **ip_fields))
+
+
+def icmp_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, icmp_type: int, code: int = 0,
+               rest: bytes = b"\0\0\0\0linuxfp-lab-icmp", **ip_fields) -> bytes:
+    """Ethernet/IPv4/ICMP of any type and code; `rest` follows the checksum."""
+    message = struct.pack("!BBH", icmp_type, code, 0) + rest
+    message = message[:2] + struct.pack("!H", internet_checksum(message)) + message[4:]
+    return ethernet(dst_mac, src_mac, ETH_P_IP, ipv4(src_ip, dst_ip, IPPROTO_ICMP, message, **ip_fields))
 
 
 def ipv6_udp_frame(

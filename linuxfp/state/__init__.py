@@ -64,7 +64,7 @@ from .model import (
     rules_are_default,
 )
 from .netfilter import read_netfilter
-from .read import netns_inode, read_snapshot, refresh_polled
+from .read import netns_inode, read_snapshot, refresh_netfilter, refresh_polled
 from .sysctl import read_sysctls
 
 __all__ = [
@@ -127,6 +127,7 @@ __all__ = [
     "read_netfilter",
     "read_snapshot",
     "read_sysctls",
+    "refresh_netfilter",
     "refresh_polled",
     "rules_are_default",
 ]

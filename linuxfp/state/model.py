@@ -10,7 +10,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .iptables import Ruleset
 
 AF_INET = 2
 AF_INET6 = 10
@@ -347,6 +350,10 @@ class NetfilterState(_JsonMixin):
     active: bool
     tables: tuple[str, ...] = ()  # "nft:inet filter", "legacy:filter", ...
     detail: str = ""
+    # The IPv4 iptables rules of each backend holding tables (state/iptables.py),
+    # and why a backend's rules could not be read.
+    rulesets: tuple["Ruleset", ...] = ()
+    errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

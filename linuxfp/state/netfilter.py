@@ -15,6 +15,10 @@ Two independent rule engines can be loaded in one namespace:
 
 The answer errs on the side of "active": the fast path then leaves packets
 to the kernel.
+
+Where IPv4 iptables tables exist, their rules are read too (iptables.py), so
+a filter node can evaluate them: re-read only when a backend's fingerprint
+changed (the nf_tables generation id; the legacy tables' blobs).
 """
 
 from __future__ import annotations
@@ -22,16 +26,23 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import hashlib
 import os
 import socket
 import struct
+import subprocess
+import threading
 
 from . import netlink as nl
+from .iptables import Ruleset, read_ruleset
 from .model import NetfilterState
 
 NFT_MSG_NEWTABLE = 0
 NFT_MSG_GETTABLE = 1
+NFT_MSG_NEWGEN = 15
+NFT_MSG_GETGEN = 16
 NFTA_TABLE_NAME = 1
+NFTA_GEN_ID = 1
 _NFGENMSG = struct.Struct("=BBH")
 
 NFPROTO_NAMES = {0: "unspec", 1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
@@ -80,6 +91,26 @@ def nft_tables() -> tuple[str, ...] | None:
         name = nl.cstr(a.get(NFTA_TABLE_NAME, b"?"))
         names.append(f"{NFPROTO_NAMES.get(family, str(family))} {name}")
     return tuple(sorted(names))
+
+
+def nft_generation() -> int | None:
+    """The nf_tables ruleset generation id: it changes with every commit."""
+    try:
+        sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER)
+    except OSError:
+        return None
+    try:
+        replies = sock.request((10 << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
+    except nl.NetlinkError:
+        return None
+    finally:
+        sock.close()
+    for reply in replies:
+        if reply.type & 0xFF == NFT_MSG_NEWGEN:
+            gen = nl.parse_attrs(reply.payload, _NFGENMSG.size).get(NFTA_GEN_ID)
+            if gen is not None:
+                return struct.unpack(">I", gen)[0]
+    return None
 
 
 # --- legacy x_tables ----------------------------------------------------------
@@ -142,6 +173,73 @@ def legacy_table_findings(table: str) -> str | None:
         sock.close()
 
 
+def _legacy_blob(sock: socket.socket, table: str) -> bytes:
+    info = ctypes.create_string_buffer(_IPT_GETINFO.pack(table.encode(), 0, *[0] * 10, 0, 0), _IPT_GETINFO.size)
+    _getsockopt(sock.fileno(), IPT_SO_GET_INFO, info)
+    size = _IPT_GETINFO.unpack(info.raw)[-1]
+    entries = ctypes.create_string_buffer(_IPT_GET_ENTRIES_HEADER + size)
+    struct.pack_into(f"={XT_TABLE_MAXNAMELEN}sI", entries, 0, table.encode(), size)
+    _getsockopt(sock.fileno(), IPT_SO_GET_ENTRIES, entries)
+    return info.raw + entries.raw[_IPT_GET_ENTRIES_HEADER:]
+
+
+def legacy_fingerprint(tables: tuple[str, ...]) -> bytes:
+    """A digest of every legacy table's rules, counters left out (traffic
+    must not look like a rule change)."""
+    digest = hashlib.blake2b(digest_size=16)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    try:
+        for table in tables:
+            digest.update(table.encode() + b"\0")
+            try:
+                digest.update(_legacy_rules_only(_legacy_blob(sock, table)))
+            except OSError as exc:
+                digest.update(f"error {exc.errno}".encode())
+    finally:
+        sock.close()
+    return digest.digest()
+
+
+_IPT_ENTRY_COUNTERS = 96     # offsetof(struct ipt_entry, counters): 16 bytes
+_IPT_ENTRY_NEXT_OFFSET = 90  # offsetof(struct ipt_entry, next_offset)
+
+
+def _legacy_rules_only(blob: bytes) -> bytes:
+    """The blob with every entry's packet/byte counters zeroed: traffic must
+    not look like a rule change."""
+    info, entries = blob[:_IPT_GETINFO.size], bytearray(blob[_IPT_GETINFO.size:])
+    offset = 0
+    while offset + _IPT_ENTRY_NEXT_OFFSET + 2 <= len(entries):
+        entries[offset + _IPT_ENTRY_COUNTERS:offset + _IPT_ENTRY_COUNTERS + 16] = bytes(16)
+        step = struct.unpack_from("=H", entries, offset + _IPT_ENTRY_NEXT_OFFSET)[0]
+        if step == 0:
+            break
+        offset += step
+    return info + bytes(entries)
+
+
+# (netns inode, backend) -> (fingerprint, ruleset or error text)
+_read_cache: dict[tuple[int, str], tuple[object, Ruleset | str]] = {}
+_cache_lock = threading.Lock()
+
+
+def _cached_ruleset(backend: str, fingerprint: object) -> Ruleset | str:
+    """The backend's ruleset, re-read only when its fingerprint changed;
+    a text when it cannot be read."""
+    key = (os.stat("/proc/thread-self/ns/net").st_ino, backend)
+    with _cache_lock:
+        known = _read_cache.get(key)
+    if known is not None and fingerprint is not None and known[0] == fingerprint:
+        return known[1]
+    try:
+        result: Ruleset | str = read_ruleset(backend)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        result = str(exc)
+    with _cache_lock:
+        _read_cache[key] = (fingerprint, result)
+    return result
+
+
 def read_netfilter() -> NetfilterState:
     tables: list[str] = []
     details: list[str] = []
@@ -149,7 +247,8 @@ def read_netfilter() -> NetfilterState:
     if nft:
         tables.extend(f"nft:{t}" for t in nft)
         details.append(f"nf_tables tables: {', '.join(nft)}")
-    for table in legacy_table_names():
+    legacy_names = legacy_table_names()
+    for table in legacy_names:
         finding = legacy_table_findings(table)
         if finding is not None:
             tables.append(f"legacy:{table}")
@@ -159,4 +258,17 @@ def read_netfilter() -> NetfilterState:
     active = bool(tables)
     if not active:
         details.insert(0, "no netfilter ruleset")
-    return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details))
+    rulesets, errors = [], []
+    if any(t.startswith("ip ") for t in nft or ()):
+        _collect(_cached_ruleset("nft", nft_generation()), rulesets, errors)
+    if any(t.startswith("legacy:") for t in tables):
+        _collect(_cached_ruleset("legacy", legacy_fingerprint(legacy_names)), rulesets, errors)
+    return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details),
+                          rulesets=tuple(rulesets), errors=tuple(errors))
+
+
+def _collect(result: Ruleset | str, rulesets: list, errors: list) -> None:
+    if isinstance(result, str):
+        errors.append(result)
+    else:
+        rulesets.append(result)

@@ -115,6 +115,15 @@ def _with_current_xdp(links: tuple[Link, ...], current: dict[int, Link]) -> tupl
     return tuple(out) if changed else links
 
 
+def refresh_netfilter(snapshot: Snapshot) -> Snapshot:
+    """Re-read the netfilter state only (cheap when no backend's fingerprint
+    changed); `snapshot` itself when nothing changed."""
+    netfilter = read_netfilter()
+    if netfilter == snapshot.netfilter:
+        return snapshot
+    return replace(snapshot, netfilter=netfilter).inherit_hashes(snapshot)
+
+
 def refresh_polled(snapshot: Snapshot) -> Snapshot:
     """Re-read the state whose changes the kernel never announces.
 

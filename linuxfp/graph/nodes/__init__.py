@@ -69,6 +69,11 @@ class Node:
         """The maps this node owns and what they must hold."""
         return ()
 
+    def notes(self, snapshot) -> tuple[str, ...]:
+        """What the node makes of the configuration, for `linuxfp graph`
+        (e.g. the rules it evaluates and those it leaves to the kernel)."""
+        return ()
+
     def refreshed(self, table: str, messages) -> frozenset[bytes]:
         """Keys of `table` to rewrite even if unchanged, because a netlink
         message announced them and the datapath writes these entries too."""
@@ -115,6 +120,7 @@ def registered() -> tuple[Node, ...]:
     """Every node, built-in ones first, in registration order (the order of
     their counters)."""
     from . import router, transmit  # noqa: F401  (built-ins register themselves)
+    from . import iptables_filter  # noqa: F401
 
     _load_external()
     return tuple(_REGISTRY)

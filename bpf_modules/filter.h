@@ -1,0 +1,272 @@
+/* Filter node: the filter table's FORWARD chains of iptables (nft and legacy
+ * backends at once) with Linux's exact verdict, at a cost that does not grow
+ * with the rule count.
+ *
+ * The controller compiles the rules into a recursive flow classifier
+ * (linuxfp/graph/filtering/classifier.py, whose classify() is this file in
+ * Python): each header field maps to a class (source, destination, and
+ * protocol+port or ICMP type/code by longest-prefix match; ingress and
+ * egress by ifindex), pairs of classes map to the class of their
+ * combination, and the last class to the verdict Linux's chains reach for
+ * every packet of that class: accept, drop, or "the kernel" (a rule with an
+ * effect or a match the fast path does not reproduce).
+ *
+ * Every key starts with the classifier's generation, and lfp_flt_cfg,
+ * written after all entries of a new generation and before the old ones are
+ * erased, says which generation is current: a packet sees one classifier,
+ * old or new, never a mixture (it checks the generation is still current
+ * once it has read everything). A field class or verdict it needs and does
+ * not find means the tables are being rewritten: the kernel decides.
+ * Declared to the controller by linuxfp/graph/nodes/filter.py.
+ */
+#ifndef LFP_FILTER_H
+#define LFP_FILTER_H
+
+#include <linux/tcp.h>
+#include <linux/udp.h>
+
+#include "common.h"
+#include "parse.h"
+
+#define LFP_COUNTERS_FILTER(X)                                                            \
+	X(FILTER_DROPPED,         filter, drop, "dropped by an iptables FORWARD rule or policy") \
+	X(FILTER_KERNEL,          filter, pass, "an iptables rule the fast path does not reproduce") \
+	X(FILTER_L4_SHORT,        filter, pass, "transport header not complete (iptables would drop it)") \
+	X(FILTER_UNCONFIGURED,    filter, pass, "filter tables not written yet")            \
+	X(FILTER_STALE,           filter, pass, "filter tables being rewritten")
+
+/* Verdicts, as in linuxfp/graph/filtering/program.py. */
+#define LFP_FLT_ACCEPT 0
+#define LFP_FLT_DROP   1
+#define LFP_FLT_KERNEL 2
+
+/* The fields a classifier looks up. */
+#define LFP_FLT_SRC (1u << 0)
+#define LFP_FLT_DST (1u << 1)
+#define LFP_FLT_L4S (1u << 2)
+#define LFP_FLT_L4D (1u << 3)
+#define LFP_FLT_IIF (1u << 4)
+#define LFP_FLT_OIF (1u << 5)
+
+/* Longest-prefix match of one field. value: an address as on the wire, or
+ * {protocol, port in network order} / {1, 0, ICMP type or code}, padded. */
+struct lfp_flt_lpm_key {
+	__u32 prefixlen;        /* 32 (the generation) + the prefix's length */
+	__u32 gen;
+	__u8 value[4];
+};
+
+struct lfp_flt_if_key {
+	__u32 gen;
+	__u32 ifindex;
+};
+
+struct lfp_flt_if_classes {
+	__u32 in;               /* class as -i */
+	__u32 out;              /* class as -o */
+};
+
+/* Phase 2: node 1..5 combines two classes; node 6 (left: the last class)
+ * holds the verdict | (deciding rule + 1) << 2. */
+struct lfp_flt_pair_key {
+	__u32 gen;
+	__u32 node;
+	__u32 left;
+	__u32 right;
+};
+
+#define LFP_FLT_LPM_MAP(name)                                     \
+	struct {                                                  \
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);              \
+		__uint(max_entries, 262144);                      \
+		__uint(map_flags, BPF_F_NO_PREALLOC);             \
+		__type(key, struct lfp_flt_lpm_key);              \
+		__type(value, __u32);                             \
+	} name SEC(".maps")
+
+LFP_FLT_LPM_MAP(lfp_flt_src);
+LFP_FLT_LPM_MAP(lfp_flt_dst);
+LFP_FLT_LPM_MAP(lfp_flt_l4s);
+LFP_FLT_LPM_MAP(lfp_flt_l4d);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lfp_flt_if_key);
+	__type(value, struct lfp_flt_if_classes);
+} lfp_flt_ifs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2097152);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lfp_flt_pair_key);
+	__type(value, __u32);
+} lfp_flt_comb SEC(".maps");
+
+/* The current classifier. */
+struct lfp_flt_cfg {
+	__u32 gen;              /* 0: none */
+	__u32 used;             /* LFP_FLT_*: the fields it looks up */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lfp_flt_cfg);
+} lfp_flt_cfg SEC(".maps");
+
+static __always_inline int lfp_flt_lpm(void *map, __u32 gen, const __u8 *value, __u32 *cls)
+{
+	struct lfp_flt_lpm_key key = { .prefixlen = 64, .gen = gen };
+	__u32 *hit;
+
+	__builtin_memcpy(key.value, value, sizeof(key.value));
+	hit = bpf_map_lookup_elem(map, &key);
+	if (!hit)
+		return 0;
+	*cls = *hit;
+	return 1;
+}
+
+/* The class of two classes: looked up when both sides are used (only pairs
+ * that share a rule's box are stored; a missing pair is class 0, the empty
+ * set), otherwise the used side's class passes through (the classifier
+ * built it so). */
+static __always_inline __u32 lfp_flt_join(__u32 gen, __u32 node, int left_used, __u32 left,
+					  int right_used, __u32 right)
+{
+	struct lfp_flt_pair_key key = { .gen = gen, .node = node, .left = left, .right = right };
+	__u32 *hit;
+
+	if (!left_used || !right_used)
+		return left_used ? left : right_used ? right : 0;
+	hit = bpf_map_lookup_elem(&lfp_flt_comb, &key);
+	return hit ? *hit : 0;
+}
+
+/* Protocol and the transport fields iptables' tcp/udp/icmp matches read;
+ * 0 when the transport header is not all there (their match would drop
+ * the packet: the kernel decides). */
+static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, __u8 *l4s, __u8 *l4d)
+{
+	struct iphdr *ip = lfp_ipv4(pkt);
+	__u32 need = sizeof(struct ethhdr) + sizeof(struct iphdr);
+	__u8 proto;
+	void *l4;
+
+	if (!ip)
+		return 0;
+	proto = ip->protocol;
+	l4s[0] = proto;
+	l4d[0] = proto;
+	if (proto == IPPROTO_TCP)
+		need += sizeof(struct tcphdr);
+	else if (proto == IPPROTO_UDP || proto == IPPROTO_ICMP)
+		need += 8;
+	else
+		return 1;
+	if (!lfp_linear(pkt, need))
+		return 0;
+	/* The router let only 20-byte IPv4 headers through. */
+	l4 = pkt->data + sizeof(struct ethhdr) + sizeof(struct iphdr);
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *tcp = l4;
+
+		if ((void *)(tcp + 1) > pkt->data_end || tcp->doff < 5)
+			return 0;
+		__builtin_memcpy(&l4s[1], &tcp->source, 2);
+		__builtin_memcpy(&l4d[1], &tcp->dest, 2);
+	} else if (proto == IPPROTO_UDP) {
+		struct udphdr *udp = l4;
+
+		if ((void *)(udp + 1) > pkt->data_end)
+			return 0;
+		__builtin_memcpy(&l4s[1], &udp->source, 2);
+		__builtin_memcpy(&l4d[1], &udp->dest, 2);
+	} else {
+		__u8 *icmp = l4;
+
+		if ((void *)(icmp + 8) > pkt->data_end)
+			return 0;
+		l4s[2] = icmp[0];       /* type */
+		l4d[2] = icmp[1];       /* code */
+	}
+	return 1;
+}
+
+static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
+{
+	__u8 l4s[4] = {}, l4d[4] = {};
+	__u32 zero = 0, gen, used;
+	struct lfp_flt_cfg *cfg;
+	__u32 src = 0, dst = 0, sport = 0, dport = 0, iif = 0, oif = 0;
+	__u32 addrs, ports, ifs, headers, last, *rule;
+	struct lfp_flt_pair_key verdict_key = {};
+	struct iphdr *ip;
+
+	if (!pkt->fwd.egress)
+		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
+	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
+	if (!cfg || !cfg->gen)
+		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
+	gen = cfg->gen;
+	used = cfg->used;
+
+	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, l4s, l4d))
+		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
+	ip = lfp_ipv4(pkt);
+	if (!ip)
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	if ((used & LFP_FLT_SRC) && !lfp_flt_lpm(&lfp_flt_src, gen, (__u8 *)&ip->saddr, &src))
+		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+	if ((used & LFP_FLT_DST) && !lfp_flt_lpm(&lfp_flt_dst, gen, (__u8 *)&ip->daddr, &dst))
+		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+	if ((used & LFP_FLT_L4S) && !lfp_flt_lpm(&lfp_flt_l4s, gen, l4s, &sport))
+		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+	if ((used & LFP_FLT_L4D) && !lfp_flt_lpm(&lfp_flt_l4d, gen, l4d, &dport))
+		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+	if (used & (LFP_FLT_IIF | LFP_FLT_OIF)) {
+		struct lfp_flt_if_key key = { .gen = gen, .ifindex = pkt->ingress_ifindex };
+		struct lfp_flt_if_classes *in, *out;
+
+		in = bpf_map_lookup_elem(&lfp_flt_ifs, &key);
+		key.ifindex = pkt->fwd.egress;
+		out = bpf_map_lookup_elem(&lfp_flt_ifs, &key);
+		if (!in || !out)
+			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+		iif = in->in;
+		oif = out->out;
+	}
+
+	addrs = lfp_flt_join(gen, 1, used & LFP_FLT_SRC, src, used & LFP_FLT_DST, dst);
+	ports = lfp_flt_join(gen, 2, used & LFP_FLT_L4S, sport, used & LFP_FLT_L4D, dport);
+	ifs = lfp_flt_join(gen, 3, used & LFP_FLT_IIF, iif, used & LFP_FLT_OIF, oif);
+	headers = lfp_flt_join(gen, 4, used & (LFP_FLT_SRC | LFP_FLT_DST), addrs,
+			       used & (LFP_FLT_L4S | LFP_FLT_L4D), ports);
+	last = lfp_flt_join(gen, 5, used & (LFP_FLT_SRC | LFP_FLT_DST | LFP_FLT_L4S | LFP_FLT_L4D), headers,
+			    used & (LFP_FLT_IIF | LFP_FLT_OIF), ifs);
+
+	verdict_key.gen = gen;
+	verdict_key.node = 6;
+	verdict_key.left = last;
+	rule = bpf_map_lookup_elem(&lfp_flt_comb, &verdict_key);
+	/* A missing pair reads as the empty set, which is only true while the
+	 * generation's entries are all there: the old one's are erased only
+	 * after lfp_flt_cfg names the next, so a packet that still sees its
+	 * generation there now read nothing erased. */
+	if (!rule || *(volatile __u32 *)&cfg->gen != gen)
+		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+	switch (*rule & 3) {
+	case LFP_FLT_ACCEPT:
+		return LFP_NEXT;
+	case LFP_FLT_DROP:
+		return lfp_drop(pkt, LFP_CNT_FILTER_DROPPED);
+	default:
+		return lfp_pass(pkt, LFP_CNT_FILTER_KERNEL);
+	}
+}
+
+#endif

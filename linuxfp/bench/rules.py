@@ -1,0 +1,110 @@
+"""`linuxfp bench rules`: forwarding rate against the number of iptables
+FORWARD rules, none of which the traffic matches (issue 8: Linux walks them
+all for every packet; the filter node's classifier should not notice).
+
+For each rule count the same rules are restored on the DUT with
+iptables-restore (iptables-nft), then Linux alone and LinuxFP are measured in
+the same repetition; ratios are same-run. Workload: steady flows (the
+generator's fixed 5-tuples over the routed prefixes)."""
+from __future__ import annotations
+
+from linuxfp.lab.rulesets import unmatched_ruleset
+
+from . import throughput
+from .generator import BENCH_UDP_PORT
+from .machine import machine
+from .options import Options
+from .results import fmt_mpps, table, timestamp
+from .systems import SYSTEMS
+
+SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc")
+PAIRS = (("linuxfp-xdp", "linux"), ("linuxfp-tc", "linux"), ("linuxfp-tc", "linuxfp-xdp"))
+COUNTS = (1, 10, 100, 1000, 10000)
+QUICK_COUNTS = (1, 1000)
+PREFIXES = 50
+FRAME_SIZE = 64
+# The issue's targets: at 1 000 rules LinuxFP ≥ 30× Linux; at 10 000 within
+# 10 % of its own 1-rule rate.
+TARGET_RATIO_1000 = 30.0
+TARGET_FLATNESS = 0.90
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    counts = QUICK_COUNTS if options.quick else COUNTS
+    plan = throughput.Plan(
+        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
+        frame_sizes=(FRAME_SIZE,),
+        repetitions=options.reps(full=5),
+        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
+        retries=0 if options.quick else 1,
+    )
+    by_count, errors = {}, {}
+    with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
+        for count in counts:
+            throughput.progress(f"rules: {count} rule(s), {len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
+            rig.line.dut.run(["iptables-restore"], input=unmatched_ruleset(count, BENCH_UDP_PORT))
+            raw = throughput.run(rig, plan)
+            by_count[str(count)] = {**throughput.summarize(raw["repetitions"], FRAME_SIZE, SYSTEM_NAMES, PAIRS),
+                                    "repetitions": raw["repetitions"]}
+            errors.update({f"{count} rules: {k}": v for k, v in raw["errors"].items()})
+        method = throughput.method(plan, rig.placement, PREFIXES)
+    method["rules"] = ("N x `-A FORWARD -s <documentation /32> -d 198.19.0.0/16 -p udp -m udp --dport <1024+> "
+                       "-j DROP`, policy ACCEPT, iptables-nft; the traffic (198.18.0.1 -> 198.19.x.1 udp/9) "
+                       "matches none")
+    return {
+        "scenario": "rules",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": method,
+        "counts": by_count,
+        "flatness": _flatness(by_count),
+        "errors": errors,
+    }
+
+
+def _flatness(by_count: dict) -> dict:
+    """Per system, its rate at the largest count over its rate at 1 rule."""
+    if "1" not in by_count or len(by_count) < 2:
+        return {}
+    last = by_count[max(by_count, key=int)]
+    out = {}
+    for name, first in by_count["1"]["systems"].items():
+        other = last["systems"].get(name)
+        if other and first.get("pps_median"):
+            out[name] = other["pps_median"] / first["pps_median"]
+    return out
+
+
+def summary_line(result: dict) -> str:
+    parts = []
+    for count, data in result["counts"].items():
+        ratio = data["ratios"].get("linuxfp-xdp/linux")
+        xdp = data["systems"].get("linuxfp-xdp", {}).get("pps_median")
+        parts.append(f"{count}: xdp {fmt_mpps(xdp) if xdp else '-'} Mpps"
+                     + (f" ({ratio:.1f}x linux)" if ratio else ""))
+    flat = result["flatness"].get("linuxfp-xdp")
+    return "rules " + " | ".join(parts) + (f"; xdp largest/1 rule {flat:.2f}" if flat else "")
+
+
+def markdown(result: dict) -> str:
+    out = [f"# rules benchmark, {result['timestamp']}\n\n",
+           f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
+           f"({result['machine']['cpu_model']}); {result['method']['rules']}"
+           f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity.\n\n"]
+    rows = []
+    for count, data in result["counts"].items():
+        systems, ratios = data["systems"], data["ratios"]
+        rows.append([count] + [f"{fmt_mpps(systems[n]['pps_median'])} ({systems[n]['ns_per_packet_median']:.0f} ns)"
+                               if n in systems else "-" for n in SYSTEM_NAMES]
+                    + [f"{ratios[k]:.2f}" if k in ratios else "-" for k in ("linuxfp-xdp/linux", "linuxfp-tc/linux")])
+    out.append(table(["rules"] + [f"{n} Mpps (ns/packet)" for n in SYSTEM_NAMES] + ["xdp/linux", "tc/linux"], rows))
+    if result["flatness"]:
+        out.append("\nRate at the largest count over the 1-rule rate: "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in result["flatness"].items())
+                   + f" (target for LinuxFP ≥ {TARGET_FLATNESS:g}; at 1 000 rules xdp/linux ≥ {TARGET_RATIO_1000:g}).\n")
+    if result["errors"]:
+        out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
+    return "".join(out)

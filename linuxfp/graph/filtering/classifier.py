@@ -1,0 +1,232 @@
+"""A classifier whose cost per packet does not grow with the rule count:
+recursive flow classification over the program's boxes. Pure.
+
+Phase 1, per field: the values every box can tell apart fall into classes
+(for an address field, the longest rule prefix containing the address
+decides which rules' predicates hold, so an LPM trie holding exactly the rule
+prefixes maps an address to its class). Each class stands for the set of
+boxes whose predicate on that field holds, as a bit vector.
+Phase 2, pairwise: (src, dst), (l4s, l4d), (iif, oif), then the first two,
+then that with the third: each pair of classes maps to the class of the
+intersection of their bit vectors. The last class is the exact set of boxes
+the packet lies in, so its verdict (program.verdict) is computed here, once,
+by the same evaluator the tests check against Linux.
+
+A field no box tells apart is unused: the datapath skips its lookup, and a
+pair with one unused side passes the other side's class through unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+
+from .predicates import FIELDS, WIDTH
+from .program import Program, verdict
+
+# Phase-2 nodes (bpf_modules/filter.h): node id, left, right.
+PAIRS = ((1, ("src",), ("dst",)), (2, ("l4s",), ("l4d",)), (3, ("iif",), ("oif",)),
+         (4, ("src", "dst"), ("l4s", "l4d")), (5, ("src", "dst", "l4s", "l4d"), ("iif", "oif")))
+VERDICT_NODE = 6
+FIELD_BIT = {name: 1 << i for i, name in enumerate(FIELDS)}
+LPM_FIELDS = ("src", "dst", "l4s", "l4d")
+MAX_PAIR_ENTRIES = 1 << 20
+
+
+class TooLarge(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Classifier:
+    generation: int                                   # 32 bits, never 0
+    used: int                                         # FIELD_BIT of the fields looked up
+    prefixes: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]   # field -> (value, length, class)
+    interfaces: tuple[tuple[int, int, int], ...]      # ifindex, iif class, oif class
+    pairs: tuple[tuple[int, int, int, int], ...]      # node, left, right, class
+    verdicts: tuple[tuple[int, int, int], ...]        # class, verdict, rule index (or -1)
+
+    @cached_property
+    def pair_index(self) -> dict[tuple[int, int, int], int]:
+        return {(n, l, r): c for n, l, r, c in self.pairs}
+
+    @cached_property
+    def verdict_index(self) -> dict[int, tuple[int, int]]:
+        return {c: (v, r) for c, v, r in self.verdicts}
+
+    def entry_count(self) -> int:
+        return sum(len(p) for _, p in self.prefixes) + len(self.interfaces) + len(self.pairs) + len(self.verdicts)
+
+
+def build_classifier(program: Program, ifindexes) -> Classifier:
+    everything = (1 << len(program.boxes)) - 1
+    field_classes: dict[str, list[int]] = {}
+    prefixes = []
+    interface_classes = {}
+    for name in FIELDS:
+        bits_of_node = _field_nodes(program, name)
+        if name in LPM_FIELDS:
+            classes, entries = _dedupe_nodes(bits_of_node)
+            prefixes.append((name, tuple(entries)))
+        else:
+            per_value = {index: _value_bits(bits_of_node, index, WIDTH[name]) for index in ifindexes}
+            classes, ids = _dedupe_values(per_value, bits_of_node[(0, 0)])
+            interface_classes[name] = ids
+        field_classes[name] = classes
+    used = 0
+    for name in FIELDS:
+        if len(field_classes[name]) > 1:
+            used |= FIELD_BIT[name]
+    # An interface named by a rule may appear (or be renamed into a pattern)
+    # before the classifier is rebuilt: whenever rules name interfaces, each
+    # one is looked up, and one the classifier does not know misses.
+    for name in program.interface_fields:
+        used |= FIELD_BIT[name]
+    level = {(name,): (field_classes[name], bool(used & FIELD_BIT[name])) for name in FIELDS}
+    pairs = []
+    for node, left, right in PAIRS:
+        (lbits, lused), (rbits, rused) = level[left], level[right]
+        if lused and rused:
+            # Class 0 is the empty set, and the datapath reads a missing pair
+            # as class 0: only pairs that share a box are stored.
+            merged, seen = [0], {0: 0}
+            by_box: dict[int, list[int]] = {}
+            for j, b in enumerate(rbits):
+                for box in _bit_indexes(b):
+                    by_box.setdefault(box, []).append(j)
+            for i, a in enumerate(lbits):
+                partners = sorted({j for box in _bit_indexes(a) for j in by_box.get(box, ())})
+                for j in partners:
+                    bits = a & rbits[j]
+                    cls = seen.get(bits)
+                    if cls is None:
+                        cls = seen[bits] = len(merged)
+                        merged.append(bits)
+                    pairs.append((node, i, j, cls))
+                if len(pairs) > MAX_PAIR_ENTRIES:
+                    raise TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for "
+                                   f"{'+'.join(left)} / {'+'.join(right)}")
+            level[left + right] = (merged, True)
+        elif lused:
+            level[left + right] = ([a & rbits[0] for a in lbits], True)
+        elif rused:
+            level[left + right] = ([lbits[0] & b for b in rbits], True)
+        else:
+            level[left + right] = ([lbits[0] & rbits[0]], False)
+    final, _ = level[FIELDS]
+    verdicts = tuple((cls, *verdict(program, bits & everything)) for cls, bits in enumerate(final))
+    interfaces = tuple((index, interface_classes["iif"][index], interface_classes["oif"][index])
+                       for index in sorted(ifindexes))
+    body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
+    generation = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big") or 1
+    return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
+
+
+def _bit_indexes(bits: int) -> list[int]:
+    out = []
+    while bits:
+        low = bits & -bits
+        out.append(low.bit_length() - 1)
+        bits ^= low
+    return out
+
+
+def _field_nodes(program: Program, name: str) -> dict[tuple[int, int], int]:
+    """For the root prefix and every prefix a box names on this field: the
+    boxes whose predicate holds for a value whose longest named prefix it is."""
+    width = WIDTH[name]
+    no_inside = 0
+    inside: dict[tuple[int, int], int] = {}
+    outside: dict[tuple[int, int], int] = {}
+    for box_id, box in enumerate(program.boxes):
+        pred = box.get(name)
+        bit = 1 << box_id
+        if pred.inside is None:
+            no_inside |= bit
+        else:
+            for p in pred.inside:
+                inside[p] = inside.get(p, 0) | bit
+        for p in pred.outside:
+            outside[p] = outside.get(p, 0) | bit
+    atoms = sorted(set(inside) | set(outside) | {(0, 0)}, key=lambda p: (p[0] >> (width - p[1]) << (width - p[1]), p[1]))
+    nodes: dict[tuple[int, int], int] = {}
+    stack: list[tuple[tuple[int, int], int, int]] = []   # prefix, inside so far, outside so far
+    for atom in atoms:
+        while stack and not _within(atom, stack[-1][0], width):
+            stack.pop()
+        ins = (stack[-1][1] if stack else 0) | inside.get(atom, 0)
+        outs = (stack[-1][2] if stack else 0) | outside.get(atom, 0)
+        stack.append((atom, ins, outs))
+        nodes[atom] = (no_inside | ins) & ~outs
+    return nodes
+
+
+def _within(inner: tuple[int, int], outer: tuple[int, int], width: int) -> bool:
+    if inner[1] < outer[1]:
+        return False
+    shift = width - outer[1]
+    return (inner[0] >> shift) == (outer[0] >> shift)
+
+
+def _dedupe_nodes(bits_of_node):
+    """Class ids (the root's class is 0) and the LPM entries."""
+    classes, ids, entries = [], {}, []
+    for prefix in sorted(bits_of_node, key=lambda p: (p[1], p[0])):
+        bits = bits_of_node[prefix]
+        if bits not in ids:
+            ids[bits] = len(classes)
+            classes.append(bits)
+        entries.append((prefix[0], prefix[1], ids[bits]))
+    return classes, entries
+
+
+def _value_bits(bits_of_node, value: int, width: int) -> int:
+    best = (0, 0)
+    for prefix in bits_of_node:
+        if prefix[1] >= best[1] and _within((value, width), prefix, width):
+            best = prefix
+    return bits_of_node[best]
+
+
+def _dedupe_values(per_value: dict[int, int], root_bits: int):
+    classes, ids, out = [root_bits], {root_bits: 0}, {}
+    for value in sorted(per_value):
+        bits = per_value[value]
+        if bits not in ids:
+            ids[bits] = len(classes)
+            classes.append(bits)
+        out[value] = ids[bits]
+    return classes, out
+
+
+def classify(classifier: Classifier, values: dict[str, int]) -> tuple[int, int] | None:
+    """What the datapath computes for a packet (verdict, rule), or None for a
+    miss (it passes to the kernel): the model of bpf_modules/filter.h."""
+    cls = {}
+    for name, entries in classifier.prefixes:
+        if not classifier.used & FIELD_BIT[name]:
+            cls[name] = 0
+            continue
+        best = None
+        for value, length, c in entries:
+            if _within((values[name], WIDTH[name]), (value, length), WIDTH[name]) and (best is None or length > best[0]):
+                best = (length, c)
+        cls[name] = best[1]
+    ifaces = {index: (i, o) for index, i, o in classifier.interfaces}
+    for name, slot in (("iif", 0), ("oif", 1)):
+        if not classifier.used & FIELD_BIT[name]:
+            cls[name] = 0
+        elif values[name] not in ifaces:
+            return None
+        else:
+            cls[name] = ifaces[values[name]][slot]
+    pairs = classifier.pair_index
+    level = {(name,): cls[name] for name in FIELDS}
+    for node, left, right in PAIRS:
+        lu = any(classifier.used & FIELD_BIT[f] for f in left)
+        ru = any(classifier.used & FIELD_BIT[f] for f in right)
+        if lu and ru:
+            level[left + right] = pairs.get((node, level[left], level[right]), 0)
+        else:
+            level[left + right] = level[left] if lu else level[right] if ru else 0
+    return classifier.verdict_index[level[FIELDS]]

@@ -1,0 +1,283 @@
+"""What an iptables rule matches, as per-field predicates the classifier can
+partition: a rule becomes one or more disjoint boxes, each a conjunction of
+one predicate per header field. Pure.
+
+Fields (what the fast path extracts from a forwarded IPv4 packet):
+  src, dst   the addresses (32 bits)
+  l4s, l4d   protocol << 16 | source/destination port for TCP and UDP;
+             protocol << 16 | ICMP type / code for ICMP; protocol << 16 else
+  iif, oif   ingress and egress ifindex
+A field predicate is a union of prefixes that must contain the value (None:
+any value) and a union of prefixes that must not. Port ranges become
+prefixes; `-i eth+` becomes the ifindexes whose names match.
+
+A match the fast path cannot evaluate makes the rule `unsupported`: its box
+keeps the matches it can evaluate (a superset of what it matches) and its
+packets go to the kernel, so only packets that could reach that rule leave
+the fast path.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from itertools import product
+
+FIELDS = ("src", "dst", "l4s", "l4d", "iif", "oif")
+WIDTH = {"src": 32, "dst": 32, "l4s": 24, "l4d": 24, "iif": 32, "oif": 32}
+
+Prefix = tuple[int, int]            # (value, length) over the field's width
+
+PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "all": 0, "ip": 0, "0": 0, "sctp": 132, "udplite": 136,
+             "dccp": 33, "gre": 47, "esp": 50, "ah": 51, "icmpv6": 58, "ipv6-icmp": 58, "ospf": 89}
+PORTS_OF = {6, 17}                  # protocols whose ports the fast path reads
+_MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "mark"})
+ICMP_TYPES = {"echo-reply": (0, None), "destination-unreachable": (3, None), "network-unreachable": (3, 0),
+              "host-unreachable": (3, 1), "protocol-unreachable": (3, 2), "port-unreachable": (3, 3),
+              "fragmentation-needed": (3, 4), "source-quench": (4, None), "redirect": (5, None),
+              "echo-request": (8, None), "router-advertisement": (9, None), "router-solicitation": (10, None),
+              "time-exceeded": (11, None), "ttl-exceeded": (11, 0), "parameter-problem": (12, None),
+              "timestamp-request": (13, None), "timestamp-reply": (14, None),
+              "address-mask-request": (17, None), "address-mask-reply": (18, None), "any": (None, None)}
+
+
+@dataclass(frozen=True)
+class FieldPredicate:
+    inside: frozenset[Prefix] | None = None     # None: any value
+    outside: frozenset[Prefix] = frozenset()
+
+    def both(self, other: "FieldPredicate", width: int) -> "FieldPredicate":
+        if self.inside is None:
+            inside = other.inside
+        elif other.inside is None:
+            inside = self.inside
+        else:
+            inside = frozenset(_intersect(a, b, width) for a in self.inside for b in other.inside
+                               if _nested(a, b, width))
+        return FieldPredicate(inside, self.outside | other.outside)
+
+    @property
+    def empty(self) -> bool:
+        return self.inside is not None and not self.inside
+
+
+ANY = FieldPredicate()
+
+
+@dataclass(frozen=True)
+class Box:
+    """A conjunction: the packet's value of every field satisfies its predicate."""
+
+    fields: tuple[tuple[str, FieldPredicate], ...] = ()
+
+    def get(self, name: str) -> FieldPredicate:
+        return dict(self.fields).get(name, ANY)
+
+    def both(self, other: "Box") -> "Box":
+        merged = dict(self.fields)
+        for name, pred in other.fields:
+            merged[name] = merged[name].both(pred, WIDTH[name]) if name in merged else pred
+        return Box(tuple(sorted(merged.items())))
+
+    @property
+    def empty(self) -> bool:
+        return any(p.empty for _, p in self.fields)
+
+
+EVERYTHING = (Box(),)
+NOTHING: tuple[Box, ...] = ()
+
+
+@dataclass(frozen=True)
+class RuleMeaning:
+    boxes: tuple[Box, ...]                   # disjoint; empty: the rule never matches
+    unsupported: tuple[str, ...] = field(default=())  # matches evaluated by the kernel only
+
+
+def _nested(a: Prefix, b: Prefix, width: int) -> bool:
+    short, long_ = (a, b) if a[1] <= b[1] else (b, a)
+    return _contains(short, long_[0], width)
+
+
+def _intersect(a: Prefix, b: Prefix, width: int) -> Prefix:
+    return a if a[1] >= b[1] else b
+
+
+def _contains(prefix: Prefix, value: int, width: int) -> bool:
+    value_, length = prefix
+    shift = width - length
+    return (value >> shift) == (value_ >> shift)
+
+
+def range_prefixes(lo: int, hi: int, width: int) -> frozenset[Prefix]:
+    """The fewest prefixes whose union is [lo, hi]."""
+    out = []
+    while lo <= hi:
+        size = lo & -lo if lo else 1 << width
+        while size > hi - lo + 1:
+            size >>= 1
+        out.append((lo, width - size.bit_length() + 1))
+        lo += size
+    return frozenset(out)
+
+
+def _single(name: str, prefixes: frozenset[Prefix], negated: bool) -> tuple[Box, ...]:
+    if negated:
+        return (Box(((name, FieldPredicate(None, prefixes)),)),)
+    return (Box(((name, FieldPredicate(prefixes)),)),)
+
+
+def _and(*alternatives: tuple[Box, ...]) -> tuple[Box, ...]:
+    """The conjunction of disjunctions of boxes, dropping empty boxes."""
+    out = []
+    for combo in product(*alternatives):
+        box = Box()
+        for part in combo:
+            box = box.both(part)
+        if not box.empty:
+            out.append(box)
+    return tuple(out)
+
+
+class Unsupported(Exception):
+    pass
+
+
+def _address(text: str) -> Prefix:
+    try:
+        net = ipaddress.IPv4Network(text, strict=False)
+    except ValueError:
+        raise Unsupported(f"address {text!r} (not a prefix)") from None
+    return (int(net.network_address), net.prefixlen)
+
+
+def _interfaces(pattern: str, links) -> frozenset[Prefix]:
+    """ifindexes whose names match an iptables interface pattern (`eth+`)."""
+    if pattern.endswith("+"):
+        hit = [l.index for l in links if l.name.startswith(pattern[:-1])]
+    else:
+        hit = [l.index for l in links if l.name == pattern]
+    return frozenset((index, 32) for index in hit)
+
+
+def _proto_prefix(proto: int) -> frozenset[Prefix]:
+    return frozenset({(proto << 16, 8)})
+
+
+def _ports(text: str) -> list[tuple[int, int]]:
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition(":")
+        lo_v = int(lo) if lo else 0
+        hi_v = int(hi) if hi else (65535 if _ else lo_v)
+        if not (0 <= lo_v <= 65535 and 0 <= hi_v <= 65535):
+            raise Unsupported(f"port {part!r}")
+        if lo_v > hi_v:
+            lo_v, hi_v = hi_v, lo_v
+        out.append((lo_v, hi_v))
+    return out
+
+
+def _port_prefixes(proto: int, ranges: list[tuple[int, int]]) -> frozenset[Prefix]:
+    base = proto << 16
+    return frozenset((base + value, 8 + length) for lo, hi in ranges for value, length in range_prefixes(lo, hi, 16))
+
+
+def rule_meaning(rule, links) -> RuleMeaning:
+    """The boxes of one rule, given the namespace's links (for -i/-o)."""
+    parts: list[tuple[Box, ...]] = []
+    unsupported: list[str] = []
+    proto = None
+    for match in rule.matches:
+        if match.module == "" and match.option == "-p":
+            value = match.values[0].lower() if match.values else ""
+            number = PROTOCOLS.get(value, int(value) if value.isdigit() else None)
+            if number is None:
+                unsupported.append(str(match))
+                continue
+            if number == 0:
+                parts.append(NOTHING if match.negated else EVERYTHING)
+            else:
+                parts.append(_single("l4s", _proto_prefix(number), match.negated))
+                if not match.negated:
+                    proto = number
+    for match in rule.matches:
+        try:
+            boxes = _match_boxes(match, proto, links)
+        except Unsupported as exc:
+            unsupported.append(f"{match} ({exc})" if str(exc) else str(match))
+            continue
+        if boxes is not None:
+            parts.append(boxes)
+    return RuleMeaning(_and(*parts) if parts else EVERYTHING, tuple(unsupported))
+
+
+def _match_boxes(match, proto: int | None, links) -> tuple[Box, ...] | None:
+    """None: no constraint (or already handled)."""
+    m, opt, values, neg = match.module, match.option, match.values, match.negated
+    if m == "":
+        if opt == "-p":
+            return None
+        if opt in ("-s", "-d"):
+            return _single("src" if opt == "-s" else "dst", frozenset({_address(values[0])}), neg)
+        if opt in ("-i", "-o"):
+            return _single("iif" if opt == "-i" else "oif", _interfaces(values[0], links), neg)
+        if opt == "-f":
+            # Fragments never reach the filter node (the router passes them).
+            return EVERYTHING if neg else NOTHING
+        raise Unsupported("")
+    if opt == "" and m in _MODULES:
+        return None       # "-m NAME" itself; its options follow
+    if m == "comment":
+        return None
+    if m in ("tcp", "udp") and opt in ("--sport", "--source-port", "--dport", "--destination-port"):
+        number = PROTOCOLS[m]
+        if proto != number:
+            raise Unsupported(f"-m {m} without -p {m}")
+        name = "l4s" if opt in ("--sport", "--source-port") else "l4d"
+        return _single(name, _port_prefixes(number, _ports(values[0])), neg)
+    if m == "multiport" and opt in ("--sports", "--source-ports", "--dports", "--destination-ports", "--ports"):
+        if proto not in PORTS_OF:
+            raise Unsupported("multiport without -p tcp or udp")
+        prefixes = _port_prefixes(proto, _ports(values[0]))
+        if opt in ("--sports", "--source-ports"):
+            return _single("l4s", prefixes, neg)
+        if opt != "--ports":
+            return _single("l4d", prefixes, neg)
+        # Source or destination port: two disjoint boxes (sport in P; sport
+        # not in P and dport in P), so a jump never runs twice.
+        if neg:
+            return (Box((("l4d", FieldPredicate(None, prefixes)), ("l4s", FieldPredicate(None, prefixes)))),)
+        return (Box((("l4s", FieldPredicate(prefixes)),)),
+                Box((("l4d", FieldPredicate(prefixes)), ("l4s", FieldPredicate(None, prefixes)))))
+    if m == "icmp" and opt == "--icmp-type":
+        if proto != 1:
+            raise Unsupported("-m icmp without -p icmp")
+        icmp_type, code = _icmp_type(values[0])
+        if icmp_type is None:
+            return NOTHING if neg else EVERYTHING
+        type_p = frozenset({((1 << 16) | icmp_type, 24)})
+        if code is None:
+            return _single("l4s", type_p, neg)
+        code_p = frozenset({((1 << 16) | code, 24)})
+        if not neg:
+            return (Box((("l4d", FieldPredicate(code_p)), ("l4s", FieldPredicate(type_p)))),)
+        return (Box((("l4s", FieldPredicate(None, type_p)),)),
+                Box((("l4d", FieldPredicate(None, code_p)), ("l4s", FieldPredicate(type_p)))))
+    if m == "mark" and opt == "--mark":
+        # A forwarded packet's mark is 0 at FORWARD: nothing before it may set
+        # one (raw/mangle rules and tc ingress filters keep it on the kernel
+        # path) and the router passes marked packets.
+        value, _, mask = values[0].partition("/")
+        hit = (0 & (int(mask, 0) if mask else 0xFFFFFFFF)) == int(value, 0)
+        return EVERYTHING if hit != neg else NOTHING
+    raise Unsupported("")
+
+
+def _icmp_type(text: str) -> tuple[int | None, int | None]:
+    if text in ICMP_TYPES:
+        return ICMP_TYPES[text]
+    kind, _, code = text.partition("/")
+    try:
+        return int(kind), (int(code) if code else None)
+    except ValueError:
+        raise Unsupported(f"ICMP type {text!r}") from None

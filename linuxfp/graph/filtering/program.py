@@ -1,0 +1,179 @@
+"""The FORWARD chains of every iptables backend as one program: each rule
+with its boxes (predicates.py) and what it does, and the exact iptables
+verdict given which boxes a packet lies in. Pure.
+
+Verdict semantics, as the kernel's: first match wins in a chain; a jump
+returns to the rule after it when the called chain falls off its end or hits
+RETURN, a goto returns to the caller's caller; a built-in chain ends in its
+policy. Two backends are two hooks: a packet is forwarded only if both
+accept it. Anything with an effect the fast path does not have (LOG, REJECT,
+MARK, ...) and every rule with a match the fast path cannot evaluate make the
+verdict KERNEL for the packets that reach them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .predicates import FIELDS, WIDTH, Box, rule_meaning
+
+ACCEPT, DROP, KERNEL = 0, 1, 2
+VERDICT_NAMES = {ACCEPT: "accept", DROP: "drop", KERNEL: "kernel"}
+MAX_DEPTH = 64   # the kernel refuses deeper jumps, so any loop is ours
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    index: int                  # position in Program.rules (the stats detail)
+    backend: str
+    chain: str
+    position: int
+    text: str
+    action: str                 # accept, drop, kernel, return, jump, goto, continue
+    jump: str                   # the chain of a jump or goto
+    box_ids: tuple[int, ...]    # bits of the boxes this rule owns
+    unsupported: tuple[str, ...] = ()
+    target: str = ""            # as written: ACCEPT, LOG, a chain, ...
+
+    def describe(self) -> str:
+        return f"iptables-{self.backend} {self.chain} #{self.position}"
+
+
+@dataclass(frozen=True)
+class Program:
+    rules: tuple[CompiledRule, ...]
+    boxes: tuple[Box, ...]                                   # by box id
+    chains: tuple[tuple[str, str, str | None, tuple[int, ...]], ...]   # backend, chain, policy, rule indexes
+    backends: tuple[str, ...]
+    # "iif"/"oif" when a rule names interfaces (even ones that do not exist)
+    interface_fields: frozenset[str] = frozenset()
+
+    def chain(self, backend: str, name: str):
+        return next((c for c in self.chains if c[0] == backend and c[1] == name), None)
+
+    @property
+    def unsupported(self) -> tuple[CompiledRule, ...]:
+        return tuple(r for r in self.rules if r.unsupported)
+
+
+def compile_program(forward_rulesets, links) -> Program:
+    """The FORWARD chain of each ruleset's filter table and every chain it
+    reaches."""
+    rules: list[CompiledRule] = []
+    boxes: list[Box] = []
+    chains = []
+    named = set()
+    for ruleset in forward_rulesets:
+        table = ruleset.table("filter")
+        seen, todo = set(), ["FORWARD"]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            chain = table.chain(name)
+            indexes = []
+            for rule in chain.rules:
+                named.update({"-i": "iif", "-o": "oif"}[m.option] for m in rule.matches
+                             if m.module == "" and m.option in ("-i", "-o"))
+                meaning = rule_meaning(rule, links)
+                ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
+                boxes.extend(meaning.boxes)
+                action, jump = _action(rule, table, bool(meaning.unsupported))
+                if jump:
+                    todo.append(jump)
+                indexes.append(len(rules))
+                rules.append(CompiledRule(len(rules), ruleset.backend, chain.name, rule.position, rule.text,
+                                          action, jump, ids, meaning.unsupported, rule.target))
+            chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
+    return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
+                   frozenset(named))
+
+
+def _action(rule, table, unsupported: bool) -> tuple[str, str]:
+    target = rule.target
+    if unsupported:
+        return "kernel", ""           # even without a target: limit, recent, quota... keep state
+    if target == "":
+        return "continue", ""         # counts only: whatever it matches, nothing happens
+    if target in ("ACCEPT", "DROP"):
+        return target.lower(), ""
+    if target == "RETURN":
+        return "return", ""
+    if table.chain(target) is not None and table.chain(target).policy is None:
+        return ("goto" if rule.goto else "jump"), target
+    return "kernel", ""               # LOG, REJECT, MARK, ...: the kernel's effects
+
+
+def verdict(program: Program, matched: int) -> tuple[int, int]:
+    """(ACCEPT/DROP/KERNEL, deciding rule index or -1 for a policy) for a
+    packet inside exactly the boxes whose bits are set in `matched`."""
+    results = []
+    for backend in program.backends:
+        results.append(_run_builtin(program, backend, "FORWARD", matched))
+    for wanted in (KERNEL, DROP):
+        for result in results:
+            if result[0] == wanted:
+                return result
+    return (ACCEPT, results[0][1] if results else -1)
+
+
+def _run_builtin(program: Program, backend: str, name: str, matched: int) -> tuple[int, int]:
+    _, _, policy, _ = program.chain(backend, name)
+    outcome = _run(program, backend, name, matched, 0)
+    if outcome is not None:
+        return outcome
+    return (DROP if policy == "DROP" else ACCEPT if policy == "ACCEPT" else KERNEL, -1)
+
+
+def _run(program: Program, backend: str, name: str, matched: int, depth: int):
+    """A terminal (verdict, rule), or None when the chain returns."""
+    if depth > MAX_DEPTH:
+        return (KERNEL, -1)
+    for index in program.chain(backend, name)[3]:
+        rule = program.rules[index]
+        if not any(matched >> box & 1 for box in rule.box_ids):
+            continue
+        if rule.action == "accept":
+            return (ACCEPT, index)
+        if rule.action == "drop":
+            return (DROP, index)
+        if rule.action == "kernel":
+            return (KERNEL, index)
+        if rule.action == "return":
+            return None
+        if rule.action in ("jump", "goto"):
+            outcome = _run(program, backend, rule.jump, matched, depth + 1)
+            if outcome is not None or rule.action == "goto":
+                return outcome
+    return None
+
+
+def box_contains(box: Box, values: dict[str, int]) -> bool:
+    """Whether a packet with these field values lies in the box (the
+    reference the classifier is tested against)."""
+    for name, pred in box.fields:
+        value, width = values[name], WIDTH[name]
+        inside = pred.inside is None or any(_covers(p, value, width) for p in pred.inside)
+        if not inside or any(_covers(p, value, width) for p in pred.outside):
+            return False
+    return True
+
+
+def _covers(prefix, value: int, width: int) -> bool:
+    shift = width - prefix[1]
+    return (value >> shift) == (prefix[0] >> shift)
+
+
+def matched_boxes(program: Program, values: dict[str, int]) -> int:
+    bits = 0
+    for box_id, box in enumerate(program.boxes):
+        if box_contains(box, values):
+            bits |= 1 << box_id
+    return bits
+
+
+def packet_fields(src: int, dst: int, proto: int, sport: int, dport: int, iif: int, oif: int) -> dict[str, int]:
+    """Field values of a packet as the fast path extracts them (for ICMP,
+    sport/dport are type/code; for protocols without ports, 0)."""
+    assert set(FIELDS) == {"src", "dst", "l4s", "l4d", "iif", "oif"}
+    return {"src": src, "dst": dst, "l4s": proto << 16 | sport, "l4d": proto << 16 | dport, "iif": iif, "oif": oif}

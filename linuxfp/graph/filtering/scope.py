@@ -1,0 +1,99 @@
+"""Which part of a namespace's netfilter configuration touches forwarded
+IPv4 packets, and which of it a filter node may evaluate: the filter table's
+FORWARD chain of each iptables backend, stateless. Everything else that
+could touch a forwarded packet is named as uncovered. Pure.
+
+Uncovered, with the reason:
+* native nf_tables tables (families inet, netdev, bridge, or an ip table
+  iptables-nft cannot express) — their base chains may sit on any hook;
+* nat tables (they turn connection tracking on), and raw/mangle/security
+  tables that hold rules or a policy other than ACCEPT;
+* rules that use connection tracking anywhere (it is then on for every
+  forwarded packet, and the fast path would bypass it);
+* a backend whose rules could not be read.
+Tables of families ip6 and arp do not touch forwarded IPv4 packets (IPv6 and
+ARP always go to the kernel), so they are neither.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from linuxfp.state.iptables import BUILTIN_CHAINS, Ruleset
+
+# Families whose tables never see a forwarded IPv4 packet.
+_IRRELEVANT_FAMILIES = ("ip6", "arp")
+# Tables iptables-nft manages (and iptables-nft-save prints).
+_XTABLES = frozenset(BUILTIN_CHAINS)
+# Matches and targets that make the kernel track connections once loaded.
+CONNTRACK_MATCHES = frozenset({"conntrack", "state", "connmark", "connlabel", "connlimit", "connbytes",
+                               "helper", "cluster", "ipvs", "socket"})
+CONNTRACK_TARGETS = frozenset({"CT", "NOTRACK", "CONNMARK", "CONNSECMARK", "SNAT", "DNAT", "MASQUERADE",
+                               "REDIRECT", "NETMAP", "SYNPROXY"})
+
+
+@dataclass(frozen=True)
+class FilterScope:
+    """forward: the FORWARD chain owners to evaluate, per backend;
+    uncovered: what no filter node reproduces (empty: all of it can be)."""
+
+    forward: tuple[Ruleset, ...]
+    uncovered: tuple[str, ...]
+
+    @property
+    def filters_forward(self) -> bool:
+        return bool(self.forward)
+
+
+def filter_scope(netfilter) -> FilterScope:
+    uncovered: list[str] = list(netfilter.errors)
+    for entry in netfilter.tables:
+        backend, _, name = entry.partition(":")
+        if backend != "nft":
+            continue
+        family, _, table = name.partition(" ")
+        if family in _IRRELEVANT_FAMILIES:
+            continue
+        if family != "ip" or table not in _XTABLES:
+            uncovered.append(f"nf_tables table {name} (native nft: the filter node reads iptables rules only)")
+    read = {ruleset.backend for ruleset in netfilter.rulesets}
+    holders = {"nft" if entry.startswith("nft:ip ") else "legacy" for entry in netfilter.tables
+               if entry.startswith(("nft:ip ", "legacy:"))}
+    if not netfilter.errors:
+        uncovered.extend(f"iptables-{backend} holds tables whose rules were not read"
+                         for backend in sorted(holders - read))
+    forward = []
+    for ruleset in netfilter.rulesets:
+        for name in ruleset.incompatible:
+            uncovered.append(f"nf_tables table ip {name} holds rules iptables-nft cannot express")
+        for table in ruleset.tables:
+            uncovered.extend(_table_findings(ruleset.backend, table))
+        filter_table = ruleset.table("filter")
+        if filter_table is not None and _forward_filters(filter_table):
+            forward.append(ruleset)
+    return FilterScope(tuple(forward), tuple(uncovered))
+
+
+def _table_findings(backend: str, table) -> list[str]:
+    where = f"iptables-{backend} table {table.name}"
+    found = []
+    builtin = BUILTIN_CHAINS.get(table.name, ())
+    for chain in table.chains:
+        if chain.policy is not None and chain.name not in builtin:
+            found.append(f"{where}: base chain {chain.name} is not one iptables defines")
+    for chain in table.chains:
+        for rule in chain.rules:
+            ct = set(rule.modules) & CONNTRACK_MATCHES
+            if ct or rule.target in CONNTRACK_TARGETS:
+                found.append(f"{where}: rule {chain.name} #{rule.position} uses connection tracking "
+                             f"({', '.join(sorted(ct)) or rule.target}); the filter node is stateless yet")
+                return found
+    if table.name == "nat":
+        found.append(f"{where}: NAT (turns connection tracking on)")
+    elif table.name != "filter" and any(c.rules or c.policy not in (None, "ACCEPT") for c in table.chains):
+        found.append(f"{where}: rules (only the filter table is evaluated in the fast path)")
+    return found
+
+
+def _forward_filters(table) -> bool:
+    chain = table.chain("FORWARD")
+    return chain is not None and (bool(chain.rules) or chain.policy != "ACCEPT")

@@ -1,0 +1,140 @@
+"""The filter node (bpf_modules/filter.h): iptables FORWARD chains of both
+backends, evaluated by a classifier whose cost does not grow with the rule
+count (linuxfp/graph/filtering/). It applies where the namespace's
+netfilter configuration is within what it reproduces (filtering/scope.py);
+otherwise the ingress stays on the kernel path with the reason."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from linuxfp.resources import modules_dir
+
+from ..filtering.classifier import FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, TooLarge, build_classifier
+from ..filtering.predicates import WIDTH
+from ..filtering.program import Program, compile_program
+from ..filtering.scope import filter_scope
+from ..tables import ARRAY, HASH, Table, u32
+from . import Node, Stage, register
+
+OBSTACLE = "iptables_filter"
+CFG, IFS, COMB = "lfp_flt_cfg", "lfp_flt_ifs", "lfp_flt_comb"
+LPM_TABLE = {name: f"lfp_flt_{name}" for name in LPM_FIELDS}
+assert {node for node, _, _ in PAIRS} | {VERDICT_NODE} == set(range(1, 7))   # filter.h's nodes
+
+
+@dataclass(frozen=True)
+class FilterPlan:
+    """What the node makes of a snapshot's netfilter state."""
+
+    program: Program | None = None
+    classifier: Classifier | None = None
+    problem: str | None = None       # why it cannot evaluate the rules
+
+
+class Filter(Node):
+    name = "filter"
+    stage = Stage.FORWARD
+    header = modules_dir() / "filter.h"
+    covers = frozenset({OBSTACLE})
+    inputs = ("netfilter", "links")
+
+    def applies(self, snapshot, link) -> bool:
+        return filter_plan(snapshot).classifier is not None
+
+    def blocker(self, snapshot, link) -> str | None:
+        return filter_plan(snapshot).problem
+
+    def tables(self, snapshot) -> tuple[Table, ...]:
+        return filter_tables(filter_plan(snapshot).classifier)
+
+    def notes(self, snapshot) -> tuple[str, ...]:
+        plan = filter_plan(snapshot)
+        if plan.program is None:
+            return ()
+        program, classifier = plan.program, plan.classifier
+        counts = ", ".join(f"iptables-{b} {sum(1 for r in program.rules if r.backend == b)}"
+                           for b in program.backends)
+        lines = [f"{len(program.rules)} rules reached from FORWARD ({counts})"]
+        if classifier is not None:
+            fields = ",".join(name for name, bit in FIELD_BIT.items() if classifier.used & bit) or "none"
+            lines.append(f"classifier generation {classifier.generation:08x}: {classifier.entry_count()} entries, "
+                         f"fields {fields}")
+        else:
+            lines.append(f"not evaluated: {plan.problem}")
+        for rule in program.unsupported:
+            lines.append(f"to the kernel: {rule.describe()} ({'; '.join(rule.unsupported)})")
+        effects = [r for r in program.rules if r.action == "kernel" and not r.unsupported]
+        if effects:
+            shown = ", ".join(f"{r.describe()} -j {r.target}" for r in effects[:5])
+            more = f" and {len(effects) - 5} more" if len(effects) > 5 else ""
+            lines.append(f"to the kernel (its effects: log, reject, ...): {shown}{more}")
+        return tuple(lines)
+
+
+FILTER = register(Filter())
+
+_last: tuple[object, object, FilterPlan] | None = None
+
+
+def filter_plan(snapshot) -> FilterPlan:
+    """The compiled rules for this snapshot (remembered while its netfilter
+    state and links are the same objects: every ingress asks)."""
+    global _last
+    nf, links = snapshot.netfilter, snapshot.links
+    if _last is not None and _last[0] is nf and _last[1] is links:
+        return _last[2]
+    plan = _plan(nf, links)
+    _last = (nf, links, plan)
+    return plan
+
+
+def _plan(netfilter, links) -> FilterPlan:
+    scope = filter_scope(netfilter)
+    if not scope.forward:
+        return FilterPlan()
+    if scope.uncovered:
+        return FilterPlan(problem=scope.uncovered[0])
+    program = compile_program(scope.forward, links)
+    try:
+        classifier = build_classifier(program, [link.index for link in links])
+    except TooLarge as exc:
+        return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})")
+    return FilterPlan(program, classifier)
+
+
+def lpm_key(generation: int, name: str, value: int, length: int) -> bytes:
+    """struct lfp_flt_lpm_key: the generation, then the value as on the wire
+    (an address, or protocol and port / ICMP type or code, padded)."""
+    width = WIDTH[name]
+    data = (value << (32 - width)).to_bytes(4, "big")
+    return struct.pack("<II", 32 + length, generation) + data
+
+
+def pair_key(generation: int, node: int, left: int, right: int) -> bytes:
+    return struct.pack("<IIII", generation, node, left, right)
+
+
+def filter_tables(classifier: Classifier | None) -> tuple[Table, ...]:
+    """The node's maps; lfp_flt_cfg last, so it names a generation only once
+    all of its entries are written (the sync writes tables in this order and
+    erases the old generation's entries after)."""
+    lpm = {name: frozenset() for name in LPM_FIELDS}
+    ifs, comb, cfg = frozenset(), frozenset(), frozenset()
+    if classifier is not None:
+        gen, used = classifier.generation, classifier.used
+        for name, entries in classifier.prefixes:
+            if used & FIELD_BIT[name]:
+                lpm[name] = frozenset((lpm_key(gen, name, value, length), u32(cls)) for value, length, cls in entries)
+        if used & (FIELD_BIT["iif"] | FIELD_BIT["oif"]):
+            ifs = frozenset((u32(gen) + u32(index), u32(i) + u32(o)) for index, i, o in classifier.interfaces)
+        comb = frozenset([(pair_key(gen, node, left, right), u32(cls)) for node, left, right, cls in classifier.pairs]
+                         + [(pair_key(gen, VERDICT_NODE, cls, 0), u32(verdict | (rule + 1) << 2))
+                            for cls, verdict, rule in classifier.verdicts])
+        cfg = frozenset({(u32(0), u32(gen) + u32(used))})
+    return tuple(Table(LPM_TABLE[name], FILTER.name, 12, 4, lpm[name], kind=HASH,
+                       describe=f"filter classes of {name} prefixes") for name in LPM_FIELDS) + (
+        Table(IFS, FILTER.name, 8, 8, ifs, kind=HASH, describe="filter classes of interfaces as -i / -o"),
+        Table(COMB, FILTER.name, 16, 4, comb, kind=HASH, describe="filter classes of class pairs; verdicts"),
+        Table(CFG, FILTER.name, 4, 8, cfg, kind=ARRAY, describe="current filter generation and fields used"),
+    )

@@ -1,0 +1,216 @@
+"""Seeded random iptables rulesets in iptables-save format (apply them with
+iptables-restore / iptables-legacy-restore), and packets that probe them:
+the input of the filter's differential tests and benchmarks.
+
+Addresses come from the lab ranges only (198.18.0.0/15 and the documentation
+networks); prefixes nest and overlap on purpose so that first-match order,
+negation and user chains decide verdicts.
+"""
+from __future__ import annotations
+
+import ipaddress
+import random
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+
+PREFIX_POOL = ("198.18.0.0/15", "198.18.0.0/16", "198.19.0.0/16", "198.18.1.0/24", "198.18.2.0/24",
+               "198.19.1.0/24", "198.19.2.0/24", "198.18.1.0/25", "198.18.1.128/25", "198.18.1.7/32",
+               "198.19.1.9/32", "198.19.2.64/26", "203.0.113.0/24", "198.51.100.0/24", "192.0.2.0/24")
+# Prefixes that split RouterTopology's source pool (198.18.64.0/18) and its
+# routed prefixes (198.19.0.0/24 ...), nested and overlapping: rules over
+# them decide the fate of probe_frames().
+ROUTER_POOL = ("198.18.0.0/15", "198.18.64.0/18", "198.18.64.0/24", "198.18.96.0/19", "198.18.64.7/32",
+               "198.18.65.0/24", "198.18.100.0/22", "198.19.0.0/21", "198.19.0.0/23", "198.19.1.0/24",
+               "198.19.2.0/24", "198.19.1.9/32", "198.19.2.64/26", "198.19.3.128/25", "192.0.2.0/24")
+PORTS = (22, 53, 80, 443, 1000, 1024, 4789, 8080, 8472, 65535)
+ICMP = ("echo-request", "echo-reply", "8/0", "3", "destination-unreachable", "any", "0")
+UNSUPPORTED = ("-m length --length 100:300", "-p tcp -m tcp --tcp-flags SYN,ACK SYN",
+               "-m addrtype --dst-type UNICAST", "-m ttl --ttl-gt 30", "-m pkttype --pkt-type unicast")
+
+
+@dataclass
+class Coverage:
+    """How often each match kind and target occurs (reported by the tests)."""
+
+    matches: Counter = field(default_factory=Counter)
+    targets: Counter = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        m = ", ".join(f"{k} {v}" for k, v in sorted(self.matches.items()))
+        t = ", ".join(f"{k} {v}" for k, v in sorted(self.targets.items()))
+        return f"matches: {m}; targets: {t}"
+
+
+def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Coverage | None = None,
+                   unsupported: bool = True, pool: tuple[str, ...] = PREFIX_POOL) -> str:
+    """A filter table in iptables-save format: FORWARD, two user chains;
+    addresses from the prefixes of `pool`."""
+    rng = random.Random(seed)
+    coverage = coverage if coverage is not None else Coverage()
+    chains = {"FORWARD": [], "LFP_A": [], "LFP_B": []}
+    for _ in range(rules):
+        chain = rng.choice(("FORWARD", "FORWARD", "FORWARD", "LFP_A", "LFP_B"))
+        chains[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, pool))
+    policy = rng.choice(("ACCEPT", "ACCEPT", "DROP"))
+    coverage.targets[f"policy {policy}"] += 1
+    lines = ["*filter", ":INPUT ACCEPT [0:0]", f":FORWARD {policy} [0:0]", ":OUTPUT ACCEPT [0:0]",
+             ":LFP_A - [0:0]", ":LFP_B - [0:0]"]
+    for chain, body in chains.items():
+        lines += [f"-A {chain} {r}".rstrip() for r in body]
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupported: bool, pool) -> str:
+    words = []
+
+    def neg() -> str:
+        return "! " if rng.random() < 0.25 else ""
+
+    if rng.random() < 0.5:
+        n = neg()
+        words.append(f"{n}-s {rng.choice(pool)}")
+        coverage.matches[f"{n}-s"] += 1
+    if rng.random() < 0.5:
+        n = neg()
+        words.append(f"{n}-d {rng.choice(pool)}")
+        coverage.matches[f"{n}-d"] += 1
+    if rng.random() < 0.25 and ifnames:
+        n = neg()
+        name = rng.choice(ifnames)
+        words.append(f"{n}-i {name[:-1] + '+' if rng.random() < 0.3 else name}")
+        coverage.matches[f"{n}-i"] += 1
+    if rng.random() < 0.25 and ifnames:
+        n = neg()
+        words.append(f"{n}-o {rng.choice(ifnames)}")
+        coverage.matches[f"{n}-o"] += 1
+    proto = rng.choice(("", "", "tcp", "udp", "icmp"))
+    if proto:
+        words.append(f"-p {proto}")
+        coverage.matches[f"-p {proto}"] += 1
+    if proto in ("tcp", "udp") and rng.random() < 0.7:
+        kind = rng.choice(("sport", "dport", "range", "multiport", "ports"))
+        n = neg()
+        port = rng.choice(PORTS)
+        if kind == "sport":
+            words.append(f"-m {proto} {n}--sport {port}")
+        elif kind == "dport":
+            words.append(f"-m {proto} {n}--dport {port}")
+        elif kind == "range":
+            lo = rng.choice(PORTS)
+            words.append(f"-m {proto} {n}--dport {min(lo, port)}:{max(lo, port)}")
+        else:
+            ports = ",".join(str(p) for p in sorted(set(rng.sample(PORTS, 3))))
+            words.append(f"-m multiport {n}--{'dports' if kind == 'multiport' else 'ports'} {ports}")
+        coverage.matches[f"{n}{kind}"] += 1
+    elif proto == "icmp" and rng.random() < 0.6:
+        n = neg()
+        words.append(f"-m icmp {n}--icmp-type {rng.choice(ICMP)}")
+        coverage.matches[f"{n}icmp-type"] += 1
+    if not words:   # a rule matching everything would end most chains at once
+        words.append(f"-d {rng.choice(pool)}")
+        coverage.matches["-d"] += 1
+    if rng.random() < 0.1:
+        words.append('-m comment --comment "lab rule"')
+        coverage.matches["comment"] += 1
+    if unsupported and rng.random() < 0.05:
+        extra = rng.choice(UNSUPPORTED)
+        if extra.startswith("-p tcp") and proto:
+            extra = "-m length --length 100:300"
+        words.append(extra)
+        coverage.matches["unsupported"] += 1
+    targets = ["ACCEPT", "ACCEPT", "DROP", "DROP", "DROP", ""] + (["LOG"] if rng.random() < 0.3 else [])
+    if chain == "FORWARD":
+        targets += ["LFP_A", "LFP_B", "goto LFP_B"]
+    elif chain == "LFP_A":
+        targets += ["RETURN", "LFP_B"]
+    else:
+        targets += ["RETURN"]
+    target = rng.choice(targets)
+    coverage.targets[target or "none"] += 1
+    if target.startswith("goto "):
+        words.append(f"-g {target[5:]}")
+    elif target == "LOG":
+        words.append('-j LOG --log-prefix "lfp "')
+    elif target:
+        words.append(f"-j {target}")
+    return " ".join(words)
+
+
+def probe_addresses(seed: int, count: int, pool: tuple[str, ...] = PREFIX_POOL) -> list[str]:
+    """Addresses at and around the pool's prefix edges."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        net = ipaddress.ip_network(rng.choice(pool))
+        offset = rng.choice((0, 1, net.num_addresses - 1, net.num_addresses, -1, rng.randrange(net.num_addresses)))
+        value = int(net.network_address) + offset
+        addr = ipaddress.ip_address(value)
+        if not any(addr in ipaddress.ip_network(p) for p in ("198.18.0.0/15", "203.0.113.0/24",
+                                                           "198.51.100.0/24", "192.0.2.0/24")):
+            addr = net.network_address + 1
+        out.append(str(addr))
+    return out
+
+
+def probe_frames(router, seed: int, count: int) -> list[bytes]:
+    """Frames from src through a RouterTopology's DUT that the rules of
+    random_ruleset() tell apart: sources from its source pool, destinations
+    in its routed prefixes (both at prefix edges), TCP/UDP to the pool's
+    ports, ICMP of several types, other protocols, and a TCP header cut
+    short. Deterministic in (seed, count) and the topology's MACs."""
+    from .frames import icmp_frame, ipv4, ethernet, tcp_frame, udp_frame, ETH_P_IP
+
+    rng = random.Random(seed)
+    src_mac, dut_mac = router.src_if.mac, router.dut_left.mac
+    pool = router.source_pool
+    edges = [ipaddress.ip_address(a) for p in ROUTER_POOL for a in _edges(ipaddress.ip_network(p))]
+    srcs = [str(a) for a in edges if a in pool]
+    dsts = [str(a) for a in edges if any(a in net for net in router.prefixes)]
+    frames = []
+    for n in range(count):
+        src = rng.choice(srcs) if rng.random() < 0.7 else str(pool[rng.randrange(1, pool.num_addresses - 1)])
+        dst = rng.choice(dsts)
+        kind = rng.choice(("udp", "udp", "tcp", "tcp", "icmp", "gre", "short"))
+        port = rng.choice(PORTS + (rng.randrange(1, 65536),))
+        other = rng.choice(PORTS + (rng.randrange(1, 65536),))
+        fields = {"ident": n + 1}
+        if kind == "udp":
+            frames.append(udp_frame(src_mac, dut_mac, src, dst, sport=other, dport=port, **fields))
+        elif kind == "tcp":
+            frames.append(tcp_frame(src_mac, dut_mac, src, dst, sport=other, dport=port, **fields))
+        elif kind == "icmp":
+            icmp_type, code = rng.choice(((8, 0), (0, 0), (13, 0), (8, 1), (3, 3)))
+            frames.append(icmp_frame(src_mac, dut_mac, src, dst, icmp_type, code, **fields))
+        elif kind == "gre":
+            frames.append(ethernet(dut_mac, src_mac, ETH_P_IP, ipv4(src, dst, 47, bytes(8) + b"lab", **fields)))
+        else:   # a TCP header of 8 bytes: iptables' tcp match drops it
+            frames.append(ethernet(dut_mac, src_mac, ETH_P_IP,
+                                   ipv4(src, dst, 6, struct.pack("!HHI", other, port, 1), **fields)))
+    return frames
+
+
+def _edges(net) -> list[str]:
+    last = net.num_addresses - 1
+    return [str(net[i]) for i in sorted({0, min(1, last), last // 2, max(last - 1, 0), last})]
+
+
+DOCUMENTATION_NETS = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+
+
+def unmatched_ruleset(count: int, matched_port: int = 9) -> str:
+    """`count` FORWARD DROP rules that traffic from the lab's 198.18/15
+    sources never matches: each names a documentation-range /32 source, the
+    routed 198.19.0.0/16 and a UDP port other than `matched_port`; policy
+    ACCEPT. The benchmark of rule-count scaling (`linuxfp bench rules`)."""
+    sources = [str(a) for net in DOCUMENTATION_NETS for a in ipaddress.ip_network(net)]
+    lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    for i in range(count):
+        port = 1024 + i // len(sources)
+        if port == matched_port:
+            raise ValueError("port collision")
+        lines.append(f"-A FORWARD -s {sources[i % len(sources)]}/32 -d 198.19.0.0/16 -p udp -m udp "
+                     f"--dport {port} -j DROP")
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"

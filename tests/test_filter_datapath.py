@@ -1,0 +1,170 @@
+"""The filter node, frame by frame, through BPF_PROG_TEST_RUN: for random
+rulesets loaded with the real iptables-restore, every frame's verdict from
+the compiled pipeline (router + filter + transmit, maps filled from snapshot
+→ graph as the controller fills them) is the one the Python model of the
+classifier computes (classifier.classify), with the counter that says why.
+The model is checked against the rules' meaning in test_filter_rules.py,
+and the whole against Linux in test_differential_filter.py."""
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+from ipaddress import IPv4Network
+from types import SimpleNamespace
+
+import pytest
+
+from controller import lease
+from linuxfp import datapath as dp
+from linuxfp.graph import build_graph
+from linuxfp.graph.filtering.classifier import FIELD_BIT, classify
+from linuxfp.graph.filtering.program import ACCEPT, DROP, packet_fields
+from linuxfp.graph.nodes.iptables_filter import CFG, filter_plan
+from linuxfp.lab.netns import Lab, entered
+from linuxfp.lab.rulesets import ROUTER_POOL, probe_frames, random_ruleset
+from linuxfp.state import read_snapshot
+from linuxfp.synth import build, counter_named
+
+pytestmark = pytest.mark.netns
+
+IN_MAC, OUT_MAC, NEXT_HOP_MAC = "02:00:00:00:01:01", "02:00:00:00:02:01", "02:00:00:00:02:02"
+XDP_DROP, XDP_PASS, XDP_REDIRECT = 1, 2, 4
+SETUP = [
+    f"ip link add in0 address {IN_MAC} type veth peer name in0p",
+    f"ip link add out0 address {OUT_MAC} type veth peer name out0p",
+    "ip link set in0p up", "ip link set out0p up", "ip link set in0 up", "ip link set out0 up",
+    "ethtool -K out0p gro on",
+    "ip addr add 198.18.1.254/24 dev in0",
+    "ip addr add 198.18.2.254/24 dev out0",
+    f"ip neigh replace 198.18.2.1 lladdr {NEXT_HOP_MAC} dev out0 nud permanent",
+    "ip route add 198.19.0.0/16 via 198.18.2.1",
+    "sysctl -qw net.ipv4.ip_forward=1",
+]
+# What probe_frames needs of a topology.
+TOPOLOGY = SimpleNamespace(src_if=SimpleNamespace(mac="02:00:00:00:01:02"), dut_left=SimpleNamespace(mac=IN_MAC),
+                           source_pool=IPv4Network("198.18.64.0/18"),
+                           prefixes=tuple(IPv4Network(f"198.19.{i}.0/24") for i in range(8)))
+
+
+@pytest.fixture(scope="module")
+def filter_ns():
+    with Lab(prefix="lfp-fd") as lab:
+        ns = lab.namespace("dp")
+        for cmd in SETUP:
+            ns.run(cmd.split())
+        yield ns
+
+
+class LoadedPipeline:
+    """The XDP pipeline of in0 for the namespace's current rules."""
+
+    def __init__(self, ns) -> None:
+        self.ns = ns
+        with entered(ns):
+            snap = read_snapshot()
+            self.graph = build_graph(snap, "xdp")
+            self.plan = filter_plan(snap)
+            self.ifindex = snap.link_by_name("in0").index
+            self.egress = snap.link_by_name("out0").index
+        pipeline = self.graph.pipeline(self.ifindex)
+        assert pipeline is not None, self.graph.skipped
+        shape = replace(pipeline.shape, testable=True)
+        assert shape.nodes == ("router", "filter", "transmit")
+        self.obj = dp.BpfObject.open(build(shape).data, name="test_filter")
+        self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
+        self.obj.load()
+        self.write(self.graph.tables)
+        lease.grant(self.obj.map(lease.LEASE_MAP))
+        self.prog = self.obj.program(shape.entry)
+
+    def write(self, tables) -> None:
+        with entered(self.ns):            # devmap entries resolve ifindexes here
+            for table in sorted(tables, key=lambda t: t.summary):
+                if table.name in self.obj.map_names():
+                    m = self.obj.map(table.name)
+                    for key, value in table.entries:
+                        m.update(key, value)
+
+    def run(self, frame: bytes):
+        with entered(self.ns):
+            return dp.test_run(self.prog.fd, frame, ctx_in=dp.xdp_md(ingress_ifindex=self.ifindex))
+
+    def counter(self, name: str) -> int:
+        values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
+        return sum(struct.unpack("<Q", v[:8])[0] for v in values)
+
+
+def expected(pipeline: LoadedPipeline, classifier, frame: bytes) -> tuple[int, str | None]:
+    """(XDP verdict, counter) the model predicts for a frame the router forwards."""
+    ip = frame[14:34]
+    proto, src, dst = ip[9], int.from_bytes(ip[12:16], "big"), int.from_bytes(ip[16:20], "big")
+    l4 = frame[34:]
+    need = {6: 20, 17: 8, 1: 8}.get(proto, 0)
+    if classifier.used & (FIELD_BIT["l4s"] | FIELD_BIT["l4d"]) and len(l4) < need:
+        return XDP_PASS, "filter_l4_short"
+    sport = dport = 0
+    if proto in (6, 17) and len(l4) >= need:
+        sport, dport = struct.unpack("!HH", l4[:4])
+    elif proto == 1:
+        sport, dport = l4[0], l4[1]
+    verdict, _ = classify(classifier, packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress))
+    if verdict == ACCEPT:
+        return XDP_REDIRECT, "forwarded"
+    if verdict == DROP:
+        return XDP_DROP, "filter_dropped"
+    return XDP_PASS, "filter_kernel"
+
+
+def test_compiled_filter_agrees_with_its_model(filter_ns):
+    seen: dict[str, int] = {}
+    for seed in range(8):
+        text = random_ruleset(seed, 60, ("in0", "out0"), pool=ROUTER_POOL)
+        filter_ns.run(["iptables-restore"], input=text)
+        loaded = LoadedPipeline(filter_ns)
+        try:
+            classifier = loaded.plan.classifier
+            for frame in probe_frames(TOPOLOGY, seed, 150):
+                if frame[23] == 1 and frame[34] == 3:
+                    continue                       # ICMP errors: the router passes them
+                verdict, counter = expected(loaded, classifier, frame)
+                before = loaded.counter(counter)
+                result = loaded.run(frame)
+                assert (result.retval, loaded.counter(counter)) == (verdict, before + 1), (seed, frame.hex(), text)
+                if verdict != XDP_REDIRECT:
+                    assert result.data_out == frame
+                seen[counter] = seen.get(counter, 0) + 1
+        finally:
+            loaded.obj.close()
+    # every outcome occurred, often
+    assert min(seen.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel", "filter_l4_short")) >= 20, seen
+
+
+def test_generations_never_mix(filter_ns):
+    """The next ruleset's entries are written beside the current ones and
+    take effect when lfp_flt_cfg names their generation; erasing the old
+    generation then changes nothing a packet sees."""
+    filter_ns.run(["iptables-restore"], input=random_ruleset(100, 40, ("in0", "out0"), pool=ROUTER_POOL))
+    first = LoadedPipeline(filter_ns)
+    try:
+        filter_ns.run(["iptables-restore"], input=random_ruleset(101, 40, ("in0", "out0"), pool=ROUTER_POOL))
+        with entered(filter_ns):
+            snap = read_snapshot()
+            second_tables = build_graph(snap, "xdp").tables
+            second = filter_plan(snap).classifier
+        assert second.generation != first.plan.classifier.generation
+        frames = [f for f in probe_frames(TOPOLOGY, 7, 120) if not (f[23] == 1 and f[34] == 3)]
+        old = [first.run(f).retval for f in frames]
+        new_entries = [t for t in second_tables if t.owner == "filter" and t.name != CFG]
+        first.write(new_entries)                                   # beside the old ones
+        assert [first.run(f).retval for f in frames] == old       # cfg still names the old generation
+        first.write([t for t in second_tables if t.name == CFG])
+        assert [first.run(f).retval for f in frames] == [expected(first, second, f)[0] for f in frames]
+        for table in first.graph.tables:
+            if table.owner == "filter" and table.name != CFG:     # the old generation goes
+                m = first.obj.map(table.name)
+                for key, _ in table.entries - next(t for t in second_tables if t.name == table.name).entries:
+                    m.delete(key)
+        assert [first.run(f).retval for f in frames] == [expected(first, second, f)[0] for f in frames]
+        assert first.counter("filter_stale") == 0
+    finally:
+        first.obj.close()
