@@ -197,46 +197,93 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, __u8 *l4s, __u8 *l4d)
 	return 1;
 }
 
-static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
+/* The fields every rule can see, under one generation: the key of a
+ * verdict. Fields the classifier does not use stay 0. */
+struct lfp_flt_flow {
+	__u32 gen;
+	__be32 saddr;
+	__be32 daddr;
+	__u8 l4s[4];
+	__u8 l4d[4];
+	__u32 iif;
+	__u32 oif;
+};
+
+/* The verdict of a flow's classification, remembered per CPU in a
+ * direct-mapped cache (a slot per hash of the flow; a collision replaces
+ * it): a steady flow costs one inlined lookup and a compare instead of the
+ * classifier's eight lookups, and only the CPU's own memory is written.
+ * Exact: a slot holds the whole key, generation included, and is written
+ * only once that generation was still current after the classification;
+ * the next generation never matches it. */
+#define LFP_FLT_CACHE_SLOTS 4096
+
+struct lfp_flt_cached {
+	struct lfp_flt_flow flow;
+	__u32 verdict;          /* LFP_FLT_* | (rule + 1) << 2 */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LFP_FLT_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lfp_flt_cached);
+} lfp_flt_cache SEC(".maps");
+
+static __always_inline __u32 lfp_flt_slot(const struct lfp_flt_flow *flow)
 {
-	__u8 l4s[4] = {}, l4d[4] = {};
-	__u32 zero = 0, gen, used;
-	struct lfp_flt_cfg *cfg;
+	const __u32 *word = (const __u32 *)flow;
+	__u32 h = 0x9e3779b9;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*flow) / 4); i++) {
+		h ^= word[i];
+		h *= 0x85ebca6b;
+		h ^= h >> 15;
+	}
+	return h & (LFP_FLT_CACHE_SLOTS - 1);
+}
+
+static __always_inline int lfp_flt_same(const struct lfp_flt_flow *a, const struct lfp_flt_flow *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32 diff = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*a) / 4); i++)
+		diff |= x[i] ^ y[i];
+	return diff == 0;
+}
+
+#define LFP_FLT_UNSURE 0xffffffffu
+
+/* The classifier: the verdict word for `flow`, or LFP_FLT_UNSURE when an
+ * entry it needs is missing or the generation changed meanwhile. */
+static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u32 used,
+					       const struct lfp_flt_flow *flow)
+{
+	__u32 gen = flow->gen;
 	__u32 src = 0, dst = 0, sport = 0, dport = 0, iif = 0, oif = 0;
 	__u32 addrs, ports, ifs, headers, last, *rule;
 	struct lfp_flt_pair_key verdict_key = {};
-	struct iphdr *ip;
 
-	if (!pkt->fwd.egress)
-		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
-	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
-	if (!cfg || !cfg->gen)
-		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
-	gen = cfg->gen;
-	used = cfg->used;
-
-	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, l4s, l4d))
-		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
-	ip = lfp_ipv4(pkt);
-	if (!ip)
-		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
-	if ((used & LFP_FLT_SRC) && !lfp_flt_lpm(&lfp_flt_src, gen, (__u8 *)&ip->saddr, &src))
-		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
-	if ((used & LFP_FLT_DST) && !lfp_flt_lpm(&lfp_flt_dst, gen, (__u8 *)&ip->daddr, &dst))
-		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
-	if ((used & LFP_FLT_L4S) && !lfp_flt_lpm(&lfp_flt_l4s, gen, l4s, &sport))
-		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
-	if ((used & LFP_FLT_L4D) && !lfp_flt_lpm(&lfp_flt_l4d, gen, l4d, &dport))
-		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+	if ((used & LFP_FLT_SRC) && !lfp_flt_lpm(&lfp_flt_src, gen, (const __u8 *)&flow->saddr, &src))
+		return LFP_FLT_UNSURE;
+	if ((used & LFP_FLT_DST) && !lfp_flt_lpm(&lfp_flt_dst, gen, (const __u8 *)&flow->daddr, &dst))
+		return LFP_FLT_UNSURE;
+	if ((used & LFP_FLT_L4S) && !lfp_flt_lpm(&lfp_flt_l4s, gen, flow->l4s, &sport))
+		return LFP_FLT_UNSURE;
+	if ((used & LFP_FLT_L4D) && !lfp_flt_lpm(&lfp_flt_l4d, gen, flow->l4d, &dport))
+		return LFP_FLT_UNSURE;
 	if (used & (LFP_FLT_IIF | LFP_FLT_OIF)) {
-		struct lfp_flt_if_key key = { .gen = gen, .ifindex = pkt->ingress_ifindex };
+		struct lfp_flt_if_key key = { .gen = gen, .ifindex = flow->iif };
 		struct lfp_flt_if_classes *in, *out;
 
 		in = bpf_map_lookup_elem(&lfp_flt_ifs, &key);
-		key.ifindex = pkt->fwd.egress;
+		key.ifindex = flow->oif;
 		out = bpf_map_lookup_elem(&lfp_flt_ifs, &key);
 		if (!in || !out)
-			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+			return LFP_FLT_UNSURE;     /* an interface newer than the classifier */
 		iif = in->in;
 		oif = out->out;
 	}
@@ -257,9 +304,49 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 	 * generation's entries are all there: the old one's are erased only
 	 * after lfp_flt_cfg names the next, so a packet that still sees its
 	 * generation there now read nothing erased. */
-	if (!rule || *(volatile __u32 *)&cfg->gen != gen)
-		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
-	switch (*rule & 3) {
+	if (!rule || *(volatile const __u32 *)&cfg->gen != gen)
+		return LFP_FLT_UNSURE;
+	return *rule;
+}
+
+static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
+{
+	struct lfp_flt_flow flow = {};
+	struct lfp_flt_cached *cached;
+	struct lfp_flt_cfg *cfg;
+	__u32 zero = 0, slot, verdict;
+	struct iphdr *ip;
+
+	if (!pkt->fwd.egress)
+		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
+	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
+	if (!cfg || !cfg->gen)
+		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
+	flow.gen = cfg->gen;
+	if ((cfg->used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, flow.l4s, flow.l4d))
+		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
+	ip = lfp_ipv4(pkt);
+	if (!ip)
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	flow.saddr = ip->saddr;
+	flow.daddr = ip->daddr;
+	flow.iif = pkt->ingress_ifindex;
+	flow.oif = pkt->fwd.egress;
+
+	slot = lfp_flt_slot(&flow);
+	cached = bpf_map_lookup_elem(&lfp_flt_cache, &slot);
+	if (cached && lfp_flt_same(&cached->flow, &flow)) {
+		verdict = cached->verdict;
+	} else {
+		verdict = lfp_flt_classify(cfg, cfg->used, &flow);
+		if (verdict == LFP_FLT_UNSURE)
+			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
+		if (cached) {
+			cached->flow = flow;
+			cached->verdict = verdict;
+		}
+	}
+	switch (verdict & 3) {
 	case LFP_FLT_ACCEPT:
 		return LFP_NEXT;
 	case LFP_FLT_DROP:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .predicates import FIELDS, WIDTH
-from .program import Program, verdict
+from .program import Program, bit_indexes, verdict
 
 # Phase-2 nodes (bpf_modules/filter.h): node id, left, right.
 PAIRS = ((1, ("src",), ("dst",)), (2, ("l4s",), ("l4d",)), (3, ("iif",), ("oif",)),
@@ -92,10 +92,10 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
             merged, seen = [0], {0: 0}
             by_box: dict[int, list[int]] = {}
             for j, b in enumerate(rbits):
-                for box in _bit_indexes(b):
+                for box in bit_indexes(b):
                     by_box.setdefault(box, []).append(j)
             for i, a in enumerate(lbits):
-                partners = sorted({j for box in _bit_indexes(a) for j in by_box.get(box, ())})
+                partners = sorted({j for box in bit_indexes(a) for j in by_box.get(box, ())})
                 for j in partners:
                     bits = a & rbits[j]
                     cls = seen.get(bits)
@@ -120,15 +120,6 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
     body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
     generation = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big") or 1
     return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
-
-
-def _bit_indexes(bits: int) -> list[int]:
-    out = []
-    while bits:
-        low = bits & -bits
-        out.append(low.bit_length() - 1)
-        bits ^= low
-    return out
 
 
 def _field_nodes(program: Program, name: str) -> dict[tuple[int, int], int]:

@@ -13,6 +13,7 @@ verdict KERNEL for the packets that reach them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from .predicates import FIELDS, WIDTH, Box, rule_meaning
 
@@ -48,7 +49,20 @@ class Program:
     interface_fields: frozenset[str] = frozenset()
 
     def chain(self, backend: str, name: str):
-        return next((c for c in self.chains if c[0] == backend and c[1] == name), None)
+        return self._chain_index.get((backend, name))
+
+    @cached_property
+    def _chain_index(self) -> dict:
+        return {(c[0], c[1]): c for c in self.chains}
+
+    @cached_property
+    def box_rule(self) -> tuple[int, ...]:
+        """The rule each box belongs to."""
+        owner = [0] * len(self.boxes)
+        for rule in self.rules:
+            for box in rule.box_ids:
+                owner[box] = rule.index
+        return tuple(owner)
 
     @property
     def unsupported(self) -> tuple[CompiledRule, ...]:
@@ -107,9 +121,10 @@ def _action(rule, table, unsupported: bool) -> tuple[str, str]:
 def verdict(program: Program, matched: int) -> tuple[int, int]:
     """(ACCEPT/DROP/KERNEL, deciding rule index or -1 for a policy) for a
     packet inside exactly the boxes whose bits are set in `matched`."""
+    hits = sorted({program.box_rule[box] for box in bit_indexes(matched)})
     results = []
     for backend in program.backends:
-        results.append(_run_builtin(program, backend, "FORWARD", matched))
+        results.append(_run_builtin(program, backend, "FORWARD", hits))
     for wanted in (KERNEL, DROP):
         for result in results:
             if result[0] == wanted:
@@ -117,21 +132,32 @@ def verdict(program: Program, matched: int) -> tuple[int, int]:
     return (ACCEPT, results[0][1] if results else -1)
 
 
-def _run_builtin(program: Program, backend: str, name: str, matched: int) -> tuple[int, int]:
+def bit_indexes(bits: int) -> list[int]:
+    out = []
+    while bits:
+        low = bits & -bits
+        out.append(low.bit_length() - 1)
+        bits ^= low
+    return out
+
+
+def _run_builtin(program: Program, backend: str, name: str, hits: list[int]) -> tuple[int, int]:
     _, _, policy, _ = program.chain(backend, name)
-    outcome = _run(program, backend, name, matched, 0)
+    outcome = _run(program, backend, name, hits, 0)
     if outcome is not None:
         return outcome
     return (DROP if policy == "DROP" else ACCEPT if policy == "ACCEPT" else KERNEL, -1)
 
 
-def _run(program: Program, backend: str, name: str, matched: int, depth: int):
-    """A terminal (verdict, rule), or None when the chain returns."""
+def _run(program: Program, backend: str, name: str, hits: list[int], depth: int):
+    """A terminal (verdict, rule), or None when the chain returns. `hits`:
+    the rules the packet matches, in program order (a chain's rules are
+    consecutive and in chain order)."""
     if depth > MAX_DEPTH:
         return (KERNEL, -1)
-    for index in program.chain(backend, name)[3]:
+    for index in hits:
         rule = program.rules[index]
-        if not any(matched >> box & 1 for box in rule.box_ids):
+        if rule.chain != name or rule.backend != backend:
             continue
         if rule.action == "accept":
             return (ACCEPT, index)
@@ -142,7 +168,7 @@ def _run(program: Program, backend: str, name: str, matched: int, depth: int):
         if rule.action == "return":
             return None
         if rule.action in ("jump", "goto"):
-            outcome = _run(program, backend, rule.jump, matched, depth + 1)
+            outcome = _run(program, backend, rule.jump, hits, depth + 1)
             if outcome is not None or rule.action == "goto":
                 return outcome
     return None
