@@ -17,7 +17,7 @@
  * old or new, never a mixture (it checks the generation is still current
  * once it has read everything). A field class or verdict it needs and does
  * not find means the tables are being rewritten: the kernel decides.
- * Declared to the controller by linuxfp/graph/nodes/filter.py.
+ * Declared to the controller by linuxfp/graph/nodes/iptables_filter.py.
  */
 #ifndef LFP_FILTER_H
 #define LFP_FILTER_H
@@ -105,11 +105,12 @@ struct {
 	__type(value, __u32);
 } lfp_flt_comb SEC(".maps");
 
-/* The current classifier. */
+/* The current classifier: its generation, whose low bits are the fields it
+ * looks up (LFP_FLT_*), so one load reads both. 0: none. */
 struct lfp_flt_cfg {
-	__u32 gen;              /* 0: none */
-	__u32 used;             /* LFP_FLT_*: the fields it looks up */
+	__u32 gen;
 };
+#define LFP_FLT_USED_MASK 0x3fu
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -314,16 +315,19 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 	struct lfp_flt_flow flow = {};
 	struct lfp_flt_cached *cached;
 	struct lfp_flt_cfg *cfg;
-	__u32 zero = 0, slot, verdict;
+	__u32 zero = 0, slot, verdict, used;
 	struct iphdr *ip;
 
 	if (!pkt->fwd.egress)
 		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
 	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
-	if (!cfg || !cfg->gen)
+	if (!cfg)
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
-	flow.gen = cfg->gen;
-	if ((cfg->used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, flow.l4s, flow.l4d))
+	flow.gen = *(volatile const __u32 *)&cfg->gen;
+	if (!flow.gen)
+		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
+	used = flow.gen & LFP_FLT_USED_MASK;
+	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, flow.l4s, flow.l4d))
 		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
 	ip = lfp_ipv4(pkt);
 	if (!ip)
@@ -338,7 +342,7 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 	if (cached && lfp_flt_same(&cached->flow, &flow)) {
 		verdict = cached->verdict;
 	} else {
-		verdict = lfp_flt_classify(cfg, cfg->used, &flow);
+		verdict = lfp_flt_classify(cfg, used, &flow);
 		if (verdict == LFP_FLT_UNSURE)
 			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
 		if (cached) {

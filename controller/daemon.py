@@ -55,7 +55,7 @@ class Controller:
         self.companion = Companion(self.installer.maps, self.layout.cookie)
         self.lease = Lease()
         self.watch = TableWatch(self.installer.maps)
-        self.nft_watch = NftablesWatch(self.lease.mark_unsure)
+        self.nft_watch = NftablesWatch(self.lease)
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing

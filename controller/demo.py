@@ -1,8 +1,10 @@
-"""`linuxfp demo router`: the paper's virtual router, accelerated before your
-eyes. Builds source — DUT — sink in throw-away namespaces (50 prefixes set
-with iproute2 on the DUT), measures Linux alone and LinuxFP in the same run
-with the benchmark's method, shows the synthesized graph and the fast-path
-counters, and removes everything (also on Ctrl-C)."""
+"""`linuxfp demo router|gateway`: the paper's virtual router (or gateway:
+the router plus 100 iptables blacklist rules), accelerated before your eyes.
+Builds source — DUT — sink in throw-away namespaces (50 prefixes set with
+iproute2 on the DUT; the gateway's rules with iptables-restore), measures
+Linux alone and LinuxFP in the same run with the benchmark's method, shows
+the synthesized graph and the fast-path counters, and removes everything
+(also on Ctrl-C)."""
 from __future__ import annotations
 
 import contextlib
@@ -51,9 +53,17 @@ def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = Fals
         retries=1,
     )
 
-    _say(f"LinuxFP demo: virtual router, {PREFIXES} prefixes configured with iproute2 on the DUT")
+    if scenario == "gateway":
+        from linuxfp.bench.gateway import BLACKLIST, blacklist_ruleset
+
+        _say(f"LinuxFP demo: virtual gateway, {PREFIXES} prefixes configured with iproute2 and "
+             f"{BLACKLIST} blacklist rules with iptables on the DUT")
+    else:
+        _say(f"LinuxFP demo: virtual router, {PREFIXES} prefixes configured with iproute2 on the DUT")
     with throughput.rig(PREFIXES) as rig:
         line = rig.line
+        if scenario == "gateway":
+            line.dut.run(["iptables-restore"], input=blacklist_ruleset())
         _say(f"  source {line.src.name} ({line.gen.ifname}) -> DUT {line.dut.name} "
              f"({line.dut_in.ifname} -> {line.dut_out.ifname}) -> sink {line.sink.name} ({line.snk.ifname})")
         _say(f"  traffic: {FRAME_SIZE}-byte UDP frames over the {PREFIXES} prefixes; "
@@ -65,6 +75,7 @@ def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = Fals
 
     if as_json:
         print(json.dumps({"scenario": scenario, "summary": summary, "errors": raw["errors"],
+                          "graph": shown.get("graph"),
                           "stats": json.loads(shown.get("stats_json") or "null")}))
         return 0 if not raw["errors"] else 1
 
@@ -83,7 +94,7 @@ def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = Fals
         _say(f"  LinuxFP / Linux: {ratio:.2f}x")
     for name, error in raw["errors"].items():
         _say(f"  {name}: could not be measured: {error}")
-    _say("All namespaces removed. Full benchmark: linuxfp bench router (docs/performance.md).")
+    _say(f"All namespaces removed. Full benchmark: linuxfp bench {scenario} (docs/performance.md).")
     return 0 if not raw["errors"] else 1
 
 

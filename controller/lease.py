@@ -88,10 +88,23 @@ class Lease:
         self._lock = threading.Lock()
         self.unsure_seq = 0          # changes announced so far
         self._settled_seq = 0        # of which the loop has re-read
+        self.blocked: str | None = None   # why changes cannot be seen at all
 
     @property
     def unsure(self) -> bool:
-        return self.unsure_seq != self._settled_seq
+        return self.unsure_seq != self._settled_seq or self.blocked is not None
+
+    def block(self, reason: str) -> None:
+        """Changes can no longer be seen (a watch failed): unsure until
+        `unblock`, whatever the loop re-reads."""
+        with self._lock:
+            self.blocked = reason
+        self.mark_unsure()
+
+    def unblock(self) -> None:
+        """Seen again; the caller marks the lease unsure for what it missed."""
+        with self._lock:
+            self.blocked = None
 
     def _acked(self) -> int:
         return UNSURE if self.unsure else self.watch_acked
@@ -108,7 +121,7 @@ class Lease:
     def settle_unsure(self, seq: int) -> bool:
         """The changes announced up to `seq` have been re-read and applied."""
         with self._lock:
-            if seq != self.unsure_seq:
+            if seq != self.unsure_seq or self.blocked is not None:
                 return False
             self._settled_seq = seq
             self._renew_locked(force=True)

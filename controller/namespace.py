@@ -3,23 +3,13 @@ runtime state live."""
 from __future__ import annotations
 
 import os
-import socket
-import struct
 from dataclasses import dataclass
 
+from linuxfp.state.netlink import netns_cookie  # noqa: F401  (re-exported)
 from linuxfp.synth.compile import maps_layout_digest
 
-SO_NETNS_COOKIE = 71
 MAPS_DIR_PREFIX = "maps-"
 RUN_DIR = os.environ.get("LINUXFP_RUN_DIR", "/run/linuxfp")
-
-
-def netns_cookie() -> int:
-    """The kernel's never-reused id of the calling thread's network namespace
-    (unlike the namespace inode, which is recycled after deletion)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        raw = s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
-    return struct.unpack("<Q", raw)[0]
 
 
 @dataclass(frozen=True)

@@ -105,11 +105,15 @@ class TableWatch:
 
 
 class NftablesWatch:
-    """Calls `on_change` from its own thread for every nf_tables
-    announcement (and for lost ones), in the namespace it was started in."""
+    """Calls `lease.mark_unsure` from its own thread for every nf_tables
+    announcement (and for lost ones), in the namespace it was started in. If
+    its socket fails, the lease stays unsure (`block`) until a new socket
+    listens again."""
 
-    def __init__(self, on_change) -> None:
-        self.on_change = on_change
+    RETRY_S = 0.5
+
+    def __init__(self, lease_) -> None:
+        self.lease = lease_
         self._sock: nl.NetlinkSocket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -121,14 +125,19 @@ class NftablesWatch:
 
     def start(self) -> bool:
         try:
-            self._sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER, groups=(NFNLGRP_NFTABLES,))
+            self._sock = self._open()
         except OSError as e:
             self.error = str(e)     # no nfnetlink: no nf_tables either
             return False
-        self._sock.sock.settimeout(0.2)   # to notice close()
         self._thread = threading.Thread(target=self._run, name="nftables-watch", daemon=True)
         self._thread.start()
         return True
+
+    @staticmethod
+    def _open() -> nl.NetlinkSocket:
+        sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER, groups=(NFNLGRP_NFTABLES,))
+        sock.sock.settimeout(0.2)   # to notice close()
+        return sock
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -137,16 +146,26 @@ class NftablesWatch:
             except socket.timeout:
                 continue
             except OSError as e:
-                if e.errno != errno.ENOBUFS or self._stop.is_set():
-                    if not self._stop.is_set():
-                        log.error("nf_tables watch failed (%s): the lease is left unsure", e)
-                        self.on_change()
-                    return
-            # any message, or an overrun that lost some: a commit happened
+                if e.errno != errno.ENOBUFS:     # ENOBUFS: some were lost, a commit happened
+                    self._reopen(e)
+                    continue
+            self.lease.mark_unsure()
+
+    def _reopen(self, failure: OSError) -> None:
+        """Unsure until a new socket listens (the sockets were opened in the
+        controller's namespace; the thread has not left it)."""
+        log.error("nf_tables watch failed (%s): every packet goes to the kernel until it listens again", failure)
+        self.lease.block(f"nf_tables watch failed: {failure}")
+        self._sock.close()
+        while not self._stop.wait(self.RETRY_S):
             try:
-                self.on_change()
-            except Exception:      # noqa: BLE001  (the loop must go on)
-                log.exception("nf_tables watch: marking the lease unsure failed")
+                self._sock = self._open()
+            except OSError:
+                continue
+            self.lease.unblock()
+            self.lease.mark_unsure()     # what happened meanwhile is re-read
+            log.info("nf_tables watch listening again")
+            return
 
     def close(self) -> None:
         self._stop.set()

@@ -158,7 +158,13 @@ def test_rules(tmp_path, capsys):
     assert set(result["flatness"]) == {"linux", "linuxfp-xdp", "linuxfp-tc"}
 
 
-@pytest.mark.parametrize("scenario", ["gateway", "bridge"])
+def test_gateway(tmp_path, capsys):
+    result = bench("gateway", tmp_path, capsys)
+    check_throughput(result, {"linux", "linuxfp-xdp", "linuxfp-tc"})
+    assert "ipset" in result["method"]["ipset_variant"]
+
+
+@pytest.mark.parametrize("scenario", ["bridge"])
 def test_not_yet_supported(scenario, tmp_path, capsys):
     result = bench(scenario, tmp_path, capsys, as_json=False)
     assert result["supported"] is False

@@ -19,7 +19,7 @@ from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.classifier import FIELD_BIT, classify
 from linuxfp.graph.filtering.program import ACCEPT, DROP, packet_fields
-from linuxfp.graph.nodes.iptables_filter import CFG, filter_plan
+from linuxfp.graph.nodes.iptables_filter import CAPACITY, CFG, filter_plan
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.lab.rulesets import ROUTER_POOL, probe_frames, random_ruleset
 from linuxfp.state import read_snapshot
@@ -73,6 +73,8 @@ class LoadedPipeline:
         self.obj = dp.BpfObject.open(build(shape).data, name="test_filter")
         self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
         self.obj.load()
+        for name, capacity in CAPACITY.items():      # the Python side's idea of the maps' sizes
+            assert self.obj.map(name).max_entries == capacity, name
         self.write(self.graph.tables)
         lease.grant(self.obj.map(lease.LEASE_MAP))
         self.prog = self.obj.program(shape.entry)

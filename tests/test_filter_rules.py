@@ -29,8 +29,14 @@ LINKS = (SimpleNamespace(index=1, name="lo"), SimpleNamespace(index=2, name="lan
          SimpleNamespace(index=5, name="docker0"))
 
 
+def corpus_text(name: str) -> str:
+    """A corpus file without our annotations (lines starting with "#:")."""
+    return "".join(line for line in (CORPUS / name).read_text().splitlines(keepends=True)
+                   if not line.startswith("#:"))
+
+
 def corpus(name: str, backend: str = "nft"):
-    return parse_save((CORPUS / name).read_text(), backend)
+    return parse_save(corpus_text(name), backend)
 
 
 def netfilter(*rulesets, tables=None) -> NetfilterState:
@@ -42,7 +48,7 @@ def netfilter(*rulesets, tables=None) -> NetfilterState:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.rules")))
 def test_corpus_round_trips_through_the_model(name):
-    text = (CORPUS / name).read_text()
+    text = corpus_text(name)
     for backend in ("nft", "legacy"):
         ruleset = parse_save(text, backend)
         lines = [line for line in text.splitlines() if line.startswith("-A ")]
@@ -81,6 +87,30 @@ def test_parse_errors_name_the_line():
         parse_save("*filter\n:FORWARD ACCEPT [0:0]\n", "nft")
     ruleset = parse_save("# Table `filter' is incompatible, use 'nft' tool.\n", "nft")
     assert ruleset.incompatible == ("filter",)
+    # iptables 1.8.9 lists a table without the base chains it cannot show
+    hidden = parse_save("# Table `filter' contains incompatible base-chains, use 'nft' tool to list them.\n"
+                        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n", "nft")
+    assert hidden.incompatible == ("filter",)
+    # any remark the parser does not know is taken as something left out
+    assert parse_save("# Something new\n", "nft").incompatible == ("Something new",)
+    with pytest.raises(ParseError, match="cannot read"):
+        parse_save("*filter\n:FORWARD ACCEPT [0:0]\n[5:300] -A FORWARD -j DROP\nCOMMIT\n", "nft")
+
+
+def test_values_that_look_like_syntax_stay_values():
+    """`--comment "!"` and `--comment -f` are printed so by iptables-save; the
+    word after --comment is its value whatever it looks like."""
+    rule = parse_rule('-A FORWARD -p tcp -m comment --comment "!" -m tcp --dport 22 -j ACCEPT')
+    dport = next(m for m in rule.matches if m.option == "--dport")
+    assert not dport.negated and dport.values == ("22",)
+    rule = parse_rule("-A FORWARD -s 198.18.0.0/15 -m comment --comment -f -j DROP")
+    assert [m.option for m in rule.matches if m.module == ""] == ["-s"]
+    rule = parse_rule("-A FORWARD -m comment --comment -s -j DROP")
+    assert rule.matches[-1].values == ("-s",)
+    program = compile_program(filter_scope(netfilter(parse_save(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+        "-A FORWARD -m tcp --dport x -j DROP\nCOMMIT\n", "nft"))).forward, LINKS)
+    assert program.rules[0].action == "kernel" and program.rules[0].unsupported
 
 
 def test_scope_names_what_the_filter_node_cannot_reproduce():

@@ -36,7 +36,7 @@ def _unsupported_scenario(name: str) -> Callable[[], Scenario]:
 # In the order; each loads lazily so `bench router` never imports the others.
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "router": _module_scenario("router"),
-    "gateway": _unsupported_scenario("gateway"),
+    "gateway": _module_scenario("gateway"),
     "rules": _module_scenario("rules"),
     "bridge": _unsupported_scenario("bridge"),
     "latency": _module_scenario("latency"),

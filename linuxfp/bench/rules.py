@@ -43,11 +43,8 @@ def run(options: Options) -> dict:
     with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
         for count in counts:
             throughput.progress(f"rules: {count} rule(s), {len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
-            rig.line.dut.run(["iptables-restore"], input=unmatched_ruleset(count, BENCH_UDP_PORT))
-            raw = throughput.run(rig, plan)
-            by_count[str(count)] = {**throughput.summarize(raw["repetitions"], FRAME_SIZE, SYSTEM_NAMES, PAIRS),
-                                    "repetitions": raw["repetitions"]}
-            errors.update({f"{count} rules: {k}": v for k, v in raw["errors"].items()})
+            by_count[str(count)], failed = measure_with_rules(rig, plan, unmatched_ruleset(count, BENCH_UDP_PORT))
+            errors.update({f"{count} rules: {k}": v for k, v in failed.items()})
         method = throughput.method(plan, rig.placement, PREFIXES)
     method["rules"] = ("N x `-A FORWARD -s <documentation /32> -d 198.19.0.0/16 -p udp -m udp --dport <1024+> "
                        "-j DROP`, policy ACCEPT, iptables-nft; the traffic (198.18.0.1 -> 198.19.x.1 udp/9) "
@@ -63,6 +60,17 @@ def run(options: Options) -> dict:
         "flatness": _flatness(by_count),
         "errors": errors,
     }
+
+
+def measure_with_rules(rig, plan, ruleset: str) -> tuple[dict, dict]:
+    """Every system of `plan` with `ruleset` restored on the DUT
+    (iptables-nft): the summary at FRAME_SIZE and the errors."""
+    rig.line.dut.run(["iptables-restore"], input=ruleset)
+    names = tuple(system.name for system in plan.systems)
+    pairs = tuple((a, b) for a, b in PAIRS if a in names and b in names)
+    raw = throughput.run(rig, plan)
+    return ({**throughput.summarize(raw["repetitions"], FRAME_SIZE, names, pairs),
+             "repetitions": raw["repetitions"]}, raw["errors"])
 
 
 def _flatness(by_count: dict) -> dict:

@@ -7,9 +7,6 @@ from .options import Options
 from .results import timestamp
 
 REASONS = {
-    "gateway": "needs the filter node (iptables/ipset rules in the fast path); until it exists any "
-               "netfilter ruleset keeps the whole namespace on the kernel path, so LinuxFP would "
-               "just measure Linux",
     "bridge": "needs the bridge node: bridge ports stay on the kernel path until it exists",
 }
 

@@ -195,7 +195,8 @@ class Map:
             result = lib().bpf_map_update_batch(self.fd, keys, values, ctypes.byref(count), ctypes.byref(opts))
             if result != 0:
                 code = errno_of(result)
-                if code in _BATCH_UNSUPPORTED and count.value == 0:
+                if code in _BATCH_UNSUPPORTED:
+                    # the kernel may leave `count` untouched: redo this chunk
                     for key, value in items[done:]:
                         self.update(key, value)
                     return
@@ -213,9 +214,11 @@ class Map:
             opts = new_opts(BpfMapBatchOpts)
             result = lib().bpf_map_delete_batch(self.fd, buffer, ctypes.byref(count), ctypes.byref(opts))
             if result != 0:
-                # a key already gone stops the batch at it (ENOENT); the rest
-                # one by one, as for map types without batches
-                for key in keys[done + count.value:]:
+                # a key already gone stops the batch at it (ENOENT; `count`
+                # says how far it got); without batches `count` may be left
+                # as it was: the rest one by one
+                start = done + count.value if errno_of(result) == errno.ENOENT else done
+                for key in keys[start:]:
                     self.delete(key)
                 return
             done += len(chunk)

@@ -218,7 +218,7 @@ def _legacy_rules_only(blob: bytes) -> bytes:
     return info + bytes(entries)
 
 
-# (netns inode, backend) -> (fingerprint, ruleset or error text)
+# (netns cookie, backend) -> (fingerprint, ruleset or error text)
 _read_cache: dict[tuple[int, str], tuple[object, Ruleset | str]] = {}
 _cache_lock = threading.Lock()
 
@@ -226,7 +226,7 @@ _cache_lock = threading.Lock()
 def _cached_ruleset(backend: str, fingerprint: object) -> Ruleset | str:
     """The backend's ruleset, re-read only when its fingerprint changed;
     a text when it cannot be read."""
-    key = (os.stat("/proc/thread-self/ns/net").st_ino, backend)
+    key = (nl.netns_cookie(), backend)       # inodes are recycled, cookies never
     with _cache_lock:
         known = _read_cache.get(key)
     if known is not None and fingerprint is not None and known[0] == fingerprint:

@@ -66,6 +66,16 @@ class DumpInterrupted(RuntimeError):
     """The kernel flagged NLM_F_DUMP_INTR: the table changed during the dump."""
 
 
+SO_NETNS_COOKIE = 71
+
+
+def netns_cookie() -> int:
+    """The kernel's never-reused id of the calling thread's network namespace
+    (unlike the namespace inode, which is recycled after deletion)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        raw = s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
+    return struct.unpack("<Q", raw)[0]
+
 @dataclass(frozen=True, slots=True)
 class RawMessage:
     """One netlink message: header fields plus the payload after the header."""

@@ -29,6 +29,7 @@ PAIRS = ((1, ("src",), ("dst",)), (2, ("l4s",), ("l4d",)), (3, ("iif",), ("oif",
          (4, ("src", "dst"), ("l4s", "l4d")), (5, ("src", "dst", "l4s", "l4d"), ("iif", "oif")))
 VERDICT_NODE = 6
 FIELD_BIT = {name: 1 << i for i, name in enumerate(FIELDS)}
+USED_MASK = (1 << len(FIELDS)) - 1
 LPM_FIELDS = ("src", "dst", "l4s", "l4d")
 MAX_PAIR_ENTRIES = 1 << 20
 
@@ -39,7 +40,7 @@ class TooLarge(ValueError):
 
 @dataclass(frozen=True)
 class Classifier:
-    generation: int                                   # 32 bits, never 0
+    generation: int                                   # 32 bits, never 0; low bits: `used`
     used: int                                         # FIELD_BIT of the fields looked up
     prefixes: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]   # field -> (value, length, class)
     interfaces: tuple[tuple[int, int, int], ...]      # ifindex, iif class, oif class
@@ -117,8 +118,15 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
     verdicts = tuple((cls, *verdict(program, bits & everything)) for cls, bits in enumerate(final))
     interfaces = tuple((index, interface_classes["iif"][index], interface_classes["oif"][index])
                        for index in sorted(ifindexes))
+    # Interfaces count only where rules name them: link churn must not
+    # make a new generation of an unchanged classifier.
+    if not used & (FIELD_BIT["iif"] | FIELD_BIT["oif"]):
+        interfaces = ()
     body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
-    generation = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big") or 1
+    # The low bits are `used`: the datapath reads both in one word, so it
+    # can never pair one generation with another's fields.
+    digest = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big")
+    generation = (digest & ~USED_MASK & 0xFFFFFFFF) | used or (USED_MASK + 1)
     return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
 
 

@@ -206,6 +206,9 @@ def rule_meaning(rule, links) -> RuleMeaning:
         except Unsupported as exc:
             unsupported.append(f"{match} ({exc})" if str(exc) else str(match))
             continue
+        except (IndexError, ValueError):
+            unsupported.append(f"{match} (cannot read its value)")
+            continue
         if boxes is not None:
             parts.append(boxes)
     return RuleMeaning(_and(*parts) if parts else EVERYTHING, tuple(unsupported))
@@ -266,7 +269,8 @@ def _match_boxes(match, proto: int | None, links) -> tuple[Box, ...] | None:
     if m == "mark" and opt == "--mark":
         # A forwarded packet's mark is 0 at FORWARD: nothing before it may set
         # one (raw/mangle rules and tc ingress filters keep it on the kernel
-        # path) and the router passes marked packets.
+        # path) and the router passes marked packets — at TC, which sees the
+        # mark; such rules keep the filter off XDP.
         value, _, mask = values[0].partition("/")
         hit = (0 & (int(mask, 0) if mask else 0xFFFFFFFF)) == int(value, 0)
         return EVERYTHING if hit != neg else NOTHING

@@ -47,6 +47,7 @@ class Program:
     backends: tuple[str, ...]
     # "iif"/"oif" when a rule names interfaces (even ones that do not exist)
     interface_fields: frozenset[str] = frozenset()
+    reads_mark: bool = False      # a rule matches the packet mark (XDP cannot see it)
 
     def chain(self, backend: str, name: str):
         return self._chain_index.get((backend, name))
@@ -76,6 +77,7 @@ def compile_program(forward_rulesets, links) -> Program:
     boxes: list[Box] = []
     chains = []
     named = set()
+    marks = False
     for ruleset in forward_rulesets:
         table = ruleset.table("filter")
         seen, todo = set(), ["FORWARD"]
@@ -89,6 +91,7 @@ def compile_program(forward_rulesets, links) -> Program:
             for rule in chain.rules:
                 named.update({"-i": "iif", "-o": "oif"}[m.option] for m in rule.matches
                              if m.module == "" and m.option in ("-i", "-o"))
+                marks = marks or "mark" in rule.modules
                 meaning = rule_meaning(rule, links)
                 ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
                 boxes.extend(meaning.boxes)
@@ -100,7 +103,7 @@ def compile_program(forward_rulesets, links) -> Program:
                                           action, jump, ids, meaning.unsupported, rule.target))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
-                   frozenset(named))
+                   frozenset(named), marks)
 
 
 def _action(rule, table, unsupported: bool) -> tuple[str, str]:

@@ -64,7 +64,8 @@ def filter_scope(netfilter) -> FilterScope:
     forward = []
     for ruleset in netfilter.rulesets:
         for name in ruleset.incompatible:
-            uncovered.append(f"nf_tables table ip {name} holds rules iptables-nft cannot express")
+            uncovered.append(f"iptables-{ruleset.backend}-save cannot show all of {name!r} (native nft chains "
+                             "or rules; `nft list ruleset` shows them)")
         for table in ruleset.tables:
             uncovered.extend(_table_findings(ruleset.backend, table))
         filter_table = ruleset.table("filter")

@@ -45,8 +45,20 @@ class Filter(Node):
     def blocker(self, snapshot, link) -> str | None:
         return filter_plan(snapshot).problem
 
+    def hook_blocker(self, snapshot, link, hook: str) -> str | None:
+        program = filter_plan(snapshot).program
+        if hook == "xdp" and program is not None and program.reads_mark:
+            # a frame from a veth peer keeps the mark its sender set, unseen
+            return "iptables rules match the packet mark, which XDP cannot see"
+        return None
+
     def tables(self, snapshot) -> tuple[Table, ...]:
-        return filter_tables(filter_plan(snapshot).classifier)
+        global _last_tables
+        classifier = filter_plan(snapshot).classifier
+        if _last_tables is None or _last_tables[0] is not classifier:
+            # the same objects while the classifier is: the sync skips them
+            _last_tables = (classifier, filter_tables(classifier))
+        return _last_tables[1]
 
     def notes(self, snapshot) -> tuple[str, ...]:
         plan = filter_plan(snapshot)
@@ -74,19 +86,31 @@ class Filter(Node):
 
 FILTER = register(Filter())
 
+# The last plan: its netfilter state (by identity), the links it depends on
+# (their (ifindex, name) pairs, or None when no rule names an interface),
+# and the plan. Link events are frequent (an XDP attach is one) and a plan
+# can take seconds for tens of thousands of rules: it is rebuilt only when
+# something it reads changed.
 _last: tuple[object, object, FilterPlan] | None = None
+_last_tables: tuple[object, tuple[Table, ...]] | None = None
 
 
 def filter_plan(snapshot) -> FilterPlan:
-    """The compiled rules for this snapshot (remembered while its netfilter
-    state and links are the same objects: every ingress asks)."""
+    """The compiled rules for this snapshot (every ingress asks)."""
     global _last
     nf, links = snapshot.netfilter, snapshot.links
-    if _last is not None and _last[0] is nf and _last[1] is links:
-        return _last[2]
+    if _last is not None and _last[0] is nf:
+        names = _link_names(links) if _last[1] is not None else None
+        if names == _last[1]:
+            return _last[2]
     plan = _plan(nf, links)
-    _last = (nf, links, plan)
+    names = _link_names(links) if plan.program is not None and plan.program.interface_fields else None
+    _last = (nf, names, plan)
     return plan
+
+
+def _link_names(links) -> tuple[tuple[int, str], ...]:
+    return tuple((link.index, link.name) for link in links)
 
 
 def _plan(netfilter, links) -> FilterPlan:
@@ -97,10 +121,28 @@ def _plan(netfilter, links) -> FilterPlan:
         return FilterPlan(problem=scope.uncovered[0])
     program = compile_program(scope.forward, links)
     try:
-        classifier = build_classifier(program, [link.index for link in links])
+        classifier = build_classifier(program, [link.index for link in links] if program.interface_fields else [])
+        check_capacity(classifier)
     except TooLarge as exc:
         return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})")
     return FilterPlan(program, classifier)
+
+
+# max_entries of the maps in filter.h (tests/test_filter_datapath.py checks
+# them against the compiled object). Two generations live side by side
+# while one replaces the other, so each may fill half.
+CAPACITY = {"lfp_flt_src": 262144, "lfp_flt_dst": 262144, "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144,
+            IFS: 8192, COMB: 2097152}
+
+
+def check_capacity(classifier: Classifier) -> None:
+    """TooLarge when a generation would not fit beside another."""
+    counts = {LPM_TABLE[name]: len(entries) for name, entries in classifier.prefixes}
+    counts[IFS] = len(classifier.interfaces)
+    counts[COMB] = len(classifier.pairs) + len(classifier.verdicts)
+    for table, count in counts.items():
+        if count > CAPACITY[table] // 2:
+            raise TooLarge(f"{count} entries for {table}, which holds {CAPACITY[table] // 2} per generation")
 
 
 def lpm_key(generation: int, name: str, value: int, length: int) -> bytes:
@@ -131,10 +173,10 @@ def filter_tables(classifier: Classifier | None) -> tuple[Table, ...]:
         comb = frozenset([(pair_key(gen, node, left, right), u32(cls)) for node, left, right, cls in classifier.pairs]
                          + [(pair_key(gen, VERDICT_NODE, cls, 0), u32(verdict | (rule + 1) << 2))
                             for cls, verdict, rule in classifier.verdicts])
-        cfg = frozenset({(u32(0), u32(gen) + u32(used))})
+        cfg = frozenset({(u32(0), u32(gen))})
     return tuple(Table(LPM_TABLE[name], FILTER.name, 12, 4, lpm[name], kind=HASH,
                        describe=f"filter classes of {name} prefixes") for name in LPM_FIELDS) + (
         Table(IFS, FILTER.name, 8, 8, ifs, kind=HASH, describe="filter classes of interfaces as -i / -o"),
         Table(COMB, FILTER.name, 16, 4, comb, kind=HASH, describe="filter classes of class pairs; verdicts"),
-        Table(CFG, FILTER.name, 4, 8, cfg, kind=ARRAY, describe="current filter generation and fields used"),
+        Table(CFG, FILTER.name, 4, 4, cfg, kind=ARRAY, describe="current filter generation (its low bits: fields used)"),
     )

@@ -1,0 +1,86 @@
+"""`linuxfp bench gateway`: the paper's virtual gateway — the router's 50
+prefixes plus 100 blacklist rules (iptables FORWARD DROP by source), the
+traffic from a source not on the list. Linux alone and LinuxFP (XDP, TC) in
+the same repetitions; same-run ratios. The ipset variant (`-m set`) is not
+evaluated by the filter node yet: it is reported as such."""
+from __future__ import annotations
+
+import ipaddress
+
+from . import throughput
+from .machine import machine
+from .options import Options
+from .results import fmt_mpps, table, timestamp
+from .rules import FRAME_SIZE, PREFIXES, SYSTEM_NAMES, measure_with_rules
+from .systems import SYSTEMS
+
+BLACKLIST = 100
+TARGET = 3.0        # the issue's: LinuxFP ≥ 3× Linux with the same rules
+
+
+def blacklist_ruleset(count: int = BLACKLIST) -> str:
+    """`count` sources (documentation ranges) dropped in FORWARD."""
+    sources = [str(a) for net in ("203.0.113.0/24", "198.51.100.0/24", "192.0.2.0/24")
+               for a in ipaddress.ip_network(net)][:count]
+    lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    lines += [f"-A FORWARD -s {source}/32 -j DROP" for source in sources]
+    return "\n".join(lines + ["COMMIT"]) + "\n"
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    plan = throughput.Plan(
+        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
+        frame_sizes=(FRAME_SIZE,),
+        repetitions=options.reps(full=10),
+        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
+        retries=0 if options.quick else 1,
+    )
+    with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
+        throughput.progress(f"gateway: {BLACKLIST} blacklist rules, {len(SYSTEM_NAMES)} systems x "
+                            f"{plan.repetitions} repetitions")
+        summary, errors = measure_with_rules(rig, plan, blacklist_ruleset())
+        method = throughput.method(plan, rig.placement, PREFIXES)
+    method["rules"] = f"{BLACKLIST} x `-A FORWARD -s <documentation /32> -j DROP`, iptables-nft"
+    method["ipset_variant"] = "not measured: the filter node does not evaluate `-m set` yet"
+    return {
+        "scenario": "gateway",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": method,
+        "systems": summary["systems"],
+        "ratios": summary["ratios"],
+        "ratio_spread": summary["ratio_spread"],
+        "regime": summary["regime"],
+        "repetitions": summary["repetitions"],
+        "targets": {"linuxfp-xdp/linux": TARGET},
+        "errors": errors,
+    }
+
+
+def summary_line(result: dict) -> str:
+    ratios = result["ratios"]
+    shown = ", ".join(f"{k} {ratios[k]:.2f}" for k in ("linuxfp-xdp/linux", "linuxfp-tc/linux") if k in ratios)
+    errors = f"; errors: {', '.join(result['errors'])}" if result["errors"] else ""
+    return f"gateway ({BLACKLIST} rules) {shown or 'no valid ratios'}{errors}"
+
+
+def markdown(result: dict) -> str:
+    rows = [[name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
+             f"{s['ns_per_packet_median']:.0f}", f"{s['valid_measurements']}/{s['measurements']}"]
+            for name, s in result["systems"].items()]
+    ratio_rows = [[k, f"{v['median']:.2f}", f"{v['min']:.2f}–{v['max']:.2f}", str(v["n"]),
+                   f"≥ {TARGET:g}: {'met' if v['median'] >= TARGET else 'missed'}" if k == "linuxfp-xdp/linux" else ""]
+                  for k, v in result["ratio_spread"].items()]
+    out = [f"# gateway benchmark, {result['timestamp']}\n\n",
+           f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
+           f"({result['machine']['cpu_model']}); {result['method']['rules']}, {PREFIXES} routed prefixes, "
+           f"{FRAME_SIZE} B frames{' (quick run)' if result['quick'] else ''}. ipset variant: "
+           f"{result['method']['ipset_variant']}.\n\n",
+           table(["system", "Mpps (median)", "min–max", "ns/packet", "valid"], rows), "\n",
+           table(["ratio", "median", "min–max", "repetitions", "target"], ratio_rows)]
+    if result["errors"]:
+        out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
+    return "".join(out)
