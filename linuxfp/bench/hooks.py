@@ -1,6 +1,8 @@
 """`linuxfp bench hooks`: the same function at the XDP hook vs the TC hook
 (paper Table VII). The forward function (router node) is measured with the
-router's method; the bridge and filter rows wait for their nodes."""
+router's method, then the filter function: the same with the gateway's 100
+iptables blacklist rules on the DUT (router + filter nodes); the bridge row
+waits for its node."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,12 +12,14 @@ from .machine import machine
 from .options import Options
 from .results import fmt_mpps, table, timestamp
 from .systems import SYSTEMS
+from .gateway import BLACKLIST, blacklist_ruleset
+from .rules import measure_with_rules
 from .unsupported import REASONS
 
 SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc")
 FRAME_SIZE = 64
 PAIRS = (("linuxfp-xdp", "linuxfp-tc"), ("linuxfp-xdp", "linux"), ("linuxfp-tc", "linux"))
-NOT_YET = {"bridge": REASONS["bridge"], "filter": REASONS["gateway"]}
+NOT_YET = {"bridge": REASONS["bridge"]}
 
 
 def run(options: Options) -> dict:
@@ -29,14 +33,12 @@ def run(options: Options) -> dict:
         throughput.progress(f"hooks: forward function at XDP and TC x {plan.repetitions} repetitions")
         raw = throughput.run(rig, plan)
         method = throughput.method(plan, rig.placement, len(rig.line.prefixes))
+        throughput.progress(f"hooks: filter function ({BLACKLIST} iptables rules) at XDP and TC x "
+                            f"{plan.repetitions} repetitions")
+        filtered, filter_errors = measure_with_rules(rig, plan, blacklist_ruleset())
     summary = throughput.summarize(raw["repetitions"], FRAME_SIZE, SYSTEM_NAMES, PAIRS)
-    forward = {}
-    for hook in ("xdp", "tc"):
-        figures = summary["systems"].get(f"linuxfp-{hook}")
-        if figures:
-            forward[hook] = {"pps_median": figures["pps_median"], "ns_per_packet_median": figures["ns_per_packet_median"]}
-    forward["xdp/tc"] = summary["ratios"].get("linuxfp-xdp/linuxfp-tc")
-    functions = {"forward": {"supported": True, **forward}}
+    functions = {"forward": {"supported": True, **_by_hook(summary)},
+                 "filter": {"supported": True, "rules": BLACKLIST, **_by_hook(filtered)}}
     functions.update({name: {"supported": False, "reason": why} for name, why in NOT_YET.items()})
     return {
         "scenario": "hooks",
@@ -51,16 +53,27 @@ def run(options: Options) -> dict:
         "ratio_spread": summary["ratio_spread"],
         "regime": summary["regime"],
         "by_regime": summary["by_regime"],
-        "errors": raw["errors"],
+        "errors": {**raw["errors"], **{f"filter: {k}": v for k, v in filter_errors.items()}},
         "repetitions": raw["repetitions"],
     }
 
 
+def _by_hook(summary: dict) -> dict:
+    out = {}
+    for hook in ("xdp", "tc"):
+        figures = summary["systems"].get(f"linuxfp-{hook}")
+        if figures:
+            out[hook] = {"pps_median": figures["pps_median"], "ns_per_packet_median": figures["ns_per_packet_median"]}
+    out["xdp/tc"] = summary["ratios"].get("linuxfp-xdp/linuxfp-tc")
+    return out
+
+
 def summary_line(result: dict) -> str:
-    forward = result["functions"]["forward"]
-    ratio = forward.get("xdp/tc")
-    shown = f"forward XDP/TC {ratio:.2f}" if ratio else "forward: no valid ratio"
-    return f"hooks {shown}; bridge, filter: not yet supported"
+    shown = []
+    for name in ("forward", "filter"):
+        ratio = result["functions"][name].get("xdp/tc")
+        shown.append(f"{name} XDP/TC {ratio:.2f}" if ratio else f"{name}: no valid ratio")
+    return f"hooks {'; '.join(shown)}; bridge: not yet supported"
 
 
 def markdown(result: dict) -> str:
