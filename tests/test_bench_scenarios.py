@@ -153,10 +153,11 @@ def test_watch(tmp_path, capsys):
 
 def test_rules(tmp_path, capsys):
     result = bench("rules", tmp_path, capsys)
-    assert set(result["counts"]) == {"1", "1000"}, result["errors"]
-    for data in result["counts"].values():
-        check_throughput(data, {"linux", "linuxfp-xdp", "linuxfp-tc"})
-    assert set(result["flatness"]) == {"linux", "linuxfp-xdp", "linuxfp-tc"}
+    for workload in ("counts", "new_tuples"):
+        assert set(result[workload]) == {"1", "1000"}, result["errors"]
+        for data in result[workload].values():
+            check_throughput(data, {"linux", "linuxfp-xdp", "linuxfp-tc"})
+    assert set(result["flatness"]) == set(result["flatness_new_tuples"]) == {"linux", "linuxfp-xdp", "linuxfp-tc"}
 
 
 def test_gateway(tmp_path, capsys):

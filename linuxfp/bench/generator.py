@@ -77,6 +77,11 @@ class Generator:
         })
         self._prog = self._obj.program("bench_generator")
         self._sent = self._obj.map("gen_sent")
+        self._new_tuples = self._obj.map("gen_new_tuples")
+
+    def set_new_tuples(self, on: bool) -> None:
+        """Every frame a new 5-tuple (source port counting), or steady flows."""
+        self._new_tuples.update(b"\0\0\0\0", int(on).to_bytes(4, "little"))
 
     def sent(self) -> int:
         return sum(int.from_bytes(v, "little") for v in self._sent.lookup_percpu(b"\0\0\0\0") or [])
@@ -130,4 +135,5 @@ class Generator:
     def close(self) -> None:
         self._prog.close()
         self._sent.close()
+        self._new_tuples.close()
         self._obj.close()

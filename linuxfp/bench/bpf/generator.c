@@ -21,6 +21,15 @@ struct {
 	__type(value, __u64);
 } gen_sent SEC(".maps");
 
+/* 1: every frame a new 5-tuple (the source port counts through 64 512
+ * values), for workloads no flow cache helps; 0: steady flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gen_new_tuples SEC(".maps");
+
 SEC("xdp")
 int bench_generator(struct xdp_md *ctx)
 {
@@ -29,7 +38,8 @@ int bench_generator(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + sizeof(*eth);
 	struct udphdr *udp = (void *)(ip + 1);
-	__u32 key = 0, index, count = gen_dst_count;
+	__u32 key = 0, index, count = gen_dst_count, *new_tuples;
+	__u16 sport;
 	__u64 *sent;
 
 	if ((void *)(udp + 1) > data_end)
@@ -38,6 +48,8 @@ int bench_generator(struct xdp_md *ctx)
 	if (!sent)
 		return XDP_ABORTED;
 	index = count ? (__u32)(*sent % count) : 0;
+	new_tuples = bpf_map_lookup_elem(&gen_new_tuples, &key);
+	sport = new_tuples && *new_tuples ? (__u16)(1024 + *sent % 64512) : (__u16)(1024 + (index & 0x3ff));
 	*sent += 1;
 
 	bench_copy_mac(eth->h_dest, gen_dst_mac);
@@ -57,7 +69,7 @@ int bench_generator(struct xdp_md *ctx)
 	ip->check = 0;
 	ip->check = bench_ipv4_csum(ip);
 
-	udp->source = bpf_htons((__u16)(1024 + (index & 0x3ff)));
+	udp->source = bpf_htons(sport);
 	udp->dest = bpf_htons(gen_dst_port);
 	udp->len = bpf_htons((__u16)(data_end - (void *)udp));
 	udp->check = 0;
