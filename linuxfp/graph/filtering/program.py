@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .predicates import FIELDS, WIDTH, Box, rule_meaning
+from .predicates import ANY, FIELDS, WIDTH, Box, FieldPredicate, rule_meaning
 
 ACCEPT, DROP, KERNEL = 0, 1, 2
 VERDICT_NAMES = {ACCEPT: "accept", DROP: "drop", KERNEL: "kernel"}
@@ -94,7 +94,7 @@ def compile_program(forward_rulesets, links) -> Program:
                 marks = marks or "mark" in rule.modules
                 meaning = rule_meaning(rule, links)
                 ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
-                boxes.extend(meaning.boxes)
+                boxes.extend(_protocol_in_l4d(box) for box in meaning.boxes)
                 action, jump = _action(rule, table, bool(meaning.unsupported))
                 if jump:
                     todo.append(jump)
@@ -104,6 +104,22 @@ def compile_program(forward_rulesets, links) -> Program:
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
                    frozenset(named), marks)
+
+
+def _protocol_in_l4d(box: Box) -> Box:
+    """The box with a protocol-only constraint on l4s moved to l4d: both
+    fields carry the protocol in their top 8 bits, so it is the same
+    constraint — and a classifier whose rules name protocols and destination
+    ports only then needs no source-side lookup at all."""
+    source = box.get("l4s")
+    prefixes = (source.inside or frozenset()) | source.outside
+    if source == ANY or any(length != 8 for _, length in prefixes):
+        return box
+    moved = FieldPredicate(source.inside, source.outside)
+    fields = dict(box.fields)
+    del fields["l4s"]
+    fields["l4d"] = fields["l4d"].both(moved, WIDTH["l4d"]) if "l4d" in fields else moved
+    return Box(tuple(sorted(fields.items())))
 
 
 def _action(rule, table, unsupported: bool) -> tuple[str, str]:
