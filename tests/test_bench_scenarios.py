@@ -110,7 +110,7 @@ def test_response(tmp_path, capsys):
     result = bench("response", tmp_path, capsys)
     response = result["response"]
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "brctl addbr",
-                    "brctl addif", "iptables -A FORWARD", "ipset add"):
+                    "brctl addif", "iptables -A FORWARD", "iptables -A (filter present)", "ipset add"):
         entry = response[command]
         assert {"p50_ms", "p99_ms", "n", "status", "end_to_end", "command"} <= set(entry)
         assert entry["errors"] == 0, entry.get("first_error")
@@ -118,7 +118,7 @@ def test_response(tmp_path, capsys):
             assert entry["p50_ms"] <= entry["p99_ms"]
         else:
             assert entry["p50_ms"] is None   # never a made-up number
-    for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add"):
+    for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)"):
         assert response[command]["n"] > 0
         for system in ("linux", "linuxfp-xdp"):
             assert response[command]["end_to_end"][system]["n"] > 0

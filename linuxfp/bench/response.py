@@ -142,8 +142,18 @@ def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
                  Effect("disappears", filtered_dst, sink_mac)),
             Step("nft delete table ip filter", _delete_nft_table(line, socket.AF_INET, "filter"),
                  Effect("appears", filtered_dst, sink_mac)),
-        ), note="the filter node does not exist yet: any netfilter ruleset puts the whole namespace "
-                "back on the kernel path, which is what this response time measures"),
+        ), note="the first rule brings the filter node in (every pipeline reloaded with it), deleting the "
+                "table takes it out again; from the nf_tables notification on the datapath hands packets "
+                "to the kernel until the change is applied"),
+        Cycle("iptables rules", (
+            Step("iptables -A (filter present)", ("iptables", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j",
+                                                  "DROP"), Effect("disappears", filtered_dst, sink_mac)),
+            Step("iptables -D (filter present)", ("iptables", "-D", "FORWARD", "-d", f"{filtered_dst}/32", "-j",
+                                                  "DROP"), Effect("appears", filtered_dst, sink_mac)),
+        ), setup=(("iptables", "-A", "FORWARD", "-d", "203.0.113.250/32", "-j", "DROP"),),
+           teardown=(("iptables", "-F", "FORWARD"),),
+           note="only rule contents change: no compile, no reload; the controller re-reads the rules "
+                "(iptables-nft-save), rebuilds the classifier and writes the new generation"),
         Cycle("ipset", (
             Step("ipset add", ("ipset", "add", ipset_name, set_member), None),
             Step("ipset del", ("ipset", "del", ipset_name, set_member), None),
