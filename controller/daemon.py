@@ -174,6 +174,7 @@ class Controller:
                 else:
                     self.lease.renew(force=True)
                 print("ready", file=ready_out, flush=True)
+                said = ""
                 last_poll = time.monotonic()
                 response_dirty = in_flight = False
                 while not self._stop:
@@ -184,6 +185,7 @@ class Controller:
                         runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
                         response_dirty = False
                     if batch is not None:
+                        said = _say_state("busy", said, ready_out)
                         if batch.resync:
                             # Events were lost: until the re-read below is
                             # applied, the datapath must not act on what it has.
@@ -231,9 +233,20 @@ class Controller:
                     # been applied: a stuck loop or a stopped process lets it lapse.
                     if not self._stop:
                         self.lease.renew(force=batch is not None)
+                        # For launchers: "current" once everything known is applied
+                        # and the datapath acts on it, "busy" until then.
+                        current = not self.lease.unsure and not in_flight and watched == self.lease.watch_acked
+                        said = _say_state("current" if current else "busy", said, ready_out)
         finally:
             self.stop()
         return 0
+
+
+def _say_state(state: str, said: str, out) -> str:
+    """Print `state` ("current" or "busy") when it changed."""
+    if state != said:
+        print(state, file=out, flush=True)
+    return state
 
 
 def _json(data) -> str:

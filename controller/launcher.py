@@ -69,17 +69,20 @@ class ControllerProcess:
         with self._changed:
             return sum(1 for line in self.lines if line.startswith("applied"))
 
-    def settled(self, quiet: float = 0.15, timeout: float = 3.0) -> None:
-        """Wait until the controller has absorbed pending changes: no new
-        batch for `quiet` seconds (bounded by `timeout`)."""
+    def settled(self, quiet: float = 0.15, timeout: float = 10.0) -> None:
+        """Wait until the controller has absorbed pending changes: it says
+        its datapath is current and nothing new came for `quiet` seconds
+        (bounded by `timeout`)."""
         deadline = time.monotonic() + timeout
-        last, since = self.applied, time.monotonic()
+        last, since = len(self.lines), time.monotonic()
         while time.monotonic() < deadline:
             time.sleep(0.02)
-            now = self.applied
+            with self._changed:
+                now = len(self.lines)
+                state = next((line for line in reversed(self.lines) if line in ("current", "busy")), None)
             if now != last:
                 last, since = now, time.monotonic()
-            elif time.monotonic() - since >= quiet:
+            elif time.monotonic() - since >= quiet and state == "current":
                 return
 
     def stderr(self) -> str:

@@ -11,8 +11,7 @@ from . import throughput
 from .machine import machine
 from .options import Options
 from .results import fmt_mpps, table, timestamp
-from .rules import FRAME_SIZE, PREFIXES, SYSTEM_NAMES, measure_with_rules
-from .systems import SYSTEMS
+from .rules import FRAME_SIZE, PREFIXES, SYSTEM_NAMES, measure_with_rules, systems_plan
 
 BLACKLIST = 100
 TARGET = 3.0        # the issue's: LinuxFP ≥ 3× Linux with the same rules
@@ -29,13 +28,7 @@ def blacklist_ruleset(count: int = BLACKLIST) -> str:
 
 def run(options: Options) -> dict:
     started = timestamp()
-    plan = throughput.Plan(
-        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
-        frame_sizes=(FRAME_SIZE,),
-        repetitions=options.reps(full=10),
-        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
-        retries=0 if options.quick else 1,
-    )
+    plan = systems_plan(options, full_repetitions=10)
     with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
         throughput.progress(f"gateway: {BLACKLIST} blacklist rules, {len(SYSTEM_NAMES)} systems x "
                             f"{plan.repetitions} repetitions")

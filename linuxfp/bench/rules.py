@@ -36,13 +36,7 @@ WORKLOADS = {"steady": False, "new-tuples": True}
 def run(options: Options) -> dict:
     started = timestamp()
     counts = QUICK_COUNTS if options.quick else COUNTS
-    plan = throughput.Plan(
-        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
-        frame_sizes=(FRAME_SIZE,),
-        repetitions=options.reps(full=5),
-        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
-        retries=0 if options.quick else 1,
-    )
+    plan = systems_plan(options, full_repetitions=5)
     by_workload: dict[str, dict] = {name: {} for name in WORKLOADS}
     errors = {}
     with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
@@ -72,6 +66,18 @@ def run(options: Options) -> dict:
         "flatness_new_tuples": _flatness(by_workload["new-tuples"]),
         "errors": errors,
     }
+
+
+def systems_plan(options: Options, full_repetitions: int) -> throughput.Plan:
+    """Linux, LinuxFP XDP and TC at FRAME_SIZE: the plan of the scenarios
+    that measure rulesets."""
+    return throughput.Plan(
+        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
+        frame_sizes=(FRAME_SIZE,),
+        repetitions=options.reps(full=full_repetitions),
+        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
+        retries=0 if options.quick else 1,
+    )
 
 
 def measure_with_rules(rig, plan, ruleset: str) -> tuple[dict, dict]:
