@@ -141,8 +141,8 @@ class Controller:
         try:
             # First: from here on nothing watches or renews, so nothing may
             # keep the fast path on (a kept datapath waits for the next run).
+            self.nft_watch.close()     # so no announcement re-arms the lease revoked below
             self.lease.revoke()
-            self.nft_watch.close()
             self.watch.close()
             self.companion.close()
             if self.options.keep:
