@@ -38,7 +38,7 @@ enum lfp_rc {
 	LFP_DROP,         /* drop it exactly as Linux would */
 };
 
-/* What the deciding node (routing; later bridging) leaves for transmit,
+/* What the deciding node (routing or bridging) leaves for transmit,
  * which alone rewrites and sends: nodes in between (filters) see the
  * decision, e.g. the egress interface iptables' -o matches. */
 struct lfp_fwd {
@@ -51,6 +51,7 @@ struct lfp_fwd {
 };
 #define LFP_FWD_DEC_TTL       (1u << 0)   /* IPv4 forwarding: TTL - 1 */
 #define LFP_FWD_SET_PRIORITY  (1u << 1)   /* set the packet's priority */
+#define LFP_FWD_BRIDGED       (1u << 2)   /* bridged: sent as it came, no next hop, no rewrite */
 
 struct lfp_pkt {
 	lfp_ctx_t *ctx;
@@ -73,6 +74,7 @@ struct lfp_pkt {
  * datapath passes local sources and 127/8 whatever they say */
 #define LFP_IF_SRC_FULL_CHECK  (1u << 6)  /* Linux would run __fib_validate_source */
 #define LFP_IF_SET_PRIORITY    (1u << 7)  /* ip_forward_update_priority=1 */
+#define LFP_IF_BRIDGE_TX       (1u << 8)  /* a bridge port in forwarding state (bridged frames) */
 
 struct lfp_iface {
 	__u32 flags;
@@ -294,15 +296,19 @@ struct {
 #endif
 
 /* Arm the redirect to `egress` before the packet is rewritten: 0 when this
- * hook cannot send there, and the packet must go to the kernel unchanged. */
+ * hook cannot send there, and the packet must go to the kernel unchanged.
+ * A routed packet needs a forwarding egress, a bridged frame a bridge port
+ * that may send (at XDP lfp_tx_ports holds only egresses with one of them). */
 static __always_inline int lfp_arm_redirect(struct lfp_pkt *pkt, __u32 egress)
 {
 #ifdef LFP_HOOK_XDP
 	return bpf_redirect_map(&lfp_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
 #else
 	struct lfp_iface *out = bpf_map_lookup_elem(&lfp_ifaces, &egress);
+	__u32 need = LFP_IF_TC_TX |
+		     ((pkt->fwd.flags & LFP_FWD_BRIDGED) ? LFP_IF_BRIDGE_TX : LFP_IF_FORWARDING);
 
-	if (!out || (out->flags & (LFP_IF_TC_TX | LFP_IF_FORWARDING)) != (LFP_IF_TC_TX | LFP_IF_FORWARDING))
+	if (!out || (out->flags & need) != need)
 		return 0;
 	return bpf_redirect(egress, 0) == TC_ACT_REDIRECT;
 #endif

@@ -19,13 +19,18 @@
  * the table; the counters call bumps changes_done, so the controller knows no
  * replace is still in flight (a replace that fails is followed by no
  * counters call: its process exits, which the controller checks).
- * Only calls made in the watched namespace count. Closing the program's link
+ * ip6tables-legacy and arptables-legacy replace their tables the same way
+ * (at SOL_IPV6, and with ARPT_SO_* at SOL_IP). Only calls made in the
+ * watched namespace count. Closing the program's link
  * (the controller exits) stops the watch, and the lease then runs out. */
 #include "lease.h"
 
 #define SOL_IP 0
-#define IPT_SO_SET_REPLACE 64
+#define SOL_IPV6 41
+#define IPT_SO_SET_REPLACE 64          /* also IP6T_SO_SET_REPLACE at SOL_IPV6 */
 #define IPT_SO_SET_ADD_COUNTERS 65
+#define ARPT_SO_SET_REPLACE 96         /* arptables-legacy, at SOL_IP */
+#define ARPT_SO_SET_ADD_COUNTERS 97
 
 #define CLOCK_MONOTONIC 1
 
@@ -78,15 +83,26 @@ int lfp_watch_setsockopt(struct bpf_sockopt *ctx)
 	__u32 key = 0;
 	struct lfp_lease *lease;
 
-	if (ctx->level != SOL_IP ||
-	    (ctx->optname != IPT_SO_SET_REPLACE && ctx->optname != IPT_SO_SET_ADD_COUNTERS))
+	int replace, counters;
+
+	/* iptables (IPv4), ip6tables and arptables: the last two matter to
+	 * bridged frames through br_netfilter. */
+	if (ctx->level == SOL_IP || ctx->level == SOL_IPV6) {
+		replace = ctx->optname == IPT_SO_SET_REPLACE ||
+			  (ctx->level == SOL_IP && ctx->optname == ARPT_SO_SET_REPLACE);
+		counters = ctx->optname == IPT_SO_SET_ADD_COUNTERS ||
+			   (ctx->level == SOL_IP && ctx->optname == ARPT_SO_SET_ADD_COUNTERS);
+	} else {
+		return 1;
+	}
+	if (!replace && !counters)
 		return 1;
 	if (bpf_get_netns_cookie(ctx) != lfp_netns_cookie)
 		return 1;
 	lease = bpf_map_lookup_elem(&lfp_lease, &key);
 	if (!lease)
 		return 1;
-	if (ctx->optname == IPT_SO_SET_REPLACE) {
+	if (replace) {
 		lease->changer_tgid = bpf_get_current_pid_tgid() >> 32;
 		__sync_fetch_and_add(&lease->changes_started, 1);
 	} else {

@@ -1,4 +1,4 @@
-/* Transmit node: sends what the deciding node (router.h) left in pkt->fwd,
+/* Transmit node: sends what the deciding node (router.h, bridge.h) left in pkt->fwd,
  * once every node in between (filters) let the packet through. It alone
  * rewrites the packet, so nothing before it ever hands the kernel a modified
  * one. Declared to the controller by linuxfp/graph/nodes/transmit.py.
@@ -64,6 +64,13 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 
 	if (!pkt->fwd.egress)
 		return lfp_pass(pkt, LFP_CNT_NO_DECISION);
+	/* A bridged frame leaves as it came: no next hop, nothing rewritten. */
+	if (pkt->fwd.flags & LFP_FWD_BRIDGED) {
+		if (!lfp_arm_redirect(pkt, pkt->fwd.egress))
+			return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
+		lfp_count(LFP_CNT_FORWARDED);
+		return LFP_REDIRECT;
+	}
 	neigh.ifindex = pkt->fwd.egress;
 	neigh.addr = pkt->fwd.nexthop;
 	if (lfp_hint_set(lfp_hint_of(&lfp_neigh_hint), neigh.ifindex ^ neigh.addr)) {

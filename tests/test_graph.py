@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from linuxfp.graph import build_graph, flag_names, to_dot, to_text
-from linuxfp.state.model import NetfilterState, Rule, Sysctls
+from linuxfp.state.model import BridgeOptions, BridgePort, NetfilterState, Rule, Sysctls
 from linuxfp.graph import Shape
 from linuxfp.graph.nodes.router import local_source_addresses
 from linuxfp.graph.nodes.transmit import neighbour_states
@@ -76,12 +76,20 @@ def test_netfilter_keeps_whole_namespace_on_kernel_path():
     assert all("netfilter" in s.reason for s in g.skipped)
 
 
-def test_bridge_ports_and_other_kinds_are_skipped():
+def test_bridge_ports_get_the_bridge_node_and_other_kinds_are_skipped():
     snap = router_snapshot()
-    snap = replace(snap, links=snap.links + (link(4, "br0", kind="bridge"), link(5, "port", master=4),
-                                             link(6, "vx", kind="vxlan")))
-    reasons = {s.ifname: s.reason for s in build_graph(snap).skipped}
-    assert "bridge node" in reasons["port"]
+    port = replace(link(5, "port", master=4), bridge_port=BridgePort(state=3))
+    filtering = replace(link(7, "br1", kind="bridge"), bridge=BridgeOptions(vlan_filtering=True))
+    snap = replace(snap, links=snap.links + (
+        replace(link(4, "br0", kind="bridge"), bridge=BridgeOptions()), port, link(6, "vx", kind="vxlan"),
+        filtering, replace(link(8, "port2", master=7), bridge_port=BridgePort(state=3)),
+        replace(link(9, "locked", master=4), bridge_port=BridgePort(state=3, locked=True))))
+    graph = build_graph(snap)
+    reasons = {s.ifname: s.reason for s in graph.skipped}
+    assert graph.pipeline(5).shape.nodes == ("bridge", "transmit")
+    assert graph.pipeline(5).shape.hook == "tc"          # a veth port: its peer keeps GSO/TSO
+    assert build_graph(snap, "xdp").pipeline(5).shape.hook == "xdp"
+    assert "VLAN filtering" in reasons["port2"] and "locked" in reasons["locked"]
     assert "bridge" in reasons["br0"] and "vxlan" in reasons["vx"]
 
 

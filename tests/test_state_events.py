@@ -129,6 +129,40 @@ def test_each_change_is_seen_and_applies_exactly(netns):
         assert nh_route.nexthops[0].gateway == "198.18.0.3"
 
 
+def test_bridge_changes_are_seen_and_apply_exactly(netns):
+    """Ports, their states and flags (`bridge link` announces them in
+    AF_BRIDGE only), bridge options and FDB entries fold into what a fresh
+    read returns."""
+    basic_topology()
+    sh("ip link add br0 type bridge ageing_time 1000")
+    sh("ip link set br0 up")
+    with EventStream() as stream:
+        snap = read_snapshot()
+        expectations = [
+            ("ip link set a1 master br0", "link"),
+            ("ip link set b1 master br0", "link"),
+            ("bridge fdb add 02:00:00:00:00:aa dev a1 master static", "fdb"),
+            ("bridge fdb replace 02:00:00:00:00:aa dev b1 master static", "fdb"),
+            ("bridge link set dev a1 state 2", "bridge_port"),
+            ("bridge link set dev a1 isolated on hairpin on", "bridge_port"),
+            ("ip link set dev a1 type bridge_slave state 3 learning off", "link"),
+            ("ip link set br0 type bridge ageing_time 2000 nf_call_iptables 1", "link"),
+            ("bridge fdb del 02:00:00:00:00:aa dev b1 master", "fdb"),
+            ("ip link set b1 nomaster", "link"),
+        ]
+        for command, kind in expectations:
+            snap, kinds = step(stream, snap, command)
+            assert kind in kinds, (command, kinds)
+            snap = assert_converges(stream, snap)
+        a1, br0 = snap.link_by_name("a1"), snap.link_by_name("br0")
+        assert a1.bridge_port.state == 3 and a1.bridge_port.isolated and a1.bridge_port.hairpin
+        assert not a1.bridge_port.learning
+        assert br0.bridge.ageing_time_cs == 2000 and br0.bridge.nf_call_iptables
+        assert snap.link_by_name("b1").bridge_port is None
+        assert all(e.mac != "02:00:00:00:00:aa" for e in snap.fdb)
+        assert any(e.local and e.port == a1.index for e in snap.fdb_of(br0.index))
+
+
 def test_link_down_is_reported_with_current_routes(netns):
     basic_topology()
     sh("ip route add 192.0.2.0/24 via 198.18.1.2")

@@ -100,6 +100,8 @@ def _choose_hook(link, requested: str, snapshot, chosen) -> tuple[str, str | Non
         blocker = next((r for r in (n.hook_blocker(snapshot, link, "tc") for n in chosen) if r), None)
         return "tc", (f"tc: {blocker}" if blocker else None)
     blocker = _xdp_blocker(link, snapshot, chosen)
+    if requested == "auto" and blocker is None:
+        blocker = next((r for r in (n.prefers_tc(snapshot, link) for n in chosen) if r), None)
     if requested == "xdp":
         return "xdp", (f"xdp: {blocker}; use --hook tc or auto" if blocker else None)
     if blocker:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import struct
 
-from .model import IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts
+from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX,
+                    IF_XDP_TX, IfaceFacts)
 from .tables import ARRAY, DEVMAP, Table, u32
 
 ARPHRD_ETHER = 1
@@ -23,7 +24,7 @@ ROUTABLE_KINDS = frozenset({"", "veth"})
 PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
 
 _IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface
-_XDP_TX_READY = IF_XDP_TX | IF_FORWARDING
+BR_STATE_FORWARDING = 3
 
 
 def pack_iface(f: IfaceFacts) -> bytes:
@@ -49,12 +50,27 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
     redirects = conf is not None and conf.accept_redirects
     sendable = (link.up and link.oper_up and link.kind in ROUTABLE_KINDS and not link.master
                 and not redirects)
+    if bridge_sendable(link, snapshot):
+        # Bridged frames may leave here; routed ones never (a port is not a
+        # route's egress for the router: FORWARDING stays clear).
+        flags = (flags & ~IF_FORWARDING) | IF_BRIDGE_TX
+        sendable = True
     if sendable:
         flags |= IF_TC_TX
         # An XDP redirect skips the egress qdisc and tc egress filters.
         if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress:
             flags |= IF_XDP_TX
     return IfaceFacts(link.index, flags, link.mtu, _mac_bytes(link.mac), fwd_len_cap)
+
+
+def bridge_sendable(link, snapshot) -> bool:
+    """A port of a bridge that would transmit a bridged frame as Linux does:
+    up, with carrier, in forwarding state, and without a backup port (which
+    Linux would use instead when the carrier drops)."""
+    port = link.bridge_port
+    master = snapshot.link(link.master) if link.master else None
+    return (port is not None and master is not None and master.kind == "bridge"
+            and link.up and link.oper_up and port.state == BR_STATE_FORWARDING and not port.backup_port)
 
 
 def _mac_bytes(mac: str) -> bytes:
@@ -67,13 +83,14 @@ def _mac_bytes(mac: str) -> bytes:
 
 def interface_tables(facts: tuple[IfaceFacts, ...]) -> tuple[Table, ...]:
     """lfp_ifaces (facts by ifindex) and lfp_tx_ports (the egresses an XDP
-    redirect may use: able to take XDP frames, and forwarding)."""
+    redirect may use: able to take XDP frames, and forwarding or a bridge
+    port that may send)."""
     usable = [f for f in facts if f.ifindex < MAX_IFACE_SLOTS]
     ifaces = Table(IFACES, "pipeline", 4, _IFACE_VALUE.size,
                    frozenset((u32(f.ifindex), pack_iface(f)) for f in usable if pack_iface(f) != bytes(_IFACE_VALUE.size)),
                    kind=ARRAY, by_ifindex=True, describe="interface facts by ifindex")
     tx = Table(TX_PORTS, "pipeline", 4, 4,
                frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
-                         if f.flags & _XDP_TX_READY == _XDP_TX_READY),
+                         if f.flags & IF_XDP_TX and f.flags & (IF_FORWARDING | IF_BRIDGE_TX)),
                kind=DEVMAP, by_ifindex=True, describe="XDP egresses")
     return ifaces, tx

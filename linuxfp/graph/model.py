@@ -16,6 +16,7 @@ IF_TC_TX = 1 << 3
 # datapath passes local sources and 127/8 whatever they say)
 IF_SRC_FULL_CHECK = 1 << 6
 IF_SET_PRIORITY = 1 << 7
+IF_BRIDGE_TX = 1 << 8       # a bridge port in forwarding state: bridged frames may leave here
 
 FLAG_NAMES = {
     IF_FORWARDING: "forwarding",
@@ -24,6 +25,7 @@ FLAG_NAMES = {
     IF_TC_TX: "tc_tx",
     IF_SRC_FULL_CHECK: "src_full_check",
     IF_SET_PRIORITY: "set_priority",
+    IF_BRIDGE_TX: "bridge_tx",
 }
 
 

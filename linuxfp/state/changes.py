@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .model import (
     Address,
+    FdbEntry,
     Link,
     Neighbour,
     NetfilterState,
@@ -24,6 +25,7 @@ from .model import (
     Sysctls,
     XfrmState,
     address_order,
+    fdb_order,
     link_order,
     neighbour_order,
     route_order,
@@ -96,6 +98,27 @@ class NeighbourUpdate:
 class NeighbourRemoved:
     neighbour: Neighbour
     kind = "neigh"
+
+
+@dataclass(frozen=True, slots=True)
+class FdbUpdate:
+    entry: FdbEntry
+    kind = "fdb"
+
+
+@dataclass(frozen=True, slots=True)
+class FdbRemoved:
+    entry: FdbEntry
+    kind = "fdb"
+
+
+@dataclass(frozen=True, slots=True)
+class BridgePortChanged:
+    """An AF_BRIDGE RTM_NEWLINK: a port's state or flags changed, announced
+    in that family only; the stream follows it with a LinkUpdate."""
+
+    ifindex: int
+    kind = "bridge_port"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +213,7 @@ Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
     | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
     | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced | RulesReplaced | SysctlsReplaced
-    | NetfilterReplaced | XfrmChanged | XfrmReplaced
+    | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
 )
 
 # --- sorted-tuple editing ---------------------------------------------------
@@ -337,6 +360,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     routes = _SortedEdit(snapshot.routes, route_order)
     rules = _SortedEdit(snapshot.rules, rule_order)
     neighbours = _SortedEdit(snapshot.neighbours, neighbour_order)
+    fdb = _SortedEdit(snapshot.fdb, fdb_order)
     sysctls = snapshot.sysctls
     netfilter = snapshot.netfilter
     xfrm = snapshot.xfrm
@@ -354,6 +378,10 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             neighbours.upsert(msg.neighbour)
         elif isinstance(msg, NeighbourRemoved):
             neighbours.remove_key(neighbour_order(msg.neighbour))
+        elif isinstance(msg, FdbUpdate):
+            fdb.upsert(msg.entry)
+        elif isinstance(msg, FdbRemoved):
+            fdb.remove_key(fdb_order(msg.entry))
         elif isinstance(msg, LinkUpdate):
             new = msg.link
             lo, hi = links.span(new.index, link_order)
@@ -369,6 +397,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             # possibly after the link itself; dropping them here is idempotent.
             addresses.remove_where(_on_link(index))
             neighbours.remove_where(_neighbour_on_link(index))
+            fdb.remove_where(lambda e: e.port == index or e.master == index)
             if sysctls.for_ifindex(index) is not None:
                 sysctls = replace(sysctls, interfaces=tuple(
                     s for s in sysctls.interfaces if s.ifindex != index))
@@ -396,7 +425,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             netfilter = msg.netfilter
         elif isinstance(msg, XfrmReplaced):
             xfrm = msg.xfrm
-        elif isinstance(msg, (NetconfChanged, NftablesChanged, XfrmChanged, QdiscChanged, NexthopChanged)):
+        elif isinstance(msg, (NetconfChanged, NftablesChanged, XfrmChanged, QdiscChanged, NexthopChanged,
+                              BridgePortChanged)):
             pass  # markers; the state follows in a *Replaced message
         else:
             raise TypeError(f"apply_messages: unsupported message {msg!r}")
@@ -406,6 +436,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     new_routes = routes.result()
     new_rules = rules.result()
     new_neighbours = neighbours.result()
+    new_fdb = fdb.result()
     if sysctls == snapshot.sysctls:
         sysctls = snapshot.sysctls
     if netfilter == snapshot.netfilter:
@@ -414,7 +445,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         xfrm = snapshot.xfrm
     if (new_links is snapshot.links and new_addresses is snapshot.addresses
             and new_routes is snapshot.routes and new_rules is snapshot.rules
-            and new_neighbours is snapshot.neighbours and sysctls is snapshot.sysctls
+            and new_neighbours is snapshot.neighbours and new_fdb is snapshot.fdb
+            and sysctls is snapshot.sysctls
             and netfilter is snapshot.netfilter and xfrm is snapshot.xfrm):
         return snapshot
     # Every field, xfrm included: a field left to its default would forget
@@ -422,5 +454,5 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     return Snapshot(
         links=new_links, addresses=new_addresses, routes=new_routes, rules=new_rules,
         neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter, xfrm=xfrm,
-        netns_inode=snapshot.netns_inode,
+        netns_inode=snapshot.netns_inode, fdb=new_fdb,
     ).inherit_hashes(snapshot)

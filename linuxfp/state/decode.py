@@ -13,6 +13,9 @@ from . import netlink as nl
 from .changes import (
     AddressRemoved,
     AddressUpdate,
+    BridgePortChanged,
+    FdbRemoved,
+    FdbUpdate,
     LinkRemoved,
     LinkUpdate,
     Message,
@@ -39,6 +42,9 @@ from .model import (
     RULE_ACTIONS,
     XDP_ATTACHED_NONE,
     Address,
+    BridgeOptions,
+    BridgePort,
+    FdbEntry,
     Link,
     Neighbour,
     NextHop,
@@ -71,7 +77,15 @@ IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_QDISC = 1, 3, 4, 5, 6
 IFLA_IFALIAS = 20
 IFLA_MASTER, IFLA_OPERSTATE, IFLA_LINKINFO = 10, 16, 18
 IFLA_EXT_MASK, IFLA_LINK_NETNSID, IFLA_XDP = 29, 37, 43
-IFLA_INFO_KIND, IFLA_INFO_SLAVE_KIND = 1, 4
+IFLA_INFO_KIND, IFLA_INFO_DATA, IFLA_INFO_SLAVE_KIND, IFLA_INFO_SLAVE_DATA = 1, 2, 4, 5
+# IFLA_BR_* (bridge options) and IFLA_BRPORT_* (port settings), if_link.h
+IFLA_BR_FORWARD_DELAY, IFLA_BR_AGEING_TIME, IFLA_BR_STP_STATE = 1, 4, 5
+IFLA_BR_VLAN_FILTERING, IFLA_BR_GROUP_FWD_MASK, IFLA_BR_MCAST_SNOOPING = 7, 9, 23
+IFLA_BR_NF_CALL_IPTABLES, IFLA_BR_NF_CALL_IP6TABLES, IFLA_BR_NF_CALL_ARPTABLES = 36, 37, 38
+IFLA_BRPORT_STATE, IFLA_BRPORT_MODE, IFLA_BRPORT_LEARNING, IFLA_BRPORT_UNICAST_FLOOD = 1, 4, 8, 9
+IFLA_BRPORT_PROXYARP, IFLA_BRPORT_PROXYARP_WIFI, IFLA_BRPORT_VLAN_TUNNEL = 10, 12, 29
+IFLA_BRPORT_NEIGH_SUPPRESS, IFLA_BRPORT_ISOLATED, IFLA_BRPORT_BACKUP_PORT = 32, 33, 34
+IFLA_BRPORT_MRP_RING_OPEN, IFLA_BRPORT_MRP_IN_OPEN, IFLA_BRPORT_LOCKED, IFLA_BRPORT_MAB = 35, 36, 39, 40
 IFLA_XDP_ATTACHED, IFLA_XDP_PROG_ID = 2, 4
 IFLA_XDP_DRV_PROG_ID, IFLA_XDP_SKB_PROG_ID, IFLA_XDP_HW_PROG_ID = 5, 6, 7
 RTEXT_FILTER_SKIP_STATS = 1 << 3
@@ -94,8 +108,9 @@ FRA_L3MDEV, FRA_UID_RANGE, FRA_PROTOCOL, FRA_IP_PROTO = 19, 20, 21, 22
 FRA_SPORT_RANGE, FRA_DPORT_RANGE = 23, 24
 
 # NDA_*
-NDA_DST, NDA_LLADDR = 1, 2
+NDA_DST, NDA_LLADDR, NDA_VLAN, NDA_MASTER, NDA_FLAGS_EXT = 1, 2, 5, 9, 15
 NTF_PROXY = 0x08
+AF_BRIDGE = 7
 
 # genl netdev family (include/uapi/linux/netdev.h)
 NETDEV_CMD_DEV_GET, NETDEV_CMD_DEV_ADD_NTF = 1, 2
@@ -126,10 +141,15 @@ def decode_link(payload: bytes) -> Link | None:
         return None
     a = nl.parse_attrs(payload, _IFINFOMSG.size)
     kind = slave_kind = ""
+    bridge = port = None
     if IFLA_LINKINFO in a:
         info = nl.parse_attrs(a[IFLA_LINKINFO])
         kind = nl.cstr(info[IFLA_INFO_KIND]) if IFLA_INFO_KIND in info else ""
         slave_kind = nl.cstr(info[IFLA_INFO_SLAVE_KIND]) if IFLA_INFO_SLAVE_KIND in info else ""
+        if kind == "bridge":
+            bridge = decode_bridge_options(info.get(IFLA_INFO_DATA, b""))
+        if slave_kind == "bridge":
+            port = decode_bridge_port(info.get(IFLA_INFO_SLAVE_DATA, b""))
     xdp_prog_id = 0
     xdp_mode = XDP_ATTACHED_NONE
     if IFLA_XDP in a:
@@ -167,6 +187,54 @@ def decode_link(payload: bytes) -> Link | None:
         peer=peer if peer and peer != index else None,
         peer_netnsid=nl.s32(a[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in a else None,
         alias=nl.cstr(a[IFLA_IFALIAS]) if IFLA_IFALIAS in a else "",
+        bridge=bridge,
+        bridge_port=port,
+    )
+
+
+def decode_bridge_options(data: bytes) -> BridgeOptions:
+    """IFLA_INFO_DATA of a bridge."""
+    a = nl.parse_attrs(data)
+
+    def number(key: int, size: int, default: int) -> int:
+        if key not in a:
+            return default
+        return {1: nl.u8, 2: nl.u16, 4: nl.u32, 8: nl.u64}[size](a[key])
+
+    return BridgeOptions(
+        ageing_time_cs=number(IFLA_BR_AGEING_TIME, 4, 30000),
+        forward_delay_cs=number(IFLA_BR_FORWARD_DELAY, 4, 1500),
+        stp_state=number(IFLA_BR_STP_STATE, 4, 0),
+        vlan_filtering=bool(number(IFLA_BR_VLAN_FILTERING, 1, 0)),
+        nf_call_iptables=bool(number(IFLA_BR_NF_CALL_IPTABLES, 1, 0)),
+        nf_call_ip6tables=bool(number(IFLA_BR_NF_CALL_IP6TABLES, 1, 0)),
+        nf_call_arptables=bool(number(IFLA_BR_NF_CALL_ARPTABLES, 1, 0)),
+        mcast_snooping=bool(number(IFLA_BR_MCAST_SNOOPING, 1, 1)),
+        group_fwd_mask=number(IFLA_BR_GROUP_FWD_MASK, 2, 0),
+    )
+
+
+def decode_bridge_port(data: bytes) -> BridgePort:
+    """IFLA_INFO_SLAVE_DATA (or IFLA_PROTINFO) of a bridge port."""
+    a = nl.parse_attrs(data)
+
+    def flag(key: int, default: bool = False) -> bool:
+        return bool(nl.u8(a[key])) if key in a else default
+
+    return BridgePort(
+        state=nl.u8(a[IFLA_BRPORT_STATE]) if IFLA_BRPORT_STATE in a else 0,
+        hairpin=flag(IFLA_BRPORT_MODE),
+        learning=flag(IFLA_BRPORT_LEARNING, True),
+        unicast_flood=flag(IFLA_BRPORT_UNICAST_FLOOD, True),
+        proxyarp=flag(IFLA_BRPORT_PROXYARP),
+        proxyarp_wifi=flag(IFLA_BRPORT_PROXYARP_WIFI),
+        isolated=flag(IFLA_BRPORT_ISOLATED),
+        neigh_suppress=flag(IFLA_BRPORT_NEIGH_SUPPRESS),
+        locked=flag(IFLA_BRPORT_LOCKED),
+        mab=flag(IFLA_BRPORT_MAB),
+        vlan_tunnel=flag(IFLA_BRPORT_VLAN_TUNNEL),
+        backup_port=nl.u32(a[IFLA_BRPORT_BACKUP_PORT]) if IFLA_BRPORT_BACKUP_PORT in a else 0,
+        mrp=flag(IFLA_BRPORT_MRP_RING_OPEN) or flag(IFLA_BRPORT_MRP_IN_OPEN),
     )
 
 
@@ -371,6 +439,29 @@ def neighbour_dump_request(family: int = AF_INET) -> bytes:
     return _NDMSG.pack(family, 0, 0, 0, 0)
 
 
+# --- bridge forwarding database ------------------------------------------------
+
+def decode_fdb(payload: bytes) -> FdbEntry | None:
+    """An AF_BRIDGE neighbour message of a bridge's FDB (NDA_MASTER names
+    the bridge); None for anything else, e.g. a device's own address lists
+    (NTF_SELF) or VXLAN remotes."""
+    family, ifindex, state, flags, _type = _NDMSG.unpack_from(payload)
+    if family != AF_BRIDGE:
+        return None
+    a = nl.parse_attrs(payload, _NDMSG.size)
+    if NDA_MASTER not in a or NDA_LLADDR not in a or len(a[NDA_LLADDR]) != 6:
+        return None
+    return FdbEntry(
+        master=nl.u32(a[NDA_MASTER]),
+        port=ifindex,
+        mac=mac_str(a[NDA_LLADDR]),
+        vlan=nl.u16(a[NDA_VLAN]) if NDA_VLAN in a else 0,
+        state=state,
+        flags=flags,
+        ext_flags=nl.u32(a[NDA_FLAGS_EXT]) if NDA_FLAGS_EXT in a else 0,
+    )
+
+
 # --- qdiscs -------------------------------------------------------------------
 
 TCA_KIND = 1
@@ -420,10 +511,20 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
         return AddressUpdate(address) if t == RTM_NEWADDR else AddressRemoved(address)
     if t == RTM_NEWLINK:
         link = decode_link(msg.payload)
-        return LinkUpdate(link) if link is not None else None
+        if link is None:
+            # An AF_BRIDGE notification: a port's STP state or flags changed
+            # (`bridge link set`, STP), announced in this family only.
+            family, _type, index, _flags, _change = _IFINFOMSG.unpack_from(msg.payload)
+            return BridgePortChanged(index) if family == AF_BRIDGE else None
+        return LinkUpdate(link)
     if t == RTM_DELLINK:
         family, _type, index, _flags, _change = _IFINFOMSG.unpack_from(msg.payload)
         return LinkRemoved(index) if family == AF_UNSPEC else None
+    if (t == RTM_NEWNEIGH or t == RTM_DELNEIGH) and msg.payload[0] == AF_BRIDGE:
+        entry = decode_fdb(msg.payload)
+        if entry is None:
+            return None
+        return FdbUpdate(entry) if t == RTM_NEWNEIGH else FdbRemoved(entry)
     if t == RTM_NEWNEIGH or t == RTM_DELNEIGH:
         neighbour = decode_neighbour(msg.payload)
         if neighbour is None:

@@ -58,6 +58,7 @@ from . import decode
 from . import netlink as nl
 from .changes import (
     AddressRemoved,
+    BridgePortChanged,
     LinkRemoved,
     LinkUpdate,
     Message,
@@ -316,7 +317,7 @@ class EventStream:
                     need_routes = need_rules = need_sysctls = True
             elif isinstance(msg, AddressRemoved):
                 need_routes = True
-            elif isinstance(msg, QdiscChanged):
+            elif isinstance(msg, (QdiscChanged, BridgePortChanged)):
                 reread_links.add(msg.ifindex)
             elif isinstance(msg, NexthopChanged):
                 need_routes = True
@@ -341,7 +342,8 @@ class EventStream:
         if wanted:
             # A veth's first end is announced before its peer exists, so its
             # IFLA_LINK is filled in later without a new RTM_NEWLINK; a root
-            # qdisc change (IFLA_QDISC) is never re-announced either.
+            # qdisc change (IFLA_QDISC) is never re-announced either, nor a
+            # bridge port's state in the AF_UNSPEC family.
             extra.extend(LinkUpdate(link) for link in dump_links(self._rtnl) if link.index in wanted)
             ingress = dump_tc_ingress(self._rtnl)
             extra.extend(TcIngressUpdate(index, index in ingress) for index in sorted(wanted))

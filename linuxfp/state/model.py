@@ -148,6 +148,8 @@ class Link(_JsonMixin):
     # NETDEV_XDP_RX_METADATA_* bitmask: which metadata kfuncs the driver
     # implements (VLAN_TAG lets XDP see a tag moved out of the frame).
     xdp_rx_metadata: int = 0
+    bridge: "BridgeOptions | None" = None        # kind "bridge": its options
+    bridge_port: "BridgePort | None" = None      # slave_kind "bridge": the port's settings
 
     @property
     def xdp_sees_vlan_tags(self) -> bool:
@@ -167,6 +169,88 @@ class Link(_JsonMixin):
         out = _jsonable(asdict(self))
         out["can_receive_xdp_redirect"] = self.can_receive_xdp_redirect
         return out
+
+
+# Bridge port STP states (include/uapi/linux/if_bridge.h, BR_STATE_*)
+BR_STATE_NAMES = {0: "disabled", 1: "listening", 2: "learning", 3: "forwarding", 4: "blocking"}
+BR_STATE_FORWARDING = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeOptions(_JsonMixin):
+    """The options of a bridge device (IFLA_INFO_DATA) that change how it
+    forwards unicast frames. Timers and counters are left out: they change
+    without any configuration change."""
+
+    ageing_time_cs: int = 30000     # IFLA_BR_AGEING_TIME, centiseconds (clock_t)
+    forward_delay_cs: int = 1500
+    stp_state: int = 0
+    vlan_filtering: bool = False
+    nf_call_iptables: bool = False  # per-bridge br_netfilter switches (OR-ed with the sysctls)
+    nf_call_ip6tables: bool = False
+    nf_call_arptables: bool = False
+    mcast_snooping: bool = True
+    group_fwd_mask: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BridgePort(_JsonMixin):
+    """A bridge port's settings (IFLA_INFO_SLAVE_DATA)."""
+
+    state: int = 0                  # BR_STATE_*
+    hairpin: bool = False
+    learning: bool = True
+    unicast_flood: bool = True
+    proxyarp: bool = False
+    proxyarp_wifi: bool = False
+    isolated: bool = False
+    neigh_suppress: bool = False
+    locked: bool = False
+    mab: bool = False
+    vlan_tunnel: bool = False
+    backup_port: int = 0            # ifindex, 0 when none
+    mrp: bool = False               # MRP ring/interconnect open flags present and set
+
+    @property
+    def state_name(self) -> str:
+        return BR_STATE_NAMES.get(self.state, str(self.state))
+
+
+# ndm_state values the bridge reports for FDB entries (fdb_to_nud)
+NUD_PERMANENT = 0x80   # local: one of the bridge's own addresses
+NUD_NOARP_STATE = 0x40  # static
+NUD_REACHABLE = 0x02   # dynamic, learnt
+NUD_STALE_STATE = 0x04  # dynamic, expired but not yet collected
+NTF_EXT_LEARNED = 0x10
+NTF_OFFLOADED = 0x20
+NTF_STICKY = 0x40
+NTF_EXT_LOCKED = 0x02  # NDA_FLAGS_EXT
+
+
+@dataclass(frozen=True, slots=True)
+class FdbEntry(_JsonMixin):
+    """One entry of a bridge's forwarding database (AF_BRIDGE neighbour
+    with NDA_MASTER): frames to `mac` on `vlan` leave through `port`."""
+
+    master: int          # the bridge's ifindex
+    port: int            # ndm_ifindex: a port, or the bridge itself for its own addresses
+    mac: str             # lowercase
+    vlan: int = 0
+    state: int = NUD_REACHABLE
+    flags: int = 0       # NTF_*
+    ext_flags: int = 0   # NTF_EXT_*
+
+    @property
+    def local(self) -> bool:
+        return bool(self.state & NUD_PERMANENT)
+
+    @property
+    def static(self) -> bool:
+        return bool(self.state & NUD_NOARP_STATE)
+
+    @property
+    def locked(self) -> bool:
+        return bool(self.ext_flags & NTF_EXT_LOCKED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +419,12 @@ class Sysctls(_JsonMixin):
     forward_use_pmtu: bool = False        # ip_forward_use_pmtu
     multipath_hash_policy: int = 0        # fib_multipath_hash_policy
     forward_update_priority: bool = True  # ip_forward_update_priority
+    # br_netfilter (net.bridge.bridge-nf-call-*): bridged IPv4 / IPv6 / ARP
+    # frames pass the iptables / ip6tables / arptables hooks. Absent (False)
+    # without br_netfilter.
+    bridge_nf_call_iptables: bool = False
+    bridge_nf_call_ip6tables: bool = False
+    bridge_nf_call_arptables: bool = False
 
     def for_ifindex(self, ifindex: int) -> InterfaceSysctls | None:
         i = bisect.bisect_left(self.interfaces, ifindex, key=lambda s: s.ifindex)
@@ -354,6 +444,11 @@ class NetfilterState(_JsonMixin):
     # and why a backend's rules could not be read.
     rulesets: tuple["Ruleset", ...] = ()
     errors: tuple[str, ...] = ()
+    # Legacy x_tables of the other families (ip6tables-legacy,
+    # arptables-legacy): what bridged IPv6 and ARP frames may meet through
+    # br_netfilter.
+    legacy_ip6_tables: tuple[str, ...] = ()
+    legacy_arp_tables: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +494,11 @@ def neighbour_order(n: Neighbour) -> tuple:
     return (n.ifindex, n.family, n.dst)
 
 
+def fdb_order(e: FdbEntry) -> tuple:
+    """What the bridge keys its FDB by (bridge, VLAN, MAC)."""
+    return (e.master, e.vlan, e.mac)
+
+
 @dataclass(frozen=True)
 class Snapshot(_JsonMixin):
     """Everything the graph stage needs, read from one network namespace."""
@@ -412,10 +512,11 @@ class Snapshot(_JsonMixin):
     netfilter: NetfilterState
     netns_inode: int
     xfrm: XfrmState = XfrmState()
+    fdb: tuple[FdbEntry, ...] = ()     # every bridge's FDB, in fdb_order
     _field_hashes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     _FIELDS = ("links", "addresses", "routes", "rules", "neighbours", "sysctls",
-               "netfilter", "netns_inode", "xfrm")
+               "netfilter", "netns_inode", "xfrm", "fdb")
 
     def __hash__(self) -> int:
         # Hashing 10k routes costs milliseconds, so each field's hash is
@@ -466,6 +567,14 @@ class Snapshot(_JsonMixin):
         hi = bisect.bisect_right(self.neighbours, ifindex, key=lambda n: n.ifindex)
         return self.neighbours[lo:hi]
 
+    def fdb_of(self, bridge: int) -> tuple[FdbEntry, ...]:
+        lo = bisect.bisect_left(self.fdb, bridge, key=lambda e: e.master)
+        hi = bisect.bisect_right(self.fdb, bridge, key=lambda e: e.master)
+        return self.fdb[lo:hi]
+
+    def ports_of(self, bridge: int) -> tuple[Link, ...]:
+        return tuple(link for link in self.links if link.master == bridge and link.bridge_port is not None)
+
     def interface_sysctls(self, ifindex: int) -> InterfaceSysctls | None:
         return self.sysctls.for_ifindex(ifindex)
 
@@ -495,5 +604,6 @@ class Snapshot(_JsonMixin):
             "sysctls": self.sysctls.to_dict(),
             "netfilter": self.netfilter.to_dict(),
             "xfrm": self.xfrm.to_dict(),
+            "fdb": [x.to_dict() for x in self.fdb],
             "default_rules": self.default_rules,
         }

@@ -127,12 +127,14 @@ def _getsockopt(fd: int, optname: int, buf: ctypes.Array) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def legacy_table_names() -> tuple[str, ...]:
+def legacy_table_names(family_file: str = "ip_tables_names") -> tuple[str, ...]:
+    """The legacy x_tables of one family that exist in this namespace
+    (ip_tables_names, ip6_tables_names, arp_tables_names)."""
     try:
-        with open(_thread_net_path("ip_tables_names")) as f:
+        with open(_thread_net_path(family_file)) as f:
             return tuple(sorted(line.strip() for line in f if line.strip()))
     except FileNotFoundError:
-        return ()  # ip_tables not built in: no legacy rules can exist
+        return ()  # that family's x_tables not built in: no legacy rules can exist
 
 
 def legacy_table_findings(table: str) -> str | None:
@@ -264,7 +266,9 @@ def read_netfilter() -> NetfilterState:
     if any(t.startswith("legacy:") for t in tables):
         _collect(_cached_ruleset("legacy", legacy_fingerprint(legacy_names)), rulesets, errors)
     return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details),
-                          rulesets=tuple(rulesets), errors=tuple(errors))
+                          rulesets=tuple(rulesets), errors=tuple(errors),
+                          legacy_ip6_tables=legacy_table_names("ip6_tables_names"),
+                          legacy_arp_tables=legacy_table_names("arp_tables_names"))
 
 
 def _collect(result: Ruleset | str, rulesets: list, errors: list) -> None:

@@ -19,6 +19,7 @@ from .model import (
     Rule,
     Snapshot,
     address_order,
+    fdb_order,
     link_order,
     neighbour_order,
     route_order,
@@ -69,6 +70,14 @@ def dump_rules(sock: nl.NetlinkSocket) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def dump_fdb(sock: nl.NetlinkSocket) -> tuple:
+    """Every bridge's FDB entries (AF_BRIDGE neighbour dump)."""
+    entries = _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request(decode.AF_BRIDGE)),
+                       decode.decode_fdb)
+    entries.sort(key=fdb_order)
+    return tuple(entries)
+
+
 def read_snapshot() -> Snapshot:
     """One dump of everything LinuxFP needs from this network namespace."""
     inode = netns_inode()
@@ -82,6 +91,7 @@ def read_snapshot() -> Snapshot:
         neighbours = [n for n in _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request()),
                                           decode.decode_neighbour)
                       if decode.neighbour_is_tracked(n)]
+        fdb = dump_fdb(sock)
     with NetdevFamily() as netdev:
         features = netdev.dump_xdp_features()
     links = [replace(link, xdp_features=features.get(link.index, (0, 0))[0],
@@ -100,6 +110,7 @@ def read_snapshot() -> Snapshot:
         netfilter=read_netfilter(),
         xfrm=read_xfrm(),
         netns_inode=inode,
+        fdb=fdb,
     )
 
 

@@ -65,6 +65,11 @@ class Node:
         """Why this node cannot be exact at `hook` on `link` (None: it can)."""
         return None
 
+    def prefers_tc(self, snapshot, link) -> str | None:
+        """Why `--hook auto` should choose TC on `link` even where XDP could
+        be exact: attaching XDP there would change something a user sees."""
+        return None
+
     def tables(self, snapshot) -> tuple[Table, ...]:
         """The maps this node owns and what they must hold."""
         return ()
@@ -121,6 +126,7 @@ def registered() -> tuple[Node, ...]:
     their counters)."""
     from . import router, transmit  # noqa: F401  (built-ins register themselves)
     from . import iptables_filter  # noqa: F401
+    from . import bridge  # noqa: F401
 
     _load_external()
     return tuple(_REGISTRY)

@@ -40,6 +40,11 @@ class Filter(Node):
     inputs = ("netfilter", "links")
 
     def applies(self, snapshot, link) -> bool:
+        # FORWARD as the routed path meets it: frames arriving on a bridge
+        # port are bridged, and br_netfilter's FORWARD (the bridge as the
+        # device, physdev) is not this node's to evaluate.
+        if link.bridge_port is not None:
+            return False
         return filter_plan(snapshot).classifier is not None
 
     def blocker(self, snapshot, link) -> str | None:

@@ -28,15 +28,18 @@ class Router(Node):
     inputs = ("addresses", "routes")
 
     def applies(self, snapshot, link) -> bool:
-        return self.blocker(snapshot, link) is None
+        return not link.master and self.blocker(snapshot, link) is None
 
     def blocker(self, snapshot, link) -> str | None:
         if link.link_type != ARPHRD_ETHER:
             return "not an Ethernet interface"
         if link.master:
             master = snapshot.link(link.master)
+            if link.bridge_port is not None:
+                return None     # bridged, not routed: the bridge node says why it does not apply
             name = master.name if master else str(link.master)
-            return f"port of {name}: the bridge node is not available yet"
+            kind = f" ({master.kind})" if master is not None and master.kind else ""
+            return f"port of {name}{kind}: not supported yet"
         if link.kind not in ROUTABLE_KINDS:
             return f"{link.kind} interfaces are not supported yet"
         return None

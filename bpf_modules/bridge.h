@@ -1,0 +1,207 @@
+/* Bridge node: known unicast across a Linux bridge, with the kernel's FDB
+ * as the truth.
+ *
+ * The controller mirrors each bridge's forwarding database (dynamic and
+ * static entries; never the bridge's own addresses) into lfp_fdb and each
+ * port's state and flags into lfp_br_ports. A frame is bridged here only
+ * when Linux would send it to exactly one port: its source is known on the
+ * port it arrived on (so the kernel would learn nothing), its destination
+ * is known behind another port in forwarding state, and nothing between
+ * (br_netfilter, isolation, the egress MTU) would change or stop it.
+ * Anything else goes to the kernel, which learns, floods and delivers
+ * locally as always; the controller sees the entries it learns and the
+ * next frames take the fast path.
+ *
+ * Ageing stays true: the kernel refreshes an entry only when it sees a
+ * frame from that source, and frames bridged here are invisible to it. So
+ * one frame per source entry and refresh interval (a fraction of the ageing
+ * time) goes to the kernel, which bridges it the same way and refreshes the
+ * entry itself; a source that goes silent ages out on time. The stamp is
+ * the only shared write, once per entry and interval.
+ *
+ * The node only decides: it leaves the egress port in pkt->fwd with
+ * LFP_FWD_BRIDGED, and transmit sends the frame unchanged.
+ * Declared to the controller by linuxfp/graph/nodes/bridge.py.
+ */
+#ifndef LFP_BRIDGE_H
+#define LFP_BRIDGE_H
+
+#include "common.h"
+#include "parse.h"
+
+#define LFP_COUNTERS_BRIDGE(X)                                                            \
+	X(BR_PORT_UNKNOWN,        bridge, pass, "ingress is not a bridge port the fast path knows") \
+	X(BR_PORT_NOT_FORWARDING, bridge, pass, "ingress port not in forwarding state (Linux learns or drops)") \
+	X(BR_GROUP_DEST,          bridge, pass, "broadcast, multicast or link-local destination (the kernel floods)") \
+	X(BR_BAD_SOURCE,          bridge, pass, "multicast or zero source MAC (Linux drops)") \
+	X(BR_SOURCE_UNKNOWN,      bridge, pass, "source MAC unknown, local or behind another port (the kernel learns)") \
+	X(BR_DEST_UNKNOWN,        bridge, pass, "destination MAC unknown or the bridge's own (flood or local delivery)") \
+	X(BR_SAME_PORT,           bridge, pass, "destination is behind the ingress port")   \
+	X(BR_EGRESS_BLOCKED,      bridge, pass, "egress port not forwarding, or isolated from the ingress") \
+	X(BR_TOO_LONG,            bridge, pass, "longer than the egress MTU")               \
+	X(BR_NETFILTER,           bridge, pass, "br_netfilter would run iptables, ip6tables or arptables rules") \
+	X(BR_NF_INVALID,          bridge, pass, "br_netfilter would drop or trim it (header, checksum, padding, options)") \
+	X(BR_AGEING_REFRESH,      bridge, pass, "one frame per source entry and interval: the kernel refreshes it")
+
+/* struct lfp_br_port.flags, as in linuxfp/graph/nodes/bridge.py */
+#define LFP_BRP_FORWARDING    (1u << 0)  /* port state forwarding */
+#define LFP_BRP_ISOLATED      (1u << 1)  /* isolated port */
+#define LFP_BRP_NF_IPV4       (1u << 2)  /* br_netfilter validates IPv4 (bridge-nf-call-iptables) */
+#define LFP_BRP_NF_IPV4_RULES (1u << 3)  /* ... and iptables rules exist: the kernel decides */
+#define LFP_BRP_NF_IPV6       (1u << 4)
+#define LFP_BRP_NF_IPV6_RULES (1u << 5)
+#define LFP_BRP_NF_ARP_RULES  (1u << 6)  /* bridge-nf-call-arptables with arptables present */
+
+#ifndef ETH_P_IPV6
+#define ETH_P_IPV6 0x86DD
+#endif
+#ifndef ETH_P_ARP
+#define ETH_P_ARP 0x0806
+#endif
+
+/* Per port, indexed by ifindex; all zeros: not a port the fast path knows. */
+struct lfp_br_port {
+	__u32 bridge;           /* the bridge's ifindex */
+	__u32 flags;            /* LFP_BRP_* */
+	__u32 mtu;              /* the port's MTU: longest payload it sends */
+	__u32 refresh_ms;       /* ageing refresh interval of its bridge */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct lfp_br_port);
+} lfp_br_ports SEC(".maps");
+
+struct lfp_fdb_key {
+	__u32 bridge;
+	__u16 vlan;             /* 0: no VLAN filtering */
+	__u8 mac[ETH_ALEN];
+};
+
+struct lfp_fdb_entry {
+	__u32 port;             /* egress ifindex */
+	__u32 reserved;
+	__u64 refreshed_ns;     /* written here: when a frame from this MAC last went to the kernel */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct lfp_fdb_key);
+	__type(value, struct lfp_fdb_entry);
+} lfp_fdb SEC(".maps");
+
+static __always_inline int lfp_mac_is_group(const __u8 *mac)
+{
+	return mac[0] & 1;
+}
+
+static __always_inline int lfp_mac_is_zero(const __u8 *mac)
+{
+	return !(((const __u16 *)mac)[0] | ((const __u16 *)mac)[1] | ((const __u16 *)mac)[2]);
+}
+
+/* What br_validate_ipv4() would do to the frame: 0 when it lets it through
+ * unchanged (no options: Linux does not parse them here either, but passing
+ * them costs nothing). */
+static __always_inline int lfp_br_ipv4_unchanged(struct lfp_pkt *pkt)
+{
+	struct iphdr *ip = lfp_ipv4(pkt);
+
+	if (!ip || ip->version != 4 || ip->ihl != 5)
+		return 0;
+	if (lfp_ipv4_csum_check(ip))
+		return 0;
+	/* shorter: dropped; longer: the padding is trimmed */
+	return pkt->len == sizeof(struct ethhdr) + bpf_ntohs(ip->tot_len) && bpf_ntohs(ip->tot_len) >= sizeof(*ip);
+}
+
+/* br_validate_ipv6(): version, payload length (the padding is trimmed), and
+ * hop-by-hop options, which it parses. */
+static __always_inline int lfp_br_ipv6_unchanged(struct lfp_pkt *pkt)
+{
+	__u8 *ip6 = pkt->data + sizeof(struct ethhdr);
+	__u16 payload;
+
+	if ((void *)(ip6 + 40) > pkt->data_end)
+		return 0;
+	if ((ip6[0] >> 4) != 6 || ip6[6] == 0 /* NEXTHDR_HOP */)
+		return 0;
+	payload = ((__u16)ip6[4] << 8) | ip6[5];
+	return payload && pkt->len == sizeof(struct ethhdr) + 40 + payload;
+}
+
+static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
+{
+	struct lfp_fdb_entry *src, *dst;
+	struct lfp_br_port *in, *out;
+	struct lfp_fdb_key key;
+	struct ethhdr *eth;
+	__u32 egress;
+	__u64 now;
+
+	eth = lfp_eth(pkt);
+	if (!eth)
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	in = bpf_map_lookup_elem(&lfp_br_ports, &pkt->ingress_ifindex);
+	if (!in || !in->bridge)
+		return lfp_pass(pkt, LFP_CNT_BR_PORT_UNKNOWN);
+	if (!(in->flags & LFP_BRP_FORWARDING))
+		return lfp_pass(pkt, LFP_CNT_BR_PORT_NOT_FORWARDING);
+	if (lfp_mac_is_group(eth->h_dest))
+		return lfp_pass(pkt, LFP_CNT_BR_GROUP_DEST);
+	if (lfp_mac_is_group(eth->h_source) || lfp_mac_is_zero(eth->h_source))
+		return lfp_pass(pkt, LFP_CNT_BR_BAD_SOURCE);
+
+	key.bridge = in->bridge;
+	key.vlan = 0;
+	__builtin_memcpy(key.mac, eth->h_source, ETH_ALEN);
+	src = bpf_map_lookup_elem(&lfp_fdb, &key);
+	if (!src || src->port != pkt->ingress_ifindex)
+		return lfp_pass(pkt, LFP_CNT_BR_SOURCE_UNKNOWN);
+	__builtin_memcpy(key.mac, eth->h_dest, ETH_ALEN);
+	dst = bpf_map_lookup_elem(&lfp_fdb, &key);
+	if (!dst)
+		return lfp_pass(pkt, LFP_CNT_BR_DEST_UNKNOWN);
+	egress = dst->port;
+	/* Hairpin mode would send it back; without it Linux drops it. */
+	if (egress == pkt->ingress_ifindex)
+		return lfp_pass(pkt, LFP_CNT_BR_SAME_PORT);
+	out = bpf_map_lookup_elem(&lfp_br_ports, &egress);
+	if (!out || out->bridge != in->bridge || !(out->flags & LFP_BRP_FORWARDING) ||
+	    (in->flags & out->flags & LFP_BRP_ISOLATED))
+		return lfp_pass(pkt, LFP_CNT_BR_EGRESS_BLOCKED);
+	/* Linux forwards a GSO packet whatever its size (is_skb_forwardable). */
+	if (!lfp_is_gso(pkt) && pkt->len > out->mtu + sizeof(struct ethhdr))
+		return lfp_pass(pkt, LFP_CNT_BR_TOO_LONG);
+
+	/* br_netfilter, on with the bridge-nf-call-* switches */
+	if (pkt->l3_proto == bpf_htons(ETH_P_IP) && (in->flags & LFP_BRP_NF_IPV4)) {
+		if (in->flags & LFP_BRP_NF_IPV4_RULES)
+			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
+		if (!lfp_br_ipv4_unchanged(pkt))
+			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
+	} else if (pkt->l3_proto == bpf_htons(ETH_P_IPV6) && (in->flags & LFP_BRP_NF_IPV6)) {
+		if (in->flags & LFP_BRP_NF_IPV6_RULES)
+			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
+		if (!lfp_br_ipv6_unchanged(pkt))
+			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
+	} else if (pkt->l3_proto == bpf_htons(ETH_P_ARP) && (in->flags & LFP_BRP_NF_ARP_RULES)) {
+		return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
+	}
+
+	/* Last: the frame Linux bridges like this one refreshes the entry. */
+	now = bpf_ktime_get_coarse_ns();
+	if (now - src->refreshed_ns >= (__u64)in->refresh_ms * 1000000) {
+		src->refreshed_ns = now;
+		return lfp_pass(pkt, LFP_CNT_BR_AGEING_REFRESH);
+	}
+
+	pkt->fwd.egress = egress;
+	pkt->fwd.flags = LFP_FWD_BRIDGED;
+	return LFP_NEXT;
+}
+
+#endif

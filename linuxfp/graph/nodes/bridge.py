@@ -1,0 +1,186 @@
+"""The bridge node (bpf_modules/bridge.h): known unicast between the ports
+of a Linux bridge, decided from a mirror of the kernel's FDB; it owns the
+mirror (lfp_fdb) and the ports' settings (lfp_br_ports)."""
+from __future__ import annotations
+
+import struct
+
+from linuxfp.resources import modules_dir
+
+from ..interfaces import ARPHRD_ETHER, ROUTABLE_KINDS, bridge_sendable
+from ..tables import ARRAY, HASH, Table, u32
+from . import Node, Stage, register
+
+PORTS, FDB = "lfp_br_ports", "lfp_fdb"
+FDB_CAPACITY = 131072            # max_entries of lfp_fdb (bridge.h)
+
+# struct lfp_br_port.flags (LFP_BRP_* in bridge.h)
+BRP_FORWARDING = 1 << 0
+BRP_ISOLATED = 1 << 1
+BRP_NF_IPV4 = 1 << 2
+BRP_NF_IPV4_RULES = 1 << 3
+BRP_NF_IPV6 = 1 << 4
+BRP_NF_IPV6_RULES = 1 << 5
+BRP_NF_ARP_RULES = 1 << 6
+
+_PORT_VALUE = struct.Struct("<IIII")      # struct lfp_br_port
+_FDB_KEY = struct.Struct("<IH6s")         # struct lfp_fdb_key
+_FDB_VALUE = struct.Struct("<IIQ")        # struct lfp_fdb_entry
+
+# The kernel refreshes an entry's age from the frames it sees; the fast path
+# lets one frame per source entry through this often (at most), and at least
+# ten times per ageing time.
+MAX_REFRESH_MS = 1000
+MIN_AGEING_CS = 100              # shorter ageing: the bridge stays on the kernel path
+
+# Port settings that change what Linux does with a unicast frame in ways this
+# node does not reproduce (ARP/ND handling, 802.1X, tunnels, ring protocols).
+_PORT_FEATURES = (
+    ("locked", "locked port (802.1X)"),
+    ("mab", "MAC authentication bypass"),
+    ("neigh_suppress", "neigh_suppress (ARP/ND suppression)"),
+    ("proxyarp", "proxy ARP"),
+    ("proxyarp_wifi", "proxy ARP (Wi-Fi)"),
+    ("vlan_tunnel", "VLAN tunnel mapping"),
+    ("mrp", "MRP ring port"),
+)
+
+
+class Bridge(Node):
+    name = "bridge"
+    stage = Stage.BRIDGE
+    header = modules_dir() / "bridge.h"
+    decides = True
+    # iptables FORWARD rules see bridged IPv4 only through br_netfilter; the
+    # node hands such frames to the kernel (LFP_BRP_NF_IPV4_RULES).
+    covers = frozenset({"iptables_filter"})
+    inputs = ("links", "fdb", "sysctls", "netfilter")
+
+    def applies(self, snapshot, link) -> bool:
+        return link.bridge_port is not None and self.blocker(snapshot, link) is None
+
+    def blocker(self, snapshot, link) -> str | None:
+        if link.bridge_port is None:
+            return None                     # not a port: the router says why
+        master = snapshot.link(link.master) if link.master else None
+        if master is None or master.kind != "bridge":
+            return "bridge port without its bridge"
+        why = bridge_blocker(master)
+        if why:
+            return f"port of {master.name}: {why}"
+        if link.link_type != ARPHRD_ETHER:
+            return f"port of {master.name}: not an Ethernet interface"
+        if link.kind not in ROUTABLE_KINDS:
+            return f"port of {master.name}: {link.kind} ports are not supported yet"
+        features = [text for attr, text in _PORT_FEATURES if getattr(link.bridge_port, attr)]
+        if features:
+            return f"port of {master.name}: {', '.join(features)} not reproduced"
+        return None
+
+    def prefers_tc(self, snapshot, link) -> str | None:
+        if link.kind == "veth":
+            return ("a veth port (a container's, typically): XDP on it would turn off GSO/TSO on its peer "
+                    "and cap the peer's MTU")
+        return None
+
+    def tables(self, snapshot) -> tuple[Table, ...]:
+        return (
+            Table(PORTS, self.name, 4, _PORT_VALUE.size, port_entries(snapshot), kind=ARRAY, by_ifindex=True,
+                  describe="bridge ports: bridge, state and flags, MTU, ageing refresh"),
+            Table(FDB, self.name, _FDB_KEY.size, _FDB_VALUE.size, fdb_entries(snapshot), kind=HASH,
+                  describe="FDB mirror: (bridge, VLAN, MAC) -> port"),
+        )
+
+    def notes(self, snapshot) -> tuple[str, ...]:
+        lines = []
+        for bridge in (link for link in snapshot.links if link.kind == "bridge"):
+            ports = snapshot.ports_of(bridge.index)
+            fdb = snapshot.fdb_of(bridge.index)
+            mirrored = sum(1 for e in fdb if _mirrored(e))
+            why = bridge_blocker(bridge)
+            state = f"on the kernel path: {why}" if why else f"refresh every {refresh_ms(bridge)} ms"
+            lines.append(f"{bridge.name}: {len(ports)} ports, {mirrored} of {len(fdb)} FDB entries mirrored; {state}")
+        return tuple(lines)
+
+
+BRIDGE = register(Bridge())
+
+
+def bridge_blocker(bridge) -> str | None:
+    """Why a whole bridge stays on the kernel path (None: it need not)."""
+    options = bridge.bridge
+    if options is None:
+        return "bridge options unknown"
+    if options.vlan_filtering:
+        return "VLAN filtering is not reproduced yet"
+    if options.stp_state:
+        return "STP is on (topology changes shorten ageing)"
+    if options.ageing_time_cs < MIN_AGEING_CS:
+        return f"ageing time {options.ageing_time_cs / 100:g} s is too short to refresh exactly"
+    return None
+
+
+def refresh_ms(bridge) -> int:
+    """A tenth of the ageing time (centiseconds * 10 ms / 10), at most 1 s."""
+    return max(1, min(MAX_REFRESH_MS, bridge.bridge.ageing_time_cs))
+
+
+def _netfilter_flags(snapshot, bridge) -> int:
+    """What br_netfilter does to this bridge's frames."""
+    sysctls, nf, options = snapshot.sysctls, snapshot.netfilter, bridge.bridge
+    flags = 0
+    if sysctls.bridge_nf_call_iptables or options.nf_call_iptables:
+        flags |= BRP_NF_IPV4
+        if nf.active:
+            flags |= BRP_NF_IPV4_RULES
+    if sysctls.bridge_nf_call_ip6tables or options.nf_call_ip6tables:
+        flags |= BRP_NF_IPV6
+        if nf.legacy_ip6_tables or any(t.startswith(("nft:ip6 ", "nft:inet ")) for t in nf.tables):
+            flags |= BRP_NF_IPV6_RULES
+    if sysctls.bridge_nf_call_arptables or options.nf_call_arptables:
+        if nf.legacy_arp_tables or any(t.startswith("nft:arp ") for t in nf.tables):
+            flags |= BRP_NF_ARP_RULES
+    return flags
+
+
+def port_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
+    out = set()
+    nf_by_bridge: dict[int, int] = {}
+    for link in snapshot.links:
+        port = link.bridge_port
+        if port is None or not link.master:
+            continue
+        bridge = snapshot.link(link.master)
+        if bridge is None or bridge.kind != "bridge" or bridge_blocker(bridge):
+            continue
+        if link.master not in nf_by_bridge:
+            nf_by_bridge[link.master] = _netfilter_flags(snapshot, bridge)
+        flags = nf_by_bridge[link.master]
+        if bridge_sendable(link, snapshot):
+            flags |= BRP_FORWARDING
+        if port.isolated:
+            flags |= BRP_ISOLATED
+        out.add((u32(link.index), _PORT_VALUE.pack(link.master, flags, link.mtu, refresh_ms(bridge))))
+    return frozenset(out)
+
+
+def _mirrored(entry) -> bool:
+    """Entries the fast path may forward to: the bridge's own addresses
+    (local delivery) and locked entries (802.1X) stay with the kernel."""
+    return not entry.local and not entry.locked and entry.port != entry.master
+
+
+def fdb_key(bridge: int, vlan: int, mac: str) -> bytes:
+    return _FDB_KEY.pack(bridge, vlan, bytes(int(part, 16) for part in mac.split(":")))
+
+
+def fdb_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
+    """lfp_fdb: every mirrored entry, up to the map's capacity (the rest's
+    traffic goes to the kernel as unknown)."""
+    out = []
+    for entry in snapshot.fdb:
+        if _mirrored(entry):
+            out.append((fdb_key(entry.master, entry.vlan, entry.mac), _FDB_VALUE.pack(entry.port, 0, 0)))
+            if len(out) == FDB_CAPACITY:
+                break
+    return frozenset(out)

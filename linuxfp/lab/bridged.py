@@ -1,0 +1,160 @@
+"""The bridge lab: hosts a, b and c on the ports of one Linux bridge in the
+DUT, made with `ip link` or with `brctl` as an operator would, with an
+address on the bridge (the hosts' gateway); and the frames that exercise
+what a bridge decides (known and unknown unicast, group addresses, frames
+to the bridge itself, what br_netfilter drops or trims, MTU).
+
+Address plan: hosts 198.18.10.1-3/24 on their `to-dut`, the bridge
+198.18.10.254/24. The link to c has a smaller MTU (1400) so that frames
+too long for one port exist.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .frames import (
+    arp_frame,
+    ethernet,
+    icmp_echo_frame,
+    ipv4,
+    ipv6_udp_frame,
+    padded,
+    tcp_frame,
+    udp,
+    udp_frame,
+    with_bad_ip_checksum,
+)
+from .netns import Lab
+from .topology import LinkSpec, Topology, TopologySpec, build, read_interfaces
+
+HOSTS = ("a", "b", "c")
+BRIDGE = "br0"
+BRIDGE_IP = "198.18.10.254"
+UNKNOWN_MAC = "02:00:00:00:99:99"
+STATIC_MAC = "02:00:00:00:aa:aa"
+NEW_MAC = "02:00:00:00:77:77"
+C_MTU = 1400
+
+
+def host_ip(host: str) -> str:
+    return f"198.18.10.{HOSTS.index(host) + 1}"
+
+
+@dataclass(frozen=True)
+class Bridged(Topology):
+    """A built `BridgeTopology`."""
+
+    tool: str
+
+    def mac(self, host: str) -> str:
+        return self.iface(host, "to-dut").mac
+
+    @property
+    def bridge_mac(self) -> str:
+        for interface in read_interfaces("dut", self.dut):
+            if interface.name == BRIDGE:
+                return interface.mac
+        raise KeyError(BRIDGE)
+
+
+@dataclass(frozen=True)
+class BridgeTopology:
+    """``a, b, c — [br0 in dut]``: a factory, ``BridgeTopology(tool="brctl")(lab)``.
+
+    `tool` is "ip" (ip link ... type bridge) or "brctl" (bridge-utils);
+    `ageing` the bridge's ageing time in seconds."""
+
+    tool: str = "ip"
+    ageing: int = 300
+
+    def commands(self) -> list[list[str]]:
+        """What the operator runs in the DUT to make the bridge."""
+        ports = [f"to-{h}" for h in HOSTS]
+        if self.tool == "brctl":
+            cmds = [["brctl", "addbr", BRIDGE], ["brctl", "setageing", BRIDGE, str(self.ageing)]]
+            cmds += [["brctl", "addif", BRIDGE, port] for port in ports]
+        elif self.tool == "ip":
+            cmds = [["ip", "link", "add", BRIDGE, "type", "bridge", "ageing_time", str(self.ageing * 100)]]
+            cmds += [["ip", "link", "set", port, "master", BRIDGE] for port in ports]
+        else:
+            raise ValueError(f"unknown bridge tool {self.tool!r} (ip or brctl)")
+        # With multicast snooping the bridge joins the all-snoopers group and
+        # sends IGMP reports at random times (report timers), which two builds
+        # cannot reproduce; without it, it floods group frames as the lab
+        # expects.
+        cmds += [["ip", "link", "set", BRIDGE, "type", "bridge", "mcast_snooping", "0"],
+                 ["ip", "link", "set", BRIDGE, "up"],
+                 ["ip", "address", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE]]
+        return cmds
+
+    def spec(self) -> TopologySpec:
+        links = tuple(LinkSpec(h, "to-dut", "dut", f"to-{h}", mtu=C_MTU if h == "c" else 1500) for h in HOSTS)
+        return TopologySpec(
+            hosts=(*HOSTS, "dut"),
+            links=links,
+            dut="dut",
+            inject=("a", "to-dut"),
+            addresses=tuple((h, "to-dut", f"{host_ip(h)}/24") for h in HOSTS),
+        )
+
+    def __call__(self, lab: Lab) -> Bridged:
+        built = build(lab, self.spec())
+        for cmd in self.commands():
+            built.dut.run(cmd)
+        built.wait_links_settled()
+        # The bridge learns every host (and every host its neighbours):
+        # the same FDB in every build.
+        for src, dst in (("a", "b"), ("a", "c"), ("b", "c"), ("a", "dut")):
+            target = BRIDGE_IP if dst == "dut" else host_ip(dst)
+            built.ns(src).run(["ping", "-c", "1", "-W", "2", "-q", target])
+        interfaces = tuple(i for host, ns in built.hosts for i in read_interfaces(host, ns))
+        values = {f.name: getattr(built, f.name) for f in fields(Topology)}
+        values["interfaces"] = interfaces
+        return Bridged(**values, tool=self.tool)
+
+
+def bridge_frames(topology: Bridged, step: int = 0) -> list[bytes]:
+    """Frames injected at a, each one a case of the bridge's decision."""
+    a, b, c = topology.mac("a"), topology.mac("b"), topology.mac("c")
+    # Addressed to the hosts' MACs but not to their addresses: they drop the
+    # packets silently (no forwarding), so nothing they would answer with
+    # (IP IDs from a per-namespace random key) differs between two builds.
+    ip_a, ip_b, ip_c = host_ip("a"), "198.18.10.102", "198.18.10.103"
+    br = topology.bridge_mac
+    out: list[bytes] = []
+    # known unicast, several protocols and sizes
+    for n in range(4):
+        out.append(udp_frame(a, b, ip_a, ip_b, sport=41000 + n, dport=9, size=64 + 100 * n))
+        out.append(tcp_frame(a, c, ip_a, ip_c, sport=42000 + n, dport=80, payload=bytes([n]) * (10 + n)))
+    out.append(icmp_echo_frame(a, b, ip_a, ip_b, ident=7, seq=step + 1))
+    out.append(arp_frame(a, ip_a, ip_b, op=2, dst_mac=b, target_mac=b))     # unicast ARP reply
+    out.append(ipv6_udp_frame(a, b, "2001:db8::1", "2001:db8::2"))
+    out.append(ethernet(b, a, 0x88B5, b"local experimental ethertype".ljust(46, b"\0")))
+    # group destinations: flooded by the kernel
+    out.append(udp_frame(a, "ff:ff:ff:ff:ff:ff", ip_a, "198.18.10.255", dport=9))
+    out.append(udp_frame(a, "01:00:5e:00:00:fb", ip_a, "224.0.0.251", dport=5353))
+    out.append(ethernet("01:80:c2:00:00:00", a, 0x0026, bytes(46)))       # link-local (STP)
+    # unknown unicast (flooded), static entry, the bridge's own MAC (local delivery)
+    out.append(udp_frame(a, UNKNOWN_MAC, ip_a, ip_b, sport=43000))
+    out.append(udp_frame(a, STATIC_MAC, ip_a, ip_c, sport=43001))
+    out.append(icmp_echo_frame(a, br, ip_a, BRIDGE_IP, ident=8, seq=step + 1))
+    # what br_netfilter drops or trims (with bridge-nf-call-iptables=1)
+    out.append(with_bad_ip_checksum(udp_frame(a, b, ip_a, ip_b, sport=44000)))
+    out.append(padded(ethernet(b, a, 0x0800, ipv4(ip_a, ip_b, 17, udp(ip_a, ip_b, 44001, 9, b"x"))), 12))
+    out.append(ethernet(b, a, 0x0800, ipv4(ip_a, ip_b, 17, udp(ip_a, ip_b, 44002, 9, b"opts"),
+                                        options=b"\x01\x01\x01\x00")))
+    out.append(ethernet(b, a, 0x0800, ipv4(ip_a, ip_b, 17, udp(ip_a, ip_b, 44003, 9, b"short"))[:24]))
+    # too long for c's port (MTU 1400): with DF dropped, without DF fragmented by br_netfilter
+    out.append(udp_frame(a, c, ip_a, ip_c, sport=45000, size=1450))
+    out.append(ethernet(c, a, 0x0800, ipv4(ip_a, ip_c, 17, udp(ip_a, ip_c, 45001, 9, bytes(1420)), df=True)))
+    # a source that is not valid, and one the bridge has not seen (it learns it)
+    out.append(udp_frame("01:00:00:00:00:01", b, ip_a, ip_b, sport=46000))
+    out.append(udp_frame(NEW_MAC, b, ip_a, ip_b, sport=46001))
+    out.append(udp_frame(a, NEW_MAC, ip_a, ip_b, sport=46002))            # behind the ingress port now
+    # a steady flow: after the first, these take the fast path
+    out.extend(udp_frame(a, c, ip_a, ip_c, sport=47000, dport=9, payload=bytes([n]) * 32) for n in range(16))
+    return out
+
+
+__all__ = ["BridgeTopology", "Bridged", "bridge_frames", "host_ip", "BRIDGE", "BRIDGE_IP",
+           "STATIC_MAC", "UNKNOWN_MAC", "NEW_MAC"]

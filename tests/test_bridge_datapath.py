@@ -1,0 +1,127 @@
+"""The bridge node frame by frame through BPF_PROG_TEST_RUN, at XDP and TC:
+a table of {frame in, verdict, counter} on a bridge whose FDB and port
+settings come from the kernel (snapshot -> graph -> maps, as the controller
+writes them). The whole is compared with Linux in test_differential_bridge.py."""
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+
+import pytest
+
+from controller import lease
+from linuxfp import datapath as dp
+from linuxfp.graph import build_graph
+from linuxfp.lab.frames import ethernet, ipv4, padded, udp, udp_frame, with_bad_ip_checksum
+from linuxfp.lab.netns import Lab, entered
+from linuxfp.state import read_snapshot
+from linuxfp.synth import build, counter_named
+
+pytestmark = pytest.mark.netns
+
+A, B, C, D = "02:00:00:00:0a:01", "02:00:00:00:0b:01", "02:00:00:00:0c:01", "02:00:00:00:0d:01"
+SETUP = [
+    "ip link add br0 type bridge", "ip link set br0 up",
+    *(f"ip link add p{n} type veth peer name p{n}x" for n in "abcd"),
+    *(f"ip link set p{n} master br0" for n in "abcd"),
+    *(f"ip link set p{n} up" for n in "abcd"), *(f"ip link set p{n}x up" for n in "abcd"),
+    *(f"ethtool -K p{n}x gro on" for n in "abcd"),
+    "ip link set pc mtu 1400",
+    f"bridge fdb add {A} dev pa master static", f"bridge fdb add {B} dev pb master static",
+    f"bridge fdb add {C} dev pc master static", f"bridge fdb add {D} dev pd master static",
+    "bridge link set dev pd state 0",
+]
+XDP_PASS, XDP_REDIRECT, TC_ACT_OK, TC_ACT_REDIRECT = 2, 4, 0, 7
+FWD, PASS = "forward", "pass"
+VERDICTS = {"xdp": {FWD: XDP_REDIRECT, PASS: XDP_PASS}, "tc": {FWD: TC_ACT_REDIRECT, PASS: TC_ACT_OK}}
+
+
+def _udp(src, dst, size=None, sport=40000):
+    return udp_frame(src, dst, "198.18.10.1", "198.18.10.2", sport=sport, size=size)
+
+
+# (name, frame, outcome, counter); the ingress is pa, after one frame of A's
+# has refreshed its entry
+CASES = [
+    ("known unicast", _udp(A, B), FWD, "forwarded"),
+    ("to the MTU-1400 port, fits", _udp(A, C, size=1414), FWD, "forwarded"),
+    ("to the MTU-1400 port, too long", _udp(A, C, size=1415), PASS, "br_too_long"),
+    ("broadcast", _udp(A, "ff:ff:ff:ff:ff:ff"), PASS, "br_group_dest"),
+    ("multicast", _udp(A, "01:00:5e:00:00:01"), PASS, "br_group_dest"),
+    ("link-local", ethernet("01:80:c2:00:00:00", A, 0x0026, bytes(46)), PASS, "br_group_dest"),
+    ("group source", _udp("03:00:00:00:00:01", B), PASS, "br_bad_source"),
+    ("zero source", _udp("00:00:00:00:00:00", B), PASS, "br_bad_source"),
+    ("source behind another port", _udp(B, C), PASS, "br_source_unknown"),
+    ("unknown source", _udp("02:00:00:00:ee:01", B), PASS, "br_source_unknown"),
+    ("unknown destination", _udp(A, "02:00:00:00:ee:02"), PASS, "br_dest_unknown"),
+    ("back to the ingress port", _udp(A, A), PASS, "br_same_port"),
+    ("to a disabled port", _udp(A, D), PASS, "br_egress_blocked"),
+    ("bad IPv4 checksum", with_bad_ip_checksum(_udp(A, B)), PASS, "br_nf_invalid"),
+    ("padded IPv4", padded(ethernet(B, A, 0x0800, ipv4("198.18.10.1", "198.18.10.2", 17,
+                                                       udp("198.18.10.1", "198.18.10.2", 1, 9, b"x"))), 12),
+     PASS, "br_nf_invalid"),
+    ("IPv4 options", ethernet(B, A, 0x0800, ipv4("198.18.10.1", "198.18.10.2", 17,
+                                                 udp("198.18.10.1", "198.18.10.2", 1, 9, b"o"),
+                                                 options=b"\x01\x01\x01\x00")), PASS, "br_nf_invalid"),
+    ("not IP", ethernet(B, A, 0x88B5, bytes(46)), FWD, "forwarded"),
+]
+
+
+@pytest.fixture(scope="module")
+def bridge_ns():
+    with Lab(prefix="lfp-bd") as lab:
+        ns = lab.namespace("dp")
+        for cmd in SETUP:
+            ns.run(cmd.split())
+        yield ns
+
+
+class LoadedBridge:
+    def __init__(self, hook: str, ns) -> None:
+        self.hook, self.ns = hook, ns
+        with entered(ns):
+            snap = read_snapshot()
+            graph = build_graph(snap, hook)
+            self.ifindex = snap.link_by_name("pa").index
+            shape = replace(graph.pipeline(self.ifindex).shape, testable=True)
+            assert shape.nodes == ("bridge", "transmit")
+            self.obj = dp.BpfObject.open(build(shape).data, name=f"test_br_{hook}")
+            self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
+            self.obj.load()
+            for table in sorted(graph.tables, key=lambda t: t.summary):
+                if table.name in self.obj.map_names():
+                    m = self.obj.map(table.name)
+                    for key, value in table.entries:
+                        m.update(key, value)
+            lease.grant(self.obj.map(lease.LEASE_MAP))
+            self.prog = self.obj.program(shape.entry)
+
+    def run(self, frame: bytes):
+        with entered(self.ns):
+            if self.hook == "xdp":
+                return dp.test_run(self.prog.fd, frame, ctx_in=dp.xdp_md(ingress_ifindex=self.ifindex))
+            ctx = bytearray(192)                        # struct __sk_buff
+            struct.pack_into("<I", ctx, 40, self.ifindex)
+            return dp.test_run(self.prog.fd, frame, ctx_in=bytes(ctx))
+
+    def counter(self, name: str) -> int:
+        values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
+        return sum(struct.unpack("<Q", v[:8])[0] for v in values)
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_bridge_node_cases(bridge_ns, hook):
+    loaded = LoadedBridge(hook, bridge_ns)
+    try:
+        # The first frame of a source goes to the kernel, which refreshes its
+        # entry; the next ones within the interval are bridged here.
+        first = loaded.run(_udp(A, B, sport=1))
+        assert (first.retval, loaded.counter("br_ageing_refresh")) == (VERDICTS[hook][PASS], 1)
+        for name, frame, outcome, counter in CASES:
+            before = loaded.counter(counter)
+            result = loaded.run(frame)
+            assert (result.retval, loaded.counter(counter) - before) == (VERDICTS[hook][outcome], 1), name
+            assert result.data_out[:len(frame)] == frame, name        # never rewritten
+        assert loaded.counter("br_ageing_refresh") == 1
+    finally:
+        loaded.obj.close()
