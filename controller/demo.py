@@ -1,5 +1,6 @@
-"""`linuxfp demo router|gateway`: the paper's virtual router (or gateway:
-the router plus 100 iptables blacklist rules), accelerated before your eyes.
+"""`linuxfp demo router|gateway|bridge`: the paper's virtual router (or
+gateway: the router plus 100 iptables blacklist rules; or a Linux bridge
+between two hosts), accelerated before your eyes.
 Builds source — DUT — sink in throw-away namespaces (50 prefixes set with
 iproute2 on the DUT; the gateway's rules with iptables-restore), measures
 Linux alone and LinuxFP in the same run with the benchmark's method, shows
@@ -42,9 +43,10 @@ def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = Fals
             shown["stats"] = linuxfp_cli(line.dut.name, "stats").stdout
             shown["stats_json"] = linuxfp_cli(line.dut.name, "-j", "stats").stdout
 
-    linux = SYSTEMS["linux"]
-    linuxfp = System("linuxfp", "LinuxFP controller in the DUT", SYSTEMS["linuxfp-xdp"].expect,
-                     linuxfp_showing_its_work)
+    bridged = scenario == "bridge"
+    expect = "ttl_unchanged" if bridged else SYSTEMS["linuxfp-xdp"].expect   # bridged frames cross unchanged
+    linux = System("linux", "Linux alone", expect, SYSTEMS["linux"].install)
+    linuxfp = System("linuxfp", "LinuxFP controller in the DUT", expect, linuxfp_showing_its_work)
     plan = throughput.Plan(
         systems=(linux, linuxfp),
         frame_sizes=(FRAME_SIZE,),
@@ -58,16 +60,24 @@ def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = Fals
 
         _say(f"LinuxFP demo: virtual gateway, {PREFIXES} prefixes configured with iproute2 and "
              f"{BLACKLIST} blacklist rules with iptables on the DUT")
+    elif bridged:
+        _say("LinuxFP demo: a Linux bridge (ip link add br0 type bridge) with the source and the sink "
+             "on its two ports")
     else:
         _say(f"LinuxFP demo: virtual router, {PREFIXES} prefixes configured with iproute2 on the DUT")
-    with throughput.rig(PREFIXES) as rig:
+    with throughput.rig(1 if bridged else PREFIXES, bridged=bridged) as rig:
         line = rig.line
         if scenario == "gateway":
             line.dut.run(["iptables-restore"], input=blacklist_ruleset())
         _say(f"  source {line.src.name} ({line.gen.ifname}) -> DUT {line.dut.name} "
              f"({line.dut_in.ifname} -> {line.dut_out.ifname}) -> sink {line.sink.name} ({line.snk.ifname})")
-        _say(f"  traffic: {FRAME_SIZE}-byte UDP frames over the {PREFIXES} prefixes; "
-             "Linux alone and Linux + LinuxFP measured alternately in this run")
+        if bridged:
+            _say(f"  traffic: {FRAME_SIZE}-byte UDP frames to the sink's MAC; "
+                 "Linux alone and Linux + LinuxFP measured alternately in this run")
+            shown["fdb"] = line.dut.run(["bridge", "fdb", "show", "br", "br0"]).stdout
+        else:
+            _say(f"  traffic: {FRAME_SIZE}-byte UDP frames over the {PREFIXES} prefixes; "
+                 "Linux alone and Linux + LinuxFP measured alternately in this run")
         _say()
         raw = throughput.run(rig, plan)
     summary = throughput.summarize(raw["repetitions"], FRAME_SIZE, ("linux", "linuxfp"),
@@ -79,6 +89,9 @@ def run_demo(scenario: str = "router", quick: bool = False, as_json: bool = Fals
                           "stats": json.loads(shown.get("stats_json") or "null")}))
         return 0 if not raw["errors"] else 1
 
+    if "fdb" in shown:
+        _say("The kernel's FDB of br0 (bridge fdb show), which the bridge node mirrors:")
+        _say(_indent(shown["fdb"]))
     _say("Synthesized graph in the DUT (linuxfp graph):")
     _say(_indent(shown.get("graph", "(controller did not start)")))
     _say("Fast-path counters after a measurement (linuxfp stats):")

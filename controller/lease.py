@@ -168,7 +168,8 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False) -> dict
         "nf_tables (iptables-nft, nft)": "its notification's delivery (a watch thread then hands every "
                                          "packet to the kernel until the change is applied)" if nft_watched
         else "the response time (linuxfp stats)",
-        "legacy iptables": "none (cgroup setsockopt watch; the 1 s poll behind it)" if watch_attached
-        else "<= 1 s (polled)",
-        "accept_redirects and other sysctls without events": "<= 1 s (polled)",
+        "legacy iptables, ip6tables, arptables": "none (cgroup setsockopt watch; the 1 s poll behind it)"
+        if watch_attached else "<= 1 s (polled)",
+        "bridge FDB, port states and flags, bridge options": "the response time (linuxfp stats)",
+        "accept_redirects, bridge-nf-call-* and other sysctls without events": "<= 1 s (polled)",
     }

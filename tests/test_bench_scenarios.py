@@ -102,7 +102,7 @@ def test_hooks(tmp_path, capsys):
     check_throughput(result, {"linux", "linuxfp-xdp", "linuxfp-tc"})
     functions = result["functions"]
     assert functions["forward"]["supported"] is True and functions["forward"]["xdp"]["pps_median"] > 0
-    assert functions["bridge"]["supported"] is False
+    assert functions["bridge"]["supported"] is True and functions["bridge"]["xdp"]["pps_median"] > 0
     assert functions["filter"]["supported"] is True and functions["filter"]["xdp"]["pps_median"] > 0
 
 
@@ -166,11 +166,10 @@ def test_gateway(tmp_path, capsys):
     assert "-m set" in result["method"]["ipset_variant"]
 
 
-@pytest.mark.parametrize("scenario", ["bridge"])
-def test_not_yet_supported(scenario, tmp_path, capsys):
-    result = bench(scenario, tmp_path, capsys, as_json=False)
-    assert result["supported"] is False
-    assert "not yet supported" in result["summary"]
+def test_bridge(tmp_path, capsys):
+    result = bench("bridge", tmp_path, capsys)
+    assert result["errors"] == {}
+    check_throughput(result, {"linux", "linuxfp-xdp", "linuxfp-tc"})
 
 
 def test_every_scenario_is_tested():

@@ -1,4 +1,4 @@
-"""`linuxfp demo router|gateway --quick` end to end: it measures both systems, shows
+"""`linuxfp demo router|gateway|bridge --quick` end to end: it measures both systems, shows
 LinuxFP at work and leaves nothing behind."""
 import json
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 pytestmark = pytest.mark.netns
 
 
-@pytest.mark.parametrize("scenario", ["router", "gateway"])
+@pytest.mark.parametrize("scenario", ["router", "gateway", "bridge"])
 def test_demo_quick(require_root, scenario):
     before = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     out = subprocess.run([sys.executable, "-m", "controller.cli", "-j", "demo", scenario, "--quick"],
@@ -22,5 +22,7 @@ def test_demo_quick(require_root, scenario):
     assert fast > 0, "the demo's traffic must have gone through the fast path"
     if scenario == "gateway":
         assert "-> filter ->" in result["graph"] and "100 rules reached from FORWARD" in result["graph"]
+    if scenario == "bridge":
+        assert "bridge -> transmit" in result["graph"] and "FDB entries mirrored" in result["graph"]
     after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     assert after <= before, f"namespaces left behind: {after - before}"

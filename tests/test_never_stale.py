@@ -210,7 +210,7 @@ def test_the_fast_path_resumes_once_the_controller_has_reread_the_table(router_t
         assert "watch unavailable" not in controller.stderr()
         shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
         assert shown["lease"]["held"]
-        assert shown["windows"]["legacy iptables"].startswith("none")
+        assert shown["windows"]["legacy iptables, ip6tables, arptables"].startswith("none")
         assert shown["windows"]["controller stopped or stuck"] == "<= 1 s (lease)"
         assert shown["windows"]["controller gone"].startswith("none")
 

@@ -38,7 +38,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "router": _module_scenario("router"),
     "gateway": _module_scenario("gateway"),
     "rules": _module_scenario("rules"),
-    "bridge": _unsupported_scenario("bridge"),
+    "bridge": _module_scenario("bridge"),
     "latency": _module_scenario("latency"),
     "response": _module_scenario("response"),
     "chain": _module_scenario("chain"),

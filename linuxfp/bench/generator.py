@@ -66,7 +66,7 @@ class Generator:
         self.line = line
         self.cpu = cpu
         self._obj = programs.load("generator", rodata={
-            "gen_dst_mac": programs.mac_bytes(line.dut_in.mac),
+            "gen_dst_mac": programs.mac_bytes(line.frame_dst_mac),
             "gen_src_mac": programs.mac_bytes(line.gen.mac),
             "gen_src_ip": int(ipaddress.ip_address(line.gen.ip)).to_bytes(4, "big"),
             "gen_dst_first": int(first),

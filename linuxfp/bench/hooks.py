@@ -1,8 +1,8 @@
 """`linuxfp bench hooks`: the same function at the XDP hook vs the TC hook
 (paper Table VII). The forward function (router node) is measured with the
 router's method, then the filter function: the same with the gateway's 100
-iptables blacklist rules on the DUT (router + filter nodes); the bridge row
-waits for its node."""
+iptables blacklist rules on the DUT (router + filter nodes), then the
+bridge function on the bridged line (bridge node, `linuxfp bench bridge`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,12 +14,12 @@ from .results import fmt_mpps, table, timestamp
 from .systems import SYSTEMS
 from .gateway import BLACKLIST, blacklist_ruleset
 from .rules import measure_with_rules
-from .unsupported import REASONS
+from .bridge import BRIDGE_SYSTEMS
 
 SYSTEM_NAMES = ("linux", "linuxfp-xdp", "linuxfp-tc")
 FRAME_SIZE = 64
 PAIRS = (("linuxfp-xdp", "linuxfp-tc"), ("linuxfp-xdp", "linux"), ("linuxfp-tc", "linux"))
-NOT_YET = {"bridge": REASONS["bridge"]}
+NOT_YET: dict[str, str] = {}
 
 
 def run(options: Options) -> dict:
@@ -36,9 +36,16 @@ def run(options: Options) -> dict:
         throughput.progress(f"hooks: filter function ({BLACKLIST} iptables rules) at XDP and TC x "
                             f"{plan.repetitions} repetitions")
         filtered, filter_errors = measure_with_rules(rig, plan, blacklist_ruleset())
+    bridge_plan = throughput.Plan(systems=BRIDGE_SYSTEMS, frame_sizes=(FRAME_SIZE,), repetitions=plan.repetitions,
+                                  window=plan.window, retries=plan.retries)
+    with throughput.rig(1, lab_prefix=options.lab_prefix, bridged=True) as rig:
+        throughput.progress(f"hooks: bridge function at XDP and TC x {plan.repetitions} repetitions")
+        bridged_raw = throughput.run(rig, bridge_plan)
+    bridged = throughput.summarize(bridged_raw["repetitions"], FRAME_SIZE, SYSTEM_NAMES, PAIRS)
     summary = throughput.summarize(raw["repetitions"], FRAME_SIZE, SYSTEM_NAMES, PAIRS)
     functions = {"forward": {"supported": True, **_by_hook(summary)},
-                 "filter": {"supported": True, "rules": BLACKLIST, **_by_hook(filtered)}}
+                 "filter": {"supported": True, "rules": BLACKLIST, **_by_hook(filtered)},
+                 "bridge": {"supported": True, **_by_hook(bridged)}}
     functions.update({name: {"supported": False, "reason": why} for name, why in NOT_YET.items()})
     return {
         "scenario": "hooks",
@@ -53,7 +60,8 @@ def run(options: Options) -> dict:
         "ratio_spread": summary["ratio_spread"],
         "regime": summary["regime"],
         "by_regime": summary["by_regime"],
-        "errors": {**raw["errors"], **{f"filter: {k}": v for k, v in filter_errors.items()}},
+        "errors": {**raw["errors"], **{f"filter: {k}": v for k, v in filter_errors.items()},
+                   **{f"bridge: {k}": v for k, v in bridged_raw["errors"].items()}},
         "repetitions": raw["repetitions"],
     }
 
@@ -70,10 +78,10 @@ def _by_hook(summary: dict) -> dict:
 
 def summary_line(result: dict) -> str:
     shown = []
-    for name in ("forward", "filter"):
+    for name in ("forward", "filter", "bridge"):
         ratio = result["functions"][name].get("xdp/tc")
         shown.append(f"{name} XDP/TC {ratio:.2f}" if ratio else f"{name}: no valid ratio")
-    return f"hooks {'; '.join(shown)}; bridge: not yet supported"
+    return f"hooks {'; '.join(shown)}"
 
 
 def markdown(result: dict) -> str:

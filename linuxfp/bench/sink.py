@@ -46,7 +46,7 @@ class Sink:
     def __init__(self, line: Line) -> None:
         self._obj = programs.load("sink", rodata={
             "sink_own_mac": programs.mac_bytes(line.snk.mac),
-            "sink_peer_mac": programs.mac_bytes(line.dut_out.mac),
+            "sink_peer_mac": programs.mac_bytes(line.arrival_src_mac),
             "sink_sent_ttl": SENT_TTL,
             "sink_dst_port": BENCH_UDP_PORT,
             "sink_probe_port": PROBE_UDP_PORT,

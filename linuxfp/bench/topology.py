@@ -5,7 +5,10 @@
 
 The DUT routes `prefixes` /24s of 198.19.0.0/16 (and more for the scale
 scenario) via the sink, configured with iproute2 exactly as an operator
-would; every system under test sees the same configuration. Interface names
+would; every system under test sees the same configuration. A *bridged*
+line's DUT is a Linux bridge instead: both veths are ports of br0 (no
+addresses), the generator's and the sink's MACs are static FDB entries, and
+frames cross it unchanged. Interface names
 carry a per-run tag so the CPU accounting can tell the DUT's ingress device
 from the sink's by name, whatever namespace they live in.
 """
@@ -46,6 +49,18 @@ class Line:
     dut_out: Port    # the DUT's egress
     snk: Port        # the sink's veth, peer of dut_out
     prefixes: tuple[str, ...]
+    bridged: bool = False
+
+    @property
+    def frame_dst_mac(self) -> str:
+        """Where the generator addresses its frames: the DUT's ingress (a
+        router's next hop), or the sink itself across a bridge."""
+        return self.snk.mac if self.bridged else self.dut_in.mac
+
+    @property
+    def arrival_src_mac(self) -> str:
+        """The source MAC forwarded frames reach the sink with."""
+        return self.gen.mac if self.bridged else self.dut_out.mac
 
     def prefix_address(self, index: int, host: int = 1) -> str:
         """An address inside routed prefix `index`."""
@@ -64,14 +79,17 @@ def _port(ns: Namespace, ifname: str, ip: str) -> Port:
     return Port(ns, ifname, int(shown["ifindex"]), shown["address"], ip)
 
 
-def build_line(lab: Lab, prefixes: int = 50, tag: str | None = None) -> Line:
-    """Create the namespaces, veths, addresses and routes; the Lab removes them."""
+def build_line(lab: Lab, prefixes: int = 50, tag: str | None = None, bridged: bool = False) -> Line:
+    """Create the namespaces, veths, addresses and routes (or the bridge);
+    the Lab removes them."""
     tag = tag or secrets.token_hex(2)
     names = {role: f"b{role}{tag}" for role in ("g", "i", "o", "s")}
     src, dut, sink = lab.namespace("bsrc"), lab.namespace("bdut"), lab.namespace("bsnk")
 
     src.run(["ip", "link", "add", names["g"], "type", "veth", "peer", "name", names["i"], "netns", dut.name])
     dut.run(["ip", "link", "add", names["o"], "type", "veth", "peer", "name", names["s"], "netns", sink.name])
+    if bridged:
+        return _bridged_line(src, dut, sink, names, routed_prefixes(prefixes))
     for ns, ifname, ip in (
         (src, names["g"], GEN_IP),
         (dut, names["i"], DUT_IN_IP),
@@ -107,3 +125,30 @@ def build_line(lab: Lab, prefixes: int = 50, tag: str | None = None) -> Line:
     src.run(["ip", "neigh", "replace", DUT_IN_IP, "lladdr", dut_in.mac, "dev", gen.ifname, "nud", "permanent"])
     sink.run(["ip", "neigh", "replace", DUT_OUT_IP, "lladdr", dut_out.mac, "dev", snk.ifname, "nud", "permanent"])
     return Line(src, dut, sink, gen, dut_in, dut_out, snk, line_prefixes)
+
+
+def _bridged_line(src: Namespace, dut: Namespace, sink: Namespace, names: dict, prefixes: tuple[str, ...]) -> Line:
+    """The DUT as an operator's bridge: br0 with both veths as ports, STP
+    off, the two end hosts' MACs as static FDB entries (nothing floods, and
+    nothing ages out during a long run)."""
+    for ns, ifname in ((src, names["g"]), (sink, names["s"])):
+        ns.disable_ipv6(ifname)
+    for ifname in (names["i"], names["o"]):
+        dut.disable_ipv6(ifname)
+    for ns, ifname, ip in ((src, names["g"], GEN_IP), (sink, names["s"], SINK_IP)):
+        ns.run(["ip", "addr", "add", f"{ip}/24", "dev", ifname])
+    dut.run(["ip", "link", "add", "br0", "type", "bridge", "mcast_snooping", "0"])
+    dut.disable_ipv6("br0")
+    for ifname in (names["i"], names["o"]):
+        dut.run(["ip", "link", "set", ifname, "master", "br0"])
+    for ns, ifname in ((src, names["g"]), (dut, names["i"]), (dut, names["o"]), (sink, names["s"]), (dut, "br0")):
+        ns.run(["ip", "link", "set", "dev", ifname, "up"])
+    gen, dut_in = _port(src, names["g"], GEN_IP), _port(dut, names["i"], "")
+    dut_out, snk = _port(dut, names["o"], ""), _port(sink, names["s"], SINK_IP)
+    dut.run(["bridge", "fdb", "replace", gen.mac, "dev", dut_in.ifname, "master", "static"])
+    dut.run(["bridge", "fdb", "replace", snk.mac, "dev", dut_out.ifname, "master", "static"])
+    # Replies of the latency scenario come straight back across the bridge.
+    src.run(["ip", "route", "add", str(ROUTED_NET), "dev", gen.ifname])
+    src.run(["ip", "neigh", "replace", SINK_IP, "lladdr", snk.mac, "dev", gen.ifname, "nud", "permanent"])
+    sink.run(["ip", "neigh", "replace", GEN_IP, "lladdr", gen.mac, "dev", snk.ifname, "nud", "permanent"])
+    return Line(src, dut, sink, gen, dut_in, dut_out, snk, prefixes, bridged=True)

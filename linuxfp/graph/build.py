@@ -35,7 +35,9 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
         if reason:
             skipped.append(Skipped(link.index, link.name, reason))
         else:
-            pipelines.append(Pipeline(link.index, link.name, Shape(hook_chosen, tuple(n.name for n in chosen))))
+            note = _tc_preferred(snapshot, link, chosen) if hook == "auto" and hook_chosen == "tc" else None
+            pipelines.append(Pipeline(link.index, link.name, Shape(hook_chosen, tuple(n.name for n in chosen)),
+                                      hook_note=note or ""))
     tables = interface_tables(facts)
     for node in nodes:
         tables += _remembered(node.name, node.inputs, snapshot, node.tables)
@@ -94,6 +96,10 @@ def _xdp_blocker(link, snapshot, chosen: tuple[Node, ...]) -> str | None:
     return next((r for r in (n.hook_blocker(snapshot, link, "xdp") for n in chosen) if r), None)
 
 
+def _tc_preferred(snapshot, link, chosen) -> str | None:
+    return next((r for r in (n.prefers_tc(snapshot, link) for n in chosen) if r), None)
+
+
 def _choose_hook(link, requested: str, snapshot, chosen) -> tuple[str, str | None]:
     """The hook for this ingress, or why the requested one cannot be used."""
     if requested == "tc":
@@ -101,7 +107,7 @@ def _choose_hook(link, requested: str, snapshot, chosen) -> tuple[str, str | Non
         return "tc", (f"tc: {blocker}" if blocker else None)
     blocker = _xdp_blocker(link, snapshot, chosen)
     if requested == "auto" and blocker is None:
-        blocker = next((r for r in (n.prefers_tc(snapshot, link) for n in chosen) if r), None)
+        blocker = _tc_preferred(snapshot, link, chosen)
     if requested == "xdp":
         return "xdp", (f"xdp: {blocker}; use --hook tc or auto" if blocker else None)
     if blocker:

@@ -2,7 +2,7 @@
 per-interface facts the nodes read from maps."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .shape import Shape
 from .tables import Table
@@ -85,6 +85,8 @@ class Pipeline:
     ifindex: int
     ifname: str
     shape: Shape
+    # Why `--hook auto` chose TC where XDP would have been exact ("" otherwise).
+    hook_note: str = field(default="", compare=False)
 
     @property
     def hook(self) -> str:
@@ -96,7 +98,7 @@ class Pipeline:
 
     def to_dict(self) -> dict:
         return {"ifindex": self.ifindex, "ifname": self.ifname, "hook": self.hook,
-                "nodes": list(self.nodes), "shape": str(self.shape)}
+                "nodes": list(self.nodes), "shape": str(self.shape), "hook_note": self.hook_note}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ def to_text(graph: Graph) -> str:
     lines = []
     for p in graph.pipelines:
         lines.append(f"{p.ifname} (ifindex {p.ifindex}) [{p.hook}]: " + " -> ".join(("parse", *p.nodes, "egress")))
+        if p.hook_note:
+            lines.append(f"  tc rather than xdp: {p.hook_note}")
     for s in graph.skipped:
         lines.append(f"{s.ifname} (ifindex {s.ifindex}): kernel path — {s.reason}")
     for node, notes in graph.notes:
