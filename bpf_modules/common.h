@@ -297,21 +297,32 @@ struct {
 
 /* Arm the redirect to `egress` before the packet is rewritten: 0 when this
  * hook cannot send there, and the packet must go to the kernel unchanged.
- * A routed packet needs a forwarding egress, a bridged frame a bridge port
- * that may send (at XDP lfp_tx_ports holds only egresses with one of them). */
-static __always_inline int lfp_arm_redirect(struct lfp_pkt *pkt, __u32 egress)
+ * At TC the egress must have the facts `need`; at XDP lfp_tx_ports holds
+ * only egresses that may send either way (forwarding, or a bridge port). */
+static __always_inline int lfp_arm_redirect_to(struct lfp_pkt *pkt, __u32 egress, __u32 need)
 {
 #ifdef LFP_HOOK_XDP
+	(void)need;
 	return bpf_redirect_map(&lfp_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
 #else
 	struct lfp_iface *out = bpf_map_lookup_elem(&lfp_ifaces, &egress);
-	__u32 need = LFP_IF_TC_TX |
-		     ((pkt->fwd.flags & LFP_FWD_BRIDGED) ? LFP_IF_BRIDGE_TX : LFP_IF_FORWARDING);
 
 	if (!out || (out->flags & need) != need)
 		return 0;
 	return bpf_redirect(egress, 0) == TC_ACT_REDIRECT;
 #endif
+}
+
+/* A routed packet: the egress forwards. */
+static __always_inline int lfp_arm_redirect(struct lfp_pkt *pkt, __u32 egress)
+{
+	return lfp_arm_redirect_to(pkt, egress, LFP_IF_TC_TX | LFP_IF_FORWARDING);
+}
+
+/* A bridged frame: the egress is a bridge port that may send. */
+static __always_inline int lfp_arm_bridged_redirect(struct lfp_pkt *pkt, __u32 egress)
+{
+	return lfp_arm_redirect_to(pkt, egress, LFP_IF_TC_TX | LFP_IF_BRIDGE_TX);
 }
 
 static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)

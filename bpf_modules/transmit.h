@@ -66,7 +66,7 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_NO_DECISION);
 	/* A bridged frame leaves as it came: no next hop, nothing rewritten. */
 	if (pkt->fwd.flags & LFP_FWD_BRIDGED) {
-		if (!lfp_arm_redirect(pkt, pkt->fwd.egress))
+		if (!lfp_arm_bridged_redirect(pkt, pkt->fwd.egress))
 			return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 		lfp_count(LFP_CNT_FORWARDED);
 		return LFP_REDIRECT;
