@@ -19,6 +19,15 @@
  * entry itself; a source that goes silent ages out on time. The stamp is
  * the only shared write, once per entry and interval.
  *
+ * Order stays true: a frame handed to the kernel may still wait in its
+ * receive batch when the next frame of the same flow would be bridged here.
+ * So for LFP_BR_SETTLE_NS after an entry's stamp (its refresh frame, or its
+ * first use after the controller wrote it: stamp 0) frames to and from it
+ * go to the kernel too. And a known source arriving on another port makes
+ * the kernel move the entry: the node forgets it at once, so no later frame
+ * of the batch goes to the old port (bridge_watch.c forgets entries as the
+ * kernel changes them, for changes the datapath does not see).
+ *
  * The node only decides: it leaves the egress port in pkt->fwd with
  * LFP_FWD_BRIDGED, and transmit sends the frame unchanged.
  * Declared to the controller by linuxfp/graph/nodes/bridge.py.
@@ -28,6 +37,7 @@
 
 #include "common.h"
 #include "parse.h"
+#include "bridge_fdb.h"
 
 #define LFP_COUNTERS_BRIDGE(X)                                                            \
 	X(BR_PORT_UNKNOWN,        bridge, pass, "ingress is not a bridge port the fast path knows") \
@@ -41,7 +51,9 @@
 	X(BR_TOO_LONG,            bridge, pass, "longer than the egress MTU")               \
 	X(BR_NETFILTER,           bridge, pass, "br_netfilter would run iptables, ip6tables or arptables rules") \
 	X(BR_NF_INVALID,          bridge, pass, "br_netfilter would drop or trim it (header, checksum, padding, options)") \
-	X(BR_AGEING_REFRESH,      bridge, pass, "one frame per source entry and interval: the kernel refreshes it")
+	X(BR_AGEING_REFRESH,      bridge, pass, "one frame per source entry and interval: the kernel refreshes it") \
+	X(BR_SETTLING,            bridge, pass, "entry just written or refreshed: the kernel's frames go first") \
+	X(BR_SOURCE_MOVED,        bridge, pass, "source MAC arrived on another port: the kernel moves it")
 
 /* struct lfp_br_port.flags, as in linuxfp/graph/nodes/bridge.py */
 #define LFP_BRP_FORWARDING    (1u << 0)  /* port state forwarding */
@@ -51,6 +63,14 @@
 #define LFP_BRP_NF_IPV6       (1u << 4)
 #define LFP_BRP_NF_IPV6_RULES (1u << 5)
 #define LFP_BRP_NF_ARP_RULES  (1u << 6)  /* bridge-nf-call-arptables with arptables present */
+#define LFP_BRP_LEARNING      (1u << 7)  /* the port learns: a known source arriving here moves */
+
+/* How long frames to and from an entry keep going to the kernel after it
+ * was (re)written or one of its frames was handed to the kernel: a frame the
+ * kernel still holds (GRO's list, a NAPI batch) must not be overtaken by a
+ * later frame of the same flow sent from here. Two ticks of the coarse
+ * clock at HZ=250. */
+#define LFP_BR_SETTLE_NS (8ull * 1000 * 1000)
 
 #ifndef ETH_P_IPV6
 #define ETH_P_IPV6 0x86DD
@@ -73,25 +93,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lfp_br_port);
 } lfp_br_ports SEC(".maps");
-
-struct lfp_fdb_key {
-	__u32 bridge;
-	__u16 vlan;             /* 0: no VLAN filtering */
-	__u8 mac[ETH_ALEN];
-};
-
-struct lfp_fdb_entry {
-	__u32 port;             /* egress ifindex */
-	__u32 reserved;
-	__u64 refreshed_ns;     /* written here: when a frame from this MAC last went to the kernel */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 131072);
-	__type(key, struct lfp_fdb_key);
-	__type(value, struct lfp_fdb_entry);
-} lfp_fdb SEC(".maps");
 
 static __always_inline int lfp_mac_is_group(const __u8 *mac)
 {
@@ -159,12 +160,31 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 	key.vlan = 0;
 	__builtin_memcpy(key.mac, eth->h_source, ETH_ALEN);
 	src = bpf_map_lookup_elem(&lfp_fdb, &key);
-	if (!src || src->port != pkt->ingress_ifindex)
+	if (!src)
 		return lfp_pass(pkt, LFP_CNT_BR_SOURCE_UNKNOWN);
+	if (src->port != pkt->ingress_ifindex) {
+		if ((in->flags & LFP_BRP_LEARNING) && !(src->flags & LFP_FDB_STICKY))
+			bpf_map_delete_elem(&lfp_fdb, &key);
+		return lfp_pass(pkt, LFP_CNT_BR_SOURCE_MOVED);
+	}
+	now = bpf_ktime_get_coarse_ns();
+	if (!src->refreshed_ns || now - src->refreshed_ns >= (__u64)in->refresh_ms * 1000000) {
+		/* the frame Linux bridges like this one refreshes the entry */
+		src->refreshed_ns = now;
+		return lfp_pass(pkt, LFP_CNT_BR_AGEING_REFRESH);
+	}
+	if (now - src->refreshed_ns < LFP_BR_SETTLE_NS)
+		return lfp_pass(pkt, LFP_CNT_BR_SETTLING);
 	__builtin_memcpy(key.mac, eth->h_dest, ETH_ALEN);
 	dst = bpf_map_lookup_elem(&lfp_fdb, &key);
 	if (!dst)
 		return lfp_pass(pkt, LFP_CNT_BR_DEST_UNKNOWN);
+	if (!dst->refreshed_ns) {
+		dst->refreshed_ns = now;     /* once per write */
+		return lfp_pass(pkt, LFP_CNT_BR_SETTLING);
+	}
+	if (now - dst->refreshed_ns < LFP_BR_SETTLE_NS)
+		return lfp_pass(pkt, LFP_CNT_BR_SETTLING);
 	egress = dst->port;
 	/* Hairpin mode would send it back; without it Linux drops it. */
 	if (egress == pkt->ingress_ifindex)
@@ -190,13 +210,6 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
 	} else if (pkt->l3_proto == bpf_htons(ETH_P_ARP) && (in->flags & LFP_BRP_NF_ARP_RULES)) {
 		return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
-	}
-
-	/* Last: the frame Linux bridges like this one refreshes the entry. */
-	now = bpf_ktime_get_coarse_ns();
-	if (now - src->refreshed_ns >= (__u64)in->refresh_ms * 1000000) {
-		src->refreshed_ns = now;
-		return lfp_pass(pkt, LFP_CNT_BR_AGEING_REFRESH);
 	}
 
 	pkt->fwd.egress = egress;

@@ -1,12 +1,15 @@
-"""The controller's own BPF object (bpf_modules/controller.c): the lease
-renewal and the legacy-iptables watch, loaded once per `linuxfp run` against
-the namespace's shared maps (creating and pinning them when it comes first)."""
+"""The controller's own BPF objects, loaded once per `linuxfp run` against
+the namespace's shared maps (creating and pinning them when they come
+first): bpf_modules/controller.c (the lease renewal and the legacy-iptables
+watch) and every node's kernel-side watch (`Node.watch`: raw tracepoints,
+attached for the controller's lifetime)."""
 from __future__ import annotations
 
 import logging
 
 from linuxfp import datapath as dp
-from linuxfp.synth import CompileError, ToolMissing, build_controller_programs
+from linuxfp.graph import registered
+from linuxfp.synth import CompileError, ToolMissing, build_controller_programs, compile_source
 
 log = logging.getLogger("linuxfp.companion")
 
@@ -20,6 +23,8 @@ class Companion:
         self.cookie = netns_cookie
         self.obj = None
         self.error: str | None = None
+        self._watches: list = []                 # (object, [tracepoint fds]) per node
+        self.watch_errors: dict[str, str] = {}   # node -> why its watch is not attached
 
     def load(self) -> bool:
         """False (with `error`) where it cannot load: then nothing renews the
@@ -41,10 +46,54 @@ class Companion:
         self.obj = obj
         return True
 
+    def load_watches(self) -> tuple[str, ...]:
+        """Attach every registered node's kernel-side watch; the names of
+        the nodes whose watch is attached (the others are in watch_errors:
+        their tables then lag the kernel by the response time)."""
+        attached = []
+        for node in registered():
+            if node.watch is None:
+                continue
+            try:
+                self._watches.append(self._load_watch(node))
+                attached.append(node.name)
+            except (CompileError, ToolMissing, dp.BpfError, OSError, ValueError) as e:
+                self.watch_errors[node.name] = str(e).splitlines()[0] if str(e) else type(e).__name__
+                log.warning("node %s: its kernel watch is not attached (%s); its tables follow netlink only",
+                            node.name, self.watch_errors[node.name])
+        return tuple(attached)
+
+    def _load_watch(self, node):
+        obj = dp.BpfObject.open(compile_source(node.watch.read_text()).data, name=f"lfp_watch_{node.name}")
+        links = []
+        try:
+            if "lfp_netns_cookie" in obj.rodata_variables():
+                obj.set_rodata({"lfp_netns_cookie": self.cookie})
+            fresh = self.maps.prepare(obj, None, share_all=True)
+            obj.load()
+            self.maps.pin_fresh(obj, fresh)
+            for program, section in obj.program_sections().items():
+                kind, _, tracepoint = section.partition("/")
+                if kind not in ("raw_tp", "raw_tracepoint") or not tracepoint:
+                    raise ValueError(f"{node.watch.name}: program {program} is in section {section!r}; "
+                                     "a watch holds raw tracepoints only (SEC(\"raw_tp/NAME\"))")
+                links.append(dp.attach_raw_tracepoint(obj.program(program).fd, tracepoint))
+        except BaseException:
+            for fd in links:
+                fd.close()
+            obj.close()
+            raise
+        return obj, links
+
     def program(self, name: str):
         return self.obj.program(name) if self.obj is not None else None
 
     def close(self) -> None:
+        for obj, links in self._watches:
+            for fd in links:
+                fd.close()
+            obj.close()
+        self._watches = []
         if self.obj is not None:
             self.obj.close()
             self.obj = None

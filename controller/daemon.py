@@ -132,10 +132,12 @@ class Controller:
             log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
                       "so the datapath leaves every packet to the kernel", self.companion.error)
         self.watch.start(self.companion.program(WATCH_PROGRAM))
+        # Before the first dump (run): no change falls between the two.
+        node_watches = self.companion.load_watches()
         self.nft_watch.start()
         runtime_files.write_atomic(self.layout.windows_file,
                                    _json(lease_windows(self.watch.attached, self.options.keep,
-                                                       self.nft_watch.attached)))
+                                                       self.nft_watch.attached, node_watches)))
 
     def stop(self) -> None:
         try:

@@ -154,7 +154,8 @@ class Lease:
         self._renewed = now
 
 
-def windows(watch_attached: bool, keep: bool, nft_watched: bool = False) -> dict[str, str]:
+def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
+            node_watches: tuple[str, ...] = ()) -> dict[str, str]:
     """Each source of truth the fast path depends on, and how stale the fast
     path can be about it (docs/datapath.md explains each)."""
     term = f"{TERM_NS / 1e9:g} s"
@@ -170,6 +171,8 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False) -> dict
         else "the response time (linuxfp stats)",
         "legacy iptables, ip6tables, arptables": "none (cgroup setsockopt watch; the 1 s poll behind it)"
         if watch_attached else "<= 1 s (polled)",
-        "bridge FDB, port states and flags, bridge options": "the response time (linuxfp stats)",
+        "bridge FDB": "none (raw tracepoints forget a mirrored entry as the kernel changes it)"
+        if "bridge" in node_watches else "the response time (linuxfp stats)",
+        "bridge port states and flags, bridge options": "the response time (linuxfp stats)",
         "accept_redirects, bridge-nf-call-* and other sysctls without events": "<= 1 s (polled)",
     }

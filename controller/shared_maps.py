@@ -74,15 +74,18 @@ class SharedMaps:
 
     # -- loading -----------------------------------------------------------
 
-    def prepare(self, obj, desired: Graph | None) -> list[str]:
+    def prepare(self, obj, desired: Graph | None, share_all: bool = False) -> list[str]:
         """Make `obj` reuse the pinned maps; size the ones it will create;
         refuse a map whose layout differs from its table's. Returns the names
-        `obj` creates (to be pinned and filled after load)."""
+        `obj` creates (to be pinned and filled after load). share_all: every
+        map `obj` declares is a shared one (a node's kernel-side watch, which
+        loads before any graph exists), not only the graph's tables."""
         tables = {t.name: t for t in desired.tables} if desired is not None else {}
         fresh = []
         for name in obj.map_names():
             table = tables.get(name)
-            if name != LEASE_MAP and table is None:
+            shared = share_all and "." not in name      # not .rodata/.bss
+            if name != LEASE_MAP and table is None and not shared:
                 continue              # the program's own (counters, .rodata)
             if table is not None:
                 declared = obj.map_layout(name)

@@ -5,6 +5,7 @@ writes them). The whole is compared with Linux in test_differential_bridge.py.""
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import replace
 
 import pytest
@@ -40,8 +41,8 @@ def _udp(src, dst, size=None, sport=40000):
     return udp_frame(src, dst, "198.18.10.1", "198.18.10.2", sport=sport, size=size)
 
 
-# (name, frame, outcome, counter); the ingress is pa, after one frame of A's
-# has refreshed its entry
+# (name, frame, outcome, counter); the ingress is pa, once every entry has
+# been used once and settled
 CASES = [
     ("known unicast", _udp(A, B), FWD, "forwarded"),
     ("to the MTU-1400 port, fits", _udp(A, C, size=1414), FWD, "forwarded"),
@@ -51,7 +52,6 @@ CASES = [
     ("link-local", ethernet("01:80:c2:00:00:00", A, 0x0026, bytes(46)), PASS, "br_group_dest"),
     ("group source", _udp("03:00:00:00:00:01", B), PASS, "br_bad_source"),
     ("zero source", _udp("00:00:00:00:00:00", B), PASS, "br_bad_source"),
-    ("source behind another port", _udp(B, C), PASS, "br_source_unknown"),
     ("unknown source", _udp("02:00:00:00:ee:01", B), PASS, "br_source_unknown"),
     ("unknown destination", _udp(A, "02:00:00:00:ee:02"), PASS, "br_dest_unknown"),
     ("back to the ingress port", _udp(A, A), PASS, "br_same_port"),
@@ -64,6 +64,7 @@ CASES = [
                                                  udp("198.18.10.1", "198.18.10.2", 1, 9, b"o"),
                                                  options=b"\x01\x01\x01\x00")), PASS, "br_nf_invalid"),
     ("not IP", ethernet(B, A, 0x88B5, bytes(46)), FWD, "forwarded"),
+    ("source behind another port", _udp(D, C), PASS, "br_source_moved"),      # last: D is forgotten
 ]
 
 
@@ -114,14 +115,44 @@ def test_bridge_node_cases(bridge_ns, hook):
     loaded = LoadedBridge(hook, bridge_ns)
     try:
         # The first frame of a source goes to the kernel, which refreshes its
-        # entry; the next ones within the interval are bridged here.
+        # entry; so does the first frame to each destination the controller
+        # wrote, and every frame to or from them for a few ms after (none may
+        # overtake one the kernel holds). Then the interval's frames are
+        # bridged here.
         first = loaded.run(_udp(A, B, sport=1))
         assert (first.retval, loaded.counter("br_ageing_refresh")) == (VERDICTS[hook][PASS], 1)
+        assert loaded.run(_udp(A, B, sport=1)).retval == VERDICTS[hook][PASS]       # settling
+        time.sleep(0.02)
+        for dst in (B, C, D):
+            assert loaded.run(_udp(A, dst, sport=2)).retval == VERDICTS[hook][PASS]
+        assert loaded.counter("br_settling") == 4
+        time.sleep(0.02)
         for name, frame, outcome, counter in CASES:
             before = loaded.counter(counter)
             result = loaded.run(frame)
             assert (result.retval, loaded.counter(counter) - before) == (VERDICTS[hook][outcome], 1), name
             assert result.data_out[:len(frame)] == frame, name        # never rewritten
         assert loaded.counter("br_ageing_refresh") == 1
+    finally:
+        loaded.obj.close()
+
+
+def test_a_moving_source_is_forgotten_at_once(bridge_ns):
+    """A known source arriving on another (learning) port: the kernel will
+    move it, so the node deletes the mirror's entry before handing the frame
+    over; frames to that MAC then go to the kernel too."""
+    loaded = LoadedBridge("xdp", bridge_ns)
+    try:
+        loaded.run(_udp(A, B, sport=1))          # A's refresh
+        time.sleep(0.02)
+        loaded.run(_udp(A, C, sport=1))          # C's first use
+        time.sleep(0.02)
+        assert loaded.run(_udp(A, C)).retval == XDP_REDIRECT
+        before = loaded.counter("br_source_moved")
+        assert loaded.run(_udp(C, B)).retval == XDP_PASS             # C's MAC, arriving on pa
+        assert loaded.counter("br_source_moved") == before + 1
+        before = loaded.counter("br_dest_unknown")
+        assert loaded.run(_udp(A, C)).retval == XDP_PASS
+        assert loaded.counter("br_dest_unknown") == before + 1
     finally:
         loaded.obj.close()

@@ -20,16 +20,34 @@ from controller.launcher import ControllerProcess, linuxfp_cli
 from linuxfp.lab import Capture, inject, run_differential, settle
 from linuxfp.lab.bridged import STATIC_MAC, BridgeTopology, bridge_frames, host_ip
 from linuxfp.lab.differential import Step
-from linuxfp.lab.frames import udp_frame
+from linuxfp.lab.frames import arp_frame, udp_frame
 from linuxfp.lab.netns import Lab
 
 pytestmark = pytest.mark.netns
+
+
+def _warm_up(topology) -> None:
+    """Frames from a to b and to c before the burst (outside the captures;
+    both systems see them): with LinuxFP the first refreshes a's entry, the
+    next are the first use of b's and c's, and the burst comes once they have
+    settled, as for traffic that has been flowing."""
+    a = topology.mac("a")
+
+    def send(*hosts: str) -> None:
+        for host in hosts:
+            inject(topology.ns("a"), "to-dut", [udp_frame(a, topology.mac(host), host_ip("a"), "198.18.10.150",
+                                                          sport=51000)])
+        time.sleep(0.03)
+
+    send("b")
+    send("b", "c")
 
 
 def _run(*commands: str):
     def apply(topology):
         for command in commands:
             topology.dut.run(command.split())
+        _warm_up(topology)
     return apply
 
 
@@ -37,6 +55,7 @@ def _polled_sysctl(key: str, value: int):
     def apply(topology):
         topology.dut.sysctl(key, value)
         time.sleep(1.5)     # no event announces it: the controller polls every second
+        _warm_up(topology)
     return apply
 
 
@@ -53,7 +72,25 @@ STEPS = (
     Step("iptables-rule", _run(f"iptables -A FORWARD -s {host_ip('a')} -p udp --dport 9 -j DROP")),
     Step("rules-flushed", _run("iptables -F FORWARD")),
     Step("nf-off", _polled_sysctl("net.bridge.bridge-nf-call-iptables", 0)),
+    Step("mac-moved", _run()),     # its burst ends with c's MAC moving behind a
+    Step("after-move", _run()),    # (and the counters of that burst are read here)
 )
+
+
+def _frames(topology, step: int) -> list[bytes]:
+    """The bridge's frames; in step "mac-moved", then, c's MAC turns up
+    behind a (the kernel moves it there) and frames to it follow at once:
+    Linux now drops them (same port), and so must the fast path, with no
+    delay. The move comes with a broadcast (an ARP request, as a host that
+    moved sends), which the fast path hands over without looking at its
+    source: only the kernel-side watch sees the move, synchronously."""
+    frames = bridge_frames(topology, step)
+    if STEPS[step].name == "mac-moved":
+        a, b, c = topology.mac("a"), topology.mac("b"), topology.mac("c")
+        frames.append(arp_frame(c, host_ip("c"), host_ip("b")))
+        frames += [udp_frame(a, c, host_ip("a"), "198.18.10.103", sport=50001, payload=bytes([n]) * 20)
+                   for n in range(6)]
+    return frames
 
 
 class Counting:
@@ -88,7 +125,7 @@ def _passed(stats: dict) -> dict[str, int]:
 @pytest.mark.parametrize("hook,tool", [("xdp", "ip"), ("tc", "brctl")])
 def test_bridge_forwards_as_linux(require_root, hook, tool):
     seen: list[Counting] = []
-    report = run_differential(BridgeTopology(tool=tool), STEPS, counting(seen, hook), bridge_frames,
+    report = run_differential(BridgeTopology(tool=tool), STEPS, counting(seen, hook), _frames,
                               prefix="lfp-br")
     assert report.ok, report.render()
     stats = seen[0].stats[-1]
@@ -98,8 +135,33 @@ def test_bridge_forwards_as_linux(require_root, hook, tool):
     # step's configuration leaves to the kernel
     assert fast >= 100, (fast, passed)
     for reason in ("br_group_dest", "br_dest_unknown", "br_nf_invalid", "br_too_long", "br_source_unknown",
-                   "br_egress_blocked", "br_port_not_forwarding", "br_netfilter", "br_bad_source"):
+                   "br_egress_blocked", "br_port_not_forwarding", "br_netfilter", "br_bad_source",
+                   "br_settling", "br_ageing_refresh"):
         assert passed.get(reason), (reason, passed)
+
+
+def _move_frames(topology, step: int) -> list[bytes]:
+    a, c = topology.mac("a"), topology.mac("c")
+    flow = [udp_frame(a, c, host_ip("a"), "198.18.10.103", sport=50001 + step, payload=bytes([n]) * 20)
+            for n in range(3)]
+    return flow + [arp_frame(c, host_ip("c"), host_ip("b"))] + flow
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_a_move_reaches_the_fast_path_with_the_kernel(require_root, hook):
+    """c's MAC turns up behind a in a broadcast (an ARP request, as a host
+    that moved sends; the fast path hands it over without looking at its
+    source) and the flow to c goes on in the same burst: Linux drops the
+    rest of it (c is behind the ingress port now). The kernel-side watch
+    forgets the mirrored entry as the kernel moves it, so the fast path
+    does the same, with no window."""
+    steps = (Step("flowing", _run()), Step("moved-back", _run("bridge fdb replace "
+                                                                "02:00:00:00:03:01 dev to-c master")))
+    seen: list[Counting] = []
+    report = run_differential(BridgeTopology(), steps, counting(seen, hook), _move_frames, prefix="lfp-brm")
+    assert report.ok, report.render()
+    # the flow's first frames of each burst were bridged by the fast path
+    assert sum(i["fast_path"] for i in seen[0].stats[-1]["interfaces"]) >= 3
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
@@ -114,12 +176,16 @@ def test_bridged_flow_takes_the_fast_path(require_root, hook):
                   for n in range(400)]
         with ControllerProcess(topology.dut.name, hook=hook) as controller:
             controller.settled()
-            inject(topology.ns("a"), "to-dut", frames[:1])       # the refresh frame
-            time.sleep(0.2)
+            # a's refresh frame, then the first frame to c (the entry's first
+            # use): each goes to the kernel, and the flow's next frames for a
+            # few ms, so that none overtakes them
+            for frame in frames[:2]:
+                inject(topology.ns("a"), "to-dut", [frame])
+                time.sleep(0.1)
             received = Capture(topology.ns("c"), "to-dut")
             kernel_tap = Capture(topology.dut, "to-a")
             try:
-                inject(topology.ns("a"), "to-dut", frames[1:])
+                inject(topology.ns("a"), "to-dut", frames[2:])
                 settle([received, kernel_tap], quiet=0.2)
                 got = [f.data for f in received.stop()]
                 tapped = kernel_tap.stop()
@@ -127,7 +193,7 @@ def test_bridged_flow_takes_the_fast_path(require_root, hook):
                 received.close()
                 kernel_tap.close()
             stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
-        assert [f for f in got if f in frames[1:]] == frames[1:]
+        assert [f for f in got if f in frames[2:]] == frames[2:]
         fast = sum(i["fast_path"] for i in stats["interfaces"])
         assert fast >= 390, stats
         if hook == "xdp":

@@ -311,6 +311,17 @@ class BpfObject:
             current = library.bpf_object__next_program(self.handle, current)
         return tuple(names)
 
+    def program_sections(self) -> dict[str, str]:
+        """Each program's C function name -> its ELF section (e.g. "raw_tp/fdb_delete")."""
+        library = lib()
+        out = {}
+        current = library.bpf_object__next_program(self.handle, None)
+        while current:
+            name = (library.bpf_program__name(current) or b"").decode()
+            out[name] = (library.bpf_program__section_name(current) or b"").decode()
+            current = library.bpf_object__next_program(self.handle, current)
+        return out
+
     def map_names(self) -> tuple[str, ...]:
         library = lib()
         names = []

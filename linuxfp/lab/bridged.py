@@ -25,7 +25,7 @@ from .frames import (
     with_bad_ip_checksum,
 )
 from .netns import Lab
-from .topology import LinkSpec, Topology, TopologySpec, build, read_interfaces
+from .topology import LAB_INTERFACE_SYSCTLS, LinkSpec, Topology, TopologySpec, build, read_interfaces
 
 HOSTS = ("a", "b", "c")
 BRIDGE = "br0"
@@ -101,6 +101,10 @@ class BridgeTopology:
         built = build(lab, self.spec())
         for cmd in self.commands():
             built.dut.run(cmd)
+        # The bridge carries the DUT's address: its neighbour timers are the
+        # lab's too (no re-probing at times that depend on a run's speed).
+        for key, value in LAB_INTERFACE_SYSCTLS:
+            built.dut.sysctl(key.format(ifname=BRIDGE), value)
         built.wait_links_settled()
         # The bridge learns every host (and every host its neighbours):
         # the same FDB in every build.

@@ -52,6 +52,13 @@ class Node:
     # The Snapshot fields `tables` reads: the graph recomputes a node's
     # tables only when one of them changed.
     inputs: tuple[str, ...] = ()
+    # A C file of raw tracepoint programs (SEC("raw_tp/NAME")) the controller
+    # loads against the namespace's maps and attaches for its lifetime: the
+    # kernel's synchronous signal where a node's tables would otherwise lag
+    # behind netlink (e.g. invalidating a mirrored entry as the kernel
+    # changes it). Includes resolve in bpf_modules/; rodata lfp_netns_cookie
+    # is set to the namespace's cookie.
+    watch: Path | None = None
 
     def applies(self, snapshot, link) -> bool:
         """Whether packets arriving on `link` pass through this node."""

@@ -22,10 +22,13 @@ BRP_NF_IPV4_RULES = 1 << 3
 BRP_NF_IPV6 = 1 << 4
 BRP_NF_IPV6_RULES = 1 << 5
 BRP_NF_ARP_RULES = 1 << 6
+BRP_LEARNING = 1 << 7
+FDB_STICKY = 1 << 0              # struct lfp_fdb_entry.flags (bridge_fdb.h)
+NTF_STICKY = 0x40
 
 _PORT_VALUE = struct.Struct("<IIII")      # struct lfp_br_port
 _FDB_KEY = struct.Struct("<IH6s")         # struct lfp_fdb_key
-_FDB_VALUE = struct.Struct("<IIQ")        # struct lfp_fdb_entry
+_FDB_VALUE = struct.Struct("<IIQ")        # struct lfp_fdb_entry (bridge_fdb.h)
 
 # The kernel refreshes an entry's age from the frames it sees; the fast path
 # lets one frame per source entry through this often (at most), and at least
@@ -55,6 +58,8 @@ class Bridge(Node):
     # node hands such frames to the kernel (LFP_BRP_NF_IPV4_RULES).
     covers = frozenset({"iptables_filter"})
     inputs = ("links", "fdb", "sysctls", "netfilter")
+    # Forgets a mirrored entry synchronously as the kernel changes it.
+    watch = modules_dir() / "bridge_watch.c"
 
     def applies(self, snapshot, link) -> bool:
         return link.bridge_port is not None and self.blocker(snapshot, link) is None
@@ -90,6 +95,16 @@ class Bridge(Node):
             Table(FDB, self.name, _FDB_KEY.size, _FDB_VALUE.size, fdb_entries(snapshot), kind=HASH,
                   describe="FDB mirror: (bridge, VLAN, MAC) -> port"),
         )
+
+    def refreshed(self, table: str, messages) -> frozenset[bytes]:
+        # The watch deleted the entry when the kernel changed it; the
+        # announcement may carry the very entry the mirror last held.
+        from linuxfp.state import FdbUpdate
+
+        if table != FDB:
+            return frozenset()
+        return frozenset(fdb_key(m.entry.master, m.entry.vlan, m.entry.mac) for m in messages
+                         if isinstance(m, FdbUpdate) and _mirrored(m.entry))
 
     def notes(self, snapshot) -> tuple[str, ...]:
         lines = []
@@ -160,6 +175,8 @@ def port_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
             flags |= BRP_FORWARDING
         if port.isolated:
             flags |= BRP_ISOLATED
+        if port.learning:
+            flags |= BRP_LEARNING
         out.add((u32(link.index), _PORT_VALUE.pack(link.master, flags, link.mtu, refresh_ms(bridge))))
     return frozenset(out)
 
@@ -180,7 +197,8 @@ def fdb_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
     out = []
     for entry in snapshot.fdb:
         if _mirrored(entry):
-            out.append((fdb_key(entry.master, entry.vlan, entry.mac), _FDB_VALUE.pack(entry.port, 0, 0)))
+            flags = FDB_STICKY if entry.flags & NTF_STICKY else 0
+            out.append((fdb_key(entry.master, entry.vlan, entry.mac), _FDB_VALUE.pack(entry.port, flags, 0)))
             if len(out) == FDB_CAPACITY:
                 break
     return frozenset(out)
