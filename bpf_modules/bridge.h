@@ -64,6 +64,7 @@
 #define LFP_BRP_NF_IPV6_RULES (1u << 5)
 #define LFP_BRP_NF_ARP_RULES  (1u << 6)  /* bridge-nf-call-arptables with arptables present */
 #define LFP_BRP_LEARNING      (1u << 7)  /* the port learns: a known source arriving here moves */
+#define LFP_BRP_NF_ARP        (1u << 8)  /* bridge-nf-call-arptables: ARP shorter than its header is dropped */
 
 /* How long frames to and from an entry keep going to the kernel after it
  * was (re)written or one of its frames was handed to the kernel: a frame the
@@ -77,6 +78,12 @@
 #endif
 #ifndef ETH_P_ARP
 #define ETH_P_ARP 0x0806
+#endif
+#ifndef ETH_P_PPP_DISC
+#define ETH_P_PPP_DISC 0x8863
+#endif
+#ifndef ETH_P_PPP_SES
+#define ETH_P_PPP_SES 0x8864
 #endif
 
 /* Per port, indexed by ifindex; all zeros: not a port the fast path knows. */
@@ -168,7 +175,8 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_BR_SOURCE_MOVED);
 	}
 	now = bpf_ktime_get_coarse_ns();
-	if (!src->refreshed_ns || now - src->refreshed_ns >= (__u64)in->refresh_ms * 1000000) {
+	if (!src->refreshed_ns ||
+	    (!(src->flags & LFP_FDB_NO_AGEING) && now - src->refreshed_ns >= (__u64)in->refresh_ms * 1000000)) {
 		/* the frame Linux bridges like this one refreshes the entry */
 		src->refreshed_ns = now;
 		return lfp_pass(pkt, LFP_CNT_BR_AGEING_REFRESH);
@@ -208,7 +216,14 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
 		if (!lfp_br_ipv6_unchanged(pkt))
 			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
-	} else if (pkt->l3_proto == bpf_htons(ETH_P_ARP) && (in->flags & LFP_BRP_NF_ARP_RULES)) {
+	} else if (pkt->l3_proto == bpf_htons(ETH_P_ARP) && (in->flags & LFP_BRP_NF_ARP)) {
+		if (in->flags & LFP_BRP_NF_ARP_RULES)
+			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
+		if (pkt->len < sizeof(struct ethhdr) + 8)       /* br_nf_forward_arp: no arphdr */
+			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
+	} else if ((pkt->l3_proto == bpf_htons(ETH_P_PPP_SES) || pkt->l3_proto == bpf_htons(ETH_P_PPP_DISC)) &&
+		   (in->flags & (LFP_BRP_NF_IPV4 | LFP_BRP_NF_IPV6))) {
+		/* bridge-nf-filter-pppoe-tagged would hand the IP inside to iptables */
 		return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
 	}
 

@@ -18,7 +18,8 @@ struct lfp_fdb_key {
 	__u8 mac[ETH_ALEN];
 };
 
-#define LFP_FDB_STICKY (1u << 0)   /* the kernel never moves it */
+#define LFP_FDB_STICKY (1u << 0)     /* the kernel never moves it */
+#define LFP_FDB_NO_AGEING (1u << 1)  /* static or externally learnt: never ages, needs no refresh */
 
 struct lfp_fdb_entry {
 	__u32 port;             /* egress ifindex */

@@ -293,16 +293,27 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } lfp_tx_ports SEC(".maps");
+
+/* The bridge ports a bridged frame may leave through at XDP (facts XDP_TX |
+ * BRIDGE_TX): kept apart from lfp_tx_ports so that a route never leads to
+ * one. Sized like lfp_ifaces. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} lfp_br_tx_ports SEC(".maps");
 #endif
 
 /* Arm the redirect to `egress` before the packet is rewritten: 0 when this
  * hook cannot send there, and the packet must go to the kernel unchanged.
- * At TC the egress must have the facts `need`; at XDP lfp_tx_ports holds
- * only egresses that may send either way (forwarding, or a bridge port). */
+ * The egress must have the facts `need` (a constant: at XDP it picks the
+ * devmap that holds exactly such egresses). */
 static __always_inline int lfp_arm_redirect_to(struct lfp_pkt *pkt, __u32 egress, __u32 need)
 {
 #ifdef LFP_HOOK_XDP
-	(void)need;
+	if (need & LFP_IF_BRIDGE_TX)
+		return bpf_redirect_map(&lfp_br_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
 	return bpf_redirect_map(&lfp_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
 #else
 	struct lfp_iface *out = bpf_map_lookup_elem(&lfp_ifaces, &egress);

@@ -86,7 +86,7 @@ def _frames(topology, step: int) -> list[bytes]:
     source: only the kernel-side watch sees the move, synchronously."""
     frames = bridge_frames(topology, step)
     if STEPS[step].name == "mac-moved":
-        a, b, c = topology.mac("a"), topology.mac("b"), topology.mac("c")
+        a, c = topology.mac("a"), topology.mac("c")
         frames.append(arp_frame(c, host_ip("c"), host_ip("b")))
         frames += [udp_frame(a, c, host_ip("a"), "198.18.10.103", sport=50001, payload=bytes([n]) * 20)
                    for n in range(6)]

@@ -91,6 +91,15 @@ def test_bridge_ports_get_the_bridge_node_and_other_kinds_are_skipped():
     assert build_graph(snap, "xdp").pipeline(5).shape.hook == "xdp"
     assert "VLAN filtering" in reasons["port2"] and "locked" in reasons["locked"]
     assert "bridge" in reasons["br0"] and "vxlan" in reasons["vx"]
+    # a port that makes the bridge answer ARP/ND, and a promiscuous bridge,
+    # keep every port of that bridge on the kernel path
+    suppressing = replace(link(10, "sup", master=4), bridge_port=BridgePort(state=3, neigh_suppress=True))
+    reasons = {s.ifname: s.reason for s in build_graph(replace(snap, links=snap.links + (suppressing,))).skipped}
+    assert "neigh_suppress on port sup" in reasons["port"]
+    promisc = replace(snap.link(4), flags=snap.link(4).flags | 0x100)
+    links = tuple(promisc if l.index == 4 else l for l in snap.links)
+    reasons = {s.ifname: s.reason for s in build_graph(replace(snap, links=links)).skipped}
+    assert "promiscuous" in reasons["port"]
 
 
 def test_interface_facts_follow_sysctls_and_redirect_capability():

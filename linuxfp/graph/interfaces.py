@@ -10,7 +10,7 @@ from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, 
 from .tables import ARRAY, DEVMAP, Table, u32
 
 ARPHRD_ETHER = 1
-IFACES, TX_PORTS = "lfp_ifaces", "lfp_tx_ports"
+IFACES, TX_PORTS, BRIDGE_TX_PORTS = "lfp_ifaces", "lfp_tx_ports", "lfp_br_tx_ports"
 # Interfaces with a larger ifindex get no facts: all-zero facts mean "pass",
 # so they simply stay on the kernel path.
 MAX_IFACE_SLOTS = 1 << 16
@@ -82,15 +82,19 @@ def _mac_bytes(mac: str) -> bytes:
 
 
 def interface_tables(facts: tuple[IfaceFacts, ...]) -> tuple[Table, ...]:
-    """lfp_ifaces (facts by ifindex) and lfp_tx_ports (the egresses an XDP
-    redirect may use: able to take XDP frames, and forwarding or a bridge
-    port that may send)."""
+    """lfp_ifaces (facts by ifindex), lfp_tx_ports (the egresses a routed
+    XDP redirect may use: able to take XDP frames, and forwarding) and
+    lfp_br_tx_ports (those a bridged one may use: bridge ports that send)."""
     usable = [f for f in facts if f.ifindex < MAX_IFACE_SLOTS]
     ifaces = Table(IFACES, "pipeline", 4, _IFACE_VALUE.size,
                    frozenset((u32(f.ifindex), pack_iface(f)) for f in usable if pack_iface(f) != bytes(_IFACE_VALUE.size)),
                    kind=ARRAY, by_ifindex=True, describe="interface facts by ifindex")
     tx = Table(TX_PORTS, "pipeline", 4, 4,
                frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
-                         if f.flags & IF_XDP_TX and f.flags & (IF_FORWARDING | IF_BRIDGE_TX)),
-               kind=DEVMAP, by_ifindex=True, describe="XDP egresses")
-    return ifaces, tx
+                         if f.flags & IF_XDP_TX and f.flags & IF_FORWARDING),
+               kind=DEVMAP, by_ifindex=True, describe="XDP egresses of routed packets")
+    bridged = Table(BRIDGE_TX_PORTS, "pipeline", 4, 4,
+                    frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
+                              if f.flags & IF_XDP_TX and f.flags & IF_BRIDGE_TX),
+                    kind=DEVMAP, by_ifindex=True, describe="XDP egresses of bridged frames")
+    return ifaces, tx, bridged

@@ -146,8 +146,8 @@ def decode_link(payload: bytes) -> Link | None:
         info = nl.parse_attrs(a[IFLA_LINKINFO])
         kind = nl.cstr(info[IFLA_INFO_KIND]) if IFLA_INFO_KIND in info else ""
         slave_kind = nl.cstr(info[IFLA_INFO_SLAVE_KIND]) if IFLA_INFO_SLAVE_KIND in info else ""
-        if kind == "bridge":
-            bridge = decode_bridge_options(info.get(IFLA_INFO_DATA, b""))
+        if kind == "bridge" and IFLA_INFO_DATA in info:
+            bridge = decode_bridge_options(info[IFLA_INFO_DATA])   # None otherwise: options unknown
         if slave_kind == "bridge":
             port = decode_bridge_port(info.get(IFLA_INFO_SLAVE_DATA, b""))
     xdp_prog_id = 0

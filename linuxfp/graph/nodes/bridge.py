@@ -23,8 +23,10 @@ BRP_NF_IPV6 = 1 << 4
 BRP_NF_IPV6_RULES = 1 << 5
 BRP_NF_ARP_RULES = 1 << 6
 BRP_LEARNING = 1 << 7
+BRP_NF_ARP = 1 << 8
 FDB_STICKY = 1 << 0              # struct lfp_fdb_entry.flags (bridge_fdb.h)
-NTF_STICKY = 0x40
+FDB_NO_AGEING = 1 << 1
+NTF_EXT_LEARNED, NTF_STICKY = 0x10, 0x40
 
 _PORT_VALUE = struct.Struct("<IIII")      # struct lfp_br_port
 _FDB_KEY = struct.Struct("<IH6s")         # struct lfp_fdb_key
@@ -41,9 +43,6 @@ MIN_AGEING_CS = 100              # shorter ageing: the bridge stays on the kerne
 _PORT_FEATURES = (
     ("locked", "locked port (802.1X)"),
     ("mab", "MAC authentication bypass"),
-    ("neigh_suppress", "neigh_suppress (ARP/ND suppression)"),
-    ("proxyarp", "proxy ARP"),
-    ("proxyarp_wifi", "proxy ARP (Wi-Fi)"),
     ("vlan_tunnel", "VLAN tunnel mapping"),
     ("mrp", "MRP ring port"),
 )
@@ -70,7 +69,7 @@ class Bridge(Node):
         master = snapshot.link(link.master) if link.master else None
         if master is None or master.kind != "bridge":
             return "bridge port without its bridge"
-        why = bridge_blocker(master)
+        why = bridge_blocker(snapshot, master)
         if why:
             return f"port of {master.name}: {why}"
         if link.link_type != ARPHRD_ETHER:
@@ -112,7 +111,7 @@ class Bridge(Node):
             ports = snapshot.ports_of(bridge.index)
             fdb = snapshot.fdb_of(bridge.index)
             mirrored = sum(1 for e in fdb if _mirrored(e))
-            why = bridge_blocker(bridge)
+            why = bridge_blocker(snapshot, bridge)
             state = f"on the kernel path: {why}" if why else f"refresh every {refresh_ms(bridge)} ms"
             lines.append(f"{bridge.name}: {len(ports)} ports, {mirrored} of {len(fdb)} FDB entries mirrored; {state}")
         return tuple(lines)
@@ -121,11 +120,26 @@ class Bridge(Node):
 BRIDGE = register(Bridge())
 
 
-def bridge_blocker(bridge) -> str | None:
+# Port settings with which the bridge answers or suppresses ARP/ND frames
+# arriving on *any* port (by the target's port): the whole bridge stays on
+# the kernel path.
+_NEIGH_HANDLING = (("neigh_suppress", "neigh_suppress"), ("proxyarp", "proxy ARP"),
+                   ("proxyarp_wifi", "proxy ARP (Wi-Fi)"))
+IFF_PROMISC = 0x100
+
+
+def bridge_blocker(snapshot, bridge) -> str | None:
     """Why a whole bridge stays on the kernel path (None: it need not)."""
     options = bridge.bridge
     if options is None:
         return "bridge options unknown"
+    if bridge.flags & IFF_PROMISC:
+        # br_handle_frame_finish then also delivers every frame up the bridge
+        return "the bridge device is promiscuous (it receives a copy of every frame)"
+    for port in snapshot.ports_of(bridge.index):
+        for attr, text in _NEIGH_HANDLING:
+            if getattr(port.bridge_port, attr):
+                return f"{text} on port {port.name} (the bridge answers ARP/ND for it)"
     if options.vlan_filtering:
         return "VLAN filtering is not reproduced yet"
     if options.stp_state:
@@ -153,6 +167,7 @@ def _netfilter_flags(snapshot, bridge) -> int:
         if nf.legacy_ip6_tables or any(t.startswith(("nft:ip6 ", "nft:inet ")) for t in nf.tables):
             flags |= BRP_NF_IPV6_RULES
     if sysctls.bridge_nf_call_arptables or options.nf_call_arptables:
+        flags |= BRP_NF_ARP
         if nf.legacy_arp_tables or any(t.startswith("nft:arp ") for t in nf.tables):
             flags |= BRP_NF_ARP_RULES
     return flags
@@ -166,7 +181,7 @@ def port_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
         if port is None or not link.master:
             continue
         bridge = snapshot.link(link.master)
-        if bridge is None or bridge.kind != "bridge" or bridge_blocker(bridge):
+        if bridge is None or bridge.kind != "bridge" or bridge_blocker(snapshot, bridge):
             continue
         if link.master not in nf_by_bridge:
             nf_by_bridge[link.master] = _netfilter_flags(snapshot, bridge)
@@ -198,6 +213,8 @@ def fdb_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
     for entry in snapshot.fdb:
         if _mirrored(entry):
             flags = FDB_STICKY if entry.flags & NTF_STICKY else 0
+            if entry.static or entry.flags & NTF_EXT_LEARNED:
+                flags |= FDB_NO_AGEING          # the kernel never ages these: no refresh frames
             out.append((fdb_key(entry.master, entry.vlan, entry.mac), _FDB_VALUE.pack(entry.port, flags, 0)))
             if len(out) == FDB_CAPACITY:
                 break
