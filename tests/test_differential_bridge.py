@@ -10,13 +10,13 @@ the work: at XDP, the kernel's own tap on the ingress port sees only the
 frames it was handed."""
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 
 import pytest
 
 from controller.launcher import ControllerProcess, linuxfp_cli
+from controller_counting import Counting, counting, reasons
 from linuxfp.lab import Capture, inject, run_differential, settle
 from linuxfp.lab.bridged import STATIC_MAC, BridgeTopology, bridge_frames, host_ip
 from linuxfp.lab.differential import Step
@@ -93,35 +93,6 @@ def _frames(topology, step: int) -> list[bytes]:
     return frames
 
 
-class Counting:
-    def __init__(self, controller: ControllerProcess, dut: str) -> None:
-        self.controller, self.dut = controller, dut
-        self.stats: list[dict] = []
-
-    def settled(self) -> None:
-        self.controller.settled()
-        self.stats.append(json.loads(linuxfp_cli(self.dut, "-j", "stats").stdout))
-
-
-def counting(seen: list, hook: str):
-    @contextlib.contextmanager
-    def accelerate(topology):
-        with ControllerProcess(topology.dut.name, hook=hook) as controller:
-            handle = Counting(controller, topology.dut.name)
-            seen.append(handle)
-            yield handle
-    return accelerate
-
-
-def _passed(stats: dict) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for entry in stats["interfaces"]:
-        for node in entry["nodes"].values():
-            for name, value in node["passed"].items():
-                totals[name] = totals.get(name, 0) + value
-    return totals
-
-
 @pytest.mark.parametrize("hook,tool", [("xdp", "ip"), ("tc", "brctl")])
 def test_bridge_forwards_as_linux(require_root, hook, tool):
     seen: list[Counting] = []
@@ -130,7 +101,7 @@ def test_bridge_forwards_as_linux(require_root, hook, tool):
     assert report.ok, report.render()
     stats = seen[0].stats[-1]
     fast = sum(i["fast_path"] for i in stats["interfaces"])
-    passed = _passed(stats)
+    passed = reasons(stats, ("passed",))
     # the steady flow and the known unicast of every step, less what each
     # step's configuration leaves to the kernel
     assert fast >= 100, (fast, passed)

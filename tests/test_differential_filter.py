@@ -6,11 +6,10 @@ byte-compared per interface; and the fast path must have done real work:
 forwarded and dropped frames itself."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller_counting import Counting, counting
+from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.differential import Step
 from linuxfp.lab.rulesets import ROUTER_POOL, Coverage, probe_frames, random_ruleset
@@ -27,41 +26,6 @@ def _restore(backend: str, text: str):
     def apply(router):
         router.dut.run([command], input=text)
     return apply
-
-
-class Counting:
-    """The harness's handle: the controller, plus its counters read after
-    every step (stats are cumulative per interface)."""
-
-    def __init__(self, controller: ControllerProcess, dut: str) -> None:
-        self.controller, self.dut = controller, dut
-        self.stats: list[dict] = []
-
-    def settled(self) -> None:
-        self.controller.settled()
-        self.stats.append(json.loads(linuxfp_cli(self.dut, "-j", "stats").stdout))
-
-
-def counting(seen: list[Counting], hook: str):
-    import contextlib
-
-    @contextlib.contextmanager
-    def accelerate(topology):
-        with ControllerProcess(topology.dut.name, hook=hook) as controller:
-            handle = Counting(controller, topology.dut.name)
-            seen.append(handle)
-            yield handle
-    return accelerate
-
-
-def _reasons(stats: dict) -> dict[str, int]:
-    """Every pass and drop reason, summed over the interfaces."""
-    totals: dict[str, int] = {}
-    for entry in stats["interfaces"]:
-        for node in entry["nodes"].values():
-            for name, value in {**node["passed"], **node["drops"]}.items():
-                totals[name] = totals.get(name, 0) + value
-    return totals
 
 
 @pytest.mark.parametrize("hook,backends,seeds", [
@@ -90,7 +54,7 @@ def test_filter_verdicts_are_linux_verdicts(require_root, hook, backends, seeds)
     accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
     assert accelerated < kernel, report.render()
     stats = seen[0].stats[-1]
-    reasons = _reasons(stats)
+    reasons = count_reasons(stats)
     assert sum(i["fast_path"] for i in stats["interfaces"]) > 0, stats
     assert reasons.get("filter_dropped", 0) > 0, reasons
     assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons

@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import throughput
 from .machine import machine
 from .options import Options
-from .results import fmt_mpps, table, timestamp
+from .results import ratios_table, systems_table, timestamp
 from .systems import System, linux, linuxfp
 
 FRAME_SIZE = 64
@@ -68,20 +68,11 @@ def summary_line(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    rows = [[name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
-             f"{s['ns_per_packet_median']:.0f}", f"{s['valid_measurements']}/{s['measurements']}"]
-            for name, s in result["systems"].items()]
-    ratio_rows = []
-    for k, v in result["ratio_spread"].items():
-        target = TARGETS.get(k)
-        verdict = f"≥ {target:g}: {'met' if v['median'] >= target else 'missed'}" if target else ""
-        ratio_rows.append([k, f"{v['median']:.2f}", f"{v['min']:.2f}–{v['max']:.2f}", str(v["n"]), verdict])
     out = [f"# bridge benchmark, {result['timestamp']}\n\n",
            f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
            f"({result['machine']['cpu_model']}); {result['method']['bridge']}; {FRAME_SIZE} B frames"
            f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity.\n\n",
-           table(["system", "Mpps (median)", "min–max", "ns/packet", "valid"], rows), "\n",
-           table(["ratio", "median", "min–max", "repetitions", "target"], ratio_rows)]
+           systems_table(result["systems"]), "\n", ratios_table(result["ratio_spread"], TARGETS)]
     if result["errors"]:
         out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
     return "".join(out)

@@ -10,7 +10,7 @@ import ipaddress
 from . import throughput
 from .machine import machine
 from .options import Options
-from .results import fmt_mpps, table, timestamp
+from .results import ratios_table, systems_table, timestamp
 from .rules import FRAME_SIZE, PREFIXES, SYSTEM_NAMES, measure_with_rules, systems_plan
 
 BLACKLIST = 100
@@ -61,19 +61,13 @@ def summary_line(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    rows = [[name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
-             f"{s['ns_per_packet_median']:.0f}", f"{s['valid_measurements']}/{s['measurements']}"]
-            for name, s in result["systems"].items()]
-    ratio_rows = [[k, f"{v['median']:.2f}", f"{v['min']:.2f}–{v['max']:.2f}", str(v["n"]),
-                   f"≥ {TARGET:g}: {'met' if v['median'] >= TARGET else 'missed'}" if k == "linuxfp-xdp/linux" else ""]
-                  for k, v in result["ratio_spread"].items()]
     out = [f"# gateway benchmark, {result['timestamp']}\n\n",
            f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
            f"({result['machine']['cpu_model']}); {result['method']['rules']}, {PREFIXES} routed prefixes, "
            f"{FRAME_SIZE} B frames{' (quick run)' if result['quick'] else ''}. ipset variant: "
            f"{result['method']['ipset_variant']}.\n\n",
-           table(["system", "Mpps (median)", "min–max", "ns/packet", "valid"], rows), "\n",
-           table(["ratio", "median", "min–max", "repetitions", "target"], ratio_rows)]
+           systems_table(result["systems"]), "\n",
+           ratios_table(result["ratio_spread"], {"linuxfp-xdp/linux": TARGET})]
     if result["errors"]:
         out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
     return "".join(out)

@@ -57,3 +57,21 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def systems_table(systems: dict) -> str:
+    """One row per system: median rate, spread, ns/packet, valid windows."""
+    rows = [[name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
+             f"{s['ns_per_packet_median']:.0f}", f"{s['valid_measurements']}/{s['measurements']}"]
+            for name, s in systems.items()]
+    return table(["system", "Mpps (median)", "min–max", "ns/packet", "valid"], rows)
+
+
+def ratios_table(ratio_spread: dict, targets: dict[str, float]) -> str:
+    """One row per same-run ratio, with its target's verdict where it has one."""
+    rows = []
+    for key, v in ratio_spread.items():
+        target = targets.get(key)
+        verdict = f"≥ {target:g}: {'met' if v['median'] >= target else 'missed'}" if target else ""
+        rows.append([key, f"{v['median']:.2f}", f"{v['min']:.2f}–{v['max']:.2f}", str(v["n"]), verdict])
+    return table(["ratio", "median", "min–max", "repetitions", "target"], rows)
