@@ -74,9 +74,8 @@ static __always_inline void lfp_forget(struct net_device *bridge, const void *ma
 	bpf_map_delete_elem(&lfp_fdb, &key);
 }
 
-/* br_fdb_update(br, source, addr, vid, flags): learnt, moved or re-activated */
-SEC("raw_tp/br_fdb_update")
-int lfp_fdb_updated(struct bpf_raw_tracepoint_args *ctx)
+/* Tracepoints whose arguments start (br, port, addr, vid). */
+static __always_inline int lfp_forget_learnt(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct net_bridge *br = (void *)ctx->args[0];
 	struct net_device *dev = BPF_CORE_READ(br, dev);
@@ -86,16 +85,18 @@ int lfp_fdb_updated(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* br_fdb_update(br, source, addr, vid, flags): learnt, moved or re-activated */
+SEC("raw_tp/br_fdb_update")
+int lfp_fdb_updated(struct bpf_raw_tracepoint_args *ctx)
+{
+	return lfp_forget_learnt(ctx);
+}
+
 /* br_fdb_external_learn_add(br, p, addr, vid) */
 SEC("raw_tp/br_fdb_external_learn_add")
 int lfp_fdb_learnt_externally(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct net_bridge *br = (void *)ctx->args[0];
-	struct net_device *dev = BPF_CORE_READ(br, dev);
-
-	if (lfp_in_namespace(dev))
-		lfp_forget(dev, (const void *)ctx->args[2], (__u16)ctx->args[3]);
-	return 0;
+	return lfp_forget_learnt(ctx);
 }
 
 /* fdb_delete(br, f): aged out, flushed, deleted by a user */

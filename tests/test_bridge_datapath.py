@@ -4,19 +4,13 @@ settings come from the kernel (snapshot -> graph -> maps, as the controller
 writes them). The whole is compared with Linux in test_differential_bridge.py."""
 from __future__ import annotations
 
-import struct
 import time
-from dataclasses import replace
 
 import pytest
+from pipeline_loader import LoadedPipeline
 
-from controller import lease
-from linuxfp import datapath as dp
-from linuxfp.graph import build_graph
 from linuxfp.lab.frames import ethernet, ipv4, padded, udp, udp_frame, with_bad_ip_checksum
-from linuxfp.lab.netns import Lab, entered
-from linuxfp.state import read_snapshot
-from linuxfp.synth import build, counter_named
+from linuxfp.lab.netns import Lab
 
 pytestmark = pytest.mark.netns
 
@@ -77,37 +71,8 @@ def bridge_ns():
         yield ns
 
 
-class LoadedBridge:
-    def __init__(self, hook: str, ns) -> None:
-        self.hook, self.ns = hook, ns
-        with entered(ns):
-            snap = read_snapshot()
-            graph = build_graph(snap, hook)
-            self.ifindex = snap.link_by_name("pa").index
-            shape = replace(graph.pipeline(self.ifindex).shape, testable=True)
-            assert shape.nodes == ("bridge", "transmit")
-            self.obj = dp.BpfObject.open(build(shape).data, name=f"test_br_{hook}")
-            self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
-            self.obj.load()
-            for table in sorted(graph.tables, key=lambda t: t.summary):
-                if table.name in self.obj.map_names():
-                    m = self.obj.map(table.name)
-                    for key, value in table.entries:
-                        m.update(key, value)
-            lease.grant(self.obj.map(lease.LEASE_MAP))
-            self.prog = self.obj.program(shape.entry)
-
-    def run(self, frame: bytes):
-        with entered(self.ns):
-            if self.hook == "xdp":
-                return dp.test_run(self.prog.fd, frame, ctx_in=dp.xdp_md(ingress_ifindex=self.ifindex))
-            ctx = bytearray(192)                        # struct __sk_buff
-            struct.pack_into("<I", ctx, 40, self.ifindex)
-            return dp.test_run(self.prog.fd, frame, ctx_in=bytes(ctx))
-
-    def counter(self, name: str) -> int:
-        values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
-        return sum(struct.unpack("<Q", v[:8])[0] for v in values)
+def LoadedBridge(hook: str, ns) -> LoadedPipeline:
+    return LoadedPipeline(ns, "pa", hook, ("bridge", "transmit"), f"test_br_{hook}")
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])

@@ -8,14 +8,12 @@ and the whole against Linux in test_differential_filter.py."""
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 from ipaddress import IPv4Network
 from types import SimpleNamespace
 
 import pytest
+import pipeline_loader
 
-from controller import lease
-from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.classifier import FIELD_BIT, classify
 from linuxfp.graph.filtering.program import ACCEPT, DROP, packet_fields
@@ -23,7 +21,6 @@ from linuxfp.graph.nodes.iptables_filter import CAPACITY, CFG, filter_plan
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.lab.rulesets import ROUTER_POOL, probe_frames, random_ruleset
 from linuxfp.state import read_snapshot
-from linuxfp.synth import build, counter_named
 
 pytestmark = pytest.mark.netns
 
@@ -55,45 +52,15 @@ def filter_ns():
         yield ns
 
 
-class LoadedPipeline:
+class LoadedPipeline(pipeline_loader.LoadedPipeline):
     """The XDP pipeline of in0 for the namespace's current rules."""
 
     def __init__(self, ns) -> None:
-        self.ns = ns
-        with entered(ns):
-            snap = read_snapshot()
-            self.graph = build_graph(snap, "xdp")
-            self.plan = filter_plan(snap)
-            self.ifindex = snap.link_by_name("in0").index
-            self.egress = snap.link_by_name("out0").index
-        pipeline = self.graph.pipeline(self.ifindex)
-        assert pipeline is not None, self.graph.skipped
-        shape = replace(pipeline.shape, testable=True)
-        assert shape.nodes == ("router", "filter", "transmit")
-        self.obj = dp.BpfObject.open(build(shape).data, name="test_filter")
-        self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
-        self.obj.load()
+        super().__init__(ns, "in0", "xdp", ("router", "filter", "transmit"), "test_filter")
+        self.plan = filter_plan(self.snapshot)
+        self.egress = self.snapshot.link_by_name("out0").index
         for name, capacity in CAPACITY.items():      # the Python side's idea of the maps' sizes
             assert self.obj.map(name).max_entries == capacity, name
-        self.write(self.graph.tables)
-        lease.grant(self.obj.map(lease.LEASE_MAP))
-        self.prog = self.obj.program(shape.entry)
-
-    def write(self, tables) -> None:
-        with entered(self.ns):            # devmap entries resolve ifindexes here
-            for table in sorted(tables, key=lambda t: t.summary):
-                if table.name in self.obj.map_names():
-                    m = self.obj.map(table.name)
-                    for key, value in table.entries:
-                        m.update(key, value)
-
-    def run(self, frame: bytes):
-        with entered(self.ns):
-            return dp.test_run(self.prog.fd, frame, ctx_in=dp.xdp_md(ingress_ifindex=self.ifindex))
-
-    def counter(self, name: str) -> int:
-        values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
-        return sum(struct.unpack("<Q", v[:8])[0] for v in values)
 
 
 def expected(pipeline: LoadedPipeline, classifier, frame: bytes) -> tuple[int, str | None]:

@@ -13,16 +13,14 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from controller import lease
-from dataclasses import replace
-
 from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.graph.interfaces import pack_iface
 from linuxfp.graph.nodes.transmit import neigh_key
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.state import read_snapshot
-from linuxfp.synth import build, counter_named
 
+from pipeline_loader import LoadedPipeline
 from fixtures.router_cases import CASES, FORWARD, IN_MAC, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC, STALE_MAC
 
 XDP_PASS, XDP_REDIRECT = 2, 4
@@ -64,47 +62,10 @@ def router_ns():
         yield ns
 
 
-def _skb_ctx(ifindex: int) -> bytes:
-    ctx = bytearray(192)                  # struct __sk_buff
-    struct.pack_into("<I", ctx, 40, ifindex)   # ifindex: the device the skb arrives on
-    return bytes(ctx)
-
-
-class LoadedRouter:
-    def __init__(self, hook: str, ns):
-        self.hook = hook
-        self.ns = ns
-        with entered(ns):
-            snap = read_snapshot()
-            graph = build_graph(snap, hook)
-            self.ifindex = snap.link_by_name("in0").index
-            # BPF_PROG_TEST_RUN refuses device-bound programs: the XDP build here
-            # lacks only the offloaded-VLAN kfunc, covered by the namespace tests.
-            shape = replace(graph.pipeline(self.ifindex).shape, testable=True)
-            assert shape.nodes == ("router", "transmit")
-            self.obj = dp.BpfObject.open(build(shape).data, name=f"test_{hook}")
-            self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
-            self.obj.load()
-            # Every table the program reads, as the controller writes it
-            # (summaries last).
-            for table in sorted(graph.tables, key=lambda t: t.summary):
-                if table.name in self.obj.map_names():
-                    m = self.obj.map(table.name)
-                    for key, value in table.entries:
-                        m.update(key, value)
-            lease.grant(self.obj.map(lease.LEASE_MAP))
-            self.prog = self.obj.program(shape.entry)
-            self.graph = graph
-
-    def run(self, frame: bytes):
-        with entered(self.ns):
-            if self.hook == "xdp":
-                return dp.test_run(self.prog.fd, frame, ctx_in=dp.xdp_md(ingress_ifindex=self.ifindex))
-            return dp.test_run(self.prog.fd, frame, ctx_in=_skb_ctx(self.ifindex))
-
-    def counter(self, name: str) -> int:
-        values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
-        return sum(struct.unpack("<Q", v[:8])[0] for v in values)
+def LoadedRouter(hook: str, ns) -> LoadedPipeline:
+    """BPF_PROG_TEST_RUN refuses device-bound programs: the XDP build here
+    lacks only the offloaded-VLAN kfunc, covered by the namespace tests."""
+    return LoadedPipeline(ns, "in0", hook, ("router", "transmit"), f"test_{hook}")
 
 
 @pytest.fixture(scope="module", params=["xdp", "tc"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import throughput
 from .machine import machine
 from .options import Options
-from .results import ratios_table, systems_table, timestamp
+from .results import ratios_line, ratios_table, systems_table, timestamp
 from .systems import System, linux, linuxfp
 
 FRAME_SIZE = 64
@@ -61,10 +61,7 @@ def run(options: Options) -> dict:
 
 
 def summary_line(result: dict) -> str:
-    ratios = result["ratios"]
-    shown = ", ".join(f"{k} {ratios[k]:.2f}" for k in ("linuxfp-xdp/linux", "linuxfp-tc/linux") if k in ratios)
-    errors = f"; errors: {', '.join(result['errors'])}" if result["errors"] else ""
-    return f"bridge {shown or 'no valid ratios'}{errors}"
+    return ratios_line("bridge", result)
 
 
 def markdown(result: dict) -> str:

@@ -10,7 +10,7 @@ import ipaddress
 from . import throughput
 from .machine import machine
 from .options import Options
-from .results import ratios_table, systems_table, timestamp
+from .results import ratios_line, ratios_table, systems_table, timestamp
 from .rules import FRAME_SIZE, PREFIXES, SYSTEM_NAMES, measure_with_rules, systems_plan
 
 BLACKLIST = 100
@@ -54,10 +54,7 @@ def run(options: Options) -> dict:
 
 
 def summary_line(result: dict) -> str:
-    ratios = result["ratios"]
-    shown = ", ".join(f"{k} {ratios[k]:.2f}" for k in ("linuxfp-xdp/linux", "linuxfp-tc/linux") if k in ratios)
-    errors = f"; errors: {', '.join(result['errors'])}" if result["errors"] else ""
-    return f"gateway ({BLACKLIST} rules) {shown or 'no valid ratios'}{errors}"
+    return ratios_line(f"gateway ({BLACKLIST} rules)", result)
 
 
 def markdown(result: dict) -> str:

@@ -75,3 +75,11 @@ def ratios_table(ratio_spread: dict, targets: dict[str, float]) -> str:
         verdict = f"≥ {target:g}: {'met' if v['median'] >= target else 'missed'}" if target else ""
         rows.append([key, f"{v['median']:.2f}", f"{v['min']:.2f}–{v['max']:.2f}", str(v["n"]), verdict])
     return table(["ratio", "median", "min–max", "repetitions", "target"], rows)
+
+
+def ratios_line(label: str, result: dict) -> str:
+    """`label` with LinuxFP's same-run ratios to Linux, and any errors."""
+    ratios = result["ratios"]
+    shown = ", ".join(f"{k} {ratios[k]:.2f}" for k in ("linuxfp-xdp/linux", "linuxfp-tc/linux") if k in ratios)
+    errors = f"; errors: {', '.join(result['errors'])}" if result["errors"] else ""
+    return f"{label} {shown or 'no valid ratios'}{errors}"

@@ -29,15 +29,14 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     for link in snapshot.links:
         chosen = in_stage_order(n for n in nodes if n.applies(snapshot, link))
         reason = _blocker(snapshot, link, chosen, shared)
-        hook_chosen = None
+        hook_chosen, note = None, ""
         if reason is None:
-            hook_chosen, reason = _choose_hook(link, hook, snapshot, chosen)
+            hook_chosen, reason, note = _choose_hook(link, hook, snapshot, chosen)
         if reason:
             skipped.append(Skipped(link.index, link.name, reason))
         else:
-            note = _tc_preferred(snapshot, link, chosen) if hook == "auto" and hook_chosen == "tc" else None
             pipelines.append(Pipeline(link.index, link.name, Shape(hook_chosen, tuple(n.name for n in chosen)),
-                                      hook_note=note or ""))
+                                      hook_note=note))
     tables = interface_tables(facts)
     for node in nodes:
         tables += _remembered(node.name, node.inputs, snapshot, node.tables)
@@ -96,24 +95,22 @@ def _xdp_blocker(link, snapshot, chosen: tuple[Node, ...]) -> str | None:
     return next((r for r in (n.hook_blocker(snapshot, link, "xdp") for n in chosen) if r), None)
 
 
-def _tc_preferred(snapshot, link, chosen) -> str | None:
-    return next((r for r in (n.prefers_tc(snapshot, link) for n in chosen) if r), None)
-
-
-def _choose_hook(link, requested: str, snapshot, chosen) -> tuple[str, str | None]:
-    """The hook for this ingress, or why the requested one cannot be used."""
+def _choose_hook(link, requested: str, snapshot, chosen) -> tuple[str, str | None, str]:
+    """The hook for this ingress, or why the requested one cannot be used;
+    and, when `auto` took TC where XDP would have been exact, why."""
     if requested == "tc":
         blocker = next((r for r in (n.hook_blocker(snapshot, link, "tc") for n in chosen) if r), None)
-        return "tc", (f"tc: {blocker}" if blocker else None)
+        return "tc", (f"tc: {blocker}" if blocker else None), ""
     blocker = _xdp_blocker(link, snapshot, chosen)
-    if requested == "auto" and blocker is None:
-        blocker = _tc_preferred(snapshot, link, chosen)
     if requested == "xdp":
-        return "xdp", (f"xdp: {blocker}; use --hook tc or auto" if blocker else None)
-    if blocker:
+        return "xdp", (f"xdp: {blocker}; use --hook tc or auto" if blocker else None), ""
+    preferred = None if blocker else next((r for r in (n.prefers_tc(snapshot, link) for n in chosen) if r), None)
+    if blocker or preferred:
         tc_blocker = next((r for r in (n.hook_blocker(snapshot, link, "tc") for n in chosen) if r), None)
-        return "tc", (f"xdp: {blocker}; tc: {tc_blocker}" if tc_blocker else None)
-    return "xdp", None
+        if tc_blocker:
+            return "tc", f"xdp: {blocker or preferred}; tc: {tc_blocker}", ""
+        return "tc", None, preferred or ""
+    return "xdp", None, ""
 
 
 def refreshed(graph: Graph, messages) -> dict[str, frozenset[bytes]]:

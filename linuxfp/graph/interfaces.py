@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import struct
 
+from linuxfp.state.model import BR_STATE_FORWARDING
+
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX,
                     IF_XDP_TX, IfaceFacts)
 from .tables import ARRAY, DEVMAP, Table, u32
@@ -24,7 +26,6 @@ ROUTABLE_KINDS = frozenset({"", "veth"})
 PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
 
 _IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface
-BR_STATE_FORWARDING = 3
 
 
 def pack_iface(f: IfaceFacts) -> bytes:

@@ -7,6 +7,8 @@ import struct
 
 from linuxfp.resources import modules_dir
 
+from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
+
 from ..interfaces import ARPHRD_ETHER, ROUTABLE_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, Table, u32
 from . import Node, Stage, register
@@ -26,7 +28,6 @@ BRP_LEARNING = 1 << 7
 BRP_NF_ARP = 1 << 8
 FDB_STICKY = 1 << 0              # struct lfp_fdb_entry.flags (bridge_fdb.h)
 FDB_NO_AGEING = 1 << 1
-NTF_EXT_LEARNED, NTF_STICKY = 0x10, 0x40
 
 _PORT_VALUE = struct.Struct("<IIII")      # struct lfp_br_port
 _FDB_KEY = struct.Struct("<IH6s")         # struct lfp_fdb_key
@@ -125,11 +126,24 @@ BRIDGE = register(Bridge())
 # the kernel path.
 _NEIGH_HANDLING = (("neigh_suppress", "neigh_suppress"), ("proxyarp", "proxy ARP"),
                    ("proxyarp_wifi", "proxy ARP (Wi-Fi)"))
-IFF_PROMISC = 0x100
+
+# The last links tuple (by identity) and each bridge's blocker: every port
+# asks, and the answer reads all the bridge's ports.
+_blockers: tuple[object, dict[int, str | None]] | None = None
 
 
 def bridge_blocker(snapshot, bridge) -> str | None:
     """Why a whole bridge stays on the kernel path (None: it need not)."""
+    global _blockers
+    if _blockers is None or _blockers[0] is not snapshot.links:
+        _blockers = (snapshot.links, {})
+    known = _blockers[1]
+    if bridge.index not in known:
+        known[bridge.index] = _bridge_blocker(snapshot, bridge)
+    return known[bridge.index]
+
+
+def _bridge_blocker(snapshot, bridge) -> str | None:
     options = bridge.bridge
     if options is None:
         return "bridge options unknown"
