@@ -24,6 +24,8 @@ from linuxfp.state import (
     NetfilterReplaced,
     NetfilterState,
     NextHop,
+    PlainRouteRemoved,
+    PlainRouteReplaced,
     ResyncRequired,
     Route,
     RouteRemoved,
@@ -56,10 +58,11 @@ def make_link(index: int, name: str, features: int = 0, up: bool = True) -> Link
 
 
 def make_route(dst: str, gateway: str | None = None, oif: int | None = 2, table: int = 254,
-               priority: int = 0, type_: str = "unicast") -> Route:
+               priority: int = 0, type_: str = "unicast", mtu: int = 1400) -> Route:
+    """A route the snapshot keeps (its MTU metric makes it not plain) unless mtu=0."""
     nexthops = (NextHop(gateway, oif),) if (gateway or oif) else ()
     return Route(family=AF_INET, table=table, dst=dst, type=type_, protocol=3, scope=0,
-                 priority=priority, tos=0, nexthops=nexthops)
+                 priority=priority, tos=0, nexthops=nexthops, mtu=mtu)
 
 
 def base_snapshot(routes: tuple[Route, ...] = ()) -> Snapshot:
@@ -113,6 +116,41 @@ def test_route_replace_and_append():
     assert len(appended.routes) == 2
     with pytest.raises(ResyncRequired):
         apply_messages(appended, [RouteUpdate(make_route("192.0.2.0/24", "198.18.0.9"), replace=True)])
+
+
+def test_plain_routes_are_left_to_the_fib():
+    kept = make_route("192.0.2.0/24", "198.18.0.3")
+    plain = make_route("198.51.100.0/24", "198.18.0.3", mtu=0)
+    assert plain.plain and not kept.plain
+    assert not replace(plain, table=255).plain and not replace(plain, type="blackhole").plain
+    assert not replace(plain, nh_id=4).plain
+    assert not replace(plain, nexthops=plain.nexthops * 2).plain
+    snap = base_snapshot((kept,))
+    # Plain routes created alone never reach apply_messages (decode drops
+    # them); beside others, they are kept only next to a kept route.
+    assert apply_messages(snap, [RouteUpdate(plain, beside=True)]) is snap
+    companion = replace(plain, dst=kept.dst, nexthops=(NextHop("198.18.0.4", 2),))
+    grouped = apply_messages(snap, [RouteUpdate(companion, beside=True)])
+    assert set(grouped.routes) == {kept, companion}
+    # Which one a replace takes is then ambiguous; a removal is not, and the
+    # companion goes with the last kept route of its identity.
+    with pytest.raises(ResyncRequired):
+        apply_messages(grouped, [PlainRouteReplaced(kept.identity)])
+    path = ("unicast", (("198.18.0.4", 2, 1),))
+    assert apply_messages(grouped, [PlainRouteRemoved(kept.identity, path)]).routes == (kept,)
+    assert apply_messages(grouped, [RouteRemoved(kept)]).routes == ()
+
+
+def test_plain_route_replacing_a_kept_one():
+    kept = make_route("192.0.2.0/24", "198.18.0.3")
+    snap = base_snapshot((kept,))
+    assert apply_messages(snap, [PlainRouteReplaced(kept.identity)]).routes == ()
+    other = kept.identity[:2] + ("203.0.113.0/24",) + kept.identity[3:]
+    assert apply_messages(snap, [PlainRouteReplaced(other)]) is snap
+    # A kept route created beside routes never seen: a later replace could
+    # take either, so the snapshot is read again.
+    with pytest.raises(ResyncRequired):
+        apply_messages(base_snapshot(), [RouteUpdate(kept, beside=True)])
 
 
 def test_replayed_events_converge():

@@ -18,6 +18,10 @@ from linuxfp.state import (
     read_snapshot,
     refresh_polled,
 )
+from linuxfp.state import decode
+from linuxfp.state import netlink as nl
+from linuxfp.state.model import route_order
+from linuxfp.state.read import dump_routes
 
 pytestmark = pytest.mark.netns
 
@@ -79,7 +83,9 @@ def test_links_addresses_routes_rules_neighbours(netns):
     assert prohibit.type == "prohibit" and prohibit.priority == 7 and prohibit.nexthops == ()
     custom = by_dst[(100, "192.0.2.0/24")]
     assert custom.mtu == 1400 and custom.realm == 5
-    assert by_dst[(RT_TABLE_MAIN, "0.0.0.0/0")].nexthops[0].gateway == "198.18.1.2"
+    # Plain unicast routes are answered by the live FIB and not kept.
+    assert (RT_TABLE_MAIN, "0.0.0.0/0") not in by_dst
+    assert (RT_TABLE_MAIN, "198.18.0.0/24") not in by_dst
     # The local table is part of the dump too (pyroute2 would filter it out).
     assert by_dst[(RT_TABLE_LOCAL, "198.18.0.1/32")].type == "local"
     assert by_dst[(RT_TABLE_LOCAL, "198.18.0.255/32")].type == "broadcast"
@@ -93,6 +99,42 @@ def test_links_addresses_routes_rules_neighbours(netns):
 
     json.dumps(snap.to_dict())  # CLI output must serialise
     assert snap == read_snapshot()
+
+
+def test_route_dump_scan_keeps_exactly_what_a_full_decode_would(netns, tmp_path):
+    """The scan decodes only flagged messages; a full decode of every message
+    is the reference. Kept routes sit among thousands of plain ones, across
+    datagram boundaries, with plain companions of the same identity, and
+    with payload bytes that look like the attributes the scan looks for."""
+    basic_topology()
+    lines = []
+    for i in range(6000):
+        dst = f"198.19.{i // 250}.{i % 250}/32"
+        if i % 997 == 0:
+            lines.append(f"route add {dst} via 198.18.0.2 mtu 1300")
+        elif i % 1499 == 0:
+            lines.append(f"route add blackhole {dst}")
+        elif i % 1201 == 0:
+            lines.append(f"route add {dst} nexthop via 198.18.0.2 nexthop via 198.18.1.2")
+        else:
+            lines.append(f"route add {dst} via 198.18.0.2 metric {i % 3}")
+        if i % 1777 == 0:   # a group: a kept route with a plain one beside it
+            lines.append(f"route append {dst} via 198.18.1.2" if i % 997 == 0 else
+                         f"route append {dst} via 198.18.1.2 mtu 1200")
+    # Payloads with the byte patterns of RTAX_MTU / RTA_MULTIPATH headers.
+    lines += ["route add 198.19.200.0/24 via 198.18.0.2 metric 131080", "route add 198.19.9.0/24 via 198.18.0.2",
+              "route add 203.0.113.0/24 via 198.18.0.2 metric 589833"]
+    (tmp_path / "r").write_text("\n".join(lines) + "\n")
+    sh(f"ip -batch {tmp_path / 'r'}")
+    with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
+        everything = [r for m in sock.dump(decode.RTM_GETROUTE, decode.route_dump_request())
+                      if (r := decode.decode_route(m.payload)) is not None]
+        scanned = dump_routes(sock)
+    kept_identities = {r.identity for r in everything if not r.plain}
+    reference = sorted((r for r in everything if not r.plain or r.identity in kept_identities), key=route_order)
+    assert list(scanned) == reference
+    assert len(everything) > 6000 and 20 < len(scanned) < 100
+    assert any(r.plain for r in scanned)   # companions were found
 
 
 def test_sysctls_effective_values(netns):

@@ -67,12 +67,31 @@ class AddressRemoved:
 class RouteUpdate:
     route: Route
     replace: bool = False  # NLM_F_REPLACE: took the place of an existing route
+    # Created next to routes of the same identity (no NLM_F_EXCL: `ip route
+    # append/prepend`); a plain route arrives only this way (decode drops the rest).
+    beside: bool = False
     kind = "route"
 
 
 @dataclass(frozen=True, slots=True)
 class RouteRemoved:
     route: Route
+    kind = "route"
+
+
+@dataclass(frozen=True, slots=True)
+class PlainRouteReplaced:
+    """A plain route (Route.plain) took the place of the first route with
+    this identity; not decoded further, as the snapshot does not keep it."""
+
+    identity: tuple
+    kind = "route"
+
+
+@dataclass(frozen=True, slots=True)
+class PlainRouteRemoved:
+    identity: tuple
+    path: tuple   # (type, ((gateway, oif, weight), ...)), as _path() gives
     kind = "route"
 
 
@@ -211,6 +230,7 @@ class XfrmReplaced:
 
 Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
+    | PlainRouteReplaced | PlainRouteRemoved
     | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
     | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced | RulesReplaced | SysctlsReplaced
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
@@ -286,30 +306,48 @@ def _route_identity(r: Route) -> tuple:
     return r.identity
 
 
+def _path(r: Route) -> tuple:
+    return (r.type, tuple((h.gateway, h.oif, h.weight) for h in r.nexthops))
+
+
 def _same_path(a: Route, b: Route) -> bool:
-    """Same route apart from state the kernel flips silently (nexthop flags)."""
-    if a.type != b.type or len(a.nexthops) != len(b.nexthops):
-        return False
-    return all((x.gateway, x.oif, x.weight) == (y.gateway, y.oif, y.weight)
-               for x, y in zip(a.nexthops, b.nexthops))
+    return _path(a) == _path(b)
+
+
+# Snapshot.routes keeps plain routes only as companions of a kept route with
+# the same identity: then a replace or removal of that identity can be told
+# apart. The kernel creates a route beside others only without NLM_F_EXCL
+# (RouteUpdate.beside), so every companion is either dumped next to its kept
+# route or announced beside it.
+
+def _drop_lonely_companions(routes: _SortedEdit[Route], identity: tuple) -> None:
+    lo, hi = routes.span(identity, _route_identity)
+    if hi > lo and all(routes.get(i).plain for i in range(lo, hi)):
+        for i in reversed(range(lo, hi)):
+            routes.delete_at(i)
 
 
 def _apply_route_update(routes: _SortedEdit[Route], msg: RouteUpdate) -> None:
     new = msg.route
     lo, hi = routes.span(new.identity, _route_identity)
-    candidates = [i for i in range(lo, hi)]
-    same = [i for i in candidates if _same_path(routes.get(i), new)]
+    if new.plain and lo == hi:
+        return  # beside plain routes only: none of them is kept
+    same = [i for i in range(lo, hi) if _same_path(routes.get(i), new)]
     if same:
         # Re-announcement (or a replay after a dump): refresh in place.
         routes.delete_at(same[0])
         routes.upsert(new)
         return
-    if msg.replace and candidates:
-        if len(candidates) > 1:
+    if msg.replace and hi > lo:
+        if hi - lo > 1:
             # The kernel replaced the first of several appended routes in its
             # own list order, which we do not track.
             raise ResyncRequired(f"ambiguous route replace for {new.dst} table {new.table}")
-        routes.delete_at(candidates[0])
+        routes.delete_at(lo)
+    elif msg.beside and lo == hi:
+        # Created beside plain routes the snapshot never kept: which of them a
+        # later replace takes is unknown until a dump shows them.
+        raise ResyncRequired(f"route {new.dst} table {new.table} created beside routes not kept")
     routes.upsert(new)
 
 
@@ -320,6 +358,23 @@ def _apply_route_removed(routes: _SortedEdit[Route], gone: Route) -> None:
         return
     for i in range(lo, hi):
         if _same_path(routes.get(i), gone):
+            routes.delete_at(i)
+            break
+    _drop_lonely_companions(routes, gone.identity)
+
+
+def _apply_plain_replaced(routes: _SortedEdit[Route], identity: tuple) -> None:
+    lo, hi = routes.span(identity, _route_identity)
+    if hi - lo > 1:
+        raise ResyncRequired(f"ambiguous route replace for {identity[2]} table {identity[1]}")
+    if hi > lo:
+        routes.delete_at(lo)
+
+
+def _apply_plain_removed(routes: _SortedEdit[Route], msg: PlainRouteRemoved) -> None:
+    lo, hi = routes.span(msg.identity, _route_identity)
+    for i in range(lo, hi):
+        if routes.get(i).plain and _path(routes.get(i)) == msg.path:
             routes.delete_at(i)
             return
 
@@ -370,6 +425,10 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             _apply_route_update(routes, msg)
         elif isinstance(msg, RouteRemoved):
             _apply_route_removed(routes, msg.route)
+        elif isinstance(msg, PlainRouteRemoved):
+            _apply_plain_removed(routes, msg)
+        elif isinstance(msg, PlainRouteReplaced):
+            _apply_plain_replaced(routes, msg.identity)
         elif isinstance(msg, AddressUpdate):
             addresses.upsert(msg.address)
         elif isinstance(msg, AddressRemoved):

@@ -24,6 +24,8 @@ from .changes import (
     NetconfChanged,
     NexthopChanged,
     NftablesChanged,
+    PlainRouteRemoved,
+    PlainRouteReplaced,
     XfrmChanged,
     QdiscChanged,
     RouteRemoved,
@@ -39,6 +41,8 @@ from .model import (
     IFF_LOWER_UP,
     IFF_UP,
     ROUTE_TYPES,
+    RT_TABLE_LOCAL,
+    RTNH_F_KERNEL_STATE,
     RULE_ACTIONS,
     XDP_ATTACHED_NONE,
     Address,
@@ -301,7 +305,8 @@ def decode_route(payload: bytes) -> Route | None:
         if gateway is None and oif is None:
             nexthops = ()
         else:
-            nexthops = (NextHop(gateway=gateway, oif=oif, weight=1, flags=flags & RTNH_FLAGS_MASK),)
+            nexthops = (NextHop(gateway=gateway, oif=oif, weight=1,
+                                flags=flags & RTNH_FLAGS_MASK & ~RTNH_F_KERNEL_STATE),)
     mtu = 0
     if RTA_METRICS in a:
         metrics = nl.parse_attrs(a[RTA_METRICS])
@@ -336,10 +341,195 @@ def _decode_multipath(family: int, data: bytes) -> tuple[NextHop, ...]:
             gateway=_gateway(family, a),
             oif=ifindex or None,
             weight=weight_minus_one + 1,
-            flags=flags,
+            flags=flags & ~RTNH_F_KERNEL_STATE,
         ))
         offset += nl.align4(length)
     return tuple(hops)
+
+
+# --- telling plain routes apart without decoding them ----------------------------
+#
+# A BGP full table is 800 000 routes, and decoding one into a Route costs
+# ~15 us: 12 s. Almost all are `Route.plain`, which the snapshot does not
+# keep, so a dump is scanned instead: one header unpack per message, and one
+# regular-expression pass per datagram (in C) for the attributes that make a
+# unicast route worth keeping. Only the messages it flags are decoded, and
+# decode_route() + Route.plain stay the definition: the scan may flag too
+# much (a payload byte pattern that looks like one of those attributes),
+# never too little.
+
+_NLMSG_RTMSG = struct.Struct("=IHHII" "BBBBBBBBI")   # nlmsghdr, then struct rtmsg
+_RTN_UNICAST = 1
+# Attribute headers (u16 length, u16 type) of RTA_NH_ID and of the RTAX_MTU
+# metric nested in RTA_METRICS (both u32: length 8), and of RTA_MULTIPATH
+# (length >= 12). RTAX_MTU's header equals RTA_SRC's, which IPv4 never sends.
+# bytes.find (memmem) runs at memory speed where a regular expression here
+# does not: the u32 headers of the RTAX_MTU metric and of RTA_NH_ID are found
+# directly, RTA_MULTIPATH (any length) by its type among the u16s at offsets
+# 2 mod 4, where every aligned attribute keeps its type. Hits off alignment
+# are payload bytes and are skipped.
+_MTU_METRIC_HEADER = struct.pack("=HH", 8, RTAX_MTU)
+_NH_ID_HEADER = struct.pack("=HH", 8, RTA_NH_ID)
+_MULTIPATH_TYPE = struct.pack("=H", RTA_MULTIPATH)
+
+
+def _aligned_hints(data: bytes) -> list[int]:
+    """Aligned offsets in a datagram where a kept-route attribute may start."""
+    hints = []
+    for header in (_MTU_METRIC_HEADER, _NH_ID_HEADER):
+        at = data.find(header)
+        while at >= 0:
+            if not at & 3:
+                hints.append(at)
+            at = data.find(header, at + 1)
+    types = memoryview(data)[: len(data) & ~3].cast("H")[1::2].tobytes()
+    at = types.find(_MULTIPATH_TYPE)
+    while at >= 0:
+        if not at & 1:
+            hints.append(2 * at)   # the u16 at types[at] sits at byte 4 * (at / 2) + 2
+        at = types.find(_MULTIPATH_TYPE, at + 1)
+    hints.sort()
+    return hints
+
+
+class RouteDumpScan:
+    """Feeds on the datagrams of one route dump and collects the payloads of
+    routes that may not be plain, each with its neighbours in the dump: the
+    kernel dumps routes of one identity (table, prefix, tos, metric) next to
+    each other, so a plain route that shares its identity with a kept one is
+    found beside it (Snapshot.routes keeps such companions)."""
+
+    def __init__(self, seq: int):
+        self.seq = seq
+        self.payloads: list[bytes] = []
+        self.done = False
+        self.interrupted = False
+        self.error = 0
+        self._previous: bytes | None = None   # the last message not collected
+        self._take_next = False
+
+    def feed(self, data: bytes) -> None:
+        # One pass, the hot loop of a full-table start-up: locals only, one
+        # unpack per message, everything unusual on the slow path.
+        end = len(data)
+        hints = _aligned_hints(data)
+        hints.append(end)              # sentinel
+        h, next_hint = 0, hints[0]
+        unpack = _NLMSG_RTMSG.unpack_from
+        collected = self.payloads
+        want = self.seq
+        take_next = self._take_next
+        previous = -1                  # offset of the previous route message here
+        last_collected = False
+        offset = 0
+        while offset + 28 <= end:
+            (length, mtype, flags, seq, _pid, family, _dst_len, _src_len, _tos, table, _protocol,
+             _scope, rtype, rtm_flags) = unpack(data, offset)
+            if mtype != RTM_NEWROUTE or flags != nl.NLM_F_MULTI or seq != want or length < 28:
+                break                  # not a plain dump message: the slow path below
+            following = offset + ((length + 3) & ~3)
+            while next_hint < offset:
+                h += 1
+                next_hint = hints[h]
+            if (rtype != _RTN_UNICAST or table == RT_TABLE_LOCAL or family != AF_INET
+                    or rtm_flags & RTM_F_CLONED or next_hint < following):
+                if not last_collected:
+                    if previous >= 0:
+                        collected.append(self._payload(data, previous))
+                    elif self._previous is not None and offset == 0:
+                        collected.append(self._previous)
+                collected.append(data[offset + 16 : offset + length])
+                take_next = last_collected = True
+            elif take_next:
+                collected.append(data[offset + 16 : offset + length])
+                take_next = False
+                last_collected = True
+            else:
+                last_collected = False
+            previous = offset
+            offset = following
+        self._take_next = take_next
+        self._previous = (None if previous < 0 or last_collected else self._payload(data, previous))
+        if offset + 16 <= end:
+            self._slow(data, offset)
+
+    @staticmethod
+    def _payload(data: bytes, offset: int) -> bytes:
+        length = nl.NLMSGHDR.unpack_from(data, offset)[0]
+        return data[offset + 16 : offset + length]
+
+    def _slow(self, data: bytes, offset: int) -> None:
+        """The rest of a datagram from the first message the loop did not
+        take: control messages, an interrupted dump, someone else's seq."""
+        end = len(data)
+        while offset + 16 <= end:
+            length, mtype, flags, seq, _pid = nl.NLMSGHDR.unpack_from(data, offset)
+            if length < 16 or offset + length > end:
+                return
+            if seq == self.seq:
+                if flags & nl.NLM_F_DUMP_INTR:
+                    self.interrupted = True
+                if mtype == nl.NLMSG_DONE:
+                    self.done = True
+                    return
+                if mtype == nl.NLMSG_ERROR:
+                    self.error = -nl.s32(data[offset + 16 : offset + 20])
+                    self.done = True
+                    return
+                if mtype == RTM_NEWROUTE:
+                    # Rare (an interrupted dump is read again anyway): keep it
+                    # whole and forget neighbours, decode_route decides.
+                    self.payloads.append(data[offset + 16 : offset + length])
+                    self._previous, self._take_next = None, True
+            offset += (length + 3) & ~3
+
+    def routes(self) -> list[Route]:
+        """The kept routes: every collected one that is not plain, and plain
+        ones that share an identity with one of those."""
+        decoded = [r for r in map(decode_route, self.payloads) if r is not None]
+        kept = {r.identity for r in decoded if not r.plain}
+        return [r for r in decoded if not r.plain or r.identity in kept]
+
+
+def plain_route_key(payload: bytes) -> tuple[tuple, tuple] | None:
+    """(identity, path) of a plain IPv4 route message, read without building a
+    Route; None when the route is not plain (decode it)."""
+    (family, dst_len, _src_len, tos, table, _protocol, _scope, rtype,
+     flags) = _RTMSG.unpack_from(payload)
+    if rtype != _RTN_UNICAST or table == RT_TABLE_LOCAL or family != AF_INET or flags & RTM_F_CLONED:
+        return None
+    dst = b"\0\0\0\0"
+    priority = 0
+    gateway = oif = None
+    offset = _RTMSG.size
+    end = len(payload)
+    unpack = nl.NLATTR.unpack_from
+    while offset + 4 <= end:
+        length, atype = unpack(payload, offset)
+        if length < 4 or offset + length > end:
+            break
+        atype &= nl.NLA_TYPE_MASK
+        value = payload[offset + 4 : offset + length]
+        if atype == RTA_DST:
+            dst = value
+        elif atype == RTA_TABLE:
+            table = nl.u32(value)
+            if table == RT_TABLE_LOCAL:
+                return None
+        elif atype == RTA_PRIORITY:
+            priority = nl.u32(value)
+        elif atype == RTA_OIF:
+            oif = nl.u32(value)
+        elif atype == RTA_GATEWAY:
+            gateway = socket.inet_ntoa(value)
+        elif atype == RTA_MULTIPATH or atype == RTA_NH_ID or atype == RTA_VIA:
+            return None
+        elif atype == RTA_METRICS and RTAX_MTU in nl.parse_attrs(value):
+            return None
+        offset += (length + 3) & ~3
+    identity = (family, table, f"{socket.inet_ntoa(dst)}/{dst_len}", tos, priority)
+    hops = ((gateway, oif, 1),) if gateway is not None or oif is not None else ()
+    return identity, ("unicast", hops)
 
 
 def route_dump_request(family: int = AF_INET) -> bytes:
@@ -494,16 +684,35 @@ def decode_netdev_dev(payload: bytes) -> tuple[int, int, int, int] | None:
 
 # --- event dispatch --------------------------------------------------------------
 
-def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
-    """One rtnetlink multicast message -> change message (None: not ours)."""
-    t = msg.type
-    if t == RTM_NEWROUTE or t == RTM_DELROUTE:
-        route = decode_route(msg.payload)
+def _route_event(t: int, flags: int, payload: bytes) -> Message | None:
+    """A plain route costs one attribute walk: a burst of BGP updates must be
+    absorbed at the rate it arrives. Only what could touch a kept route is
+    passed on (see changes._apply_plain_*)."""
+    plain = plain_route_key(payload)
+    if plain is None:
+        route = decode_route(payload)
         if route is None:
             return None
         if t == RTM_DELROUTE:
             return RouteRemoved(route)
-        return RouteUpdate(route, replace=bool(msg.flags & nl.NLM_F_REPLACE))
+        return RouteUpdate(route, replace=bool(flags & nl.NLM_F_REPLACE),
+                           beside=not flags & (nl.NLM_F_REPLACE | nl.NLM_F_EXCL))
+    identity, path = plain
+    if t == RTM_DELROUTE:
+        return PlainRouteRemoved(identity, path)
+    if flags & nl.NLM_F_REPLACE:
+        return PlainRouteReplaced(identity)
+    if flags & nl.NLM_F_EXCL:
+        return None  # created where no route of its identity was: nothing kept is touched
+    route = decode_route(payload)
+    return None if route is None else RouteUpdate(route, beside=True)
+
+
+def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
+    """One rtnetlink multicast message -> change message (None: not ours)."""
+    t = msg.type
+    if t == RTM_NEWROUTE or t == RTM_DELROUTE:
+        return _route_event(t, msg.flags, msg.payload)
     if t == RTM_NEWADDR or t == RTM_DELADDR:
         address = decode_address(msg.payload)
         if address is None:

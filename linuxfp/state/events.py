@@ -309,7 +309,10 @@ class EventStream:
                     need_rules = need_sysctls = True
                 elif before[0] != link.name:
                     need_rules = need_sysctls = True
-                if before is None or before[1] != state[1]:
+                if before is not None and before[1] & IFF_UP and not state[1] & IFF_UP:
+                    # Going down flushes the routes through the link without
+                    # a word. Coming up, or carrier changes, only flip nexthop
+                    # flags the snapshot does not keep (RTNH_F_KERNEL_STATE).
                     need_routes = True
                 self._links[link.index] = state
             elif isinstance(msg, LinkRemoved):

@@ -82,6 +82,11 @@ RTNH_F_OFFLOAD = 8
 RTNH_F_LINKDOWN = 16
 RTNH_F_UNRESOLVED = 32
 RTNH_F_TRAP = 64
+RTNH_F_OFFLOAD_FAILED = 128
+# The kernel flips these on a route's nexthops silently (link down/up,
+# offload drivers); the snapshot keeps only the flags a user sets.
+RTNH_F_KERNEL_STATE = (RTNH_F_DEAD | RTNH_F_OFFLOAD | RTNH_F_LINKDOWN | RTNH_F_UNRESOLVED | RTNH_F_TRAP
+                       | RTNH_F_OFFLOAD_FAILED)
 
 # fib rule actions (include/uapi/linux/fib_rules.h)
 RULE_ACTIONS = {
@@ -279,11 +284,7 @@ class NextHop(_JsonMixin):
     gateway: str | None
     oif: int | None
     weight: int = 1
-    flags: int = 0  # RTNH_F_*: dead, onlink, linkdown, ...
-
-    @property
-    def dead(self) -> bool:
-        return bool(self.flags & (RTNH_F_DEAD | RTNH_F_LINKDOWN))
+    flags: int = 0  # RTNH_F_* a user sets (onlink, pervasive); never RTNH_F_KERNEL_STATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +311,16 @@ class Route(_JsonMixin):
     def identity(self) -> tuple[int, int, str, int, int]:
         """What IPv4 FIB uses to find "the same" route (fib_find_alias)."""
         return (self.family, self.table, self.dst, self.tos, self.priority)
+
+    @property
+    def plain(self) -> bool:
+        """A route only the live FIB needs to know: unicast, outside the local
+        table, one nexthop that is not a nexthop object, no MTU metric. The
+        datapath asks bpf_fib_lookup() about these and no node reads them, so
+        the snapshot does not keep them (a BGP full table is 800 000 of
+        them); see Snapshot.routes."""
+        return (self.type == "unicast" and self.table != RT_TABLE_LOCAL and len(self.nexthops) <= 1
+                and not self.nh_id and not self.mtu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,6 +516,9 @@ class Snapshot(_JsonMixin):
 
     links: tuple[Link, ...]
     addresses: tuple[Address, ...]
+    # The routes a node reads: every route that is not `plain`, plus any plain
+    # route with the identity of one of those (so a replace or removal of
+    # that identity can be told apart). Plain routes are left to the live FIB.
     routes: tuple[Route, ...]
     rules: tuple[Rule, ...]
     neighbours: tuple[Neighbour, ...]

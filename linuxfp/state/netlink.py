@@ -15,9 +15,9 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Self
+from typing import Protocol, Self, TypeVar
 
 # --- netlink core (include/uapi/linux/netlink.h) ---------------------------
 NETLINK_ROUTE = 0
@@ -47,8 +47,8 @@ SO_RCVBUFFORCE = 33
 NLA_F_NESTED = 0x8000
 NLA_TYPE_MASK = 0x3FFF
 
-_NLMSGHDR = struct.Struct("=IHHII")
-_NLATTR = struct.Struct("=HH")
+NLMSGHDR = struct.Struct("=IHHII")
+NLATTR = struct.Struct("=HH")
 
 # Large enough for the biggest dump chunk the kernel sends (it sizes dump
 # skbs to at most 32 KiB by default, more with big pages).
@@ -95,7 +95,7 @@ def split_messages(data: bytes | memoryview) -> Iterator[RawMessage]:
     offset = 0
     end = len(data)
     while offset + 16 <= end:
-        length, mtype, flags, seq, _pid = _NLMSGHDR.unpack_from(data, offset)
+        length, mtype, flags, seq, _pid = NLMSGHDR.unpack_from(data, offset)
         if length < 16 or offset + length > end:
             break
         yield RawMessage(mtype, flags, seq, bytes(data[offset + 16 : offset + length]))
@@ -110,7 +110,7 @@ def parse_attrs(data: bytes, offset: int = 0, end: int | None = None) -> dict[in
     attrs: dict[int, bytes] = {}
     if end is None:
         end = len(data)
-    unpack = _NLATTR.unpack_from
+    unpack = NLATTR.unpack_from
     while offset + 4 <= end:
         length, atype = unpack(data, offset)
         if length < 4 or offset + length > end:
@@ -126,7 +126,7 @@ def parse_attr_list(data: bytes) -> list[tuple[int, bytes]]:
     offset = 0
     end = len(data)
     while offset + 4 <= end:
-        length, atype = _NLATTR.unpack_from(data, offset)
+        length, atype = NLATTR.unpack_from(data, offset)
         if length < 4 or offset + length > end:
             break
         out.append((atype & NLA_TYPE_MASK, data[offset + 4 : offset + length]))
@@ -137,7 +137,7 @@ def parse_attr_list(data: bytes) -> list[tuple[int, bytes]]:
 def attr(atype: int, payload: bytes) -> bytes:
     """Encode one attribute, padded."""
     length = 4 + len(payload)
-    return _NLATTR.pack(length, atype) + payload + b"\0" * (align4(length) - length)
+    return NLATTR.pack(length, atype) + payload + b"\0" * (align4(length) - length)
 
 
 def u8(b: bytes) -> int:
@@ -166,6 +166,9 @@ def be32(b: bytes) -> int:
 
 def cstr(b: bytes) -> str:
     return b.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+ScannerT = TypeVar("ScannerT", bound="DumpScanner")
 
 
 class NetlinkSocket:
@@ -206,7 +209,7 @@ class NetlinkSocket:
 
     def send(self, mtype: int, flags: int, payload: bytes) -> int:
         seq = self.next_seq()
-        header = _NLMSGHDR.pack(16 + len(payload), mtype, flags, seq, 0)
+        header = NLMSGHDR.pack(16 + len(payload), mtype, flags, seq, 0)
         self.sock.send(header + payload)
         return seq
 
@@ -246,6 +249,31 @@ class NetlinkSocket:
             except DumpInterrupted:
                 continue
         return self.request(mtype, payload, dump=True)
+
+    def scan_dump(self, mtype: int, payload: bytes, scanner_for: Callable[[int], ScannerT], *,
+                  retries: int = 5) -> ScannerT:
+        """Dump a table into a scanner that frames the messages itself, for
+        tables too large to make a RawMessage of every message (800 000
+        routes); restart when the kernel says the table changed meanwhile."""
+        for attempt in range(retries + 1):
+            scanner = scanner_for(self.send(mtype, NLM_F_REQUEST | NLM_F_DUMP, payload))
+            while not scanner.done:
+                scanner.feed(self.sock.recv(RECV_BUFSIZE))
+            if scanner.error:
+                raise NetlinkError(scanner.error, f"netlink dump type {mtype}: {os.strerror(scanner.error)}")
+            if not scanner.interrupted:
+                return scanner
+        raise DumpInterrupted(f"netlink dump of type {mtype} was interrupted {retries + 1} times")
+
+
+class DumpScanner(Protocol):
+    """Reads a dump's datagrams itself (see NetlinkSocket.scan_dump)."""
+
+    done: bool
+    interrupted: bool
+    error: int
+
+    def feed(self, data: bytes) -> None: ...
 
 
 def set_rcvbuf(sock: socket.socket, size: int) -> None:

@@ -59,9 +59,9 @@ def dump_tc_ingress(sock: nl.NetlinkSocket) -> frozenset[int]:
 
 
 def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
-    routes = _decoded(sock.dump(decode.RTM_GETROUTE, decode.route_dump_request()), decode.decode_route)
-    routes.sort(key=route_order)
-    return tuple(routes)
+    """The routes the snapshot keeps (see Snapshot.routes), in route_order."""
+    scan = sock.scan_dump(decode.RTM_GETROUTE, decode.route_dump_request(), decode.RouteDumpScan)
+    return tuple(sorted(scan.routes(), key=route_order))
 
 
 def dump_rules(sock: nl.NetlinkSocket) -> tuple[Rule, ...]:
