@@ -22,9 +22,10 @@ The kernel changes some state without any notification. The stream notices
 the events that imply such changes and appends freshly read state to the
 batch, so `apply_messages` stays pure and the snapshot never drifts:
 
-* A link going admin/carrier up or down, being deleted, or an IPv4 address
-  being deleted: IPv4 flushes dependent routes and flips nexthop flags
-  (dead/linkdown) silently -> `RoutesReplaced` (one route dump).
+* A link going admin down, being deleted, or an IPv4 address being
+  deleted: IPv4 flushes dependent routes silently -> `RoutesReplaced` (one
+  route dump). The nexthop flags it flips meanwhile (dead/linkdown, also on
+  carrier changes and coming up) are not kept.
 * A link appearing, vanishing or being renamed: rule iif/oif "detached"
   flags change silently -> `RulesReplaced`; the new device is re-read (a
   veth's first end learns its peer ifindex silently) with its sysctls and
