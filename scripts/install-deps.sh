@@ -7,6 +7,7 @@ APT_PACKAGES=(
   clang llvm libbpf1 libbpf-dev linux-libc-dev libc6-dev bpftool
   iproute2 bridge-utils iptables nftables ipset ethtool tcpdump
   iputils-ping procps util-linux
+  bird2
   python3 python3-pip
 )
 

@@ -23,7 +23,7 @@ import shlex
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -169,6 +169,7 @@ class Lab:
         self.prefix = prefix
         self._namespaces: list[Namespace] = []
         self._processes: list[subprocess.Popen] = []
+        self._on_close: list[Callable[[], object]] = []
         # Re-entrant: the SIGINT/SIGTERM handler closes labs on the main
         # thread, possibly while that thread is inside namespace() or popen().
         self._lock = threading.RLock()
@@ -207,14 +208,24 @@ class Lab:
             self._processes.append(proc)
         return proc
 
+    def on_close(self, callback: Callable[[], object]) -> None:
+        """Run `callback` when the lab closes, after its processes are stopped
+        (e.g. to remove a daemon's scratch directory); errors are ignored."""
+        with self._lock:
+            self._on_close.append(callback)
+
     def close(self) -> None:
-        """Kill owned processes, then delete owned namespaces. Idempotent."""
+        """Kill owned processes, run the on_close callbacks, then delete owned namespaces. Idempotent."""
         with self._lock:
             processes, self._processes = self._processes, []
             namespaces, self._namespaces = self._namespaces, []
+            callbacks, self._on_close = self._on_close, []
             self._closed = True
         for proc in processes:
             _stop(proc)
+        for callback in reversed(callbacks):
+            with contextlib.suppress(Exception):
+                callback()
         for ns in reversed(namespaces):
             ns.delete()
         _unregister(self)
