@@ -145,6 +145,10 @@ def test_plain_route_replacing_a_kept_one():
     kept = make_route("192.0.2.0/24", "198.18.0.3")
     snap = base_snapshot((kept,))
     assert apply_messages(snap, [PlainRouteReplaced(kept.identity)]).routes == ()
+    # Decoded in full (an IPv4 route via an IPv6 gateway) yet plain: not kept either.
+    via6 = replace(kept, mtu=0, nexthops=(NextHop("2001:db8::1", 2),))
+    assert via6.plain
+    assert apply_messages(snap, [RouteUpdate(via6, replace=True)]).routes == ()
     other = kept.identity[:2] + ("203.0.113.0/24",) + kept.identity[3:]
     assert apply_messages(snap, [PlainRouteReplaced(other)]) is snap
     # A kept route created beside routes never seen: a later replace could

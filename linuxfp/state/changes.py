@@ -337,6 +337,7 @@ def _apply_route_update(routes: _SortedEdit[Route], msg: RouteUpdate) -> None:
         # Re-announcement (or a replay after a dump): refresh in place.
         routes.delete_at(same[0])
         routes.upsert(new)
+        _drop_lonely_companions(routes, new.identity)
         return
     if msg.replace and hi > lo:
         if hi - lo > 1:
@@ -349,11 +350,12 @@ def _apply_route_update(routes: _SortedEdit[Route], msg: RouteUpdate) -> None:
         # later replace takes is unknown until a dump shows them.
         raise ResyncRequired(f"route {new.dst} table {new.table} created beside routes not kept")
     routes.upsert(new)
+    _drop_lonely_companions(routes, new.identity)   # a plain route that replaced the last kept one
 
 
 def _apply_route_removed(routes: _SortedEdit[Route], gone: Route) -> None:
     lo, hi = routes.span(gone.identity, _route_identity)
-    if hi - lo == 1:
+    if hi - lo == 1 and not gone.plain:
         routes.delete_at(lo)
         return
     for i in range(lo, hi):
