@@ -1,8 +1,11 @@
 """`linuxfp bench scale`: the controller with large configurations.
 
 - start-up: time from `linuxfp run` to `ready` and the controller's memory
-  (VmRSS, VmHWM) with 1 k / 10 k / 100 k routes, and with 10 k bridge FDB
-  entries;
+  (VmRSS, VmHWM) with 1 k / 10 k / 100 k / 800 k routes (a BGP full table),
+  and with 10 k bridge FDB entries;
+- churn under the full table: 10 k route replaces in one `ip -batch` while
+  a neighbour and an address change: how long each of those waited to be
+  applied behind the burst;
 - burst: 10 k route additions in one `ip -batch`, with the controller
   running: how many batches it coalesced them into, each batch's response
   time, and how long until it had absorbed the whole burst."""
@@ -25,21 +28,28 @@ from .stats import percentile
 from .throughput import exclusive_machine, progress
 from .topology import SINK_IP, Line, build_line
 
-FULL_ROUTE_COUNTS = (1_000, 10_000, 100_000)
+FULL_ROUTE_COUNTS = (1_000, 10_000, 100_000, 800_000)
 QUICK_ROUTE_COUNTS = (1_000,)
 FDB_ENTRIES = 10_000
 BURST = 10_000
 QUICK_BURST = 1_000
-# /32 routes counted up from here stay inside 198.18.0.0/15 even at 100 k + burst.
+# Route i is a /32 counted up from here, inside 198.18.0.0/15 and clear of the
+# line's own /30s; past the end of the range the same /32s come again with the
+# next metric (distinct routes: 800 000 fit).
 FIRST_SCALE_ROUTE = ipaddress.ip_address("198.18.8.0")
+SCALE_SPAN = int(ipaddress.ip_address("198.19.255.255")) - int(FIRST_SCALE_ROUTE) + 1
 READY_TIMEOUT_S = 600.0
-BURST_OFFSET = 110_000   # burst routes follow the largest start-up set
+BURST_OFFSET = 110_000   # burst routes follow the 100 k start-up set
+CHURN_PROTOCOL = 12      # replaces flip the routes' protocol: a change the kernel announces
+NEIGH_PROBE, ADDR_PROBE = "198.18.3.1", "198.18.3.2"
+APPLIED_TIMEOUT_S = 60.0
 
 
-def _routes(line: Line, start: int, count: int, verb: str = "add") -> str:
-    first = int(FIRST_SCALE_ROUTE) + start
-    return "".join(f"route {verb} {ipaddress.ip_address(first + i)}/32 via {SINK_IP} dev {line.dut_out.ifname}\n"
-                   for i in range(count))
+def _routes(line: Line, start: int, count: int, verb: str = "add", extra: str = "") -> str:
+    first = int(FIRST_SCALE_ROUTE)
+    return "".join(f"route {verb} {ipaddress.ip_address(first + i % SCALE_SPAN)}/32 via {SINK_IP} "
+                   f"dev {line.dut_out.ifname} metric {i // SCALE_SPAN}{extra}\n"
+                   for i in range(start, start + count))
 
 
 def _batch(line: Line, tool: str, commands: str) -> float:
@@ -89,6 +99,63 @@ def _add_fdb(line: Line, entries: int) -> None:
     _batch(line, "bridge", commands)
 
 
+def _applied_after(controller: ControllerProcess, mark: int, kind: str, since: float) -> float | None:
+    """Seconds from `since` until the controller printed an `applied` line
+    with `kind` among its kinds (after line `mark`); None on timeout."""
+    while time.monotonic() - since < APPLIED_TIMEOUT_S:
+        for line in controller.lines[mark:]:
+            m = _APPLIED.match(line)
+            if m and kind in m.group(1).split(","):
+                return time.monotonic() - since
+        time.sleep(0.0005)
+    return None
+
+
+def churn(line: Line, present: int, size: int) -> dict:
+    """`size` replaces of the routes present, and meanwhile a neighbour and
+    an address change: each must be applied within its own response time,
+    not after the burst (issue 7: ≤ 20 ms at 800 k routes)."""
+    out = line.dut_out.ifname
+    with ControllerProcess(line.dut.name, hook="xdp", ready_timeout=READY_TIMEOUT_S) as controller:
+        controller.settled(timeout=READY_TIMEOUT_S)
+        mark = len(controller.lines)
+        commands = _routes(line, 0, min(size, present), verb="replace", extra=f" proto {CHURN_PROTOCOL}")
+        started = time.monotonic()
+        batch = subprocess.Popen(line.dut.exec_argv(["ip", "-batch", "-"]), stdin=subprocess.PIPE, text=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert batch.stdin is not None
+        batch.stdin.write(commands)
+        batch.stdin.close()
+        time.sleep(0.02)   # the burst is under way
+        since = time.monotonic()
+        line.dut.run(["ip", "neigh", "replace", NEIGH_PROBE, "lladdr", "02:5c:00:00:00:01", "dev", out,
+                      "nud", "permanent"])
+        neigh_s = _applied_after(controller, mark, "neigh", since)
+        since = time.monotonic()
+        line.dut.run(["ip", "addr", "add", f"{ADDR_PROBE}/32", "dev", out])
+        addr_s = _applied_after(controller, mark, "addr", since)
+        burst_running = batch.poll() is None
+        if batch.wait(timeout=READY_TIMEOUT_S) != 0:
+            raise RuntimeError(f"ip -batch failed: {batch.stderr.read().strip()[:500] if batch.stderr else ''}")
+        command_s = time.monotonic() - started
+        controller.settled(timeout=READY_TIMEOUT_S)
+        absorbed_s = time.monotonic() - started
+        batches = [float(m.group(2)) for m in map(_APPLIED.match, controller.lines[mark:]) if m]
+    line.dut.run(["ip", "neigh", "del", NEIGH_PROBE, "dev", out])
+    line.dut.run(["ip", "addr", "del", f"{ADDR_PROBE}/32", "dev", out])
+    return {
+        "routes": present,
+        "replaces": min(size, present),
+        "neigh_applied_ms": None if neigh_s is None else round(neigh_s * 1e3, 2),
+        "addr_applied_ms": None if addr_s is None else round(addr_s * 1e3, 2),
+        "burst_still_running": burst_running,
+        "command_s": round(command_s, 3),
+        "absorbed_after_s": round(absorbed_s, 3),
+        "batches": len(batches),
+        "batch_max_ms": round(max(batches), 3) if batches else None,
+    }
+
+
 def burst(line: Line, size: int) -> dict:
     """`size` route additions in one batch while the controller runs."""
     with ControllerProcess(line.dut.name, hook="xdp", ready_timeout=READY_TIMEOUT_S) as controller:
@@ -132,6 +199,10 @@ def run(options: Options) -> dict:
             startup[f"{count}_routes"] = _summarize_startup(count, "routes", runs)
             progress(f"scale: {count} routes: ready after {startup[f'{count}_routes']['ready_s_median']} s, "
                      f"RSS {startup[f'{count}_routes']['rss_kib_median']} KiB")
+        churned = churn(line, present, burst_size)
+        progress(f"scale: {churned['replaces']} replaces over {present} routes: neighbour applied after "
+                 f"{churned['neigh_applied_ms']} ms, address after {churned['addr_applied_ms']} ms, "
+                 f"burst absorbed after {churned['absorbed_after_s']} s")
         _batch(line, "ip", _routes(line, counts[0], present - counts[0], verb="del"))
         bursts = burst(line, burst_size)
         progress(f"scale: burst of {burst_size} route changes absorbed after {bursts['absorbed_after_s']} s "
@@ -154,8 +225,12 @@ def run(options: Options) -> dict:
             "routes": "/32 routes added with ip -batch on top of the router line",
             "repetitions": repetitions,
             "burst": f"{burst_size} route additions in one ip -batch with the controller running",
+            "churn": f"{burst_size} route replaces (protocol flipped) over the largest table, with an `ip neigh "
+                     "replace` and an `ip addr add` 20 ms into the burst; applied_ms = command done → the "
+                     "controller's `applied` line naming that kind",
         },
         "startup": startup,
+        "churn": churned,
         "burst": bursts,
         "systems": {},
         "ratios": {},
@@ -176,6 +251,9 @@ def summary_line(result: dict) -> str:
              for key, entry in result["startup"].items()]
     b = result["burst"]
     parts.append(f"burst of {b['changes']}: absorbed after {b['absorbed_after_s']} s in {b['batches']} batches")
+    if c := result.get("churn"):
+        parts.append(f"{c['replaces']} replaces over {c['routes']} routes: neighbour applied after "
+                     f"{c['neigh_applied_ms']} ms, address after {c['addr_applied_ms']} ms")
     return "scale " + "; ".join(parts)
 
 
@@ -188,7 +266,18 @@ def markdown(result: dict) -> str:
             + f"\nBurst of {b['changes']} route additions (`ip -batch`, {b['command_s']} s): "
               f"{b['batches']} controller batches, per-batch response p50 {b['batch_p50_ms']} ms, "
               f"p99 {b['batch_p99_ms']} ms, max {b['batch_max_ms']} ms; absorbed "
-              f"{b['absorbed_after_s']} s after the burst started.\n")
+              f"{b['absorbed_after_s']} s after the burst started.\n"
+            + _churn_markdown(result.get("churn")))
+
+
+def _churn_markdown(c: dict | None) -> str:
+    if not c:
+        return ""
+    return (f"\nChurn over {c['routes']} routes: {c['replaces']} route replaces in one `ip -batch` "
+            f"({c['command_s']} s; still running when both probes were applied: {c['burst_still_running']}); "
+            f"a neighbour change was applied {c['neigh_applied_ms']} ms and an address change "
+            f"{c['addr_applied_ms']} ms after its command; the burst was absorbed {c['absorbed_after_s']} s "
+            f"after it started ({c['batches']} batches, longest {c['batch_max_ms']} ms).\n")
 
 
 def plot(result: dict, path: Path, plt) -> None:
