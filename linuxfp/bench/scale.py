@@ -8,22 +8,30 @@
   applied behind the burst;
 - burst: 10 k route additions in one `ip -batch`, with the controller
   running: how many batches it coalesced them into, each batch's response
-  time, and how long until it had absorbed the whole burst."""
+  time, and how long until it had absorbed the whole burst;
+- restarts under traffic: probes through the DUT while the controller is
+  restarted with `--keep` (SIGTERM, then a new run adopts the datapath) and
+  killed (SIGKILL without `--keep`, restarted as systemd would): probes
+  lost, and the time the traffic spent on the kernel path per restart."""
 from __future__ import annotations
 
 import ipaddress
+import signal
 import statistics
 import subprocess
 import time
 from pathlib import Path
 
 from controller.launcher import ControllerProcess
+from linuxfp.lab.counters import ip_forw_datagrams
 from linuxfp.lab.netns import Lab
 
 from .machine import machine
 from .options import Options
+from .probes import ProbeStream
 from .response import _APPLIED
 from .results import table, timestamp
+from .sink import Sink
 from .stats import percentile
 from .throughput import exclusive_machine, progress
 from .topology import SINK_IP, Line, build_line
@@ -43,6 +51,8 @@ BURST_OFFSET = 110_000   # burst routes follow the 100 k start-up set
 CHURN_PROTOCOL = 12      # replaces flip the routes' protocol: a change the kernel announces
 NEIGH_PROBE, ADDR_PROBE = "198.18.3.1", "198.18.3.2"
 APPLIED_TIMEOUT_S = 60.0
+RESTARTS, QUICK_RESTARTS = 10, 3
+RUNNING_AFTER_RESTART_S = 0.3   # traffic on the new controller's datapath before the next restart
 
 
 def _routes(line: Line, start: int, count: int, verb: str = "add", extra: str = "") -> str:
@@ -156,6 +166,56 @@ def churn(line: Line, present: int, size: int) -> dict:
     }
 
 
+def restarts(line: Line, how: str, count: int) -> dict:
+    """Probes (one every ~0.1 ms) to a routed destination while the
+    controller is restarted `count` times, `how` = "keep" or "kill". Lost =
+    probes sent − probes the sink saw; kernel path = probes the DUT's kernel
+    forwarded (ForwDatagrams), as time at the measured probe rate."""
+    keep = how == "keep"
+    daddr, dmac = line.prefix_address(0), line.snk.mac
+    sink = Sink(line)
+    probes = ProbeStream(line)
+    controller = ControllerProcess(line.dut.name, hook="xdp", keep=keep)
+    try:
+        controller.start()
+        controller.settled()
+        probes.aim(daddr)
+        time.sleep(RUNNING_AFTER_RESTART_S)
+        sent0, forwarded0 = probes.sent, ip_forw_datagrams(line.dut)
+        seen0 = (sink.probe_seen(daddr, dmac) or _NO_PROBES).count
+        started = time.monotonic()
+        for _ in range(count):
+            controller.stop(signal.SIGTERM if keep else signal.SIGKILL)
+            controller = ControllerProcess(line.dut.name, hook="xdp", keep=keep)
+            controller.start()
+            controller.settled()
+            time.sleep(RUNNING_AFTER_RESTART_S)
+        elapsed = time.monotonic() - started
+        probes.aim(None)
+        sent = probes.sent - sent0
+        time.sleep(0.2)   # the last probes arrive
+        seen = (sink.probe_seen(daddr, dmac) or _NO_PROBES).count - seen0
+        kernel = ip_forw_datagrams(line.dut) - forwarded0
+    finally:
+        probes.close()
+        controller.stop()
+        if keep:
+            # Adopted without --keep, the kept datapath leaves with this run.
+            with ControllerProcess(line.dut.name, hook="xdp"):
+                pass
+        sink.close()
+    rate = sent / elapsed if elapsed > 0 else 0.0
+    return {
+        "how": how,
+        "restarts": count,
+        "probes_sent": sent,
+        "probes_lost": sent - seen,
+        "kernel_forwarded": kernel,
+        "probe_rate_pps": round(rate),
+        "kernel_path_ms_per_restart": round(kernel / rate / count * 1e3, 2) if rate and count else None,
+    }
+
+
 def burst(line: Line, size: int) -> dict:
     """`size` route additions in one batch while the controller runs."""
     with ControllerProcess(line.dut.name, hook="xdp", ready_timeout=READY_TIMEOUT_S) as controller:
@@ -183,6 +243,13 @@ def burst(line: Line, size: int) -> dict:
     }
 
 
+class _NoProbes:
+    count = 0
+
+
+_NO_PROBES = _NoProbes()
+
+
 def run(options: Options) -> dict:
     started = timestamp()
     counts = QUICK_ROUTE_COUNTS if options.quick else FULL_ROUTE_COUNTS
@@ -207,6 +274,11 @@ def run(options: Options) -> dict:
         bursts = burst(line, burst_size)
         progress(f"scale: burst of {burst_size} route changes absorbed after {bursts['absorbed_after_s']} s "
                  f"in {bursts['batches']} batch(es)")
+        restart_count = QUICK_RESTARTS if options.quick else RESTARTS
+        restarted = [restarts(line, how, restart_count) for how in ("keep", "kill")]
+        for r in restarted:
+            progress(f"scale: {r['restarts']} restarts ({r['how']}) under {r['probe_rate_pps']} probes/s: "
+                     f"{r['probes_lost']} lost, {r['kernel_path_ms_per_restart']} ms on the kernel path each")
         fdb_entries = 1_000 if options.quick else FDB_ENTRIES
         _add_fdb(line, fdb_entries)
         runs = [start_up(line) for _ in range(repetitions)]
@@ -232,6 +304,7 @@ def run(options: Options) -> dict:
         "startup": startup,
         "churn": churned,
         "burst": bursts,
+        "restarts": restarted,
         "systems": {},
         "ratios": {},
     }
@@ -251,6 +324,9 @@ def summary_line(result: dict) -> str:
              for key, entry in result["startup"].items()]
     b = result["burst"]
     parts.append(f"burst of {b['changes']}: absorbed after {b['absorbed_after_s']} s in {b['batches']} batches")
+    for r in result.get("restarts", ()):
+        parts.append(f"{r['restarts']} restarts ({r['how']}): {r['probes_lost']} probes lost, "
+                     f"{r['kernel_path_ms_per_restart']} ms on the kernel path each")
     if c := result.get("churn"):
         parts.append(f"{c['replaces']} replaces over {c['routes']} routes: neighbour applied after "
                      f"{c['neigh_applied_ms']} ms, address after {c['addr_applied_ms']} ms")
@@ -267,7 +343,17 @@ def markdown(result: dict) -> str:
               f"{b['batches']} controller batches, per-batch response p50 {b['batch_p50_ms']} ms, "
               f"p99 {b['batch_p99_ms']} ms, max {b['batch_max_ms']} ms; absorbed "
               f"{b['absorbed_after_s']} s after the burst started.\n"
-            + _churn_markdown(result.get("churn")))
+            + _churn_markdown(result.get("churn")) + _restarts_markdown(result.get("restarts", ())))
+
+
+def _restarts_markdown(rows) -> str:
+    if not rows:
+        return ""
+    return ("\nRestarts under traffic (probes every ~0.1 ms to a routed destination):\n\n"
+            + table(["restart", "times", "probes sent", "lost", "kernel-forwarded", "kernel path per restart (ms)"],
+                    [[{"keep": "SIGTERM + run --keep (adopt)", "kill": "SIGKILL + run (no --keep)"}[r["how"]],
+                      str(r["restarts"]), str(r["probes_sent"]), str(r["probes_lost"]),
+                      str(r["kernel_forwarded"]), str(r["kernel_path_ms_per_restart"])] for r in rows]))
 
 
 def _churn_markdown(c: dict | None) -> str:
