@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from linuxfp import state as kstate
 from linuxfp.datapath import bpffs_root
@@ -54,6 +54,9 @@ class Controller:
         self.installer = Installer(self.layout, pin_links=options.keep)
         self.companion = Companion(self.installer.maps, self.layout.cookie)
         self.lease = Lease()
+        # A map that cannot hold what the graph wants: no fast path from this
+        # moment (reconcile() withholds the lease if it stays full).
+        self.installer.maps.on_full = lambda reason: self.lease.revoke()
         self.watch = TableWatch(self.installer.maps)
         self.nft_watch = NftablesWatch(self.lease)
         self.installed = InstalledState()
@@ -99,10 +102,16 @@ class Controller:
                     self.installed = self.installed.with_pipeline(
                         InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape), digests[shape], error=message))
         todo = plan(graph, digests, self.installed, refreshed(graph, messages))
+        named = _current_names(self.installed, graph)
+        renamed = named is not self.installed    # status and stats say what it is called now
+        self.installed = named
         if todo.empty:
+            if renamed:
+                runtime_files.save_installed(self.layout, self.installed)
             return False
         self.installed = self.installer.apply(todo, self.installed, graph, compiled)
-        if todo.touches_programs or failed:   # the file records pipelines; map contents live in the maps
+        self.lease.withhold("; ".join(self.installer.maps.full.values()) or None)
+        if todo.touches_programs or failed or renamed:   # the file records pipelines; map contents live in the maps
             runtime_files.save_installed(self.layout, self.installed)
         return True
 
@@ -242,6 +251,16 @@ class Controller:
         finally:
             self.stop()
         return 0
+
+
+def _current_names(installed: InstalledState, graph: Graph) -> InstalledState:
+    """`installed` with each pipeline under its interface's current name (a
+    rename changes no program, so no plan would touch it)."""
+    names = {p.ifindex: p.ifname for p in graph.pipelines}
+    stale = [p for p in installed.pipelines if names.get(p.ifindex, p.ifname) != p.ifname]
+    for p in stale:
+        installed = installed.with_pipeline(replace(p, ifname=names[p.ifindex]))
+    return installed
 
 
 def _say_state(state: str, said: str, out) -> str:

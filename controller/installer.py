@@ -5,6 +5,7 @@ All bpf syscalls of the controller happen here; everything it decides was
 decided by linuxfp.graph and controller.reconcile."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from dataclasses import replace
@@ -22,6 +23,20 @@ from .shared_maps import COUNTERS_MAP, SharedMaps
 
 log = logging.getLogger("linuxfp.installer")
 
+# Fault injection, for tests only (tests/test_faults.py): a comma-separated
+# list of IFNAME or IFNAME:NODE. Loading a program for such an interface (whose
+# shape includes NODE) fails as a verifier rejection does (EACCES), so the
+# handling of a failed load can be tested on a real datapath. Read once, when
+# the controller starts; never set it outside tests.
+FAULT_LOAD_ENV = "LINUXFP_FAULT_LOAD"
+
+
+def _load_faults() -> tuple[tuple[str, str], ...]:
+    faults = []
+    for item in filter(None, (part.strip() for part in os.environ.get(FAULT_LOAD_ENV, "").split(","))):
+        ifname, _, node = item.partition(":")
+        faults.append((ifname, node))
+    return tuple(faults)
 
 
 class Installer:
@@ -39,6 +54,7 @@ class Installer:
         # programs still read until they are replaced
         self._foreign_maps: list[str] = []
         self._desired = None      # the graph being applied: fills maps a load creates
+        self._faults = _load_faults()
 
     def read_back(self) -> InstalledState:
         """Map contents as currently pinned (used when adopting a datapath)."""
@@ -58,6 +74,10 @@ class Installer:
             counters_pinned = os.path.exists(counters_path)
             if counters_pinned:
                 obj.reuse_map(COUNTERS_MAP, dp.Map.from_pinned(counters_path))
+            if any(ifname == pipeline.ifname and (not node or node in pipeline.shape.nodes)
+                   for ifname, node in self._faults):
+                raise dp.BpfError(f"load {pipeline.shape} on {pipeline.ifname} (fault injected by "
+                                  f"{FAULT_LOAD_ENV})", errno.EACCES)
             obj.load()
             dp.makedirs(self.layout.maps_dir)
             self.maps.adopt(obj, fresh, self._desired)
@@ -126,6 +146,7 @@ class Installer:
         are recorded in that state, never raised: the interface stays on the
         kernel path and the others carry on."""
         self._desired = desired
+        self.maps.full.clear()      # recorded afresh by this plan's writes
         growing = not self.maps.fits(desired)
         if growing:
             # A new interface's ifindex is beyond the facts array: every program
@@ -145,18 +166,16 @@ class Installer:
         for how, pipelines in (("attach", plan.attach), ("replace", plan.replace), ("rehook", plan.rehook)):
             for p in pipelines:
                 old = state.pipeline(p.ifindex)
-                new = self._install_or_record(p, how, old, compiled)
-                if reloading and how == "replace" and new.error and old is not None:
-                    # still running on the arrays nobody writes any more: back to Linux
-                    self.detach_pipeline(old)
-                    new = replace(new, prog_id=0, link_id=0, error=f"detached: {new.error}")
-                state = state.with_pipeline(new)
+                state = state.with_pipeline(self._install_or_record(p, how, old, compiled))
         for old in plan.detach:
             self.detach_pipeline(old)
             state = state.without_pipeline(old.ifindex)
         # After: what is gone, then summaries narrowed to exactly the new contents.
         for write in plan.tables:
             self.maps.erase(write.table, write.erase)
+        for table in desired.tables:
+            if table.name in self.maps.full:     # the erasures may have made room
+                self.maps.write_missing(table)
         for write in plan.tables:
             if write.table.summary:
                 self.maps.write(write.table, write.set)
@@ -166,8 +185,12 @@ class Installer:
                 revoke_pinned(lease_pin)   # in case one failed to be replaced and still reads it
             dp.remove_tree(path)
         self._foreign_maps = []
-        # Maps not created yet are filled from the desired graph when they are.
-        return replace(state, tables={t.name: t.entries for t in desired.tables})
+        # Maps not created yet are filled from the desired graph when they are;
+        # a full one holds what it holds, and the next plan writes the rest again.
+        tables = {t.name: t.entries for t in desired.tables}
+        for name in self.maps.full:
+            tables[name] = self.maps.contents(name)
+        return replace(state, tables=tables)
 
     def _install_or_record(self, p: Pipeline, how: str, old: InstalledPipeline | None,
                            compiled: dict[Shape, CompiledObject]) -> InstalledPipeline:
@@ -182,14 +205,14 @@ class Installer:
             if isinstance(e, dp.VerifierError):
                 message = describe_rejection(message, e.log, compiled[p.shape].data, p.shape.entry)
             log.error("cannot install %s on %s: %s", p.shape, p.ifname, message)
-            if how == "replace" and old is not None:
-                # The old program still runs, correctly (the maps it reads are
-                # kept current); record the failure without losing track of it.
-                return replace(old, error=f"update to {p.shape} failed: {message}")
-            if how == "rehook" and old is not None and old.active:
-                # The old program sits at the hook the graph no longer wants
-                # (e.g. XDP, blind to what now needs TC): it must not stay.
+            if how in ("replace", "rehook") and old is not None and old.active:
+                # The old program must not stay: it was built for what the
+                # configuration was (a node has joined or left since, e.g. the
+                # filter for a new iptables rule; or it sits at a hook the graph
+                # no longer wants; or it reads arrays nobody writes any more),
+                # so it would act where Linux now acts otherwise. Back to Linux.
                 self.detach_pipeline(old)
+                message = f"detached: {message}"
             return InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape),
                                      compiled[p.shape].digest, error=message)
 

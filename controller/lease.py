@@ -89,6 +89,7 @@ class Lease:
         self.unsure_seq = 0          # changes announced so far
         self._settled_seq = 0        # of which the loop has re-read
         self.blocked: str | None = None   # why changes cannot be seen at all
+        self.withheld: str | None = None  # why the datapath may not act at all (withhold)
 
     @property
     def unsure(self) -> bool:
@@ -106,6 +107,25 @@ class Lease:
         with self._lock:
             self.blocked = None
 
+    def withhold(self, reason: str | None) -> None:
+        """While `reason` is set, the controller could not install what the
+        configuration calls for (e.g. a map is full): the lease ends now and
+        every renewal revokes it instead, so every packet goes to the kernel,
+        counted as lease_expired. None grants it again from the next renewal."""
+        with self._lock:
+            was, self.withheld = self.withheld, reason
+        if (was is None) == (reason is None):
+            return
+        if reason is not None:
+            log.error("%s: every packet goes to the kernel until it is resolved", reason)
+            self.revoke()
+        else:
+            log.info("the datapath may act again")
+
+    @property
+    def _term(self) -> int:
+        return 0 if self.withheld is not None else TERM_NS
+
     def _acked(self) -> int:
         return UNSURE if self.unsure else self.watch_acked
 
@@ -116,7 +136,7 @@ class Lease:
                 # Keeps the timer as it is where possible: a term from now, as
                 # any renewal; harmless, since nothing is fast-pathed until
                 # the loop settles it.
-                dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(UNSURE, TERM_NS))
+                dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(UNSURE, self._term))
 
     def settle_unsure(self, seq: int) -> bool:
         """The changes announced up to `seq` have been re-read and applied."""
@@ -148,7 +168,7 @@ class Lease:
         now = time.monotonic_ns()
         if self.renew_program is None or (not force and now - self._renewed < RENEW_NS):
             return
-        run = dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self._acked(), TERM_NS))
+        run = dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self._acked(), self._term))
         if run.retval != 0:
             log.error("lease renewal refused (%d): the datapath leaves packets to the kernel", run.retval)
         self._renewed = now

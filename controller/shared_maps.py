@@ -3,6 +3,7 @@ the lease — pinned once, reused by each program instance at load time, and
 written the same way whatever node owns them."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 
@@ -45,6 +46,13 @@ class SharedMaps:
     def __init__(self, layout: NamespaceLayout) -> None:
         self.layout = layout
         self._open: dict[str, dp.Map] = {}
+        # Hash tables whose map cannot hold every entry the graph wants
+        # (E2BIG), with why. A missing entry can mean the fast path acts where
+        # Linux would not (lfp_local_src: a missing local address is a source
+        # Linux refuses), so while any table is full the controller withholds
+        # the lease. `on_full(reason)`, if set, is told at once.
+        self.full: dict[str, str] = {}
+        self.on_full = None
 
     def get(self, name: str) -> dp.Map | None:
         m = self._open.get(name)
@@ -125,7 +133,16 @@ class SharedMaps:
         if m is None:
             return                   # no program uses it yet: filled when one creates it
         if table.kind != DEVMAP and not table.by_ifindex:
-            m.update_many(list(entries))
+            try:
+                m.update_many(list(entries))
+            except dp.BpfError as e:
+                if e.errno != errno.E2BIG:
+                    raise
+                reason = (f"map {table.name} is full: {len(table.entries)} entries wanted, "
+                          f"{m.max_entries} fit")
+                self.full[table.name] = reason
+                if self.on_full is not None:
+                    self.on_full(reason)
             return
         for key, value in entries:
             if table.by_ifindex and int.from_bytes(key, "little") >= m.max_entries:
@@ -138,6 +155,19 @@ class SharedMaps:
                 # the device went away meanwhile: the kernel path serves it
                 log.warning("%s: ifindex %d not usable as XDP egress: %s", table.name,
                             int.from_bytes(key, "little"), e)
+
+    def write_missing(self, table: Table) -> None:
+        """Write the entries of a full table that its map lacks (erasures may
+        have made room since); it stays in `full` if they still do not fit."""
+        self.full.pop(table.name, None)
+        m = self.get(table.name)
+        if m is not None:
+            held = dict(m.items())
+            self.write(table, [(k, v) for k, v in table.entries if held.get(k) != v])
+
+    def contents(self, name: str) -> Entries:
+        m = self.get(name)
+        return frozenset(m.items()) if m is not None else frozenset()
 
     def erase(self, table: Table, keys) -> None:
         m = self.get(table.name)
