@@ -62,6 +62,10 @@ class Controller:
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
+        # What the last reconcile() brought the datapath in line with: a batch
+        # that left the snapshot as it was (a plain route, a re-announcement)
+        # then costs nothing but the node refreshes it asks for.
+        self._reconciled: tuple = (None, None, None)   # snapshot, its graph, the installed state after
         self._stop = False
 
     # -- one reconcile step ------------------------------------------------
@@ -88,7 +92,16 @@ class Controller:
     def reconcile(self, snapshot, messages=()) -> bool:
         """Bring the datapath in line with `snapshot` (`messages`: the batch
         that led to it); True if anything changed."""
-        graph = build_graph(snapshot, self.options.hook)
+        done_snapshot, done_graph, done_installed = self._reconciled
+        graph = done_graph if snapshot is done_snapshot else build_graph(snapshot, self.options.hook)
+        if (graph is done_graph and self.installed is done_installed and not self.installer.maps.full
+                and not refreshed(graph, messages)):
+            return False
+        worked = self._reconcile(snapshot, graph, messages)
+        self._reconciled = (snapshot, graph, self.installed)
+        return worked
+
+    def _reconcile(self, snapshot, graph: Graph, messages) -> bool:
         compiled, failed = self._compile(graph)
         digests = {shape: obj.digest for shape, obj in compiled.items()}
         for shape, message in failed.items():

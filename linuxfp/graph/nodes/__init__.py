@@ -131,12 +131,19 @@ def _load_external() -> None:
 def registered() -> tuple[Node, ...]:
     """Every node, built-in ones first, in registration order (the order of
     their counters)."""
-    from . import router, transmit  # noqa: F401  (built-ins register themselves)
-    from . import iptables_filter  # noqa: F401
-    from . import bridge  # noqa: F401
+    global _registered
+    if _registered is None or len(_registered) != len(_REGISTRY):
+        # Imported here, not at the top: each built-in imports this package.
+        from . import router, transmit  # noqa: F401  (built-ins register themselves)
+        from . import iptables_filter  # noqa: F401
+        from . import bridge  # noqa: F401
 
-    _load_external()
-    return tuple(_REGISTRY)
+        _load_external()
+        _registered = tuple(_REGISTRY)
+    return _registered
+
+
+_registered: tuple[Node, ...] | None = None   # asked for per event batch: kept
 
 
 def node_named(name: str) -> Node:

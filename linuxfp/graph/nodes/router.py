@@ -2,7 +2,6 @@
 kernel's FIB, read live; it owns the local-source set and its prefilter."""
 from __future__ import annotations
 
-import ipaddress
 import socket
 
 from linuxfp.resources import modules_dir
@@ -17,7 +16,13 @@ LOCAL_SRC, LOCAL_HINT = "lfp_local_src", "lfp_local_hint"
 # Route types that make __fib_validate_source() refuse a source when found
 # outside the local table (where lfp_local_src already covers them).
 _SOURCE_REFUSING_TYPES = frozenset({"local", "broadcast", "multicast", "anycast", "nat"})
-_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+def _in_loopback(dst: str) -> bool:
+    """Whether the prefix (canonical "a.b.c.d/len") lies inside 127.0.0.0/8;
+    string arithmetic: this runs per kept route on every address change."""
+    address, _, length = dst.partition("/")
+    return int(length) >= 8 and address.startswith("127.")
 
 
 class Router(Node):
@@ -67,10 +72,9 @@ def local_source_addresses(snapshot) -> frozenset[str]:
     broadcast destination of the local table (what a reverse lookup would find)."""
     addrs = {a.host_address for a in snapshot.addresses if a.family == 2}
     for route in snapshot.routes:
-        if route.family == 2 and route.table == LOCAL_TABLE and route.type in _SOURCE_REFUSING_TYPES:
-            net = ipaddress.ip_network(route.dst, strict=False)
-            if net.prefixlen == 32:
-                addrs.add(str(net.network_address))
+        if (route.family == 2 and route.table == LOCAL_TABLE and route.type in _SOURCE_REFUSING_TYPES
+                and route.dst.endswith("/32")):
+            addrs.add(route.dst[:-3])   # Route.dst is the kernel's canonical "a.b.c.d/len"
     return frozenset(addrs)
 
 
@@ -88,7 +92,7 @@ def needs_full_source_check(snapshot) -> bool:
     return any(
         r.family == 2 and r.type in _SOURCE_REFUSING_TYPES
         and (r.table != LOCAL_TABLE or not r.dst.endswith("/32"))   # lfp_local_src holds /32s only
-        and not _LOOPBACK.supernet_of(ipaddress.ip_network(r.dst, strict=False))  # martian anyway
+        and not _in_loopback(r.dst)  # martian anyway
         for r in snapshot.routes
     )
 
