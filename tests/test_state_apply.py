@@ -29,6 +29,7 @@ from linuxfp.state import (
     ResyncRequired,
     Route,
     RouteRemoved,
+    RoutesMayBeFlushed,
     RoutesReplaced,
     RouteUpdate,
     Rule,
@@ -39,6 +40,7 @@ from linuxfp.state import (
     SysctlsReplaced,
     XdpFeaturesUpdate,
     apply_messages,
+    routes_may_be_flushed,
     rules_are_default,
 )
 from linuxfp.state.model import route_order
@@ -155,6 +157,19 @@ def test_plain_route_replacing_a_kept_one():
     # take either, so the snapshot is read again.
     with pytest.raises(ResyncRequired):
         apply_messages(base_snapshot(), [RouteUpdate(kept, beside=True)])
+
+
+def test_which_flushes_can_touch_kept_routes():
+    sourced = replace(make_route("192.0.2.0/24", "198.18.0.3", oif=3), prefsrc="198.18.0.1")
+    snap = base_snapshot((sourced,))
+    # Its preferred source went; another address of a0 did not touch it.
+    assert routes_may_be_flushed(snap, RoutesMayBeFlushed(2, "198.18.0.1"))
+    assert not routes_may_be_flushed(snap, RoutesMayBeFlushed(2, "198.18.0.7"))
+    # Through the device: when the link goes, or with its last address.
+    assert routes_may_be_flushed(snap, RoutesMayBeFlushed(3))
+    assert not routes_may_be_flushed(snap, RoutesMayBeFlushed(2))
+    assert routes_may_be_flushed(snap, RoutesMayBeFlushed(3, "198.18.9.9"))   # b0 has no address
+    assert apply_messages(snap, [RoutesMayBeFlushed(3)]) is snap   # a marker: advance() reads
 
 
 def test_replayed_events_converge():

@@ -27,6 +27,7 @@ from .changes import (
     QdiscChanged,
     ResyncRequired,
     RouteRemoved,
+    RoutesMayBeFlushed,
     RoutesReplaced,
     RouteUpdate,
     RuleRemoved,
@@ -36,6 +37,7 @@ from .changes import (
     TcIngressUpdate,
     XdpFeaturesUpdate,
     apply_messages,
+    routes_may_be_flushed,
 )
 from .events import EventBatch, EventStream, advance
 from .model import (
@@ -127,6 +129,7 @@ __all__ = [
     "RouteUpdate",
     "PlainRouteRemoved",
     "PlainRouteReplaced",
+    "RoutesMayBeFlushed",
     "RoutesReplaced",
     "Rule",
     "RuleRemoved",
@@ -139,6 +142,7 @@ __all__ = [
     "XdpFeaturesUpdate",
     "advance",
     "apply_messages",
+    "routes_may_be_flushed",
     "netns_inode",
     "read_netfilter",
     "read_snapshot",

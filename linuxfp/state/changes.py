@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .model import (
+    AF_INET,
     Address,
     FdbEntry,
     Link,
@@ -190,6 +191,31 @@ class NftablesChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutesMayBeFlushed:
+    """IPv4 may have removed routes without a word: an address went (the
+    routes it was the preferred source of; with the device's last address,
+    every route through the device), or a link went down or away (every route
+    through it). Carries no state: advance() re-reads the routes only when
+    one the snapshot keeps could be among them (routes_may_be_flushed), so
+    an address change on a full BGP table costs no 800 000-route dump."""
+
+    ifindex: int
+    address: str | None = None   # the address removed; None: the link went down or away
+    kind = "route_flush"
+
+
+def routes_may_be_flushed(snapshot: Snapshot, flush: RoutesMayBeFlushed) -> bool:
+    """Whether a route `snapshot` keeps could be among those `flush` removed
+    (fib_del_ifaddr -> fib_sync_down_addr / fib_disable_ip, fib_sync_down_dev):
+    a superset, since keeping a flushed route is what costs a dump."""
+    through_device = flush.address is None or not any(
+        a.family == AF_INET for a in snapshot.addresses_of(flush.ifindex))
+    return any((flush.address is not None and r.prefsrc == flush.address)
+               or (through_device and any(h.oif == flush.ifindex for h in r.nexthops))
+               for r in snapshot.routes)
+
+
+@dataclass(frozen=True, slots=True)
 class RoutesReplaced:
     """A fresh dump of every IPv4 route, for kernel changes without events."""
 
@@ -232,7 +258,8 @@ Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
     | PlainRouteReplaced | PlainRouteRemoved
     | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
-    | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced | RulesReplaced | SysctlsReplaced
+    | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
+    | RoutesMayBeFlushed | RulesReplaced | SysctlsReplaced
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
 )
 
@@ -487,7 +514,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         elif isinstance(msg, XfrmReplaced):
             xfrm = msg.xfrm
         elif isinstance(msg, (NetconfChanged, NftablesChanged, XfrmChanged, QdiscChanged, NexthopChanged,
-                              BridgePortChanged)):
+                              BridgePortChanged, RoutesMayBeFlushed)):
             pass  # markers; the state follows in a *Replaced message
         else:
             raise TypeError(f"apply_messages: unsupported message {msg!r}")

@@ -23,9 +23,10 @@ the events that imply such changes and appends freshly read state to the
 batch, so `apply_messages` stays pure and the snapshot never drifts:
 
 * A link going admin down, being deleted, or an IPv4 address being
-  deleted: IPv4 flushes dependent routes silently -> `RoutesReplaced` (one
-  route dump). The nexthop flags it flips meanwhile (dead/linkdown, also on
-  carrier changes and coming up) are not kept.
+  deleted: IPv4 flushes dependent routes silently -> `RoutesMayBeFlushed`;
+  `advance()` re-reads the routes (one dump) only when the snapshot keeps a
+  route that could be among them. The nexthop flags it flips meanwhile
+  (dead/linkdown, also on carrier changes and coming up) are not kept.
 * A link appearing, vanishing or being renamed: rule iif/oif "detached"
   flags change silently -> `RulesReplaced`; the new device is re-read (a
   veth's first end learns its peer ifindex silently) with its sysctls and
@@ -69,6 +70,7 @@ from .changes import (
     NftablesChanged,
     QdiscChanged,
     ResyncRequired,
+    RoutesMayBeFlushed,
     RoutesReplaced,
     RulesReplaced,
     SysctlsReplaced,
@@ -77,6 +79,7 @@ from .changes import (
     XfrmChanged,
     XfrmReplaced,
     apply_messages,
+    routes_may_be_flushed,
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
 from .model import IFF_LOWER_UP, IFF_UP, Snapshot
@@ -87,6 +90,7 @@ from .read import (
     dump_rules,
     dump_tc_ingress,
     netns_inode,
+    read_routes,
     read_snapshot,
 )
 from .sysctl import read_sysctls
@@ -298,6 +302,7 @@ class EventStream:
     def _silent_changes(self, messages: list[Message]) -> list[Message]:
         """Freshly read state for the kernel changes that come without events."""
         need_routes = need_rules = need_sysctls = need_netfilter = need_xfrm = False
+        extra_flushes: list[Message] = []
         new_links: list[int] = []
         reread_links: set[int] = set()
         for msg in messages:
@@ -314,13 +319,14 @@ class EventStream:
                     # Going down flushes the routes through the link without
                     # a word. Coming up, or carrier changes, only flip nexthop
                     # flags the snapshot does not keep (RTNH_F_KERNEL_STATE).
-                    need_routes = True
+                    extra_flushes.append(RoutesMayBeFlushed(link.index))
                 self._links[link.index] = state
             elif isinstance(msg, LinkRemoved):
                 if self._links.pop(msg.index, None) is not None:
-                    need_routes = need_rules = need_sysctls = True
+                    need_rules = need_sysctls = True
+                    extra_flushes.append(RoutesMayBeFlushed(msg.index))
             elif isinstance(msg, AddressRemoved):
-                need_routes = True
+                extra_flushes.append(RoutesMayBeFlushed(msg.address.index, msg.address.host_address))
             elif isinstance(msg, (QdiscChanged, BridgePortChanged)):
                 reread_links.add(msg.ifindex)
             elif isinstance(msg, NexthopChanged):
@@ -333,11 +339,11 @@ class EventStream:
                 need_xfrm = True
         if not (need_routes or need_rules or need_sysctls or need_netfilter or need_xfrm or new_links
                 or reread_links):
-            return []
+            return extra_flushes
         if netns_inode() != self.netns_inode and (need_sysctls or need_netfilter or need_xfrm):
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
                                "the stream was opened in (/proc/sys follows the thread)")
-        extra: list[Message] = []
+        extra: list[Message] = list(extra_flushes)
         if need_routes:
             extra.append(RoutesReplaced(dump_routes(self._rtnl)))
         if need_rules:
@@ -368,10 +374,16 @@ class EventStream:
 
 def advance(snapshot: Snapshot, batch: EventBatch) -> Snapshot:
     """The one call per batch: apply it, or re-read everything when the batch
-    lost events (`resync`) or a message cannot be applied exactly."""
+    lost events (`resync`) or a message cannot be applied exactly; re-read
+    the routes when the kernel may have flushed one the snapshot keeps."""
     if batch.resync:
         return read_snapshot()
     try:
-        return apply_messages(snapshot, batch.messages)
+        applied = apply_messages(snapshot, batch.messages)
     except ResyncRequired:
         return read_snapshot()
+    if any(isinstance(m, RoutesMayBeFlushed) and routes_may_be_flushed(applied, m) for m in batch.messages):
+        # Read after every message of the batch: events that arrive meanwhile
+        # are replayed by the next batch, which is harmless.
+        applied = apply_messages(applied, [RoutesReplaced(read_routes())])
+    return applied

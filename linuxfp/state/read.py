@@ -64,6 +64,12 @@ def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
     return tuple(sorted(scan.routes(), key=route_order))
 
 
+def read_routes() -> tuple[Route, ...]:
+    """dump_routes() on a socket of the calling thread's namespace."""
+    with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
+        return dump_routes(sock)
+
+
 def dump_rules(sock: nl.NetlinkSocket) -> tuple[Rule, ...]:
     rules = _decoded(sock.dump(decode.RTM_GETRULE, decode.rule_dump_request()), decode.decode_rule)
     rules.sort(key=rule_order)
