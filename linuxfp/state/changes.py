@@ -285,6 +285,10 @@ class _SortedEdit(Generic[T]):
     def _view(self) -> list[T] | tuple[T, ...]:
         return self.original if self.items is None else self.items
 
+    def view(self) -> list[T] | tuple[T, ...]:
+        """The current elements (read only)."""
+        return self._view()
+
     def span(self, prefix: Any, prefix_of: Callable[[T], Any]) -> tuple[int, int]:
         view = self._view()
         lo = bisect.bisect_left(view, prefix, key=prefix_of)
@@ -449,15 +453,25 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     netfilter = snapshot.netfilter
     xfrm = snapshot.xfrm
 
+    kept_identities: set | None = None   # of `routes`, while no kept route changes
     for msg in messages:
-        if isinstance(msg, RouteUpdate):
+        if type(msg) is PlainRouteReplaced or type(msg) is PlainRouteRemoved:
+            # A BGP burst is thousands of these, almost never about a kept
+            # identity: answer that in O(1) before any search.
+            if kept_identities is None:
+                kept_identities = {r.identity for r in routes.view()}
+            if msg.identity in kept_identities:
+                kept_identities = None
+                if type(msg) is PlainRouteReplaced:
+                    _apply_plain_replaced(routes, msg.identity)
+                else:
+                    _apply_plain_removed(routes, msg)
+        elif isinstance(msg, RouteUpdate):
+            kept_identities = None
             _apply_route_update(routes, msg)
         elif isinstance(msg, RouteRemoved):
+            kept_identities = None
             _apply_route_removed(routes, msg.route)
-        elif isinstance(msg, PlainRouteRemoved):
-            _apply_plain_removed(routes, msg)
-        elif isinstance(msg, PlainRouteReplaced):
-            _apply_plain_replaced(routes, msg.identity)
         elif isinstance(msg, AddressUpdate):
             addresses.upsert(msg.address)
         elif isinstance(msg, AddressRemoved):
@@ -504,6 +518,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         elif isinstance(msg, RuleRemoved):
             _apply_rule_removed(rules, msg.rule)
         elif isinstance(msg, RoutesReplaced):
+            kept_identities = None
             routes.reset(msg.routes)
         elif isinstance(msg, RulesReplaced):
             rules.reset(msg.rules)

@@ -259,10 +259,9 @@ class EventStream:
         got = 0
         lost = False
         for source in self._sources:
-            sock = source.sock.sock
             while len(out) < self.max_messages:
                 try:
-                    data = sock.recv(nl.RECV_BUFSIZE)
+                    data = source.sock.receive()
                 except BlockingIOError:
                     break
                 except OSError as exc:
