@@ -102,11 +102,26 @@ def test_route_add_and_delete_keep_canonical_order():
     assert removed.links is added.links  # untouched fields are shared
 
 
-def test_route_delete_ignores_nexthop_flags_the_kernel_flipped_silently():
-    alive = make_route("192.0.2.0/24", "198.18.0.3")
-    dead = replace(alive, nexthops=(replace(alive.nexthops[0], flags=1),))
-    snap = base_snapshot((dead,))
-    assert apply_messages(snap, [RouteRemoved(alive)]).routes == ()
+def test_routes_of_one_identity_are_told_apart_by_every_attribute():
+    """Each route of an identity has its own fib_info: two that differ only
+    in their MTU metric or protocol are two routes."""
+    with_mtu = make_route("192.0.2.0/24", "198.18.0.3")
+    other_proto = replace(with_mtu, protocol=4)
+    snap = base_snapshot((with_mtu, other_proto))
+    assert apply_messages(snap, [RouteRemoved(other_proto)]).routes == (with_mtu,)
+    assert apply_messages(snap, [RouteUpdate(with_mtu)]) is snap          # a re-announcement
+    assert apply_messages(base_snapshot(), [RouteRemoved(with_mtu)]).routes == ()   # a replay
+    # A plain route beside it with the same path is a companion, not a refresh.
+    plain = replace(with_mtu, mtu=0)
+    assert set(apply_messages(snap, [RouteUpdate(plain, beside=True)]).routes) == {with_mtu, other_proto, plain}
+
+
+def test_a_kept_route_replacing_routes_never_kept_asks_for_a_read():
+    """It took the first of a group the snapshot never saw; the rest of that
+    group would decide what a later replace takes."""
+    kept = make_route("192.0.2.0/24", "198.18.0.3")
+    with pytest.raises(ResyncRequired):
+        apply_messages(base_snapshot(), [RouteUpdate(kept, replace=True)])
 
 
 def test_route_replace_and_append():

@@ -121,6 +121,15 @@ def test_route_dump_scan_keeps_exactly_what_a_full_decode_would(netns, tmp_path)
         if i % 1777 == 0:   # a group: a kept route with a plain one beside it
             lines.append(f"route append {dst} via 198.18.1.2" if i % 997 == 0 else
                          f"route append {dst} via 198.18.1.2 mtu 1200")
+    # Longer groups: plain routes on both sides of a kept one, and a kept
+    # route inside a run of 300 (likely across a datagram boundary).
+    for n, dst in enumerate(("198.19.30.1/32", "198.19.30.2/32")):
+        group = [f"via 198.18.0.{10 + k}" for k in range(3)]
+        group.insert(2 * n, "via 198.18.1.9 mtu 1250")   # first, or last
+        lines += [f"route {'add' if k == 0 else 'append'} {dst} {g}" for k, g in enumerate(group)]
+    run = [f"via 198.18.{k // 200}.{20 + k % 200}" for k in range(300)]
+    run.insert(150, "via 198.18.1.8 mtu 1240")
+    lines += [f"route {'add' if k == 0 else 'append'} 198.19.31.0/24 {g}" for k, g in enumerate(run)]
     # Payloads with the byte patterns of RTAX_MTU / RTA_MULTIPATH headers.
     lines += ["route add 198.19.200.0/24 via 198.18.0.2 metric 131080", "route add 198.19.9.0/24 via 198.18.0.2",
               "route add 203.0.113.0/24 via 198.18.0.2 metric 589833"]
@@ -133,7 +142,7 @@ def test_route_dump_scan_keeps_exactly_what_a_full_decode_would(netns, tmp_path)
     kept_identities = {r.identity for r in everything if not r.plain}
     reference = sorted((r for r in everything if not r.plain or r.identity in kept_identities), key=route_order)
     assert list(scanned) == reference
-    assert len(everything) > 6000 and 20 < len(scanned) < 100
+    assert len(everything) > 6000 and 320 < len(scanned) < 420
     assert any(r.plain for r in scanned)   # companions were found
 
 

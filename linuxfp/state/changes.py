@@ -69,7 +69,9 @@ class RouteUpdate:
     route: Route
     replace: bool = False  # NLM_F_REPLACE: took the place of an existing route
     # Created next to routes of the same identity (no NLM_F_EXCL: `ip route
-    # append/prepend`); a plain route arrives only this way (decode drops the rest).
+    # append/prepend`). Plain routes mostly arrive this way (decode turns the
+    # rest into Plain* messages), or replacing when decode_route alone could
+    # tell (RTA_VIA).
     beside: bool = False
     kind = "route"
 
@@ -341,15 +343,15 @@ def _path(r: Route) -> tuple:
     return (r.type, tuple((h.gateway, h.oif, h.weight) for h in r.nexthops))
 
 
-def _same_path(a: Route, b: Route) -> bool:
-    return _path(a) == _path(b)
-
-
 # Snapshot.routes keeps plain routes only as companions of a kept route with
-# the same identity: then a replace or removal of that identity can be told
-# apart. The kernel creates a route beside others only without NLM_F_EXCL
-# (RouteUpdate.beside), so every companion is either dumped next to its kept
-# route or announced beside it.
+# the same identity, and then all of them: a replace takes the first route of
+# an identity, so the whole group must be known to tell which. A dump keeps
+# the whole run of a kept route's identity (decode.RouteDumpScan); events add
+# to a group only beside it (no NLM_F_EXCL), and where a group the snapshot
+# does not know may exist, they ask for a fresh read instead of guessing.
+# Routes of one identity may differ in any attribute (each has its own
+# fib_info), so "the same route" is an equal Route (nexthop flags the kernel
+# flips are not kept), never a similar one.
 
 def _drop_lonely_companions(routes: _SortedEdit[Route], identity: tuple) -> None:
     lo, hi = routes.span(identity, _route_identity)
@@ -362,19 +364,18 @@ def _apply_route_update(routes: _SortedEdit[Route], msg: RouteUpdate) -> None:
     new = msg.route
     lo, hi = routes.span(new.identity, _route_identity)
     if new.plain and lo == hi:
-        return  # beside plain routes only: none of them is kept
-    same = [i for i in range(lo, hi) if _same_path(routes.get(i), new)]
-    if same:
-        # Re-announcement (or a replay after a dump): refresh in place.
-        routes.delete_at(same[0])
-        routes.upsert(new)
-        _drop_lonely_companions(routes, new.identity)
-        return
-    if msg.replace and hi > lo:
+        return  # no kept route of this identity: nothing to tell apart
+    if any(routes.get(i) == new for i in range(lo, hi)):
+        return  # a re-announcement (offload flags) or a replay after a dump
+    if msg.replace:
         if hi - lo > 1:
-            # The kernel replaced the first of several appended routes in its
-            # own list order, which we do not track.
+            # The kernel replaced the first of several routes in its own list
+            # order, which we do not track.
             raise ResyncRequired(f"ambiguous route replace for {new.dst} table {new.table}")
+        if lo == hi:
+            # It took the place of a plain route the snapshot never kept, and
+            # that one may have had plain siblings: the group is unknown.
+            raise ResyncRequired(f"route {new.dst} table {new.table} replaced routes not kept")
         routes.delete_at(lo)
     elif msg.beside and lo == hi:
         # Created beside plain routes the snapshot never kept: which of them a
@@ -385,12 +386,11 @@ def _apply_route_update(routes: _SortedEdit[Route], msg: RouteUpdate) -> None:
 
 
 def _apply_route_removed(routes: _SortedEdit[Route], gone: Route) -> None:
+    """The kernel announces the removed route as it was: remove that one
+    (absent: a replay of a removal the snapshot already shows)."""
     lo, hi = routes.span(gone.identity, _route_identity)
-    if hi - lo == 1 and not gone.plain:
-        routes.delete_at(lo)
-        return
     for i in range(lo, hi):
-        if _same_path(routes.get(i), gone):
+        if routes.get(i) == gone:
             routes.delete_at(i)
             break
     _drop_lonely_companions(routes, gone.identity)

@@ -351,8 +351,8 @@ def _decode_multipath(family: int, data: bytes) -> tuple[NextHop, ...]:
 #
 # A BGP full table is 800 000 routes, and decoding one into a Route costs
 # ~15 us: 12 s. Almost all are `Route.plain`, which the snapshot does not
-# keep, so a dump is scanned instead: one header unpack per message, and one
-# regular-expression pass per datagram (in C) for the attributes that make a
+# keep, so a dump is scanned instead: one header unpack per message, and a
+# few bytes.find passes per datagram (in C) for the attributes that make a
 # unicast route worth keeping. Only the messages it flags are decoded, and
 # decode_route() + Route.plain stay the definition: the scan may flag too
 # much (a payload byte pattern that looks like one of those attributes),
@@ -392,12 +392,40 @@ def _aligned_hints(data: bytes) -> list[int]:
     return hints
 
 
+class IdentityTooLong(RuntimeError):
+    """Routes of one identity run past what RouteDumpScan looks back over."""
+
+
+def route_identity(payload: bytes) -> tuple:
+    """Route.identity (family, table, "dst/len", tos, priority) of a route
+    message, from one attribute walk."""
+    family, dst_len, _src_len, tos, table = _RTMSG.unpack_from(payload)[:5]
+    dst = b"\0\0\0\0"
+    priority = 0
+    offset, end = _RTMSG.size, len(payload)
+    unpack = nl.NLATTR.unpack_from
+    while offset + 4 <= end:
+        length, atype = unpack(payload, offset)
+        if length < 4 or offset + length > end:
+            break
+        atype &= nl.NLA_TYPE_MASK
+        if atype == RTA_DST:
+            dst = payload[offset + 4 : offset + length]
+        elif atype == RTA_TABLE:
+            table = nl.u32(payload[offset + 4 : offset + 8])
+        elif atype == RTA_PRIORITY:
+            priority = nl.u32(payload[offset + 4 : offset + 8])
+        offset += (length + 3) & ~3
+    return (family, table, f"{ip_str(family, dst)}/{dst_len}", tos, priority)
+
+
 class RouteDumpScan:
     """Feeds on the datagrams of one route dump and collects the payloads of
-    routes that may not be plain, each with its neighbours in the dump: the
-    kernel dumps routes of one identity (table, prefix, tos, metric) next to
-    each other, so a plain route that shares its identity with a kept one is
-    found beside it (Snapshot.routes keeps such companions)."""
+    routes that may not be plain, each with the whole run of routes of its
+    identity (table, prefix, tos, metric): the kernel dumps those next to
+    each other, and Snapshot.routes keeps them all (a replace takes the first
+    of them, which must be known). Cached exceptions (RTM_F_CLONED) are not
+    routes and are skipped."""
 
     def __init__(self, seq: int):
         self.seq = seq
@@ -405,8 +433,10 @@ class RouteDumpScan:
         self.done = False
         self.interrupted = False
         self.error = 0
-        self._previous: bytes | None = None   # the last message not collected
-        self._take_next = False
+        self._run: tuple | None = None      # identity whose run is being collected
+        # The previous datagram and its uncollected route messages' offsets,
+        # for runs that began there.
+        self._before: tuple[bytes, list[int]] = (b"", [])
 
     def feed(self, data: bytes) -> None:
         # One pass, the hot loop of a full-table start-up: locals only, one
@@ -416,11 +446,8 @@ class RouteDumpScan:
         hints.append(end)              # sentinel
         h, next_hint = 0, hints[0]
         unpack = _NLMSG_RTMSG.unpack_from
-        collected = self.payloads
         want = self.seq
-        take_next = self._take_next
-        previous = -1                  # offset of the previous route message here
-        last_collected = False
+        starts: list[int] = []         # route messages of this datagram not collected
         offset = 0
         while offset + 28 <= end:
             (length, mtype, flags, seq, _pid, family, _dst_len, _src_len, _tos, table, _protocol,
@@ -431,27 +458,46 @@ class RouteDumpScan:
             while next_hint < offset:
                 h += 1
                 next_hint = hints[h]
-            if (rtype != _RTN_UNICAST or table == RT_TABLE_LOCAL or family != AF_INET
-                    or rtm_flags & RTM_F_CLONED or next_hint < following):
-                if not last_collected:
-                    if previous >= 0:
-                        collected.append(self._payload(data, previous))
-                    elif self._previous is not None and offset == 0:
-                        collected.append(self._previous)
-                collected.append(data[offset + 16 : offset + length])
-                take_next = last_collected = True
-            elif take_next:
-                collected.append(data[offset + 16 : offset + length])
-                take_next = False
-                last_collected = True
+            if rtm_flags & RTM_F_CLONED:
+                pass                   # a cached exception, not a route
+            elif (rtype != _RTN_UNICAST or table == RT_TABLE_LOCAL or family != AF_INET
+                    or next_hint < following):
+                self._collect(data, offset, starts)
+            elif self._run is not None:
+                self._extend(data, offset, starts)
             else:
-                last_collected = False
-            previous = offset
+                starts.append(offset)
             offset = following
-        self._take_next = take_next
-        self._previous = (None if previous < 0 or last_collected else self._payload(data, previous))
+        self._before = (data, starts)
         if offset + 16 <= end:
             self._slow(data, offset)
+
+    def _collect(self, data: bytes, offset: int, starts: list[int]) -> None:
+        """A route that may be kept: it, and every route of its identity
+        before it that is not collected yet; the ones after follow (_extend)."""
+        payload = self._payload(data, offset)
+        identity = route_identity(payload)
+        if identity != self._run:
+            earlier = []
+            for where, offsets in ((data, starts), self._before):
+                while offsets and route_identity(self._payload(where, offsets[-1])) == identity:
+                    earlier.append(self._payload(where, offsets.pop()))
+                if offsets:
+                    break
+            else:
+                if earlier and self._before[0]:
+                    raise IdentityTooLong(f"routes of {identity} span more than two datagrams")
+            self.payloads.extend(reversed(earlier))
+        self.payloads.append(payload)
+        self._run = identity
+
+    def _extend(self, data: bytes, offset: int, starts: list[int]) -> None:
+        payload = self._payload(data, offset)
+        if route_identity(payload) == self._run:
+            self.payloads.append(payload)
+        else:
+            self._run = None
+            starts.append(offset)
 
     @staticmethod
     def _payload(data: bytes, offset: int) -> bytes:
@@ -469,26 +515,29 @@ class RouteDumpScan:
             if seq == self.seq:
                 if flags & nl.NLM_F_DUMP_INTR:
                     self.interrupted = True
-                if mtype == nl.NLMSG_DONE:
-                    self.done = True
-                    return
-                if mtype == nl.NLMSG_ERROR:
-                    self.error = -nl.s32(data[offset + 16 : offset + 20])
+                if mtype == nl.NLMSG_DONE or mtype == nl.NLMSG_ERROR:
+                    # DONE carries an error code too (e.g. -EMSGSIZE): the dump
+                    # ended early, and what it holds is not the table.
+                    self.error = -nl.s32(data[offset + 16 : offset + 20]) if length >= 20 else 0
                     self.done = True
                     return
                 if mtype == RTM_NEWROUTE:
-                    # Rare (an interrupted dump is read again anyway): keep it
-                    # whole and forget neighbours, decode_route decides.
+                    # Rare (an interrupted dump is read again anyway): keep
+                    # every route; decode_route and routes() decide.
                     self.payloads.append(data[offset + 16 : offset + length])
-                    self._previous, self._take_next = None, True
+                    self._run, self._before = None, (b"", [])
             offset += (length + 3) & ~3
 
     def routes(self) -> list[Route]:
-        """The kept routes: every collected one that is not plain, and plain
-        ones that share an identity with one of those."""
-        decoded = [r for r in map(decode_route, self.payloads) if r is not None]
-        kept = {r.identity for r in decoded if not r.plain}
-        return [r for r in decoded if not r.plain or r.identity in kept]
+        return kept_routes(filter(None, map(decode_route, self.payloads)))
+
+
+def kept_routes(routes) -> list[Route]:
+    """What Snapshot.routes keeps of `routes`: every one that is not plain,
+    and plain ones that share an identity with one of those."""
+    routes = list(routes)
+    kept = {r.identity for r in routes if not r.plain}
+    return [r for r in routes if not r.plain or r.identity in kept]
 
 
 def plain_route_key(payload: bytes) -> tuple[tuple, tuple] | None:

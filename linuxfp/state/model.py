@@ -488,12 +488,15 @@ def address_order(a: Address) -> tuple:
 
 
 def _nexthop_order(nh: NextHop) -> tuple:
-    return (nh.gateway or "", nh.oif or 0, nh.weight)
+    return (nh.gateway or "", nh.oif or 0, nh.weight, nh.flags)
 
 
 def route_order(r: Route) -> tuple:
+    """Identity first; then every attribute, since routes of one identity
+    may differ in any of them (each has its own fib_info)."""
     return (r.family, r.table, r.dst, r.tos, r.priority, r.type,
-            tuple(_nexthop_order(nh) for nh in r.nexthops))
+            tuple(_nexthop_order(nh) for nh in r.nexthops), r.mtu, r.protocol, r.scope, r.prefsrc or "",
+            r.realm, r.nh_id)
 
 
 def rule_order(r: Rule) -> tuple:

@@ -240,6 +240,9 @@ class NetlinkSocket:
                 if msg.type == NLMSG_DONE:
                     if interrupted:
                         raise DumpInterrupted(f"netlink dump of type {mtype} was interrupted")
+                    code = -s32(msg.payload) if len(msg.payload) >= 4 else 0
+                    if code:   # the dump ended early (e.g. EMSGSIZE): what came is not the table
+                        raise NetlinkError(code, f"netlink dump type {mtype}: {os.strerror(code)}")
                     return out
                 if msg.type == NLMSG_ERROR:
                     code = -s32(msg.payload)

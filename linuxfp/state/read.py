@@ -60,8 +60,13 @@ def dump_tc_ingress(sock: nl.NetlinkSocket) -> frozenset[int]:
 
 def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
     """The routes the snapshot keeps (see Snapshot.routes), in route_order."""
-    scan = sock.scan_dump(decode.RTM_GETROUTE, decode.route_dump_request(), decode.RouteDumpScan)
-    return tuple(sorted(scan.routes(), key=route_order))
+    try:
+        routes = sock.scan_dump(decode.RTM_GETROUTE, decode.route_dump_request(), decode.RouteDumpScan).routes()
+    except decode.IdentityTooLong:
+        # Hundreds of routes of one prefix and metric: decode every message.
+        routes = decode.kept_routes(_decoded(sock.dump(decode.RTM_GETROUTE, decode.route_dump_request()),
+                                             decode.decode_route))
+    return tuple(sorted(routes, key=route_order))
 
 
 def read_routes() -> tuple[Route, ...]:
