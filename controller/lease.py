@@ -184,6 +184,8 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         else "none (its programs die with it)",
         "controller stopped or stuck": f"<= {term} (lease)",
         "routes, rules, next hops": "none (the FIB is read per packet)",
+        "facts derived from routes (local sources, route MTUs, multipath)":
+            "the response time (a fresh read where a route's group is unknown)",
         "addresses, neighbours, links, sysctls with events, xfrm policies":
             "the response time (linuxfp stats)",
         "nf_tables (iptables-nft, nft)": "its notification's delivery (a watch thread then hands every "
