@@ -100,6 +100,7 @@ IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 3, 4, 8
 # RTA_*
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 4, 5, 6, 7
 RTA_METRICS, RTA_MULTIPATH, RTA_FLOW, RTA_TABLE, RTA_VIA, RTA_NH_ID = 8, 9, 11, 15, 18, 30
+RTA_ENCAP_TYPE, RTA_ENCAP = 21, 22
 RTAX_MTU = 2
 RTM_F_CLONED = 0x200
 RTNH_FLAGS_MASK = 0xFF  # rtm_flags low byte mirrors rtnh_flags for one nexthop
@@ -326,6 +327,8 @@ def decode_route(payload: bytes) -> Route | None:
         realm=nl.u32(a[RTA_FLOW]) if RTA_FLOW in a else 0,
         prefsrc=ip_str(family, a[RTA_PREFSRC]) if RTA_PREFSRC in a else None,
         nh_id=nl.u32(a[RTA_NH_ID]) if RTA_NH_ID in a else 0,
+        metrics=a[RTA_METRICS].hex() if RTA_METRICS in a else "",
+        encap=(a.get(RTA_ENCAP_TYPE, b"") + a.get(RTA_ENCAP, b"")).hex(),
     )
 
 
@@ -447,7 +450,9 @@ class RouteDumpScan:
         h, next_hint = 0, hints[0]
         unpack = _NLMSG_RTMSG.unpack_from
         want = self.seq
-        starts: list[int] = []         # route messages of this datagram not collected
+        # Route messages of this datagram in order: the offset of one not
+        # collected, ~offset of one collected (a run's boundary for _collect).
+        starts: list[int] = []
         offset = 0
         while offset + 28 <= end:
             (length, mtype, flags, seq, _pid, family, _dst_len, _src_len, _tos, table, _protocol,
@@ -468,7 +473,10 @@ class RouteDumpScan:
             else:
                 starts.append(offset)
             offset = following
-        self._before = (data, starts)
+        if starts:
+            # Datagrams of cached exceptions only are passed over: a run may
+            # straddle them.
+            self._before = (data, starts)
         if offset + 16 <= end:
             self._slow(data, offset)
 
@@ -480,21 +488,26 @@ class RouteDumpScan:
         if identity != self._run:
             earlier = []
             for where, offsets in ((data, starts), self._before):
-                while offsets and route_identity(self._payload(where, offsets[-1])) == identity:
-                    earlier.append(self._payload(where, offsets.pop()))
-                if offsets:
-                    break
-            else:
-                if earlier and self._before[0]:
+                k = len(offsets)
+                while k and offsets[k - 1] >= 0 and route_identity(self._payload(where, offsets[k - 1])) == identity:
+                    k -= 1
+                    earlier.append(self._payload(where, offsets[k]))
+                    offsets[k] = ~offsets[k]        # collected now
+                if k:
+                    break      # a route of another identity, or a collected one, ends the run
+                if where is not data and offsets:
+                    # The run fills the whole previous datagram: it may go back further.
                     raise IdentityTooLong(f"routes of {identity} span more than two datagrams")
             self.payloads.extend(reversed(earlier))
         self.payloads.append(payload)
+        starts.append(~offset)
         self._run = identity
 
     def _extend(self, data: bytes, offset: int, starts: list[int]) -> None:
         payload = self._payload(data, offset)
         if route_identity(payload) == self._run:
             self.payloads.append(payload)
+            starts.append(~offset)
         else:
             self._run = None
             starts.append(offset)

@@ -302,6 +302,11 @@ class Route(_JsonMixin):
     realm: int = 0  # RTA_FLOW
     prefsrc: str | None = None
     nh_id: int = 0  # RTA_NH_ID: route uses a nexthop object (not modelled)
+    # Attributes no node reads, kept so that two routes of one identity that
+    # differ only there stay two routes: RTA_METRICS (advmss, lock, ...) and
+    # RTA_ENCAP_TYPE + RTA_ENCAP, as hex.
+    metrics: str = ""
+    encap: str = ""
 
     @property
     def prefixlen(self) -> int:
@@ -496,7 +501,7 @@ def route_order(r: Route) -> tuple:
     may differ in any of them (each has its own fib_info)."""
     return (r.family, r.table, r.dst, r.tos, r.priority, r.type,
             tuple(_nexthop_order(nh) for nh in r.nexthops), r.mtu, r.protocol, r.scope, r.prefsrc or "",
-            r.realm, r.nh_id)
+            r.realm, r.nh_id, r.metrics, r.encap)
 
 
 def rule_order(r: Rule) -> tuple:
