@@ -34,6 +34,11 @@ POLL_INTERVAL_S = 1.0   # for configuration that changes without a netlink event
 # batch, so bursts coalesce by themselves. (epoll cannot wait less than 1 ms,
 # which would dominate the response time.)
 COALESCE_QUIET_NS = 0
+# A batch stops draining after this long or this many messages: a change
+# that arrives in the middle of a burst (a neighbour amid 10 000 BGP route
+# replaces) then waits for one short batch, not for the whole burst.
+BATCH_MAX_NS = 5_000_000
+BATCH_MAX_MESSAGES = 500
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,8 @@ class Controller:
         try:
             # Subscribe before the first dump so no change falls in between.
             stream_options = {"rcvbuf": self.options.netlink_rcvbuf} if self.options.netlink_rcvbuf else {}
-            with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS, **stream_options) as events:
+            with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS, max_batch_ns=BATCH_MAX_NS,
+                                    max_messages=BATCH_MAX_MESSAGES, **stream_options) as events:
                 # Changes settled before this read are in the dump below.
                 watched = self.watch.settled()
                 snapshot = kstate.read_snapshot()
