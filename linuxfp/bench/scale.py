@@ -196,7 +196,7 @@ def restarts(line: Line, how: str, count: int) -> dict:
         probes.aim(daddr)
         time.sleep(RUNNING_AFTER_RESTART_S)
         sent0, forwarded0 = probes.sent, ip_forw_datagrams(line.dut)
-        seen0 = (sink.probe_seen(daddr, dmac) or _NO_PROBES).count
+        seen0 = _probes_seen(sink, daddr, dmac)
         started = time.monotonic()
         for _ in range(count):
             controller.stop(signal.SIGTERM if keep else signal.SIGKILL)
@@ -208,7 +208,7 @@ def restarts(line: Line, how: str, count: int) -> dict:
         probes.aim(None)
         sent = probes.sent - sent0
         time.sleep(0.2)   # the last probes arrive
-        seen = (sink.probe_seen(daddr, dmac) or _NO_PROBES).count - seen0
+        seen = _probes_seen(sink, daddr, dmac) - seen0
         kernel = ip_forw_datagrams(line.dut) - forwarded0
     finally:
         probes.close()
@@ -257,11 +257,9 @@ def burst(line: Line, size: int) -> dict:
     }
 
 
-class _NoProbes:
-    count = 0
-
-
-_NO_PROBES = _NoProbes()
+def _probes_seen(sink: Sink, daddr: str, dmac: str) -> int:
+    seen = sink.probe_seen(daddr, dmac)
+    return seen.count if seen is not None else 0
 
 
 def run(options: Options) -> dict:

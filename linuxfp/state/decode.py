@@ -399,12 +399,16 @@ class IdentityTooLong(RuntimeError):
     """Routes of one identity run past what RouteDumpScan looks back over."""
 
 
-def route_identity(payload: bytes) -> tuple:
-    """Route.identity (family, table, "dst/len", tos, priority) of a route
-    message, from one attribute walk."""
+def _route_walk(payload: bytes) -> tuple[tuple, str | None, int | None, bool]:
+    """One attribute walk of a route message: its Route.identity (family,
+    table, "dst/len", tos, priority), gateway, oif, and whether an attribute
+    makes it not plain (RTAX_MTU, RTA_MULTIPATH, RTA_NH_ID, RTA_VIA, the
+    local table)."""
     family, dst_len, _src_len, tos, table = _RTMSG.unpack_from(payload)[:5]
     dst = b"\0\0\0\0"
     priority = 0
+    gateway = oif = None
+    kept = False
     offset, end = _RTMSG.size, len(payload)
     unpack = nl.NLATTR.unpack_from
     while offset + 4 <= end:
@@ -412,14 +416,29 @@ def route_identity(payload: bytes) -> tuple:
         if length < 4 or offset + length > end:
             break
         atype &= nl.NLA_TYPE_MASK
+        value = payload[offset + 4 : offset + length]
         if atype == RTA_DST:
-            dst = payload[offset + 4 : offset + length]
+            dst = value
         elif atype == RTA_TABLE:
-            table = nl.u32(payload[offset + 4 : offset + 8])
+            table = nl.u32(value)
         elif atype == RTA_PRIORITY:
-            priority = nl.u32(payload[offset + 4 : offset + 8])
+            priority = nl.u32(value)
+        elif atype == RTA_OIF:
+            oif = nl.u32(value)
+        elif atype == RTA_GATEWAY:
+            gateway = ip_str(family, value)
+        elif atype == RTA_MULTIPATH or atype == RTA_NH_ID or atype == RTA_VIA:
+            kept = True
+        elif atype == RTA_METRICS and RTAX_MTU in nl.parse_attrs(value):
+            kept = True
         offset += (length + 3) & ~3
-    return (family, table, f"{ip_str(family, dst)}/{dst_len}", tos, priority)
+    identity = (family, table, f"{ip_str(family, dst)}/{dst_len}", tos, priority)
+    return identity, gateway, oif, kept or table == RT_TABLE_LOCAL
+
+
+def route_identity(payload: bytes) -> tuple:
+    """Route.identity of a route message, without decoding the rest."""
+    return _route_walk(payload)[0]
 
 
 class RouteDumpScan:
@@ -556,40 +575,12 @@ def kept_routes(routes) -> list[Route]:
 def plain_route_key(payload: bytes) -> tuple[tuple, tuple] | None:
     """(identity, path) of a plain IPv4 route message, read without building a
     Route; None when the route is not plain (decode it)."""
-    (family, dst_len, _src_len, tos, table, _protocol, _scope, rtype,
-     flags) = _RTMSG.unpack_from(payload)
+    family, _dst_len, _src_len, _tos, table, _protocol, _scope, rtype, flags = _RTMSG.unpack_from(payload)
     if rtype != _RTN_UNICAST or table == RT_TABLE_LOCAL or family != AF_INET or flags & RTM_F_CLONED:
         return None
-    dst = b"\0\0\0\0"
-    priority = 0
-    gateway = oif = None
-    offset = _RTMSG.size
-    end = len(payload)
-    unpack = nl.NLATTR.unpack_from
-    while offset + 4 <= end:
-        length, atype = unpack(payload, offset)
-        if length < 4 or offset + length > end:
-            break
-        atype &= nl.NLA_TYPE_MASK
-        value = payload[offset + 4 : offset + length]
-        if atype == RTA_DST:
-            dst = value
-        elif atype == RTA_TABLE:
-            table = nl.u32(value)
-            if table == RT_TABLE_LOCAL:
-                return None
-        elif atype == RTA_PRIORITY:
-            priority = nl.u32(value)
-        elif atype == RTA_OIF:
-            oif = nl.u32(value)
-        elif atype == RTA_GATEWAY:
-            gateway = socket.inet_ntoa(value)
-        elif atype == RTA_MULTIPATH or atype == RTA_NH_ID or atype == RTA_VIA:
-            return None
-        elif atype == RTA_METRICS and RTAX_MTU in nl.parse_attrs(value):
-            return None
-        offset += (length + 3) & ~3
-    identity = (family, table, f"{socket.inet_ntoa(dst)}/{dst_len}", tos, priority)
+    identity, gateway, oif, kept = _route_walk(payload)
+    if kept:
+        return None
     hops = ((gateway, oif, 1),) if gateway is not None or oif is not None else ()
     return identity, ("unicast", hops)
 
