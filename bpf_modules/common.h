@@ -170,6 +170,40 @@ static __always_inline int lfp_linear(struct lfp_pkt *pkt, __u32 len)
 #endif
 }
 
+/* The kernel's connection tracking table (nf_conntrack kfuncs), in the
+ * namespace of the ingress device; bpf_modules/conntrack.h reads entries. */
+struct nf_conn {                /* opaque here: a definition, so libbpf can match the kfuncs' types */
+	int opaque;
+};
+struct bpf_ct_opts {            /* the kfuncs' options (NF_BPF_CT_OPTS_SZ, 16 bytes) */
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u16 ct_zone_id;       /* with ct_zone_dir 0: the default zone, as for every packet here */
+	__u8 ct_zone_dir;
+	__u8 reserved[3];
+};
+#ifdef LFP_HOOK_XDP
+extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *ctx, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
+#else
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *ctx, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
+#endif
+extern void bpf_ct_release(struct nf_conn *ct) __ksym;
+extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout) __ksym;
+
+static __always_inline struct nf_conn *lfp_ct_lookup(struct lfp_pkt *pkt, struct bpf_sock_tuple *tuple,
+						     __u32 size, struct bpf_ct_opts *opts)
+{
+#ifdef LFP_HOOK_XDP
+	return bpf_xdp_ct_lookup(pkt->ctx, tuple, size, opts, sizeof(*opts));
+#else
+	return bpf_skb_ct_lookup(pkt->ctx, tuple, size, opts, sizeof(*opts));
+#endif
+}
+
 #if defined(LFP_HOOK_XDP) && defined(LFP_XDP_VLAN_KFUNC)
 /* Only device-bound programs may call it; see Shape.device_bound. */
 extern int bpf_xdp_metadata_rx_vlan_tag(const struct xdp_md *ctx, __be16 *vlan_proto,

@@ -26,6 +26,7 @@
 #include <linux/udp.h>
 
 #include "common.h"
+#include "conntrack.h"
 #include "parse.h"
 
 #define LFP_COUNTERS_FILTER(X)                                                            \
@@ -33,7 +34,12 @@
 	X(FILTER_KERNEL,          filter, pass, "an iptables rule the fast path does not reproduce") \
 	X(FILTER_L4_SHORT,        filter, pass, "transport header not complete (iptables would drop it)") \
 	X(FILTER_UNCONFIGURED,    filter, pass, "filter tables not written yet")            \
-	X(FILTER_STALE,           filter, pass, "filter tables being rewritten")
+	X(FILTER_STALE,           filter, pass, "filter tables being rewritten")            \
+	X(FILTER_CT_NEW,          filter, pass, "connection tracking on: no entry yet (the kernel creates it)") \
+	X(FILTER_CT_STATE,        filter, pass, "connection tracking on: entry not established, NATed, or otherwise changed by this packet") \
+	X(FILTER_CT_TCP,          filter, pass, "connection tracking on: TCP (its window tracking stays with the kernel)") \
+	X(FILTER_CT_PROTO,        filter, pass, "connection tracking on: neither UDP nor TCP")  \
+	X(FILTER_CT_INVALID,      filter, pass, "connection tracking on: conntrack could call it invalid (length, checksum)")
 
 /* Verdicts, as in linuxfp/graph/filtering/program.py. */
 #define LFP_FLT_ACCEPT 0
@@ -47,6 +53,9 @@
 #define LFP_FLT_L4D (1u << 3)
 #define LFP_FLT_IIF (1u << 4)
 #define LFP_FLT_OIF (1u << 5)
+/* Not a field: the kernel tracks connections, so only packets of an
+ * established, un-NATed connection are classified (conntrack.h). */
+#define LFP_FLT_CT  (1u << 6)
 
 /* Longest-prefix match of one field. value: an address as on the wire, or
  * {protocol, port in network order} / {1, 0, ICMP type or code}, padded. */
@@ -110,7 +119,7 @@ struct {
 struct lfp_flt_cfg {
 	__u32 gen;
 };
-#define LFP_FLT_USED_MASK 0x3fu
+#define LFP_FLT_USED_MASK 0x7fu
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -327,6 +336,24 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 	if (!flow.gen)
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
 	used = flow.gen & LFP_FLT_USED_MASK;
+	if (used & LFP_FLT_CT) {
+		/* Conntrack runs at PREROUTING, before the FORWARD verdict: the
+		 * entry is refreshed whether the rules accept or drop. */
+		switch (lfp_ct_take(pkt)) {
+		case LFP_CT_TAKEN:
+			break;
+		case LFP_CT_NONE:
+			return lfp_pass(pkt, LFP_CNT_FILTER_CT_NEW);
+		case LFP_CT_TCP:
+			return lfp_pass(pkt, LFP_CNT_FILTER_CT_TCP);
+		case LFP_CT_PROTO:
+			return lfp_pass(pkt, LFP_CNT_FILTER_CT_PROTO);
+		case LFP_CT_INVALID:
+			return lfp_pass(pkt, LFP_CNT_FILTER_CT_INVALID);
+		default:
+			return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
+		}
+	}
 	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, flow.l4s, flow.l4d))
 		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
 	ip = lfp_ipv4(pkt);

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from linuxfp.graph import build_graph
-from linuxfp.graph.filtering.classifier import TooLarge, build_classifier, classify
+from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, TooLarge, build_classifier, classify
 from linuxfp.graph.filtering.program import ACCEPT, DROP, KERNEL, compile_program, matched_boxes, packet_fields, verdict
 from linuxfp.graph.filtering.scope import filter_scope
 from linuxfp.graph.nodes.iptables_filter import filter_plan
@@ -122,11 +122,17 @@ def test_values_that_look_like_syntax_stay_values():
 
 
 def test_scope_names_what_the_filter_node_cannot_reproduce():
+    # Docker and kube-proxy hosts track connections (ctstate rules, NAT):
+    # within scope, stateful — only established connections are classified.
     docker = filter_scope(netfilter(corpus("docker-host.rules")))
-    assert any("FORWARD #3 uses connection tracking (conntrack)" in u for u in docker.uncovered), docker.uncovered
-    assert any("table nat: rule POSTROUTING #1 uses connection tracking (MASQUERADE)" in u for u in docker.uncovered)
+    assert docker.uncovered == () and docker.stateful == (
+        "iptables-nft table nat (NAT)", "iptables-nft table filter: FORWARD #3 (conntrack)")
     kube = filter_scope(netfilter(corpus("kube-node.rules")))
-    assert kube.uncovered
+    assert kube.uncovered == () and kube.stateful
+    # rules in other tables are not (mangle marks, raw NOTRACK ...)
+    marked = filter_scope(netfilter(parse_save(
+        "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j MARK --set-mark 1\nCOMMIT\n", "nft")))
+    assert marked.uncovered == ("iptables-nft table mangle: rules (only the filter table is evaluated in the fast path)",)
     # A stateless appliance is within scope: only its filter table is read.
     firewall = filter_scope(netfilter(corpus("firewall-appliance.rules", "legacy")))
     assert firewall.uncovered == () and [r.backend for r in firewall.forward] == ["legacy"]
@@ -175,6 +181,38 @@ def test_firewall_verdicts():
     assert decide("198.51.100.3", "198.18.10.5", 1, 3, 3, wan, lan) == KERNEL           # LOG (limit), REJECT
 
 
+def test_connection_tracking_matches_are_constants_of_established_connections():
+    """The stateful filter classifies only packets of established, un-NATed
+    connections: for them ESTABLISHED holds, NEW/INVALID/RELATED/DNAT do
+    not, and a match it cannot know (--ctdir, EXPECTED) sends the rule's
+    packets to the kernel."""
+    program = compile_program(filter_scope(netfilter(corpus("docker-host.rules"))).forward, LINKS, stateful=True)
+    classifier = build_classifier(program, [link.index for link in LINKS])
+
+    def decide(iif, oif, dport=80):
+        fields = packet_fields(_ip("198.51.100.3"), _ip("198.18.17.2"), 6, 40000, dport, iif, oif)
+        expected = verdict(program, matched_boxes(program, fields))
+        assert classify(classifier, fields) == expected
+        return expected[0]
+
+    wan, docker0 = 3, 5
+    assert decide(wan, docker0, 9999) == ACCEPT      # FORWARD #3: -o docker0 RELATED,ESTABLISHED
+    assert decide(docker0, wan) == ACCEPT            # -i docker0 ! -o docker0
+    assert decide(wan, 2) == DROP                    # policy
+    assert classifier.used & CONNTRACK_BIT
+    rules = parse_save("*filter\n:FORWARD DROP [0:0]\n"
+                       "-A FORWARD -m conntrack --ctstate NEW,INVALID -j ACCEPT\n"
+                       "-A FORWARD -m conntrack ! --ctstate ESTABLISHED -j ACCEPT\n"
+                       "-A FORWARD -m conntrack --ctstatus EXPECTED -j ACCEPT\n"
+                       "-A FORWARD -m conntrack --ctstatus ASSURED -d 198.51.100.0/24 -j ACCEPT\n"
+                       "-A FORWARD -m conntrack --ctdir REPLY -j ACCEPT\n"
+                       "-A FORWARD -m state --state ESTABLISHED -j DROP\nCOMMIT\n", "nft")
+    program = compile_program(filter_scope(netfilter(rules)).forward, LINKS, stateful=True)
+    boxes = {r.position: len(r.box_ids) for r in program.rules}
+    assert boxes[1] == 0 and boxes[2] == 0 and boxes[4] == 1 and boxes[6] == 1
+    assert {r.position: r.action for r in program.unsupported} == {3: "kernel", 5: "kernel"}
+
+
 def _ip(text: str) -> int:
     return int.from_bytes(bytes(int(x) for x in text.split(".")), "big")
 
@@ -221,11 +259,22 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
         "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
     tables = {t.name: t for t in graph.tables}
     assert len(tables["lfp_flt_cfg"].entries) == 1 and tables["lfp_flt_dst"].entries
-    # stateful rules stay with the kernel, with the rule named
+    # stateful rules: the filter looks connections up (the CT bit of its generation)
     stateful = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
                           "-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n", "nft")
     graph = build_graph(router_snapshot(netfilter=netfilter(stateful)), "xdp")
-    assert graph.pipelines == () and all("FORWARD #1 uses connection tracking" in s.reason for s in graph.skipped
+    assert {p.ifname: p.shape.nodes for p in graph.pipelines} == {
+        "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
+    assert filter_plan(router_snapshot(netfilter=netfilter(stateful))).classifier.used & CONNTRACK_BIT
+    # a nat table alone turns tracking on: the filter applies with no FORWARD rule
+    nat = parse_save("*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"
+                     "-A POSTROUTING -o right -j MASQUERADE\nCOMMIT\n", "nft")
+    plan = filter_plan(router_snapshot(netfilter=netfilter(nat)))
+    assert plan.classifier.used & CONNTRACK_BIT and plan.program.rules == ()
+    # a mangle rule still keeps every ingress on the kernel path, named
+    mangled = parse_save("*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j MARK --set-mark 1\nCOMMIT\n", "nft")
+    graph = build_graph(router_snapshot(netfilter=netfilter(mangled)), "xdp")
+    assert graph.pipelines == () and all("table mangle: rules" in s.reason for s in graph.skipped
                                          if s.ifname != "lo")
 
 

@@ -31,7 +31,8 @@ RULESETS = (
            "-A BLOCK -d 198.19.1.0/24 -j DROP\n"
            "-A BLOCK -d 198.19.2.0/24 -p udp -j DROP\n"
            "-A BLOCK -j RETURN\nCOMMIT\n",
-    # C: stateful (the namespace goes back to the kernel path), blocked too
+    # C: stateful (only established connections are classified; these new
+    # flows go to the kernel), blocked too
     HEAD + "-A FORWARD -m conntrack --ctstate INVALID -j DROP\n"
            "-A FORWARD -d 198.19.1.0/24 -j DROP\nCOMMIT\n",
 )

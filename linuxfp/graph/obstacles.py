@@ -24,9 +24,11 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
         if scope.uncovered:
             more = f" (and {len(scope.uncovered) - 1} more)" if len(scope.uncovered) > 1 else ""
             found.append(Obstacle("netfilter", f"netfilter: {scope.uncovered[0]}{more}"))
-        if scope.forward:
-            found.append(Obstacle("iptables_filter", "iptables FORWARD rules ("
-                                  + ", ".join(f"iptables-{r.backend}" for r in scope.forward) + ")"))
+        if scope.filters_forward:
+            what = [f"iptables-{r.backend}" for r in scope.forward]
+            if scope.stateful:
+                what.append("connection tracking")
+            found.append(Obstacle("iptables_filter", "iptables FORWARD rules (" + ", ".join(what) + ")"))
     if snapshot.xfrm.active:
         found.append(Obstacle("xfrm", "IPsec (xfrm) policies present: ip_forward would check or transform packets"))
     policy = snapshot.sysctls.multipath_hash_policy

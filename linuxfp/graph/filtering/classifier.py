@@ -29,7 +29,10 @@ PAIRS = ((1, ("src",), ("dst",)), (2, ("l4s",), ("l4d",)), (3, ("iif",), ("oif",
          (4, ("src", "dst"), ("l4s", "l4d")), (5, ("src", "dst", "l4s", "l4d"), ("iif", "oif")))
 VERDICT_NODE = 6
 FIELD_BIT = {name: 1 << i for i, name in enumerate(FIELDS)}
-USED_MASK = (1 << len(FIELDS)) - 1
+# Beside the fields: the datapath looks the packet up in the kernel's
+# conntrack table first (Program.stateful; LFP_FLT_CT in filter.h).
+CONNTRACK_BIT = 1 << len(FIELDS)
+USED_MASK = (CONNTRACK_BIT << 1) - 1
 LPM_FIELDS = ("src", "dst", "l4s", "l4d")
 MAX_PAIR_ENTRIES = 1 << 20
 
@@ -41,7 +44,7 @@ class TooLarge(ValueError):
 @dataclass(frozen=True)
 class Classifier:
     generation: int                                   # 32 bits, never 0; low bits: `used`
-    used: int                                         # FIELD_BIT of the fields looked up
+    used: int                                         # FIELD_BIT of the fields looked up, CONNTRACK_BIT
     prefixes: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]   # field -> (value, length, class)
     interfaces: tuple[tuple[int, int, int], ...]      # ifindex, iif class, oif class
     pairs: tuple[tuple[int, int, int, int], ...]      # node, left, right, class
@@ -83,6 +86,8 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
     # one is looked up, and one the classifier does not know misses.
     for name in program.interface_fields:
         used |= FIELD_BIT[name]
+    if program.stateful:
+        used |= CONNTRACK_BIT
     level = {(name,): (field_classes[name], bool(used & FIELD_BIT[name])) for name in FIELDS}
     pairs = []
     for node, left, right in PAIRS:

@@ -11,6 +11,13 @@ A field predicate is a union of prefixes that must contain the value (None:
 any value) and a union of prefixes that must not. Port ranges become
 prefixes; `-i eth+` becomes the ifindexes whose names match.
 
+Connection-tracking matches (`-m conntrack --ctstate`, `-m state --state`,
+`--ctstatus`) are constants: while the kernel tracks connections, the filter
+node classifies only packets of an established connection that carries no
+NAT (bpf_modules/filter.h checks the kernel's own entry; every other packet
+goes to the kernel first), so each such match holds for all of them or for
+none.
+
 A match the fast path cannot evaluate makes the rule `unsupported`: its box
 keeps the matches it can evaluate (a superset of what it matches) and its
 packets go to the kernel, so only packets that could reach that rule leave
@@ -30,7 +37,14 @@ Prefix = tuple[int, int]            # (value, length) over the field's width
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "all": 0, "ip": 0, "0": 0, "sctp": 132, "udplite": 136,
              "dccp": 33, "gre": 47, "esp": 50, "ah": 51, "icmpv6": 58, "ipv6-icmp": 58, "ospf": 89}
 PORTS_OF = {6, 17}                  # protocols whose ports the fast path reads
-_MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "mark"})
+_MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "mark", "conntrack", "state"})
+# What conntrack says of every packet the filter node classifies while
+# connections are tracked: ctstate ESTABLISHED (its entry has seen a reply),
+# neither SNAT nor DNAT, status CONFIRMED|SEEN_REPLY|ASSURED.
+CT_STATES = frozenset({"NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED", "SNAT", "DNAT"})
+FAST_PATH_CTSTATES = frozenset({"ESTABLISHED"})
+CT_STATUSES = frozenset({"NONE", "EXPECTED", "SEEN_REPLY", "ASSURED", "CONFIRMED"})
+FAST_PATH_CTSTATUS = frozenset({"SEEN_REPLY", "ASSURED", "CONFIRMED"})
 ICMP_TYPES = {"echo-reply": (0, None), "destination-unreachable": (3, None), "network-unreachable": (3, 0),
               "host-unreachable": (3, 1), "protocol-unreachable": (3, 2), "port-unreachable": (3, 3),
               "fragmentation-needed": (3, 4), "source-quench": (4, None), "redirect": (5, None),
@@ -266,6 +280,21 @@ def _match_boxes(match, proto: int | None, links) -> tuple[Box, ...] | None:
             return (Box((("l4d", FieldPredicate(code_p)), ("l4s", FieldPredicate(type_p)))),)
         return (Box((("l4s", FieldPredicate(None, type_p)),)),
                 Box((("l4d", FieldPredicate(None, code_p)), ("l4s", FieldPredicate(type_p)))))
+    if (m, opt) in (("conntrack", "--ctstate"), ("state", "--state")):
+        states = {word.upper() for word in values[0].split(",")}
+        if not states <= CT_STATES:
+            raise Unsupported(f"state {values[0]!r}")
+        return EVERYTHING if bool(states & FAST_PATH_CTSTATES) != neg else NOTHING
+    if (m, opt) == ("conntrack", "--ctstatus"):
+        # any of the listed bits set; EXPECTED (a helper's child) is not known here
+        statuses = {word.upper() for word in values[0].split(",")}
+        if not statuses <= CT_STATUSES:
+            raise Unsupported(f"status {values[0]!r}")
+        if statuses & FAST_PATH_CTSTATUS:
+            return NOTHING if neg else EVERYTHING
+        if "EXPECTED" in statuses:
+            raise Unsupported("whether the connection was expected")
+        return EVERYTHING if neg else NOTHING
     if m == "mark" and opt == "--mark":
         # A forwarded packet's mark is 0 at FORWARD: nothing before it may set
         # one (raw/mangle rules and tc ingress filters keep it on the kernel

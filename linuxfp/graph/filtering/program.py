@@ -48,6 +48,9 @@ class Program:
     # "iif"/"oif" when a rule names interfaces (even ones that do not exist)
     interface_fields: frozenset[str] = frozenset()
     reads_mark: bool = False      # a rule matches the packet mark (XDP cannot see it)
+    # The kernel tracks connections: only packets of established, un-NATed
+    # connections are classified (scope.py), the rest go to the kernel.
+    stateful: bool = False
 
     def chain(self, backend: str, name: str):
         return self._chain_index.get((backend, name))
@@ -70,9 +73,9 @@ class Program:
         return tuple(r for r in self.rules if r.unsupported)
 
 
-def compile_program(forward_rulesets, links) -> Program:
+def compile_program(forward_rulesets, links, stateful: bool = False) -> Program:
     """The FORWARD chain of each ruleset's filter table and every chain it
-    reaches."""
+    reaches; `stateful` as FilterScope says."""
     rules: list[CompiledRule] = []
     boxes: list[Box] = []
     chains = []
@@ -103,7 +106,7 @@ def compile_program(forward_rulesets, links) -> Program:
                                           action, jump, ids, meaning.unsupported, rule.target))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
-                   frozenset(named), marks)
+                   frozenset(named), marks, stateful)
 
 
 def _protocol_in_l4d(box: Box) -> Box:

@@ -1,15 +1,22 @@
 """Which part of a namespace's netfilter configuration touches forwarded
 IPv4 packets, and which of it a filter node may evaluate: the filter table's
-FORWARD chain of each iptables backend, stateless. Everything else that
-could touch a forwarded packet is named as uncovered. Pure.
+FORWARD chain of each iptables backend, and — when the kernel tracks
+connections — only for packets of established connections without NAT.
+Everything else that could touch a forwarded packet is named as uncovered.
+Pure.
+
+Connection tracking is on once any rule uses it or a nat table exists
+(either loads the kernel's conntrack hooks). The filter node is then
+`stateful`: it looks every packet up in the kernel's conntrack table and
+classifies only those of an established, un-NATed connection, for which
+conntrack matches are constants (predicates.py) and nat tables are never
+consulted (the kernel runs them for a connection's first packet only);
+everything else goes to the kernel.
 
 Uncovered, with the reason:
 * native nf_tables tables (families inet, netdev, bridge, or an ip table
   iptables-nft cannot express) — their base chains may sit on any hook;
-* nat tables (they turn connection tracking on), and raw/mangle/security
-  tables that hold rules or a policy other than ACCEPT;
-* rules that use connection tracking anywhere (it is then on for every
-  forwarded packet, and the fast path would bypass it);
+* raw/mangle/security tables that hold rules or a policy other than ACCEPT;
 * a backend whose rules could not be read.
 Tables of families ip6 and arp do not touch forwarded IPv4 packets (IPv6 and
 ARP always go to the kernel), so they are neither.
@@ -38,10 +45,11 @@ class FilterScope:
 
     forward: tuple[Ruleset, ...]
     uncovered: tuple[str, ...]
+    stateful: tuple[str, ...] = ()   # what turns connection tracking on (empty: it is off)
 
     @property
     def filters_forward(self) -> bool:
-        return bool(self.forward)
+        return bool(self.forward) or bool(self.stateful)
 
 
 def filter_scope(netfilter) -> FilterScope:
@@ -61,17 +69,18 @@ def filter_scope(netfilter) -> FilterScope:
     if not netfilter.errors:
         uncovered.extend(f"iptables-{backend} holds tables whose rules were not read"
                          for backend in sorted(holders - read))
-    forward = []
+    forward, stateful = [], []
     for ruleset in netfilter.rulesets:
         for name in ruleset.incompatible:
             uncovered.append(f"iptables-{ruleset.backend}-save cannot show all of {name!r} (native nft chains "
                              "or rules; `nft list ruleset` shows them)")
         for table in ruleset.tables:
             uncovered.extend(_table_findings(ruleset.backend, table))
+            stateful.extend(_tracking(ruleset.backend, table))
         filter_table = ruleset.table("filter")
         if filter_table is not None and _forward_filters(filter_table):
             forward.append(ruleset)
-    return FilterScope(tuple(forward), tuple(uncovered))
+    return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful))
 
 
 def _table_findings(backend: str, table) -> list[str]:
@@ -81,18 +90,23 @@ def _table_findings(backend: str, table) -> list[str]:
     for chain in table.chains:
         if chain.policy is not None and chain.name not in builtin:
             found.append(f"{where}: base chain {chain.name} is not one iptables defines")
+    if table.name not in ("filter", "nat") and any(c.rules or c.policy not in (None, "ACCEPT")
+                                                   for c in table.chains):
+        found.append(f"{where}: rules (only the filter table is evaluated in the fast path)")
+    return found
+
+
+def _tracking(backend: str, table) -> list[str]:
+    """What in this table makes the kernel track connections."""
+    where = f"iptables-{backend} table {table.name}"
+    if table.name == "nat":
+        return [f"{where} (NAT)"]
     for chain in table.chains:
         for rule in chain.rules:
             ct = set(rule.modules) & CONNTRACK_MATCHES
             if ct or rule.target in CONNTRACK_TARGETS:
-                found.append(f"{where}: rule {chain.name} #{rule.position} uses connection tracking "
-                             f"({', '.join(sorted(ct)) or rule.target}); the filter node is stateless yet")
-                return found
-    if table.name == "nat":
-        found.append(f"{where}: NAT (turns connection tracking on)")
-    elif table.name != "filter" and any(c.rules or c.policy not in (None, "ACCEPT") for c in table.chains):
-        found.append(f"{where}: rules (only the filter table is evaluated in the fast path)")
-    return found
+                return [f"{where}: {chain.name} #{rule.position} ({', '.join(sorted(ct)) or rule.target})"]
+    return []
 
 
 def _forward_filters(table) -> bool:

@@ -73,6 +73,9 @@ class Filter(Node):
         counts = ", ".join(f"iptables-{b} {sum(1 for r in program.rules if r.backend == b)}"
                            for b in program.backends)
         lines = [f"{len(program.rules)} rules reached from FORWARD ({counts})"]
+        if program.stateful:
+            lines.append("connection tracking on (" + "; ".join(filter_scope(snapshot.netfilter).stateful)
+                         + "): established connections without NAT are classified, the rest go to the kernel")
         if classifier is not None:
             fields = ",".join(name for name, bit in FIELD_BIT.items() if classifier.used & bit) or "none"
             lines.append(f"classifier generation {classifier.generation:08x}: {classifier.entry_count()} entries, "
@@ -120,11 +123,11 @@ def _link_names(links) -> tuple[tuple[int, str], ...]:
 
 def _plan(netfilter, links) -> FilterPlan:
     scope = filter_scope(netfilter)
-    if not scope.forward:
+    if not scope.filters_forward:
         return FilterPlan()
     if scope.uncovered:
         return FilterPlan(problem=scope.uncovered[0])
-    program = compile_program(scope.forward, links)
+    program = compile_program(scope.forward, links, stateful=bool(scope.stateful))
     try:
         classifier = build_classifier(program, [link.index for link in links] if program.interface_fields else [])
         check_capacity(classifier)

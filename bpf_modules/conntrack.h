@@ -1,0 +1,246 @@
+/* The kernel's connection tracking, read and kept as the kernel keeps it.
+ *
+ * While the kernel tracks connections, conntrack looks every forwarded packet
+ * up at PREROUTING, may change the entry's state, and refreshes its timeout.
+ * A fast path that bypasses it must leave the entry exactly as that packet
+ * would have left it, so it takes only packets whose only effect on the
+ * entry is the timeout refresh, and does that refresh itself:
+ *
+ * - UDP, of an entry that is CONFIRMED, SEEN_REPLY and ASSURED and past its
+ *   stream stamp (udp_packet() then only refreshes the timeout to the
+ *   namespace's "stream" timeout: nothing else of the entry changes);
+ * - no NAT, sequence adjustment, helper, expectation, fixed timeout,
+ *   offload, or dying entry (each changes what the kernel does);
+ * - a datagram conntrack calls valid (udp_error(): a length that fits and a
+ *   checksum that verifies, over the whole IP payload as nf_ip_checksum()
+ *   sums it).
+ * The refresh writes the entry's timeout only when it would change (at most
+ * once per jiffy per entry, like __nf_ct_refresh_acct() itself), so a
+ * steady flow does not write a shared cache line per packet.
+ *
+ * TCP is not taken: conntrack's window tracking advances with every segment
+ * it sees, BPF cannot advance it, and a later segment judged against a
+ * stale window is INVALID where Linux alone would accept it.
+ * What differs from Linux alone: conntrack's per-entry packet/byte
+ * accounting (nf_conntrack_acct, off by default) does not count fast-pathed
+ * packets.
+ */
+#ifndef LFP_CONNTRACK_H
+#define LFP_CONNTRACK_H
+
+#include <linux/udp.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <bpf/bpf_core_read.h>
+
+#include "common.h"
+#include "parse.h"
+
+/* The fields read, relocated against the running kernel's BTF (CO-RE). */
+struct nf_udp_net___lfp {
+	unsigned int timeouts[2];       /* UDP_CT_UNREPLIED, UDP_CT_REPLIED; jiffies */
+} __attribute__((preserve_access_index));
+
+struct nf_ip_net___lfp {
+	struct nf_udp_net___lfp udp;
+} __attribute__((preserve_access_index));
+
+struct netns_ct___lfp {
+	struct nf_ip_net___lfp nf_ct_proto;
+} __attribute__((preserve_access_index));
+
+struct net___lfp {
+	struct netns_ct___lfp ct;
+} __attribute__((preserve_access_index));
+
+struct nf_conn___lfp {
+	__u32 timeout;                  /* jiffies (32 bits) at which it expires */
+	unsigned long status;           /* IPS_* */
+	struct {
+		struct net___lfp *net;
+	} ct_net;
+	union {
+		struct {
+			unsigned long stream_ts;
+		} udp;
+	} proto;
+} __attribute__((preserve_access_index));
+
+#define LFP_UDP_CT_REPLIED 1
+
+/* Every bit must be set... */
+#define LFP_CT_NEED ((1ul << IPS_CONFIRMED_BIT) | (1ul << IPS_SEEN_REPLY_BIT) | (1ul << IPS_ASSURED_BIT))
+/* ...and none of these. */
+#define LFP_CT_AVOID ((1ul << IPS_EXPECTED_BIT) | (1ul << IPS_SRC_NAT_BIT) | (1ul << IPS_DST_NAT_BIT) | \
+		      (1ul << IPS_SEQ_ADJUST_BIT) | (1ul << IPS_DYING_BIT) | (1ul << IPS_FIXED_TIMEOUT_BIT) | \
+		      (1ul << IPS_TEMPLATE_BIT) | (1ul << IPS_UNTRACKED_BIT) | (1ul << IPS_HELPER_BIT) | \
+		      (1ul << IPS_OFFLOAD_BIT) | (1ul << IPS_HW_OFFLOAD_BIT))
+
+extern unsigned int CONFIG_HZ __kconfig;
+
+enum lfp_ct_result {
+	LFP_CT_TAKEN = 0,       /* established, refreshed: the fast path may go on */
+	LFP_CT_NONE,            /* no entry: a new connection */
+	LFP_CT_STATE,           /* an entry the fast path does not take */
+	LFP_CT_TCP,
+	LFP_CT_PROTO,           /* neither UDP nor TCP */
+	LFP_CT_INVALID,         /* conntrack would call the datagram invalid, or it could not be checked */
+};
+
+static __always_inline __u16 lfp_csum_fold(__u64 sum)
+{
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)sum;
+}
+
+/* Whether the one's complement sum of the `len` (< 4 KiB) bytes after a
+ * 20-byte IPv4 header, with `seed`, is 0xffff (a checksum that verifies). A global
+ * function, so the verifier checks its many paths once, not once per path
+ * of its caller. */
+__attribute__((noinline)) int lfp_csum_verifies(lfp_ctx_t *ctx, __u32 len, __u32 seed)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	void *p;
+	__s64 r = seed;
+
+	if (len > 4095)
+		return 0;
+	p = data + sizeof(struct ethhdr) + sizeof(struct iphdr);
+	for (int i = 0; i < 8; i++) {
+		if (len < 512)
+			break;
+		if (p + 512 > data_end)
+			return 0;
+		r = bpf_csum_diff(NULL, 0, p, 512, (__u32)r);
+		if (r < 0)
+			return 0;
+		p += 512;
+		len -= 512;
+	}
+#define LFP_CSUM_CHUNK(size)                                                  \
+	if (len & (size)) {                                                   \
+		if (p + (size) > data_end)                                    \
+			return 0;                                             \
+		r = bpf_csum_diff(NULL, 0, p, (size), (__u32)r);              \
+		if (r < 0)                                                    \
+			return 0;                                             \
+		p += (size);                                                  \
+	}
+	LFP_CSUM_CHUNK(256)
+	LFP_CSUM_CHUNK(128)
+	LFP_CSUM_CHUNK(64)
+	LFP_CSUM_CHUNK(32)
+	LFP_CSUM_CHUNK(16)
+	LFP_CSUM_CHUNK(8)
+	LFP_CSUM_CHUNK(4)
+#undef LFP_CSUM_CHUNK
+	/* 1 to 3 bytes left: 16-bit words as they lie in memory, the last
+	 * padded with a zero byte (what csum_partial() sums). */
+	if (len & 3) {
+		__u8 *b = p;
+		__u32 tail;
+
+		if ((void *)(b + 3) <= data_end && (len & 3) == 3)
+			tail = *(__u16 *)b + (__u32)b[2];
+		else if ((void *)(b + 2) <= data_end && (len & 3) == 2)
+			tail = *(__u16 *)b;
+		else if ((void *)(b + 1) <= data_end && (len & 3) == 1)
+			tail = b[0];
+		else
+			return 0;
+		r = (__u32)r + (__u64)tail;
+	}
+	return lfp_csum_fold(r) == 0xffff;
+}
+
+/* udp_error() at PREROUTING: the UDP length fits the IP payload, and the
+ * checksum (unless 0) verifies over the whole payload. */
+static __always_inline int lfp_ct_udp_valid(struct lfp_pkt *pkt)
+{
+	const __u32 l4_off = sizeof(struct ethhdr) + sizeof(struct iphdr);
+	struct iphdr *ip = lfp_ipv4(pkt);
+	struct udphdr *udp;
+	__u32 payload, udp_len;
+	__u64 sum;
+
+	if (!ip)
+		return 0;
+	payload = bpf_ntohs(ip->tot_len);
+	if (payload < sizeof(struct iphdr) + sizeof(struct udphdr))
+		return 0;
+	payload -= sizeof(struct iphdr);
+	if (payload > 4095 || !lfp_linear(pkt, l4_off + payload))
+		return 0;
+	ip = lfp_ipv4(pkt);
+	if (!ip)
+		return 0;
+	udp = pkt->data + l4_off;
+	if ((void *)(udp + 1) > pkt->data_end)
+		return 0;
+	udp_len = bpf_ntohs(udp->len);
+	if (udp_len < sizeof(*udp) || udp_len > payload)
+		return 0;
+	if (!udp->check)
+		return 1;
+	sum = (__u64)(ip->saddr & 0xffff) + (ip->saddr >> 16) + (ip->daddr & 0xffff) + (ip->daddr >> 16) +
+	      bpf_htons(IPPROTO_UDP) + bpf_htons((__u16)payload);
+	return lfp_csum_verifies(pkt->ctx, payload, lfp_csum_fold(sum));
+}
+
+/* Looks the packet's connection up and, when the fast path may take it,
+ * refreshes its timeout as conntrack would. */
+static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
+{
+	const __u32 l4_off = sizeof(struct ethhdr) + sizeof(struct iphdr);
+	struct bpf_ct_opts opts = { .netns_id = -1, .l4proto = IPPROTO_UDP };
+	struct bpf_sock_tuple tuple = {};
+	struct nf_conn___lfp *conn;
+	struct nf_conn *ct;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	unsigned long status;
+	__u64 now;
+	__u32 extra, expires;
+
+	ip = lfp_ipv4(pkt);
+	if (!ip)
+		return LFP_CT_INVALID;
+	if (ip->protocol == IPPROTO_TCP)
+		return LFP_CT_TCP;
+	if (ip->protocol != IPPROTO_UDP)
+		return LFP_CT_PROTO;
+	if (!lfp_ct_udp_valid(pkt))
+		return LFP_CT_INVALID;
+	ip = lfp_ipv4(pkt);
+	if (!ip)
+		return LFP_CT_INVALID;
+	udp = pkt->data + l4_off;
+	if ((void *)(udp + 1) > pkt->data_end)
+		return LFP_CT_INVALID;
+	tuple.ipv4.saddr = ip->saddr;
+	tuple.ipv4.daddr = ip->daddr;
+	tuple.ipv4.sport = udp->source;
+	tuple.ipv4.dport = udp->dest;
+
+	ct = lfp_ct_lookup(pkt, &tuple, sizeof(tuple.ipv4), &opts);
+	if (!ct)
+		return LFP_CT_NONE;
+	conn = (void *)ct;
+	status = conn->status;
+	now = bpf_jiffies64();
+	if ((status & LFP_CT_NEED) != LFP_CT_NEED || (status & LFP_CT_AVOID) ||
+	    (long)(conn->proto.udp.stream_ts - now) >= 0 || !CONFIG_HZ) {
+		bpf_ct_release(ct);
+		return LFP_CT_STATE;
+	}
+	extra = BPF_CORE_READ(conn, ct_net.net, ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_REPLIED]);
+	expires = (__u32)now + extra;
+	if (conn->timeout != expires)
+		bpf_ct_change_timeout(ct, (__u32)((__u64)extra * 1000 / CONFIG_HZ));
+	bpf_ct_release(ct);
+	return LFP_CT_TAKEN;
+}
+
+#endif
