@@ -16,6 +16,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "counters.h"
 #include "lease.h"
@@ -175,14 +176,12 @@ static __always_inline int lfp_linear(struct lfp_pkt *pkt, __u32 len)
 struct nf_conn {                /* opaque here: a definition, so libbpf can match the kfuncs' types */
 	int opaque;
 };
-struct bpf_ct_opts {            /* the kfuncs' options (NF_BPF_CT_OPTS_SZ, 16 bytes) */
-	__s32 netns_id;
+struct bpf_ct_opts {            /* the kfuncs' options, in their first (12-byte) layout: every */
+	__s32 netns_id;         /* kernel since 6.0 takes it, and looks up the default zone */
 	__s32 error;
 	__u8 l4proto;
 	__u8 dir;
-	__u16 ct_zone_id;       /* with ct_zone_dir 0: the default zone, as for every packet here */
-	__u8 ct_zone_dir;
-	__u8 reserved[3];
+	__u8 reserved[2];
 };
 #ifdef LFP_HOOK_XDP
 extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *ctx, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
@@ -201,6 +200,32 @@ static __always_inline struct nf_conn *lfp_ct_lookup(struct lfp_pkt *pkt, struct
 	return bpf_xdp_ct_lookup(pkt->ctx, tuple, size, opts, sizeof(*opts));
 #else
 	return bpf_skb_ct_lookup(pkt->ctx, tuple, size, opts, sizeof(*opts));
+#endif
+}
+
+/* Whether the kernel takes the packet's transport checksum as verified
+ * without summing it: nf_ip_checksum() does for CHECKSUM_UNNECESSARY and
+ * CHECKSUM_PARTIAL (sent by a local socket, e.g. a container's, whose
+ * checksum field holds only the pseudo-header's sum). TC reads the skb's
+ * ip_summed; XDP cannot know it, so it sums. */
+#ifdef LFP_HOOK_TC
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+struct sk_buff___lfp {
+	__u8 ip_summed:2;
+} __attribute__((preserve_access_index));
+#endif
+
+static __always_inline int lfp_l4_csum_taken_as_verified(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+	__u64 summed = BPF_CORE_READ_BITFIELD(skb, ip_summed);
+
+	return summed == 1 /* CHECKSUM_UNNECESSARY */ || summed == 3 /* CHECKSUM_PARTIAL */;
+#else
+	(void)pkt;
+	return 0;
 #endif
 }
 

@@ -10,10 +10,13 @@
  *   stream stamp (udp_packet() then only refreshes the timeout to the
  *   namespace's "stream" timeout: nothing else of the entry changes);
  * - no NAT, sequence adjustment, helper, expectation, fixed timeout,
- *   offload, or dying entry (each changes what the kernel does);
+ *   offload, NAT clash, or dying entry (each changes what the kernel does),
+ *   a reply tuple that is the original reversed (IPVS translates without
+ *   NAT bits), and no accounting, helper or timeout-policy extension;
  * - a datagram conntrack calls valid (udp_error(): a length that fits and a
  *   checksum that verifies, over the whole IP payload as nf_ip_checksum()
- *   sums it).
+ *   sums it — unless the skb says it was verified or is the sender's to
+ *   fill, which nf_ip_checksum() takes as valid).
  * The refresh writes the entry's timeout only when it would change (at most
  * once per jiffy per entry, like __nf_ct_refresh_acct() itself), so a
  * steady flow does not write a shared cache line per packet.
@@ -21,9 +24,9 @@
  * TCP is not taken: conntrack's window tracking advances with every segment
  * it sees, BPF cannot advance it, and a later segment judged against a
  * stale window is INVALID where Linux alone would accept it.
- * What differs from Linux alone: conntrack's per-entry packet/byte
- * accounting (nf_conntrack_acct, off by default) does not count fast-pathed
- * packets.
+ * What differs from Linux alone: conntrack retries delivering events it
+ * missed (a full netlink listener) on every packet it sees; fast-pathed
+ * packets do not give it that chance.
  */
 #ifndef LFP_CONNTRACK_H
 #define LFP_CONNTRACK_H
@@ -52,9 +55,36 @@ struct net___lfp {
 	struct netns_ct___lfp ct;
 } __attribute__((preserve_access_index));
 
+struct nf_conntrack_tuple___lfp {
+	struct {
+		union {
+			__be32 ip;
+		} u3;
+		union {
+			__be16 all;
+		} u;
+	} src, dst;
+} __attribute__((preserve_access_index));
+
+struct nf_conntrack_tuple_hash___lfp {
+	struct nf_conntrack_tuple___lfp tuple;
+} __attribute__((preserve_access_index));
+
+struct nf_ct_ext___lfp {
+	__u8 offset[9];                 /* per extension id: 0 when absent */
+} __attribute__((preserve_access_index));
+
+enum nf_ct_ext_id___lfp {
+	NF_CT_EXT_HELPER___lfp,
+	NF_CT_EXT_ACCT___lfp,
+	NF_CT_EXT_TIMEOUT___lfp,
+};
+
 struct nf_conn___lfp {
 	__u32 timeout;                  /* jiffies (32 bits) at which it expires */
+	struct nf_conntrack_tuple_hash___lfp tuplehash[2];
 	unsigned long status;           /* IPS_* */
+	struct nf_ct_ext___lfp *ext;
 	struct {
 		struct net___lfp *net;
 	} ct_net;
@@ -73,13 +103,14 @@ struct nf_conn___lfp {
 #define LFP_CT_AVOID ((1ul << IPS_EXPECTED_BIT) | (1ul << IPS_SRC_NAT_BIT) | (1ul << IPS_DST_NAT_BIT) | \
 		      (1ul << IPS_SEQ_ADJUST_BIT) | (1ul << IPS_DYING_BIT) | (1ul << IPS_FIXED_TIMEOUT_BIT) | \
 		      (1ul << IPS_TEMPLATE_BIT) | (1ul << IPS_UNTRACKED_BIT) | (1ul << IPS_HELPER_BIT) | \
-		      (1ul << IPS_OFFLOAD_BIT) | (1ul << IPS_HW_OFFLOAD_BIT))
+		      (1ul << IPS_OFFLOAD_BIT) | (1ul << IPS_HW_OFFLOAD_BIT) | (1ul << 12 /* IPS_NAT_CLASH */))
 
 extern unsigned int CONFIG_HZ __kconfig;
 
 enum lfp_ct_result {
 	LFP_CT_TAKEN = 0,       /* established, refreshed: the fast path may go on */
 	LFP_CT_NONE,            /* no entry: a new connection */
+	LFP_CT_ERROR,           /* the lookup itself failed */
 	LFP_CT_STATE,           /* an entry the fast path does not take */
 	LFP_CT_TCP,
 	LFP_CT_PROTO,           /* neither UDP nor TCP */
@@ -182,11 +213,48 @@ static __always_inline int lfp_ct_udp_valid(struct lfp_pkt *pkt)
 	udp_len = bpf_ntohs(udp->len);
 	if (udp_len < sizeof(*udp) || udp_len > payload)
 		return 0;
-	if (!udp->check)
+	if (!udp->check || lfp_l4_csum_taken_as_verified(pkt))
 		return 1;
 	sum = (__u64)(ip->saddr & 0xffff) + (ip->saddr >> 16) + (ip->daddr & 0xffff) + (ip->daddr >> 16) +
 	      bpf_htons(IPPROTO_UDP) + bpf_htons((__u16)payload);
 	return lfp_csum_verifies(pkt->ctx, payload, lfp_csum_fold(sum));
+}
+
+/* Whether the entry's reply tuple is its original one reversed: what NAT
+ * changes sets SRC_NAT/DST_NAT, but IPVS (net.ipv4.vs.conntrack=1) alters
+ * the reply tuple without them, and rewrites replies at FORWARD. */
+static __always_inline int lfp_ct_untranslated(struct nf_conn___lfp *conn)
+{
+	struct nf_conntrack_tuple___lfp *orig = &conn->tuplehash[0].tuple, *reply = &conn->tuplehash[1].tuple;
+
+	return orig->src.u3.ip == reply->dst.u3.ip && orig->dst.u3.ip == reply->src.u3.ip &&
+	       orig->src.u.all == reply->dst.u.all && orig->dst.u.all == reply->src.u.all;
+}
+
+/* Whether the entry carries an extension that makes conntrack do more per
+ * packet than a timeout refresh: accounting (nf_conntrack_acct, connbytes),
+ * a helper (attached with or without IPS_HELPER, e.g. by ctnetlink), or a
+ * timeout policy of its own. */
+static __always_inline int lfp_ct_extended(struct nf_conn___lfp *conn)
+{
+	struct nf_ct_ext___lfp *ext = conn->ext;
+	__u8 offset[9] = {};
+	__u32 acct = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_ACCT___lfp);
+	__u32 helper = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_HELPER___lfp);
+	__u32 timeout = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_TIMEOUT___lfp);
+
+	if (!ext)
+		return 0;
+	if (bpf_core_read(&offset, sizeof(offset), &ext->offset))
+		return 1;
+	if (acct >= sizeof(offset) || helper >= sizeof(offset))
+		return 1;
+	if (offset[acct] || offset[helper])
+		return 1;
+	/* Without CONFIG_NF_CONNTRACK_TIMEOUT there is no such extension. */
+	if (bpf_core_enum_value_exists(enum nf_ct_ext_id___lfp, NF_CT_EXT_TIMEOUT___lfp))
+		return timeout >= sizeof(offset) || offset[timeout];
+	return 0;
 }
 
 /* Looks the packet's connection up and, when the fast path may take it,
@@ -226,12 +294,13 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 
 	ct = lfp_ct_lookup(pkt, &tuple, sizeof(tuple.ipv4), &opts);
 	if (!ct)
-		return LFP_CT_NONE;
+		return opts.error == -2 /* -ENOENT */ ? LFP_CT_NONE : LFP_CT_ERROR;
 	conn = (void *)ct;
 	status = conn->status;
 	now = bpf_jiffies64();
 	if ((status & LFP_CT_NEED) != LFP_CT_NEED || (status & LFP_CT_AVOID) ||
-	    (long)(conn->proto.udp.stream_ts - now) >= 0 || !CONFIG_HZ) {
+	    (long)(conn->proto.udp.stream_ts - now) >= 0 || !CONFIG_HZ ||
+	    !lfp_ct_untranslated(conn) || lfp_ct_extended(conn)) {
 		bpf_ct_release(ct);
 		return LFP_CT_STATE;
 	}

@@ -36,6 +36,7 @@
 	X(FILTER_UNCONFIGURED,    filter, pass, "filter tables not written yet")            \
 	X(FILTER_STALE,           filter, pass, "filter tables being rewritten")            \
 	X(FILTER_CT_NEW,          filter, pass, "connection tracking on: no entry yet (the kernel creates it)") \
+	X(FILTER_CT_ERROR,        filter, pass, "connection tracking on: the conntrack lookup failed") \
 	X(FILTER_CT_STATE,        filter, pass, "connection tracking on: entry not established, NATed, or otherwise changed by this packet") \
 	X(FILTER_CT_TCP,          filter, pass, "connection tracking on: TCP (its window tracking stays with the kernel)") \
 	X(FILTER_CT_PROTO,        filter, pass, "connection tracking on: neither UDP nor TCP")  \
@@ -344,6 +345,8 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 			break;
 		case LFP_CT_NONE:
 			return lfp_pass(pkt, LFP_CNT_FILTER_CT_NEW);
+		case LFP_CT_ERROR:
+			return lfp_pass(pkt, LFP_CNT_FILTER_CT_ERROR);
 		case LFP_CT_TCP:
 			return lfp_pass(pkt, LFP_CNT_FILTER_CT_TCP);
 		case LFP_CT_PROTO:

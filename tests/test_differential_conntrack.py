@@ -149,3 +149,59 @@ def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook)
     assert set(kernel) == set(accelerated) == set(ESTABLISHED), timeouts
     for dst in ALLOWED:
         assert accelerated[dst] >= kernel[dst] - 1, timeouts
+
+
+@pytest.mark.parametrize("hook,accounting", [("tc", False), ("xdp", False), ("tc", True)],
+                         ids=["tc", "xdp", "tc-accounting"])
+def test_datagrams_of_local_sockets_keep_their_checksum_state(router_topology, ip_forw_datagrams, hook, accounting):
+    """A sender's own socket leaves the UDP checksum to be filled later
+    (CHECKSUM_PARTIAL across veths, as from every container): conntrack
+    takes it as valid, and so does the fast path at TC, which can read the
+    skb's checksum state. XDP cannot: it sums the datagram, finds the
+    partial checksum wrong, and hands it to the kernel, which forwards it.
+    Every datagram arrives either way; TC carries the established ones —
+    unless conntrack counts them (nf_conntrack_acct): then the kernel must."""
+    import json
+    import socket
+
+    from controller.launcher import ControllerProcess, linuxfp_cli
+    from linuxfp.lab import entered
+
+    r = router_topology
+    r.dut.run(["iptables-restore"], input=RULES)
+    if accounting:
+        r.dut.run(["sysctl", "-qw", "net.netfilter.nf_conntrack_acct=1"])
+    sink_ip = RouterTopology.SINK_IP
+    with entered(r.src):
+        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with entered(r.sink):
+        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with a, b, ControllerProcess(r.dut.name, hook=hook) as controller:
+        a.bind((SRC, 40123))
+        b.bind((sink_ip, 5001))
+        a.settimeout(2)
+        b.settimeout(2)
+        controller.settled()
+        a.sendto(b"open", (sink_ip, 5001))
+        _, peer = b.recvfrom(2048)
+        b.sendto(b"reply", peer)
+        a.recvfrom(2048)
+        time.sleep(2.3)
+        a.sendto(b"assure", (sink_ip, 5001))
+        b.recvfrom(2048)
+        before = ip_forw_datagrams(r.dut)
+        sizes = [1 + n * 29 for n in range(48)]
+        for size in sizes:
+            payload = bytes((size + i) & 0xFF for i in range(size))
+            a.sendto(payload, (sink_ip, 5001))
+            assert b.recvfrom(4096)[0] == payload
+        stats = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)
+    by_name = {entry["ifname"]: entry for entry in stats["interfaces"]}
+    passed = by_name["to-src"]["nodes"]["filter"]["passed"]
+    kernel_forwarded = ip_forw_datagrams(r.dut) - before
+    if accounting:
+        assert kernel_forwarded == len(sizes) and passed.get("filter_ct_state", 0) >= len(sizes), passed
+    elif hook == "tc":
+        assert kernel_forwarded == 0 and not passed.get("filter_ct_invalid"), passed
+    else:
+        assert kernel_forwarded == len(sizes) and passed.get("filter_ct_invalid", 0) >= len(sizes), passed

@@ -126,7 +126,13 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
     # within scope, stateful — only established connections are classified.
     docker = filter_scope(netfilter(corpus("docker-host.rules")))
     assert docker.uncovered == () and docker.stateful == (
-        "iptables-nft table nat (NAT)", "iptables-nft table filter: FORWARD #3 (conntrack)")
+        "iptables-nft table nat: POSTROUTING #1 (MASQUERADE)", "iptables-nft table filter: FORWARD #3 (conntrack)")
+    # a nat table without NAT targets does not turn tracking on (its chains
+    # then see no packet), and neither does the socket match
+    quiet = filter_scope(netfilter(parse_save(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:X - [0:0]\n-A POSTROUTING -j X\n"
+        "-A X -j RETURN\nCOMMIT\n", "nft")))
+    assert quiet.uncovered == () and quiet.stateful == () and not quiet.filters_forward
     kube = filter_scope(netfilter(corpus("kube-node.rules")))
     assert kube.uncovered == () and kube.stateful
     # rules in other tables are not (mangle marks, raw NOTRACK ...)

@@ -5,8 +5,9 @@ connections — only for packets of established connections without NAT.
 Everything else that could touch a forwarded packet is named as uncovered.
 Pure.
 
-Connection tracking is on once any rule uses it or a nat table exists
-(either loads the kernel's conntrack hooks). The filter node is then
+Connection tracking is on once any rule uses it (a conntrack match, or a
+target such as MASQUERADE or CONNMARK: each takes a reference on the
+namespace's conntrack hooks; a nat table without NAT targets does not). The filter node is then
 `stateful`: it looks every packet up in the kernel's conntrack table and
 classifies only those of an established, un-NATed connection, for which
 conntrack matches are constants (predicates.py) and nat tables are never
@@ -33,7 +34,7 @@ _IRRELEVANT_FAMILIES = ("ip6", "arp")
 _XTABLES = frozenset(BUILTIN_CHAINS)
 # Matches and targets that make the kernel track connections once loaded.
 CONNTRACK_MATCHES = frozenset({"conntrack", "state", "connmark", "connlabel", "connlimit", "connbytes",
-                               "helper", "cluster", "ipvs", "socket"})
+                               "helper", "cluster", "ipvs"})
 CONNTRACK_TARGETS = frozenset({"CT", "NOTRACK", "CONNMARK", "CONNSECMARK", "SNAT", "DNAT", "MASQUERADE",
                                "REDIRECT", "NETMAP", "SYNPROXY"})
 
@@ -97,10 +98,10 @@ def _table_findings(backend: str, table) -> list[str]:
 
 
 def _tracking(backend: str, table) -> list[str]:
-    """What in this table makes the kernel track connections."""
+    """What in this table makes the kernel track connections: a rule that
+    uses it (a nat table itself does not: without conntrack its chains see
+    no packet)."""
     where = f"iptables-{backend} table {table.name}"
-    if table.name == "nat":
-        return [f"{where} (NAT)"]
     for chain in table.chains:
         for rule in chain.rules:
             ct = set(rule.modules) & CONNTRACK_MATCHES
