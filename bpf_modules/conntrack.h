@@ -238,15 +238,18 @@ static __always_inline int lfp_ct_untranslated(struct nf_conn___lfp *conn)
 static __always_inline int lfp_ct_extended(struct nf_conn___lfp *conn)
 {
 	struct nf_ct_ext___lfp *ext = conn->ext;
-	__u8 offset[9] = {};
+	__u8 offset[9];
 	__u32 acct = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_ACCT___lfp);
 	__u32 helper = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_HELPER___lfp);
 	__u32 timeout = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_TIMEOUT___lfp);
 
 	if (!ext)
 		return 0;
-	if (bpf_core_read(&offset, sizeof(offset), &ext->offset))
-		return 1;
+	/* Direct loads (the verifier guards them), not a probe-read helper call
+	 * per packet. */
+#pragma unroll
+	for (int i = 0; i < (int)sizeof(offset); i++)
+		offset[i] = ext->offset[i];
 	if (acct >= sizeof(offset) || helper >= sizeof(offset))
 		return 1;
 	if (offset[acct] || offset[helper])
@@ -304,7 +307,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 		bpf_ct_release(ct);
 		return LFP_CT_STATE;
 	}
-	extra = BPF_CORE_READ(conn, ct_net.net, ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_REPLIED]);
+	extra = conn->ct_net.net->ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_REPLIED];
 	expires = (__u32)now + extra;
 	if (conn->timeout != expires)
 		bpf_ct_change_timeout(ct, (__u32)((__u64)extra * 1000 / CONFIG_HZ));
