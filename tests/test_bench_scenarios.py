@@ -164,6 +164,18 @@ def test_gateway(tmp_path, capsys):
     result = bench("gateway", tmp_path, capsys)
     check_throughput(result, {"linux", "linuxfp-xdp", "linuxfp-tc"})
     assert "-m set" in result["method"]["ipset_variant"]
+    # The stateful variant, same run: the generator's flows established in
+    # conntrack, and LinuxFP forwarding them itself (not filter_ct_* passes).
+    stateful = result["stateful"]
+    check_throughput(stateful, {"linux", "linuxfp-xdp", "linuxfp-tc"})
+    established = stateful["conntrack"]["established"]
+    assert established["flows"] == 50 and established["assured"] == 50, stateful["errors"]
+    for name in ("linuxfp-xdp", "linuxfp-tc"):
+        assert stateful["fast_path"][name]["fast_path_share"] >= 0.99, stateful["fast_path"][name]
+        assert stateful["conntrack"]["after_measurement"][name]["assured_min"] == 50
+        assert result["fast_path"][name]["fast_path_share"] >= 0.99, result["fast_path"][name]
+    assert stateful["errors"] == {}
+    assert "stateful" in result["summary"]
 
 
 def test_bridge(tmp_path, capsys):

@@ -2,18 +2,23 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import struct
 
 import pytest
 
-from linuxfp.bench import programs
+from linuxfp.bench import gateway, programs
 from linuxfp.bench.accounting import _LAYOUT, ROLE_SLOTS, ROLES, CpuSample
-from linuxfp.bench.generator import SENT_TTL, FrameSpec
+from linuxfp.bench.generator import BENCH_UDP_PORT, SENT_TTL, FrameSpec, steady_flows
 from linuxfp.bench.measure import Validity, judge
 from linuxfp.bench.sink import SinkSample
 from linuxfp.bench.stats import percentile, ratios, system_summary
 from linuxfp.datapath import test_run
+from linuxfp.graph.filtering.program import compile_program
+from linuxfp.graph.filtering.scope import filter_scope
 from linuxfp.lab import frames
+from linuxfp.state.iptables import parse_save
+from linuxfp.state.model import NetfilterState
 
 XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
 DUT_MAC, GEN_MAC, SINK_MAC, OUT_MAC = "02:00:00:00:00:02", "02:00:00:00:00:01", "02:00:00:00:00:06", "02:00:00:00:00:05"
@@ -170,3 +175,111 @@ def test_sink_reflects_latency_requests(sink_obj):
     assert reply[26:30] == request[30:34] and reply[30:34] == request[26:30]
     assert reply[34:36] == request[36:38] and reply[36:38] == request[34:36]
     assert frames.internet_checksum(reply[14:34]) == 0 and reply[40:42] == b"\0\0"
+
+
+def test_gateway_flows_are_the_generators(generator_prog):
+    """steady_flows (what the gateway establishes in conntrack) names every
+    flow bench_generator sends, in its order."""
+    flows = steady_flows("198.18.0.1", int(ipaddress.ip_address("198.19.0.1")), 256, 3)
+    assert flows == (("198.18.0.1", "198.19.0.1", 1024, 9), ("198.18.0.1", "198.19.1.1", 1025, 9),
+                     ("198.18.0.1", "198.19.2.1", 1026, 9))
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(previous)})   # one per-CPU frame counter
+    try:
+        sent = [test_run(generator_prog.fd, bytes(60)).data_out for _ in range(6)]
+    finally:
+        os.sched_setaffinity(0, previous)
+    seen = [(str(ipaddress.ip_address(f[26:30])), str(ipaddress.ip_address(f[30:34])),
+             *struct.unpack("!HH", f[34:38])) for f in sent]
+    first = flows.index(seen[0])
+    assert seen == [flows[(first + i) % 3] for i in range(6)]
+
+
+def test_gateway_stateful_ruleset_is_a_stateful_filter():
+    """The stateful variant's rules are all within the filter node's scope,
+    stateful (conntrack rules and a nat table), none left to the kernel."""
+    text = gateway.stateful_ruleset()
+    lines = text.splitlines()
+    assert ":FORWARD DROP [0:0]" in lines
+    forward = [line for line in lines if line.startswith("-A FORWARD")]
+    assert forward[:2] == ["-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+                           "-A FORWARD -m conntrack --ctstate INVALID -j DROP"]
+    assert len(forward) == 2 + gateway.BLACKLIST + 1
+    assert forward[-1] == f"-A FORWARD -p udp -m udp --dport {BENCH_UDP_PORT} -j ACCEPT"
+    assert "-A POSTROUTING -d 192.0.2.0/24 -j MASQUERADE" in lines
+    ruleset = parse_save(text, "nft")
+    scope = filter_scope(NetfilterState(active=True, tables=("nft:ip filter", "nft:ip nat"), detail="test",
+                                        rulesets=(ruleset,)))
+    assert scope.uncovered == () and len(scope.stateful) == 2
+    program = compile_program(scope.forward, (), stateful=True)
+    assert not any(rule.unsupported for rule in program.rules)
+
+
+CONNTRACK = """\
+ipv4     2 udp      17 117 src=198.18.0.1 dst=198.19.0.1 sport=1024 dport=9 src=198.19.0.1 dst=198.18.0.1 sport=9 dport=1024 [ASSURED] mark=0 zone=0 use=2
+ipv4     2 udp      17 25 src=198.18.0.1 dst=198.19.1.1 sport=1025 dport=9 src=198.19.1.1 dst=198.18.0.1 sport=9 dport=1025 mark=0 zone=0 use=2
+ipv4     2 udp      17 29 src=198.18.0.1 dst=198.19.2.1 sport=1026 dport=9 [UNREPLIED] src=198.19.2.1 dst=198.18.0.1 sport=9 dport=1026 mark=0 zone=0 use=2
+ipv4     2 tcp      6 431999 ESTABLISHED src=198.18.0.1 dst=198.19.0.1 sport=1024 dport=9 src=198.19.0.1 dst=198.18.0.1 sport=9 dport=1024 [ASSURED] mark=0 zone=0 use=2
+"""
+
+
+def test_gateway_reads_conntrack_entries():
+    entries = gateway.parse_conntrack(CONNTRACK)
+    assert entries == {
+        ("198.18.0.1", "198.19.0.1", 1024, 9): {"timeout_s": 117, "flags": ["ASSURED"]},
+        ("198.18.0.1", "198.19.1.1", 1025, 9): {"timeout_s": 25, "flags": []},
+        ("198.18.0.1", "198.19.2.1", 1026, 9): {"timeout_s": 29, "flags": ["UNREPLIED"]},
+    }
+
+
+def stateful_repetition(fast: int, passed: dict[str, int], assured: int = 3) -> dict:
+    datapath = {"fast_path": fast, "passed_to_kernel": sum(passed.values()), "dropped": 0, "passed": passed,
+                "drops": {}, "interfaces": 2}
+    conntrack = {"stream_timeout_s": 120, "flows": 3, "entries": 3, "assured": assured, "unreplied": 0,
+                 "timeout_min_s": 119, "timeout_max_s": 120}
+    return {"measurements": {
+        "linux": {"dut_frames": 100, "kernel_forwarded": 100, "observed": {"conntrack": conntrack}},
+        "linuxfp-xdp": {"dut_frames": 1000, "kernel_forwarded": 1000 - fast,
+                        "observed": {"datapath": datapath, "conntrack": conntrack}},
+    }}
+
+
+def test_gateway_fast_path_share_and_its_checks():
+    established = {"stream_timeout_s": 120, "flows": 3, "entries": 3, "assured": 3, "unreplied": 0,
+                   "timeout_min_s": 117, "timeout_max_s": 118}
+    reps = [stateful_repetition(1000, {}), stateful_repetition(1000, {})]
+    shares = gateway.fast_path_shares(reps)
+    assert shares["linuxfp-xdp"]["fast_path_share"] == 1.0
+    assert shares["linuxfp-xdp"]["kernel_forwarded_share"] == 0.0
+    assert shares["linux"]["kernel_forwarded_share"] == 1.0 and "fast_path_share" not in shares["linux"]
+    after = gateway.conntrack_after(reps)
+    assert after["linuxfp-xdp"] == {"flows": 3, "entries_min": 3, "assured_min": 3, "timeout_min_s": 119}
+    assert gateway.conntrack_checks(established, after) == {} and gateway.share_checks(shares) == {}
+    # A regression to "everything to the kernel" is named, with its reasons;
+    # so are flows that were never (or are no longer) established.
+    reps = [stateful_repetition(1000, {}), stateful_repetition(0, {"filter_ct_state": 1000}, assured=1)]
+    shares = gateway.fast_path_shares(reps)
+    assert shares["linuxfp-xdp"]["fast_path_share"] == 0.5
+    errors = {**gateway.conntrack_checks({**established, "assured": 2}, gateway.conntrack_after(reps)),
+              **gateway.share_checks(shares)}
+    assert errors == {
+        "conntrack": "2 of 3 generator flows ASSURED before measuring (3 entries)",
+        "conntrack after linux": "only 1 of 3 flows ASSURED after a measurement",
+        "conntrack after linuxfp-xdp": "only 1 of 3 flows ASSURED after a measurement",
+        "linuxfp-xdp fast path": "50.0% of the frames fast-pathed by LinuxFP's counters (passed to the kernel: "
+                                 "filter_ct_state 1000; the kernel forwarded 50.0% of the DUT's frames)",
+    }
+    # and counters that never moved because LinuxFP's stats listed no interface
+    silent = [stateful_repetition(0, {})]
+    silent[0]["measurements"]["linuxfp-xdp"]["observed"]["datapath"]["interfaces"] = 0
+    errors = gateway.share_checks(gateway.fast_path_shares(silent))
+    assert errors == {"linuxfp-xdp fast path": "none of the frames fast-pathed by LinuxFP's counters (passed to "
+                                               "the kernel: none; its stats listed 0 interface(s) at worst; the "
+                                               "kernel forwarded 100.0% of the DUT's frames)"}
+    # so is a measurement without LinuxFP's counters
+    reps[1]["measurements"]["linuxfp-xdp"]["observed"] = {"datapath_error": "CalledProcessError: ..."}
+    shares = gateway.fast_path_shares(reps)
+    assert shares["linuxfp-xdp"]["fast_path_share"] == 1.0 and shares["linuxfp-xdp"]["datapath_errors"] == 1
+    assert gateway.share_checks(shares) == {
+        "linuxfp-xdp counters": "1 measurement(s) without LinuxFP's counters "
+                                "(see repetitions[].measurements[].observed.datapath_error)"}

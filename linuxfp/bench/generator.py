@@ -50,6 +50,15 @@ class FrameSpec:
         return bytes(self.wire_bytes)
 
 
+def steady_flows(src_ip: str, dst_first: int, dst_stride: int, count: int,
+                 dst_port: int = BENCH_UDP_PORT) -> tuple[tuple[str, str, int, int], ...]:
+    """What bench_generator (bpf/generator.c) sends with new tuples off:
+    frame n goes to flow n % count, flow i being (src_ip, dst_first + i *
+    dst_stride, 1024 + (i & 0x3ff), dst_port)."""
+    return tuple((src_ip, str(ipaddress.ip_address(dst_first + index * dst_stride)), 1024 + (index & 0x3FF), dst_port)
+                 for index in range(count))
+
+
 def _install_stop_handler() -> None:
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("the generator must be started from the main thread (signal handler)")
@@ -65,6 +74,7 @@ class Generator:
         stride = 256 if len(line.prefixes) > 1 else 0
         self.line = line
         self.cpu = cpu
+        self._dst_first, self._dst_stride = int(first), stride
         self._obj = programs.load("generator", rodata={
             "gen_dst_mac": programs.mac_bytes(line.frame_dst_mac),
             "gen_src_mac": programs.mac_bytes(line.gen.mac),
@@ -82,6 +92,12 @@ class Generator:
     def set_new_tuples(self, on: bool) -> None:
         """Every frame a new 5-tuple (source port counting), or steady flows."""
         self._new_tuples.update(b"\0\0\0\0", int(on).to_bytes(4, "little"))
+
+    def flows(self) -> tuple[tuple[str, str, int, int], ...]:
+        """The steady flows (new tuples off) as bench_generator writes them:
+        (source, destination, source port, destination port), one per routed
+        prefix, in the order the frames cycle through them."""
+        return steady_flows(self.line.gen.ip, self._dst_first, self._dst_stride, len(self.line.prefixes))
 
     def sent(self) -> int:
         return sum(int.from_bytes(v, "little") for v in self._sent.lookup_percpu(b"\0\0\0\0") or [])

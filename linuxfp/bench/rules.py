@@ -9,6 +9,8 @@ generator's fixed 5-tuples over the routed prefixes) and every packet a new
 5-tuple (the source port counts up), which no flow cache helps."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from linuxfp.lab.rulesets import unmatched_ruleset
 
 from . import throughput
@@ -80,13 +82,18 @@ def systems_plan(options: Options, full_repetitions: int) -> throughput.Plan:
     )
 
 
-def measure_with_rules(rig, plan, ruleset: str) -> tuple[dict, dict]:
+def measure_with_rules(rig, plan, ruleset: str, prepare: Callable[[throughput.Rig], None] | None = None,
+                       observe: throughput.Observer | None = None) -> tuple[dict, dict]:
     """Every system of `plan` with `ruleset` restored on the DUT
-    (iptables-nft): the summary at FRAME_SIZE and the errors."""
+    (iptables-nft): the summary at FRAME_SIZE and the errors. `prepare`
+    runs once after the restore, before any system is installed (e.g. to
+    establish connections); `observe` as in throughput.run."""
     rig.line.dut.run(["iptables-restore"], input=ruleset)
+    if prepare:
+        prepare(rig)
     names = tuple(system.name for system in plan.systems)
     pairs = tuple((a, b) for a, b in PAIRS if a in names and b in names)
-    raw = throughput.run(rig, plan)
+    raw = throughput.run(rig, plan, observe)
     return ({**throughput.summarize(raw["repetitions"], FRAME_SIZE, names, pairs),
              "repetitions": raw["repetitions"]}, raw["errors"])
 

@@ -7,6 +7,7 @@ import contextlib
 import random
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 
 from linuxfp.lab.netns import Lab
@@ -158,14 +159,21 @@ def _measure_sentinel(rig_: Rig, plan: Plan, frame: FrameSpec) -> float | None:
     return result["ns_per_packet"] if result["valid"] else None
 
 
-def run(rig_: Rig, plan: Plan) -> dict:
+# Entered with the system installed, around its measurement (retries
+# included); the dict it yields, filled by its exit, is kept with the
+# measurement as "observed".
+Observer = Callable[[Rig, System], ContextManager[dict]]
+
+
+def run(rig_: Rig, plan: Plan, observe: Observer | None = None) -> dict:
     """Measure every system at every frame size, `plan.repetitions` times.
 
     One repetition = one frame size, every system once in random order,
     bracketed by the sentinel (see Plan); afterwards each repetition is
     labelled stable or not and near or far (see `label`). Returns
     {"repetitions": [...], "errors": {...}}; a system that fails to install
-    is recorded under errors and skipped."""
+    is recorded under errors and skipped. `observe` (see Observer) records
+    more about each measurement, e.g. the datapath's counters."""
     order_rng = random.Random(plan.seed)
     repetitions: list[dict] = []
     errors: dict[str, str] = {}
@@ -181,7 +189,10 @@ def run(rig_: Rig, plan: Plan) -> dict:
                     continue
                 try:
                     with system.install(rig_.line):
-                        measured[system.name] = _measure_with_retries(rig_, system, frame, plan)
+                        with observe(rig_, system) if observe else contextlib.nullcontext({}) as observed:
+                            measured[system.name] = _measure_with_retries(rig_, system, frame, plan)
+                    if observed:
+                        measured[system.name]["observed"] = observed
                     progress(f"[{index + 1}/{plan.repetitions}] " + _describe_dict(measured[system.name]))
                 except Exception as exc:  # noqa: BLE001 - one broken system must not cost the others' figures
                     errors[system.name] = f"{type(exc).__name__}: {exc}"
