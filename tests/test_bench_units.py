@@ -10,6 +10,7 @@ import pytest
 from linuxfp.bench import gateway, programs
 from linuxfp.bench.accounting import _LAYOUT, ROLE_SLOTS, ROLES, CpuSample
 from linuxfp.bench.generator import BENCH_UDP_PORT, SENT_TTL, FrameSpec, steady_flows
+from linuxfp.lab.conntrack import parse_conntrack
 from linuxfp.bench.measure import Validity, judge
 from linuxfp.bench.sink import SinkSample
 from linuxfp.bench.stats import percentile, ratios, system_summary
@@ -224,7 +225,7 @@ ipv4     2 tcp      6 431999 ESTABLISHED src=198.18.0.1 dst=198.19.0.1 sport=102
 
 
 def test_gateway_reads_conntrack_entries():
-    entries = gateway.parse_conntrack(CONNTRACK)
+    entries = parse_conntrack(CONNTRACK)
     assert entries == {
         ("198.18.0.1", "198.19.0.1", 1024, 9): {"timeout_s": 117, "flags": ["ASSURED"]},
         ("198.18.0.1", "198.19.1.1", 1025, 9): {"timeout_s": 25, "flags": []},

@@ -17,6 +17,7 @@ import pytest
 from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
+from linuxfp.lab.conntrack import udp_entries
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import icmp_frame, tcp_frame, udp_frame
 from linuxfp.lab.packet_io import inject
@@ -111,14 +112,8 @@ def frames(router, index: int) -> list[bytes]:
 
 def _timeouts(router) -> dict[str, int]:
     """Seconds left of each established connection's entry."""
-    out = {}
-    for line in router.dut.run(["cat", "/proc/net/nf_conntrack"]).stdout.splitlines():
-        words = line.split()
-        if len(words) > 6 and words[2] == "udp":
-            dst = next((w[4:] for w in words if w.startswith("dst=")), "")
-            if dst in ESTABLISHED:
-                out[dst] = int(words[4])
-    return out
+    return {dst: entry["timeout_s"] for (_, dst, _, _), entry in udp_entries(router.dut).items()
+            if dst in ESTABLISHED}
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 
 from controller.launcher import linuxfp_cli
+from linuxfp.lab.conntrack import Flow, udp_entries
 from linuxfp.lab.frames import udp_frame
 from linuxfp.lab.packet_io import inject
 
@@ -75,33 +76,9 @@ def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT) -> str:
     return "\n".join(lines) + "\n"
 
 
-Flow = tuple[str, str, int, int]     # source, destination, source port, destination port
-
-
-def parse_conntrack(text: str) -> dict[Flow, dict]:
-    """The UDP entries of /proc/net/nf_conntrack by original tuple: the
-    seconds left and the flags ([ASSURED], [UNREPLIED], ...)."""
-    entries = {}
-    for row in text.splitlines():
-        tokens = row.split()
-        if len(tokens) < 5 or tokens[2] != "udp":
-            continue
-        original: dict[str, str] = {}
-        for token in tokens[5:]:
-            key, sep, value = token.partition("=")
-            if sep and key in ("src", "dst", "sport", "dport"):
-                original.setdefault(key, value)
-        if len(original) < 4:
-            continue
-        flow = (original["src"], original["dst"], int(original["sport"]), int(original["dport"]))
-        entries[flow] = {"timeout_s": int(tokens[4]),
-                         "flags": [t[1:-1] for t in tokens[5:] if t.startswith("[") and t.endswith("]")]}
-    return entries
-
-
 def conntrack_state(line: Line, flows: tuple[Flow, ...]) -> dict:
     """How the generator's flows stand in the DUT's conntrack table."""
-    entries = parse_conntrack(line.dut.read_proc_net("nf_conntrack"))
+    entries = udp_entries(line.dut)
     found = [entries[flow] for flow in flows if flow in entries]
     return {
         "stream_timeout_s": int(line.dut.read_sysctl("net.netfilter.nf_conntrack_udp_timeout_stream")),

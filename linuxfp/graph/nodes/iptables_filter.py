@@ -30,6 +30,7 @@ class FilterPlan:
     program: Program | None = None
     classifier: Classifier | None = None
     problem: str | None = None       # why it cannot evaluate the rules
+    tracking: tuple[str, ...] = ()   # what turns connection tracking on (FilterScope.stateful)
 
 
 class Filter(Node):
@@ -74,7 +75,7 @@ class Filter(Node):
                            for b in program.backends)
         lines = [f"{len(program.rules)} rules reached from FORWARD ({counts})"]
         if program.stateful:
-            lines.append("connection tracking on (" + "; ".join(filter_scope(snapshot.netfilter).stateful)
+            lines.append("connection tracking on (" + "; ".join(plan.tracking)
                          + "): established connections without NAT are classified, the rest go to the kernel")
         if classifier is not None:
             fields = ",".join(name for name, bit in FIELD_BIT.items() if classifier.used & bit) or "none"
@@ -132,8 +133,8 @@ def _plan(netfilter, links) -> FilterPlan:
         classifier = build_classifier(program, [link.index for link in links] if program.interface_fields else [])
         check_capacity(classifier)
     except TooLarge as exc:
-        return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})")
-    return FilterPlan(program, classifier)
+        return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})", tracking=scope.stateful)
+    return FilterPlan(program, classifier, tracking=scope.stateful)
 
 
 # max_entries of the maps in filter.h (tests/test_filter_datapath.py checks

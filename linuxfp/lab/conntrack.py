@@ -1,0 +1,33 @@
+"""The kernel's connection tracking table of a namespace, as
+/proc/net/nf_conntrack shows it (tests and benches check what the fast path
+left of the entries it refreshed)."""
+from __future__ import annotations
+
+from .netns import Namespace
+
+Flow = tuple[str, str, int, int]     # source, destination, source port, destination port
+
+
+def parse_conntrack(text: str) -> dict[Flow, dict]:
+    """The UDP entries of /proc/net/nf_conntrack by original tuple: the
+    seconds left and the flags ([ASSURED], [UNREPLIED], ...)."""
+    entries = {}
+    for row in text.splitlines():
+        tokens = row.split()
+        if len(tokens) < 5 or tokens[2] != "udp":
+            continue
+        original: dict[str, str] = {}
+        for token in tokens[5:]:
+            key, sep, value = token.partition("=")
+            if sep and key in ("src", "dst", "sport", "dport"):
+                original.setdefault(key, value)
+        if len(original) < 4:
+            continue
+        flow = (original["src"], original["dst"], int(original["sport"]), int(original["dport"]))
+        entries[flow] = {"timeout_s": int(tokens[4]),
+                         "flags": [t[1:-1] for t in tokens[5:] if t.startswith("[") and t.endswith("]")]}
+    return entries
+
+
+def udp_entries(ns: Namespace) -> dict[Flow, dict]:
+    return parse_conntrack(ns.read_proc_net("nf_conntrack"))
