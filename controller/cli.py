@@ -10,6 +10,7 @@ import sys
 import time
 
 from .preflight import PreflightError, check_runtime
+from .version import version
 
 EXIT_USAGE = 2
 
@@ -26,8 +27,13 @@ def cmd_run(args) -> int:
 
     from .runtime_files import AlreadyRunning
 
+    if args.metrics is not None:
+        from .metrics import require_client
+
+        require_client()     # before anything is attached
     check_runtime()
-    controller = Controller(RunOptions(hook=args.hook, keep=args.keep, netlink_rcvbuf=args.netlink_rcvbuf))
+    controller = Controller(RunOptions(hook=args.hook, keep=args.keep, netlink_rcvbuf=args.netlink_rcvbuf,
+                                       metrics=args.metrics))
     try:
         return controller.run()
     except AlreadyRunning as e:
@@ -70,8 +76,25 @@ def cmd_stats(args) -> int:
     from .daemon import current_layout
     from .views import stats, stats_text
 
+    if args.prometheus:
+        from .metrics import exposition, require_client
+
+        require_client()
+        check_runtime(need_compiler=False)
+        sys.stdout.write(exposition(current_layout()))
+        return 0
     check_runtime(need_compiler=False)
     _print(stats(current_layout()), args.json, stats_text)
+    return 0
+
+
+def cmd_systemd(args) -> int:
+    from .systemd import install, next_steps
+
+    written = install(args.prefix)
+    for unit in written:
+        print(f"{unit.action} {unit.path}")
+    print(next_steps(args.prefix))
     return 0
 
 
@@ -136,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Accelerate this network namespace's Linux forwarding with a synthesized eBPF datapath.")
     parser.add_argument("-j", "--json", action="store_true", help="JSON output (like ip -j)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    parser.add_argument("--version", action="version", version=f"linuxfp {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -155,13 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "overrun it, which costs a full re-read, never exactness (fault testing)")
     p.add_argument("--keep", action="store_true",
                    help="on exit leave the datapath pinned and running; the next run adopts it")
+    p.add_argument("--metrics", type=_metrics_address, default=None, metavar="ADDR:PORT",
+                   help="serve Prometheus metrics at http://ADDR:PORT/metrics, in this network namespace "
+                        "(e.g. 127.0.0.1:9469; docs/operations.md)")
     p = add("graph", cmd_graph, "print the packet-processing graph for the current configuration")
     p.add_argument("--hook", choices=("auto", "xdp", "tc"), default="auto")
     p.add_argument("--dot", action="store_true", help="Graphviz dot output")
     p = add("status", cmd_status, "per interface: hook, mode, shape, program id")
     p.add_argument("--all", action="store_true",
                    help="every namespace with pins: its controller, the links still serving, whether stale")
-    add("stats", cmd_stats, "fast-path and pass-to-kernel counters, response times")
+    p = add("stats", cmd_stats, "fast-path and pass-to-kernel counters, response times")
+    p.add_argument("--prometheus", action="store_true",
+                   help="Prometheus text format instead (for node_exporter's textfile collector)")
     p = add("detach", cmd_detach, "remove everything LinuxFP attached or pinned in this namespace")
     p.add_argument("--stale", action="store_true",
                    help="instead: remove the pins of every namespace with no controller and no interface served "
@@ -174,7 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="short run that only proves the harness works")
     p.add_argument("--out", default=None, help="results directory (default bench/results)")
     p.add_argument("--repetitions", type=int, default=None)
+    p = add("systemd", cmd_systemd, "install the systemd units (docs/operations.md)")
+    p.add_argument("action", choices=("install",),
+                   help="install: write linuxfp.service and linuxfp@.service (idempotent) and say what to run next")
+    p.add_argument("--prefix", default=None, metavar="DIR",
+                   help="write the units into DIR instead of /etc/systemd/system")
     return parser
+
+
+def _metrics_address(text: str) -> tuple[str, int]:
+    from .metrics_server import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2) if args.command != "run" else logging.INFO - 10 * min(args.verbose, 1),
         format="linuxfp: %(message)s", stream=sys.stderr)
     try:
-        if args.command != "graph" and os.geteuid() != 0:
+        if args.command not in ("graph", "systemd") and os.geteuid() != 0:
             # Before any heavy import: the one line a user needs.
             raise PreflightError("must run as root (needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)")
         return args.func(args)
@@ -198,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         from linuxfp.datapath import DependencyError
 
-        if isinstance(e, DependencyError):
+        from .metrics import MetricsUnavailable
+        from .systemd import InstallError
+
+        if isinstance(e, (DependencyError, MetricsUnavailable, InstallError)):
             print(f"linuxfp: {e}", file=sys.stderr)
             return 1
         raise

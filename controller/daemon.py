@@ -24,6 +24,7 @@ from .namespace import NamespaceLayout, netns_cookie
 from .reclaim import reclaim_stale
 from .reconcile import InstalledPipeline, InstalledState, plan
 from .responsetime import ResponseTimes
+from .sdnotify import Notifier
 from .watch import NftablesWatch, TableWatch
 
 log = logging.getLogger("linuxfp.controller")
@@ -46,6 +47,7 @@ class RunOptions:
     hook: str = "auto"
     keep: bool = False
     netlink_rcvbuf: int | None = None    # None: the state layer's default
+    metrics: tuple[str, int] | None = None   # serve /metrics on (address, port)
 
 
 def current_layout() -> NamespaceLayout:
@@ -71,6 +73,11 @@ class Controller:
         # that left the snapshot as it was (a plain route, a re-announcement)
         # then costs nothing but the node refreshes it asks for.
         self._reconciled: tuple = (None, None, None)   # snapshot, its graph, the installed state after
+        # The interfaces the graph leaves on the kernel path (for stats and
+        # the metrics), written to /run once events pause, like response times.
+        self._skipped: tuple = ()
+        self._skipped_saved: tuple | None = None
+        self.metrics_server = None
         self._stop = False
 
     # -- one reconcile step ------------------------------------------------
@@ -99,6 +106,7 @@ class Controller:
         that led to it); True if anything changed."""
         done_snapshot, done_graph, done_installed = self._reconciled
         graph = done_graph if snapshot is done_snapshot else build_graph(snapshot, self.options.hook)
+        self._skipped = graph.skipped
         if (graph is done_graph and self.installed is done_installed and not self.installer.maps.full
                 and not refreshed(graph, messages)):
             return False
@@ -132,6 +140,11 @@ class Controller:
         if todo.touches_programs or failed or renamed:   # the file records pipelines; map contents live in the maps
             runtime_files.save_installed(self.layout, self.installed)
         return True
+
+    def _save_skipped(self) -> None:
+        if self._skipped is not self._skipped_saved and self._skipped != self._skipped_saved:
+            runtime_files.write_atomic(self.layout.kernel_path_file, _json([s.to_dict() for s in self._skipped]))
+            self._skipped_saved = self._skipped
 
     def _drop_running(self, ifindex: int) -> None:
         """Detach a running program whose replacement cannot be built."""
@@ -167,6 +180,10 @@ class Controller:
                                                        self.nft_watch.attached, node_watches)))
 
     def stop(self) -> None:
+        if self.metrics_server is not None:
+            # First: no scrape reads a datapath being taken apart.
+            self.metrics_server.close()
+            self.metrics_server = None
         try:
             # First: from here on nothing watches or renews, so nothing may
             # keep the fast path on (a kept datapath waits for the next run).
@@ -189,8 +206,15 @@ class Controller:
         # SIGHUP too: a closed terminal must not leave an unattended datapath.
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, self._request_stop)
+        notifier = Notifier()      # systemd (Type=notify), when it started us
         self.start()
         try:
+            if self.options.metrics is not None:
+                from .metrics_server import MetricsServer
+
+                # Before the first dump: a port in use fails the start, not later.
+                self.metrics_server = MetricsServer.start(self, *self.options.metrics)
+                log.info("metrics on %s", self.metrics_server.url)
             # Subscribe before the first dump so no change falls in between.
             stream_options = {"rcvbuf": self.options.netlink_rcvbuf} if self.options.netlink_rcvbuf else {}
             with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS, max_batch_ns=BATCH_MAX_NS,
@@ -203,7 +227,9 @@ class Controller:
                     self.lease.acknowledge(watched)
                 else:
                     self.lease.renew(force=True)
+                self._save_skipped()
                 print("ready", file=ready_out, flush=True)
+                notifier.ready("current")
                 said = ""
                 last_poll = time.monotonic()
                 response_dirty = in_flight = False
@@ -211,11 +237,13 @@ class Controller:
                     # Response times reach /run only once events pause, so the
                     # file write never delays the next change.
                     batch = events.read_batch(timeout=0.01 if in_flight else 0.05 if response_dirty else 0.2)
-                    if batch is None and response_dirty:
-                        runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
-                        response_dirty = False
+                    if batch is None:
+                        if response_dirty:
+                            runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
+                            response_dirty = False
+                        self._save_skipped()
                     if batch is not None:
-                        said = _say_state("busy", said, ready_out)
+                        said = _say_state("busy", said, ready_out, notifier)
                         if batch.resync:
                             # Events were lost: until the re-read below is
                             # applied, the datapath must not act on what it has.
@@ -230,7 +258,7 @@ class Controller:
                             self.installed = self.installer.forget_defunct(self.installed)
                         worked = self.reconcile(snapshot, batch.messages)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
-                        self.response.record(frozenset(batch.kinds), elapsed_ms, worked)
+                        self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
                         # One line per applied batch: what `ip monitor` users expect,
                         # and how launchers know a change has been absorbed.
                         print(f"applied {','.join(sorted(batch.kinds))} {elapsed_ms:.3f} ms "
@@ -266,8 +294,10 @@ class Controller:
                         # For launchers: "current" once everything known is applied
                         # and the datapath acts on it, "busy" until then.
                         current = not self.lease.unsure and not in_flight and watched == self.lease.watch_acked
-                        said = _say_state("current" if current else "busy", said, ready_out)
+                        said = _say_state("current" if current else "busy", said, ready_out, notifier)
         finally:
+            notifier.stopping()
+            notifier.close()
             self.stop()
         return 0
 
@@ -282,10 +312,11 @@ def _current_names(installed: InstalledState, graph: Graph) -> InstalledState:
     return installed
 
 
-def _say_state(state: str, said: str, out) -> str:
-    """Print `state` ("current" or "busy") when it changed."""
+def _say_state(state: str, said: str, out, notifier: Notifier) -> str:
+    """Print `state` ("current" or "busy") when it changed, and tell systemd."""
     if state != said:
         print(state, file=out, flush=True)
+        notifier.status(state)
     return state
 
 

@@ -92,6 +92,12 @@ class Lease:
         self.withheld: str | None = None  # why the datapath may not act at all (withhold)
 
     @property
+    def last_renewal_ns(self) -> int:
+        """time.monotonic_ns() of the last renewal, 0 if none since the last
+        revocation (for the metrics: a stuck loop shows as an old renewal)."""
+        return self._renewed
+
+    @property
     def unsure(self) -> bool:
         return self.unsure_seq != self._settled_seq or self.blocked is not None
 

@@ -83,5 +83,10 @@ class NamespaceLayout:
         return os.path.join(self.run_dir, "windows.json")
 
     @property
+    def kernel_path_file(self) -> str:
+        """The interfaces the graph leaves on the kernel path, and why."""
+        return os.path.join(self.run_dir, "kernel_path.json")
+
+    @property
     def pid_file(self) -> str:
         return os.path.join(self.run_dir, "controller.pid")

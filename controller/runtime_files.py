@@ -1,4 +1,5 @@
-"""The controller's files under /run: installed state, response times, pid."""
+"""The controller's files under /run: installed state, response times, the
+interfaces left on the kernel path, pid."""
 from __future__ import annotations
 
 import fcntl
@@ -118,7 +119,8 @@ def running_controller(layout: NamespaceLayout) -> int | None:
 
 
 def remove_run_dir(layout: NamespaceLayout) -> None:
-    for path in (layout.state_file, layout.response_file, layout.windows_file, layout.pid_file):
+    for path in (layout.state_file, layout.response_file, layout.windows_file, layout.kernel_path_file,
+                 layout.pid_file):
         try:
             os.unlink(path)
         except FileNotFoundError:

@@ -10,6 +10,7 @@ from linuxfp.synth import counters
 
 from . import lease, runtime_files
 from .namespace import NamespaceLayout
+from .version import version
 
 
 def status(layout: NamespaceLayout) -> dict:
@@ -40,7 +41,8 @@ def status(layout: NamespaceLayout) -> dict:
                 finally:
                     link.close()
         interfaces.append(entry)
-    return {"namespace": layout.name, "controller_pid": pid, "interfaces": interfaces,
+    return {"version": version(), "namespace": layout.name, "controller_pid": pid, "interfaces": interfaces,
+            "kernel_path": runtime_files.load_json(layout.kernel_path_file) or [],
             "lease": _lease(layout), "windows": runtime_files.load_json(layout.windows_file) if pid else None}
 
 

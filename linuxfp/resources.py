@@ -1,4 +1,4 @@
-"""Where the C modules and templates live, installed or in a checkout.
+"""Where the C modules, templates and systemd units live, installed or in a checkout.
 LINUXFP_MODULES_DIR / LINUXFP_TEMPLATES_DIR point elsewhere (development of
 a node without reinstalling; tests that need a deliberately broken module)."""
 from __future__ import annotations
@@ -30,3 +30,8 @@ def templates_dir() -> Path:
     """Directory of the jinja2 pipeline templates (templates/)."""
     override = os.environ.get("LINUXFP_TEMPLATES_DIR")
     return Path(override) if override else _package_dir("linuxfp.templates", "templates")
+
+
+def systemd_units_dir() -> Path:
+    """Directory of the systemd units `linuxfp systemd install` writes (deploy/systemd/)."""
+    return _package_dir("linuxfp.systemd_units", "deploy/systemd")

@@ -9,6 +9,11 @@ APT_PACKAGES=(
   iputils-ping procps util-linux
   bird2
   python3 python3-pip
+  # metrics (prometheus_client for Debian's python3; promtool, which checks
+  # the output in the tests, comes only with the server: on a host booted
+  # with systemd that enables prometheus.service too) and systemd-analyze,
+  # which verifies the units
+  python3-prometheus-client prometheus systemd
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -40,6 +45,8 @@ if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
   if [ -f "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
     pip_flags+=(--break-system-packages)
   fi
-  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install "${pip_flags[@]}" -e "$here[test,bench]"
+  # [metrics]: already satisfied by python3-prometheus-client for Debian's
+  # python3 (nothing downloaded); another interpreter gets it from PyPI.
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install "${pip_flags[@]}" -e "$here[test,bench,metrics]"
   touch "$stamp"
 fi
