@@ -28,8 +28,14 @@
  * of the batch goes to the old port (bridge_watch.c forgets entries as the
  * kernel changes them, for changes the datapath does not see).
  *
+ * A frame to the bridge's own MAC goes up to IP on the bridge device: the
+ * node sets pkt->l3_ifindex to the bridge and the routing nodes after it
+ * take over, as br_pass_frame_up() hands it to ip_rcv(). Routed packets
+ * whose egress is a bridge find their port in bridge_tx.h.
+ *
  * The node only decides: it leaves the egress port in pkt->fwd with
- * LFP_FWD_BRIDGED, and transmit sends the frame unchanged.
+ * LFP_FWD_BRIDGED, and transmit sends the frame unchanged (the pipeline
+ * skips the IP nodes for bridged frames).
  * Declared to the controller by linuxfp/graph/nodes/bridge.py.
  */
 #ifndef LFP_BRIDGE_H
@@ -53,7 +59,8 @@
 	X(BR_NF_INVALID,          bridge, pass, "br_netfilter would drop or trim it (header, checksum, padding, options)") \
 	X(BR_AGEING_REFRESH,      bridge, pass, "one frame per source entry and interval: the kernel refreshes it") \
 	X(BR_SETTLING,            bridge, pass, "entry just written or refreshed: the kernel's frames go first") \
-	X(BR_SOURCE_MOVED,        bridge, pass, "source MAC arrived on another port: the kernel moves it")
+	X(BR_SOURCE_MOVED,        bridge, pass, "source MAC arrived on another port: the kernel moves it") \
+	X(BR_LOCAL,               bridge, pass, "to the bridge's own MAC, which the fast path does not hand up to IP here")
 
 /* struct lfp_br_port.flags, as in linuxfp/graph/nodes/bridge.py */
 #define LFP_BRP_FORWARDING    (1u << 0)  /* port state forwarding */
@@ -65,6 +72,7 @@
 #define LFP_BRP_NF_ARP_RULES  (1u << 6)  /* bridge-nf-call-arptables with arptables present */
 #define LFP_BRP_LEARNING      (1u << 7)  /* the port learns: a known source arriving here moves */
 #define LFP_BRP_NF_ARP        (1u << 8)  /* bridge-nf-call-arptables: ARP shorter than its header is dropped */
+#define LFP_BRP_HAND_UP       (1u << 9)  /* frames to the bridge's MAC continue into IP on the bridge device */
 
 /* How long frames to and from an entry keep going to the kernel after it
  * was (re)written or one of its frames was handed to the kernel: a frame the
@@ -104,6 +112,19 @@ struct {
 static __always_inline int lfp_mac_is_group(const __u8 *mac)
 {
 	return mac[0] & 1;
+}
+
+/* Whether frames to and from an FDB entry may take the fast path now (see
+ * "Order stays true" above): not within LFP_BR_SETTLE_NS of its stamp, and
+ * its first use after the controller wrote it stamps it and goes to the
+ * kernel. */
+static __always_inline int lfp_br_dest_settled(struct lfp_fdb_entry *dst, __u64 now)
+{
+	if (!dst->refreshed_ns) {
+		dst->refreshed_ns = now;     /* once per write */
+		return 0;
+	}
+	return now - dst->refreshed_ns >= LFP_BR_SETTLE_NS;
 }
 
 static __always_inline int lfp_mac_is_zero(const __u8 *mac)
@@ -187,12 +208,19 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 	dst = bpf_map_lookup_elem(&lfp_fdb, &key);
 	if (!dst)
 		return lfp_pass(pkt, LFP_CNT_BR_DEST_UNKNOWN);
-	if (!dst->refreshed_ns) {
-		dst->refreshed_ns = now;     /* once per write */
+	if (!lfp_br_dest_settled(dst, now))
 		return lfp_pass(pkt, LFP_CNT_BR_SETTLING);
+	/* To the bridge's own address (its local FDB entry, mirrored only for
+	 * the device's MAC, which br_handle_frame() makes PACKET_HOST):
+	 * br_pass_frame_up() hands it to IP on the bridge device, which the
+	 * nodes after this one (routing, FORWARD) reproduce with the bridge as
+	 * the ingress. */
+	if (dst->flags & LFP_FDB_HAND_UP) {
+		if (!(in->flags & LFP_BRP_HAND_UP))
+			return lfp_pass(pkt, LFP_CNT_BR_LOCAL);
+		pkt->l3_ifindex = in->bridge;
+		return LFP_NEXT;
 	}
-	if (now - dst->refreshed_ns < LFP_BR_SETTLE_NS)
-		return lfp_pass(pkt, LFP_CNT_BR_SETTLING);
 	egress = dst->port;
 	/* Hairpin mode would send it back; without it Linux drops it. */
 	if (egress == pkt->ingress_ifindex)

@@ -20,6 +20,7 @@ struct lfp_fdb_key {
 
 #define LFP_FDB_STICKY (1u << 0)     /* the kernel never moves it */
 #define LFP_FDB_NO_AGEING (1u << 1)  /* static or externally learnt: never ages, needs no refresh */
+#define LFP_FDB_HAND_UP (1u << 2)    /* the bridge's own address (its local entry): up to IP on the bridge */
 
 struct lfp_fdb_entry {
 	__u32 port;             /* egress ifindex */

@@ -49,6 +49,9 @@ struct lfp_fwd {
 	__u8 smac[ETH_ALEN];
 	__u8 flags;             /* LFP_FWD_* */
 	__u8 priority;          /* with LFP_FWD_SET_PRIORITY */
+	/* The device a routed packet leaves through when its egress is a
+	 * bridge (the FDB's port: bridge_tx.h); 0: the egress itself. */
+	__u32 port;
 };
 #define LFP_FWD_DEC_TTL       (1u << 0)   /* IPv4 forwarding: TTL - 1 */
 #define LFP_FWD_SET_PRIORITY  (1u << 1)   /* set the packet's priority */
@@ -60,6 +63,9 @@ struct lfp_pkt {
 	void *data_end;
 	__u32 len;              /* whole frame, including non-linear parts */
 	__u32 ingress_ifindex;
+	/* The device IP sees the packet arrive on: the ingress itself, or the
+	 * bridge a bridge port handed it up to (bridge.h). */
+	__u32 l3_ifindex;
 	__u16 l3_proto;         /* network byte order */
 	struct lfp_fwd fwd;
 };
@@ -142,6 +148,7 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 	pkt->data = (void *)(long)ctx->data;
 	pkt->data_end = (void *)(long)ctx->data_end;
 	pkt->ingress_ifindex = lfp_ingress_ifindex;
+	pkt->l3_ifindex = pkt->ingress_ifindex;
 	pkt->l3_proto = 0;
 	__builtin_memset(&pkt->fwd, 0, sizeof(pkt->fwd));
 #ifdef LFP_HOOK_XDP
@@ -260,17 +267,24 @@ static __always_inline int lfp_has_offloaded_vlan(struct lfp_pkt *pkt)
 volatile const __u32 lfp_never = 0;
 #endif
 
-/* Device-bound programs only: 512 instructions the verifier proves dead and
- * removes before its rewrites, so the kernel's first allocation of the
- * program already has room for everything they add. A device-bound program
- * the verifier has to move to larger pages leaves the kernel a dangling
- * pointer that oopses when the device is deleted (linuxfp/datapath/hazards.py
- * says how, and checks every load). Called off the fast path. */
+/* Device-bound programs only: LFP_HEADROOM_INSNS instructions the verifier
+ * proves dead and removes before its rewrites, so the kernel's first
+ * allocation of the program already has room for everything they add (synth
+ * sizes it to the program: linuxfp/synth/headroom.py). A device-bound
+ * program the verifier has to move to larger pages leaves the kernel a
+ * dangling pointer that oopses when the device is deleted
+ * (linuxfp/datapath/hazards.py says how, and checks every load). Called off
+ * the fast path. */
+#ifndef LFP_HEADROOM_INSNS
+#define LFP_HEADROOM_INSNS 512
+#endif
+#define LFP_STRINGIFY_(x) #x
+#define LFP_STRINGIFY(x) LFP_STRINGIFY_(x)
 static __always_inline void lfp_realloc_headroom(void)
 {
 #ifdef LFP_XDP_VLAN_KFUNC
 	if (lfp_never)
-		asm volatile(".rept 512\n\tr0 = 0\n\t.endr" ::: "r0");
+		asm volatile(".rept " LFP_STRINGIFY(LFP_HEADROOM_INSNS) "\n\tr0 = 0\n\t.endr" ::: "r0");
 #endif
 }
 

@@ -364,7 +364,7 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 	flow.saddr = ip->saddr;
 	flow.daddr = ip->daddr;
-	flow.iif = pkt->ingress_ifindex;
+	flow.iif = pkt->l3_ifindex;       /* -i: a bridge port's routed packets come in on the bridge */
 	flow.oif = pkt->fwd.egress;
 
 	slot = lfp_flt_slot(&flow);

@@ -145,11 +145,14 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	if (!eth || !ip)
 		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 
-	in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->ingress_ifindex);
+	/* The device IP sees: a bridge port's frames arrive on the bridge. */
+	in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->l3_ifindex);
 	if (!in)
 		return lfp_pass(pkt, LFP_CNT_INGRESS_UNKNOWN);
-	/* ip_rcv() drops PACKET_OTHERHOST; group addresses are never routed here. */
-	if (!lfp_for_this_host(pkt, eth->h_dest, in->mac))
+	/* ip_rcv() drops PACKET_OTHERHOST; group addresses are never routed here.
+	 * A frame a bridge handed up was addressed to the bridge (bridge.h): its
+	 * port's own pkt_type does not say so. */
+	if (pkt->l3_ifindex == pkt->ingress_ifindex && !lfp_for_this_host(pkt, eth->h_dest, in->mac))
 		return lfp_pass(pkt, LFP_CNT_NOT_FOR_US);
 	if (lfp_has_mark(pkt))
 		return lfp_pass(pkt, LFP_CNT_MARKED);
@@ -194,7 +197,7 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	fib.tot_len = tot_len;
 	fib.ipv4_src = ip->saddr;
 	fib.ipv4_dst = ip->daddr;
-	fib.ifindex = pkt->ingress_ifindex;
+	fib.ifindex = pkt->l3_ifindex;
 	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) {
 		/* Ports feed the multipath hash when fib_multipath_hash_policy=1. */
 		__be16 *ports = (void *)(ip + 1);
@@ -227,7 +230,7 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
 	/* Linux would also send an ICMP redirect when routing back out. */
-	if (fib.ifindex == pkt->ingress_ifindex)
+	if (fib.ifindex == pkt->l3_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
 	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, &fib, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);

@@ -94,7 +94,8 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		if (!ip)
 			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 	}
-	if (!lfp_arm_redirect(pkt, pkt->fwd.egress))
+	/* Out of a bridge egress through the port its FDB names (bridge_tx.h). */
+	if (pkt->fwd.port ? !lfp_arm_bridged_redirect(pkt, pkt->fwd.port) : !lfp_arm_redirect(pkt, pkt->fwd.egress))
 		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 
 	if (pkt->fwd.flags & LFP_FWD_SET_PRIORITY)

@@ -10,21 +10,26 @@ from controller.launcher import ControllerProcess, linuxfp_cli
 
 
 class Counting:
-    def __init__(self, controller: ControllerProcess, dut: str) -> None:
-        self.controller, self.dut = controller, dut
+    def __init__(self, controller: ControllerProcess, dut: str, then=None) -> None:
+        self.controller, self.dut, self.then = controller, dut, then
         self.stats: list[dict] = []
 
     def settled(self) -> None:
         self.controller.settled()
         self.stats.append(json.loads(linuxfp_cli(self.dut, "-j", "stats").stdout))
+        if self.then is not None:
+            self.then()
 
 
-def counting(seen: list[Counting], hook: str):
-    """An `accelerate` for run_differential; each handle is appended to `seen`."""
+def counting(seen: list[Counting], hook: str, warm_up=None):
+    """An `accelerate` for run_differential; each handle is appended to `seen`.
+    `warm_up(topology)`, if given, runs once the controller is current after
+    every step (a reload may outlast what a step's own warm-up prepared)."""
     @contextlib.contextmanager
     def accelerate(topology):
         with ControllerProcess(topology.dut.name, hook=hook) as controller:
-            handle = Counting(controller, topology.dut.name)
+            then = (lambda: warm_up(topology)) if warm_up else None
+            handle = Counting(controller, topology.dut.name, then)
             seen.append(handle)
             yield handle
     return accelerate

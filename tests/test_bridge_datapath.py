@@ -15,6 +15,7 @@ from linuxfp.lab.netns import Lab
 pytestmark = pytest.mark.netns
 
 A, B, C, D = "02:00:00:00:0a:01", "02:00:00:00:0b:01", "02:00:00:00:0c:01", "02:00:00:00:0d:01"
+U = "02:00:00:00:0e:01"           # the uplink's next hop
 SETUP = [
     "ip link add br0 type bridge", "ip link set br0 up",
     *(f"ip link add p{n} type veth peer name p{n}x" for n in "abcd"),
@@ -25,6 +26,15 @@ SETUP = [
     f"bridge fdb add {A} dev pa master static", f"bridge fdb add {B} dev pb master static",
     f"bridge fdb add {C} dev pc master static", f"bridge fdb add {D} dev pd master static",
     "bridge link set dev pd state 0",
+    # the bridge routes too: its address, an uplink pu, hosts behind ports
+    # (permanent neighbours), one whose MAC no port has shown
+    "ip link add pu type veth peer name pux", "ip link set pu up", "ip link set pux up", "ethtool -K pux gro on",
+    "sysctl -qw net.ipv4.ip_forward=1",
+    "ip addr add 198.18.10.254/24 dev br0", "ip addr add 198.18.11.254/24 dev pu",
+    f"ip neigh replace 198.18.11.1 lladdr {U} dev pu nud permanent", "ip route add 198.18.12.0/24 via 198.18.11.1",
+    f"ip neigh replace 198.18.10.1 lladdr {A} dev br0 nud permanent",
+    f"ip neigh replace 198.18.10.4 lladdr {D} dev br0 nud permanent",
+    "ip neigh replace 198.18.10.9 lladdr 02:00:00:00:ee:09 dev br0 nud permanent",
 ]
 XDP_PASS, XDP_REDIRECT, TC_ACT_OK, TC_ACT_REDIRECT = 2, 4, 0, 7
 FWD, PASS = "forward", "pass"
@@ -72,7 +82,7 @@ def bridge_ns():
 
 
 def LoadedBridge(hook: str, ns) -> LoadedPipeline:
-    return LoadedPipeline(ns, "pa", hook, ("bridge", "transmit"), f"test_br_{hook}")
+    return LoadedPipeline(ns, "pa", hook, ("bridge", "router", "bridge_tx", "transmit"), f"test_br_{hook}")
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
@@ -121,3 +131,49 @@ def test_a_moving_source_is_forgotten_at_once(bridge_ns):
         assert loaded.counter("br_dest_unknown") == before + 1
     finally:
         loaded.obj.close()
+
+
+def _mac(ns, ifname: str) -> str:
+    return ns.run(["cat", f"/sys/class/net/{ifname}/address"]).stdout.strip()
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_bridge_and_router_cases(bridge_ns, hook):
+    """Into the bridge's IP from a port, and routed out of the bridge to the
+    port its FDB names: forwarded rewritten (TTL - 1, the next hop's MAC),
+    or handed to the kernel unchanged with the reason."""
+    bridge_mac, uplink_mac = _mac(bridge_ns, "br0"), _mac(bridge_ns, "pu")
+    up = LoadedBridge(hook, bridge_ns)
+    out = LoadedPipeline(bridge_ns, "pu", hook, ("router", "bridge_tx", "transmit"), f"test_brr_{hook}")
+    try:
+        up.run(_udp(A, B, sport=1))                     # A's refresh (and settling after it)
+        time.sleep(0.02)
+        up.run(udp_frame(A, bridge_mac, "198.18.10.1", "198.18.12.1"))      # first use of the bridge's entry
+        for target in ("198.18.10.1", "198.18.10.4"):   # first uses of A's and D's entries
+            out.run(udp_frame(U, uplink_mac, "198.18.11.1", target))
+        time.sleep(0.02)
+        cases = [
+            (up, "routed from a port", udp_frame(A, bridge_mac, "198.18.10.1", "198.18.12.1"), U, "forwarded"),
+            (up, "to the bridge's address", udp_frame(A, bridge_mac, "198.18.10.1", "198.18.10.254"), None,
+             "fib_not_forwarded"),
+            (up, "back out of the bridge", udp_frame(A, bridge_mac, "198.18.10.1", "198.18.10.9"), None, "hairpin"),
+            (out, "routed into the bridge", udp_frame(U, uplink_mac, "198.18.11.1", "198.18.10.1"), A, "forwarded"),
+            (out, "to a disabled port", udp_frame(U, uplink_mac, "198.18.11.1", "198.18.10.4"), None,
+             "brtx_port_blocked"),
+            (out, "to a MAC the bridge floods", udp_frame(U, uplink_mac, "198.18.11.1", "198.18.10.9"), None,
+             "brtx_dest_unknown"),
+        ]
+        for loaded, name, frame, next_hop, counter in cases:
+            before = loaded.counter(counter)
+            result = loaded.run(frame)
+            outcome = FWD if next_hop else PASS
+            assert (result.retval, loaded.counter(counter) - before) == (VERDICTS[hook][outcome], 1), name
+            sent = result.data_out[:len(frame)]
+            if next_hop:
+                assert sent[:6] == bytes.fromhex(next_hop.replace(":", "")), name
+                assert sent[22] == frame[22] - 1, name                # TTL
+            else:
+                assert sent == frame, name                            # never rewritten
+    finally:
+        up.close()
+        out.close()

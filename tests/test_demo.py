@@ -23,6 +23,6 @@ def test_demo_quick(require_root, scenario):
     if scenario == "gateway":
         assert "-> filter ->" in result["graph"] and "100 rules reached from FORWARD" in result["graph"]
     if scenario == "bridge":
-        assert "bridge -> transmit" in result["graph"] and "FDB entries mirrored" in result["graph"]
+        assert "parse -> bridge -> " in result["graph"] and "FDB entries mirrored" in result["graph"]
     after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     assert after <= before, f"namespaces left behind: {after - before}"

@@ -86,7 +86,7 @@ def test_bridge_ports_get_the_bridge_node_and_other_kinds_are_skipped():
         replace(link(9, "locked", master=4), bridge_port=BridgePort(state=3, locked=True))))
     graph = build_graph(snap)
     reasons = {s.ifname: s.reason for s in graph.skipped}
-    assert graph.pipeline(5).shape.nodes == ("bridge", "transmit")
+    assert graph.pipeline(5).shape.nodes == ("bridge", "router", "bridge_tx", "transmit")
     assert graph.pipeline(5).shape.hook == "tc"          # a veth port: its peer keeps GSO/TSO
     assert build_graph(snap, "xdp").pipeline(5).shape.hook == "xdp"
     assert "VLAN filtering" in reasons["port2"] and "locked" in reasons["locked"]
@@ -100,6 +100,34 @@ def test_bridge_ports_get_the_bridge_node_and_other_kinds_are_skipped():
     links = tuple(promisc if l.index == 4 else l for l in snap.links)
     reasons = {s.ifname: s.reason for s in build_graph(replace(snap, links=links)).skipped}
     assert "promiscuous" in reasons["port"]
+
+
+def bridged_router_snapshot(bridge_qdisc="noqueue", locked=False):
+    """The router's veths plus br0 (up, an address) with one port."""
+    snap = router_snapshot()
+    bridge = replace(link(4, "br0", kind="bridge", qdisc=bridge_qdisc), bridge=BridgeOptions())
+    port = replace(link(5, "port", master=4), bridge_port=BridgePort(state=3, locked=locked))
+    return replace(snap, links=snap.links + (bridge, port))
+
+
+def test_bridge_and_router_compose_on_ports_and_uplinks():
+    from linuxfp.graph.nodes.bridge_tx import BRD_BRIDGE, BRD_SENDS
+
+    graph = build_graph(bridged_router_snapshot())
+    # frames to br0's MAC go up into routing; routes out of br0 find the port
+    assert graph.pipeline(5).shape.nodes == ("bridge", "router", "bridge_tx", "transmit")
+    assert graph.pipeline(2).shape.nodes == ("router", "bridge_tx", "transmit")
+    devs = dict(graph.table("lfp_br_devs").entries)
+    assert devs == {(4).to_bytes(4, "little"): (BRD_BRIDGE | BRD_SENDS).to_bytes(4, "little")}
+    # a bridge with a queue of its own: routed packets to it stay with the
+    # kernel, and pipelines without such an egress carry no bridge_tx
+    queued = build_graph(bridged_router_snapshot(bridge_qdisc="htb"))
+    assert queued.pipeline(2).shape.nodes == ("router", "transmit")
+    assert dict(queued.table("lfp_br_devs").entries) == {(4).to_bytes(4, "little"): BRD_BRIDGE.to_bytes(4, "little")}
+    # the router never stands on a port without the bridge that hands it up
+    locked = build_graph(bridged_router_snapshot(locked=True))
+    assert locked.pipeline(5) is None
+    assert "locked" in {s.ifname: s.reason for s in locked.skipped}["port"]
 
 
 def test_interface_facts_follow_sysctls_and_redirect_capability():

@@ -22,7 +22,8 @@ def test_first_allocation_is_whole_pages_of_header_and_instructions():
     assert hazards.first_allocation(4000) > hazards.first_allocation(100)
 
 
-@pytest.mark.parametrize("nodes", [("router", "transmit")])
+@pytest.mark.parametrize("nodes", [("router", "transmit"), ("router", "filter", "transmit"),
+                                   ("bridge", "router", "filter", "bridge_tx", "transmit")])
 def test_device_bound_pipeline_is_not_moved_by_the_verifier(lab, nodes):
     ns = lab.namespace("hz")
     ns.run(["ip", "link", "add", "a0", "type", "veth", "peer", "name", "b0"])
@@ -39,6 +40,6 @@ def test_device_bound_pipeline_is_not_moved_by_the_verifier(lab, nodes):
             assert hazards.memlock(fd) == hazards.first_allocation(submitted)
             # The headroom really is dead code, and the rewrites still leave
             # room to spare: growth eating into it shows here before it is a
-            # hazard (raise the headroom in bpf_modules/common.h then).
+            # hazard (raise the share in linuxfp/synth/headroom.py then).
             verified = dp.prog_info(fd)["xlated_len"] // 8
             assert verified < submitted - 128, (verified, submitted)

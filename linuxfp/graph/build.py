@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .interfaces import ARPHRD_ETHER, iface_facts, interface_tables
 from .model import Graph, Pipeline, Skipped
-from .nodes import Node, in_stage_order, registered
+from .nodes import Node, Stage, in_stage_order, registered
 from .nodes.router import forward_length_cap, needs_full_source_check
 from .obstacles import ingress_obstacles, namespace_obstacles
 from .shape import Shape
@@ -27,8 +27,8 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     shared = namespace_obstacles(snapshot)
     pipelines, skipped = [], []
     for link in snapshot.links:
-        chosen = in_stage_order(n for n in nodes if n.applies(snapshot, link))
-        reason = _blocker(snapshot, link, chosen, shared)
+        chosen = _needed(snapshot, link, in_stage_order(n for n in nodes if n.applies(snapshot, link)))
+        chosen, reason = _covered(snapshot, link, chosen, shared)
         hook_chosen, note = None, ""
         if reason is None:
             hook_chosen, reason, note = _choose_hook(link, hook, snapshot, chosen)
@@ -64,19 +64,45 @@ def _remembered(name: str, inputs: tuple[str, ...], snapshot, compute):
     return result
 
 
-def _blocker(snapshot, link, chosen: tuple[Node, ...], shared) -> str | None:
-    """Why this ingress stays on the kernel path whatever the hook."""
-    covered = frozenset().union(*(n.covers for n in chosen))
-    for obstacle in shared:
-        if obstacle.name not in covered:
-            return _uncovered(snapshot, link, obstacle)
-    if not any(n.decides for n in chosen):
+def _needed(snapshot, link, chosen: tuple[Node, ...]) -> tuple[Node, ...]:
+    """`chosen` without the nodes none of whose needed nodes is in it."""
+    while True:
+        names = {n.name for n in chosen}
+        kept = tuple(n for n in chosen if not (needs := n.needs(snapshot, link)) or names.intersection(needs))
+        if len(kept) == len(chosen):
+            return kept
+        chosen = kept
+
+
+def _covered(snapshot, link, chosen: tuple[Node, ...], shared) -> tuple[tuple[Node, ...], str | None]:
+    """The pipeline without the deciding nodes whose decisions would meet an
+    obstacle no node covers (a decision is covered by its node and by the
+    nodes after it that do not decide, e.g. FORWARD after routing), and why
+    the ingress stays on the kernel path when no deciding node is left."""
+    obstacles = shared + ingress_obstacles(link)
+    deciders = [n for n in chosen if n.decides]
+    if not deciders:
+        covered = frozenset().union(*(n.covers for n in chosen))
+        uncovered = next((o for o in shared if o.name not in covered), None)
+        if uncovered is not None:
+            return chosen, _uncovered(snapshot, link, uncovered)
         reasons = [n.blocker(snapshot, link) for n in registered() if n.decides]
-        return next((r for r in reasons if r), "no node decides for this interface")
-    for obstacle in ingress_obstacles(link):
-        if obstacle.name not in covered:
-            return _uncovered(snapshot, link, obstacle)
-    return None
+        return chosen, next((r for r in reasons if r), "no node decides for this interface")
+    first_uncovered = None
+    for decider in deciders:
+        # what the nodes after it cover (not the IP stages for a bridging
+        # decision: the frames it bridges skip them)
+        after = [n for n in chosen if not n.decides and n.stage > decider.stage
+                 and not (decider.stage < Stage.PREROUTING and n.stage.is_ip)]
+        covered = decider.covers.union(*(n.covers for n in after))
+        uncovered = next((o for o in obstacles if o.name not in covered), None)
+        if uncovered is not None:
+            chosen = tuple(n for n in chosen if n is not decider)
+            first_uncovered = first_uncovered or uncovered
+    chosen = _needed(snapshot, link, chosen)
+    if not any(n.decides for n in chosen):
+        return chosen, _uncovered(snapshot, link, first_uncovered)
+    return chosen, None
 
 
 def _uncovered(snapshot, link, obstacle) -> str:

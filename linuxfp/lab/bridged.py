@@ -6,7 +6,10 @@ to the bridge itself, what br_netfilter drops or trims, MTU).
 
 Address plan: hosts 198.18.10.1-3/24 on their `to-dut`, the bridge
 198.18.10.254/24. The link to c has a smaller MTU (1400) so that frames
-too long for one port exist.
+too long for one port exist. With `uplink`, the DUT also routes: host u
+(198.18.11.1/24) behind its `to-u` (198.18.11.254/24), the bridge's hosts
+reaching it through the bridge's address, as containers on docker0 or cni0
+reach the world.
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ UNKNOWN_MAC = "02:00:00:00:99:99"
 STATIC_MAC = "02:00:00:00:aa:aa"
 NEW_MAC = "02:00:00:00:77:77"
 C_MTU = 1400
+UPLINK = "u"
+UPLINK_IP, UPLINK_DUT_IP = "198.18.11.1", "198.18.11.254"
 
 
 def host_ip(host: str) -> str:
@@ -62,10 +67,13 @@ class BridgeTopology:
     """``a, b, c — [br0 in dut]``: a factory, ``BridgeTopology(tool="brctl")(lab)``.
 
     `tool` is "ip" (ip link ... type bridge) or "brctl" (bridge-utils);
-    `ageing` the bridge's ageing time in seconds."""
+    `ageing` the bridge's ageing time in seconds; `uplink` adds the routed
+    host u; frames enter at `inject_from`'s `to-dut`."""
 
     tool: str = "ip"
     ageing: int = 300
+    uplink: bool = False
+    inject_from: str = "a"
 
     def commands(self) -> list[list[str]]:
         """What the operator runs in the DUT to make the bridge."""
@@ -89,17 +97,26 @@ class BridgeTopology:
 
     def spec(self) -> TopologySpec:
         links = tuple(LinkSpec(h, "to-dut", "dut", f"to-{h}", mtu=C_MTU if h == "c" else 1500) for h in HOSTS)
-        return TopologySpec(
-            hosts=(*HOSTS, "dut"),
-            links=links,
-            dut="dut",
-            inject=("a", "to-dut"),
-            addresses=tuple((h, "to-dut", f"{host_ip(h)}/24") for h in HOSTS),
-        )
+        addresses = tuple((h, "to-dut", f"{host_ip(h)}/24") for h in HOSTS)
+        hosts, routes, sysctls = (*HOSTS, "dut"), (), ()
+        if self.uplink:
+            hosts += (UPLINK,)
+            links += (LinkSpec(UPLINK, "to-dut", "dut", f"to-{UPLINK}"),)
+            addresses += ((UPLINK, "to-dut", f"{UPLINK_IP}/24"), ("dut", f"to-{UPLINK}", f"{UPLINK_DUT_IP}/24"))
+            routes = ((UPLINK, f"route add 198.18.10.0/24 via {UPLINK_DUT_IP}"),
+                      *((h, f"route add 198.18.11.0/24 via {BRIDGE_IP}") for h in HOSTS))
+            # A packet routed back out of the bridge draws an ICMP redirect,
+            # rate-limited by time: two runs would differ by when they ran.
+            sysctls = (("dut", "net.ipv4.ip_forward", 1), ("dut", "net.ipv4.conf.all.send_redirects", 0),
+                       ("dut", "net.ipv4.conf.default.send_redirects", 0))
+        if self.inject_from not in hosts or self.inject_from == "dut":
+            raise ValueError(f"frames cannot enter at {self.inject_from!r}")
+        return TopologySpec(hosts=hosts, links=links, dut="dut", inject=(self.inject_from, "to-dut"),
+                            addresses=addresses, routes=routes, sysctls=sysctls)
 
     def __call__(self, lab: Lab) -> Bridged:
         built = build(lab, self.spec())
-        for cmd in self.commands():
+        for cmd in self.commands() + (_uplink_commands(built) if self.uplink else []):
             built.dut.run(cmd)
         # The bridge carries the DUT's address: its neighbour timers are the
         # lab's too (no re-probing at times that depend on a run's speed).
@@ -108,8 +125,13 @@ class BridgeTopology:
         built.wait_links_settled()
         # The bridge learns every host (and every host its neighbours):
         # the same FDB in every build.
-        for src, dst in (("a", "b"), ("a", "c"), ("b", "c"), ("a", "dut")):
-            target = BRIDGE_IP if dst == "dut" else host_ip(dst)
+        pings = [(src, BRIDGE_IP if dst == "dut" else host_ip(dst))
+                 for src, dst in (("a", "b"), ("a", "c"), ("b", "c"), ("a", "dut"))]
+        if self.uplink:
+            # and every host's route through the DUT to u (the DUT's
+            # neighbours on both sides)
+            pings += [(h, UPLINK_IP) for h in HOSTS]
+        for src, target in pings:
             built.ns(src).run(["ping", "-c", "1", "-W", "2", "-q", target])
         interfaces = tuple(i for host, ns in built.hosts for i in read_interfaces(host, ns))
         values = {f.name: getattr(built, f.name) for f in fields(Topology)}
@@ -160,5 +182,71 @@ def bridge_frames(topology: Bridged, step: int = 0) -> list[bytes]:
     return out
 
 
+# Behind the uplink host (routed to it; it drops them silently) and, on the
+# bridge, addresses whose permanent neighbours are the hosts' MACs (they
+# drop them silently): no host answers, so no host-made IP ID differs.
+BEYOND_UPLINK = "198.18.12"
+ON_BRIDGE = {h: f"198.18.10.{101 + i}" for i, h in enumerate(HOSTS)}
+UNKNOWN_ON_BRIDGE = "198.18.10.104"     # its neighbour is UNKNOWN_MAC, which no port has shown
+
+
+def _uplink_commands(topology: Topology) -> list[list[str]]:
+    """What the DUT of an uplinked lab carries besides the bridge: a route
+    beyond u and the permanent neighbours of ON_BRIDGE."""
+    cmds = [["ip", "route", "add", f"{BEYOND_UPLINK}.0/24", "via", UPLINK_IP]]
+    cmds += [["ip", "neigh", "replace", address, "lladdr", topology.iface(h, "to-dut").mac, "dev", BRIDGE,
+              "nud", "permanent"] for h, address in ON_BRIDGE.items()]
+    cmds.append(["ip", "neigh", "replace", UNKNOWN_ON_BRIDGE, "lladdr", UNKNOWN_MAC, "dev", BRIDGE, "nud", "permanent"])
+    return cmds
+
+
+def routed_ends(topology: Bridged) -> tuple[str, str, str, list[str]]:
+    """Where routed frames start (source MAC, the DUT's MAC they are sent
+    to, source address) and the addresses they go to, from the host that
+    injects: a host sends to the bridge's MAC and beyond the uplink, u to
+    the DUT's uplink and to addresses on the bridge."""
+    source = topology.spec.inject[0]
+    if source == UPLINK:
+        return topology.mac(UPLINK), topology.iface("dut", f"to-{UPLINK}").mac, UPLINK_IP, list(ON_BRIDGE.values())
+    return topology.mac(source), topology.bridge_mac, host_ip(source), [f"{BEYOND_UPLINK}.{n}" for n in (1, 2, 3)]
+
+
+def routed_frames(topology: Bridged, step: int = 0) -> list[bytes]:
+    """Frames that cross the bridge and the router, from where the lab
+    injects: from a host to the bridge's MAC and on to the uplink, or from
+    u into the bridge and out of the port its FDB names."""
+    source = topology.spec.inject[0]
+    mac, dut_mac, ip, targets = routed_ends(topology)
+    out: list[bytes] = []
+    if source == UPLINK:
+        big_target = ON_BRIDGE["c"]            # the bridge's MTU is c's port's (1400)
+        out.append(udp_frame(mac, dut_mac, ip, UNKNOWN_ON_BRIDGE, sport=40103))    # the bridge floods it
+    else:
+        big_target = targets[0]
+        # what the bridge hands up but the router does not forward itself
+        out.append(udp_frame(mac, dut_mac, ip, BRIDGE_IP, sport=40100, dport=9))          # local
+        out.append(udp_frame(mac, dut_mac, ip, ON_BRIDGE["b"], sport=40101, dport=9))     # back out of br0
+        out.append(ipv6_udp_frame(mac, dut_mac, "2001:db8::1", "2001:db8::2"))
+        # another port's own MAC (a local FDB entry that is not the bridge's:
+        # the bridge, which took the lowest port MAC, hands it up as not for
+        # this host)
+        other = "c" if source != "c" else "b"
+        out.append(udp_frame(mac, topology.iface("dut", f"to-{other}").mac, ip, targets[0], sport=40102))
+    for n, target in enumerate(targets):
+        out.append(udp_frame(mac, dut_mac, ip, target, sport=41000 + n, dport=9, size=64 + 400 * n))
+        out.append(udp_frame(mac, dut_mac, ip, target, sport=41100 + n, dport=7, payload=bytes([n]) * 20))
+        out.append(tcp_frame(mac, dut_mac, ip, target, sport=42000 + n, dport=80, payload=bytes([n]) * (10 + n)))
+    out.append(udp_frame(mac, dut_mac, ip, targets[0], sport=43000, ttl=1))
+    out.append(with_bad_ip_checksum(udp_frame(mac, dut_mac, ip, targets[0], sport=43001)))
+    out.append(udp_frame(mac, dut_mac, ip, big_target, sport=43002, size=1450))
+    out.append(ethernet(dut_mac, mac, 0x0800, ipv4(ip, big_target, 17, udp(ip, big_target, 43003, 9, bytes(1420)),
+                                                    df=True)))
+    # a steady flow: after the first, these take the fast path
+    out.extend(udp_frame(mac, dut_mac, ip, targets[1], sport=47000, dport=9, payload=bytes([n]) * 32)
+               for n in range(16))
+    return out
+
+
 __all__ = ["BridgeTopology", "Bridged", "bridge_frames", "host_ip", "BRIDGE", "BRIDGE_IP",
-           "STATIC_MAC", "UNKNOWN_MAC", "NEW_MAC"]
+           "STATIC_MAC", "UNKNOWN_MAC", "NEW_MAC",
+           "UPLINK", "UPLINK_IP", "ON_BRIDGE", "UNKNOWN_ON_BRIDGE", "BEYOND_UPLINK", "routed_ends", "routed_frames"]

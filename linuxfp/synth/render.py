@@ -6,11 +6,12 @@ from functools import cache
 
 import jinja2
 
-from linuxfp.graph.nodes import node_named
+from linuxfp.graph.nodes import Stage, node_named
 from linuxfp.graph.shape import Shape
 from linuxfp.resources import modules_dir, templates_dir
 
 from .counters import counters
+from .headroom import MINIMUM
 
 
 @cache
@@ -31,12 +32,16 @@ def _include(node) -> str:
     return header.name if header.parent == modules_dir().resolve() else str(header)
 
 
-def render(shape: Shape) -> str:
-    """C source of the program for `shape`."""
+def render(shape: Shape, headroom: int = MINIMUM) -> str:
+    """C source of the program for `shape`; a device-bound one carries
+    `headroom` instructions of dead code (headroom.py)."""
     nodes = [node_named(n) for n in shape.nodes]
+    # Behind a bridging node, the IP stages see only what it hands up.
+    bridging = any(n.stage < Stage.PREROUTING for n in nodes)
     template = _environment().get_template("pipeline.c.j2")
     return template.render(
         shape=str(shape), hook=shape.hook, section=shape.section, entry=shape.entry,
-        vlan_kfunc=shape.device_bound, counters=counters(),
-        nodes=[{"name": n.name, "include": _include(n)} for n in nodes],
+        vlan_kfunc=shape.device_bound, headroom=headroom, counters=counters(),
+        nodes=[{"name": n.name, "include": _include(n), "ip_only": bridging and n.stage.is_ip}
+               for n in nodes],
     )

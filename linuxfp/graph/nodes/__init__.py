@@ -34,7 +34,14 @@ class Stage(IntEnum):
     ROUTE = 50            # the routing decision
     FORWARD = 60          # filter FORWARD (the egress is known here)
     POSTROUTING = 70      # mangle/nat POSTROUTING
+    BRIDGE_TX = 75        # a bridge egress's transmit (br_dev_xmit): the FDB picks the port
     TRANSMIT = 80         # rewrite and send what was decided
+
+    @property
+    def is_ip(self) -> bool:
+        """Whether packets reach this stage only through IP: a frame the
+        bridge stage forwards skips it."""
+        return Stage.PREROUTING <= self < Stage.TRANSMIT
 
 
 class Node:
@@ -67,6 +74,13 @@ class Node:
     def blocker(self, snapshot, link) -> str | None:
         """For a deciding node that does not apply: why (shown by `linuxfp graph`)."""
         return None
+
+    def needs(self, snapshot, link) -> tuple[str, ...]:
+        """Nodes of which at least one must be in the pipeline on `link` for
+        this one to see any packet (empty: none needed). The router on a
+        bridge port sees only what the bridge hands up; FORWARD only what
+        was routed."""
+        return ()
 
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
         """Why this node cannot be exact at `hook` on `link` (None: it can)."""
@@ -136,7 +150,7 @@ def registered() -> tuple[Node, ...]:
         # Imported here, not at the top: each built-in imports this package.
         from . import router, transmit  # noqa: F401  (built-ins register themselves)
         from . import iptables_filter  # noqa: F401
-        from . import bridge  # noqa: F401
+        from . import bridge, bridge_tx  # noqa: F401
 
         _load_external()
         _registered = tuple(_REGISTRY)

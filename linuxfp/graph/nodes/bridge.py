@@ -26,8 +26,10 @@ BRP_NF_IPV6_RULES = 1 << 5
 BRP_NF_ARP_RULES = 1 << 6
 BRP_LEARNING = 1 << 7
 BRP_NF_ARP = 1 << 8
+BRP_HAND_UP = 1 << 9
 FDB_STICKY = 1 << 0              # struct lfp_fdb_entry.flags (bridge_fdb.h)
 FDB_NO_AGEING = 1 << 1
+FDB_HAND_UP = 1 << 2
 
 _PORT_VALUE = struct.Struct("<IIII")      # struct lfp_br_port
 _FDB_KEY = struct.Struct("<IH6s")         # struct lfp_fdb_key
@@ -104,7 +106,7 @@ class Bridge(Node):
         if table != FDB:
             return frozenset()
         return frozenset(fdb_key(m.entry.master, m.entry.vlan, m.entry.mac) for m in messages
-                         if isinstance(m, FdbUpdate) and _mirrored(m.entry))
+                         if isinstance(m, FdbUpdate) and (_mirrored(m.entry) or _own_address(m.entry)))
 
     def notes(self, snapshot) -> tuple[str, ...]:
         lines = []
@@ -163,6 +165,21 @@ def _bridge_blocker(snapshot, bridge) -> str | None:
     return None
 
 
+# Upper devices whose rx_handler on the bridge would see frames handed up to
+# it before IP does.
+_RX_HANDLER_UPPERS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap"})
+
+
+def hands_up(snapshot, bridge) -> bool:
+    """Whether a frame to the bridge's MAC reaches IP on the bridge device
+    as the nodes after the bridge reproduce it: nothing runs on the bridge's
+    receive path in between (tc ingress filters, a generic XDP program, an
+    upper device's rx_handler, the bridge being a port itself)."""
+    if bridge.tc_ingress or bridge.xdp_prog_id or bridge.master:
+        return False
+    return not any(link.peer == bridge.index and link.kind in _RX_HANDLER_UPPERS for link in snapshot.links)
+
+
 def refresh_ms(bridge) -> int:
     """A tenth of the ageing time (centiseconds * 10 ms / 10), at most 1 s."""
     return max(1, min(MAX_REFRESH_MS, bridge.bridge.ageing_time_cs))
@@ -189,7 +206,7 @@ def _netfilter_flags(snapshot, bridge) -> int:
 
 def port_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
     out = set()
-    nf_by_bridge: dict[int, int] = {}
+    by_bridge: dict[int, int] = {}      # what every port of a bridge shares
     for link in snapshot.links:
         port = link.bridge_port
         if port is None or not link.master:
@@ -197,9 +214,9 @@ def port_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
         bridge = snapshot.link(link.master)
         if bridge is None or bridge.kind != "bridge" or bridge_blocker(snapshot, bridge):
             continue
-        if link.master not in nf_by_bridge:
-            nf_by_bridge[link.master] = _netfilter_flags(snapshot, bridge)
-        flags = nf_by_bridge[link.master]
+        if link.master not in by_bridge:
+            by_bridge[link.master] = _netfilter_flags(snapshot, bridge) | (BRP_HAND_UP if hands_up(snapshot, bridge) else 0)
+        flags = by_bridge[link.master]
         if bridge_sendable(link, snapshot):
             flags |= BRP_FORWARDING
         if port.isolated:
@@ -216,6 +233,13 @@ def _mirrored(entry) -> bool:
     return not entry.local and not entry.locked and entry.port != entry.master
 
 
+def _own_address(entry) -> bool:
+    """A local entry: the bridge's own (`dev br0`) or a port's address,
+    which carries the bridge's MAC when the bridge took its port's.
+    Mirrored as LFP_FDB_HAND_UP when it is the device's MAC (fdb_entries)."""
+    return entry.local and entry.vlan == 0
+
+
 def fdb_key(bridge: int, vlan: int, mac: str) -> bytes:
     return _FDB_KEY.pack(bridge, vlan, bytes(int(part, 16) for part in mac.split(":")))
 
@@ -225,7 +249,14 @@ def fdb_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
     traffic goes to the kernel as unknown)."""
     out = []
     for entry in snapshot.fdb:
-        if _mirrored(entry):
+        if _own_address(entry):
+            bridge = snapshot.link(entry.master)
+            # Only the device's MAC is PACKET_HOST for br_handle_frame(); a
+            # frame to another local address is dropped by ip_rcv().
+            if bridge is not None and bridge.mac == entry.mac:
+                out.append((fdb_key(entry.master, 0, entry.mac),
+                            _FDB_VALUE.pack(entry.master, FDB_HAND_UP | FDB_STICKY | FDB_NO_AGEING, 0)))
+        elif _mirrored(entry):
             flags = FDB_STICKY if entry.flags & NTF_STICKY else 0
             if entry.static or entry.flags & NTF_EXT_LEARNED:
                 flags |= FDB_NO_AGEING          # the kernel never ages these: no refresh frames

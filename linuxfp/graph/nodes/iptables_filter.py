@@ -41,12 +41,13 @@ class Filter(Node):
     inputs = ("netfilter", "links")
 
     def applies(self, snapshot, link) -> bool:
-        # FORWARD as the routed path meets it: frames arriving on a bridge
-        # port are bridged, and br_netfilter's FORWARD (the bridge as the
-        # device, physdev) is not this node's to evaluate.
-        if link.bridge_port is not None:
-            return False
         return filter_plan(snapshot).classifier is not None
+
+    def needs(self, snapshot, link) -> tuple[str, ...]:
+        # FORWARD as the routed path meets it (a bridge port's frames to the
+        # bridge included, with the bridge as -i); bridged frames skip it, and
+        # br_netfilter's FORWARD (physdev) is not this node's to evaluate.
+        return ("router",)
 
     def blocker(self, snapshot, link) -> str | None:
         return filter_plan(snapshot).problem

@@ -33,7 +33,14 @@ class Router(Node):
     inputs = ("addresses", "routes")
 
     def applies(self, snapshot, link) -> bool:
+        if link.bridge_port is not None:
+            # IP runs on the bridge: frames to its MAC arrive there
+            master = snapshot.link(link.master) if link.master else None
+            return master is not None and master.kind == "bridge" and master.link_type == ARPHRD_ETHER
         return not link.master and self.blocker(snapshot, link) is None
+
+    def needs(self, snapshot, link) -> tuple[str, ...]:
+        return ("bridge",) if link.bridge_port is not None else ()
 
     def blocker(self, snapshot, link) -> str | None:
         if link.link_type != ARPHRD_ETHER:

@@ -1,0 +1,103 @@
+"""Differential proof of bridge + router on one host, as on a container
+host: hosts on a Linux bridge with the gateway address on the bridge, and a
+routed uplink. Frames from a host to the bridge's MAC go up into routing with
+the bridge as the ingress; routed packets whose egress is the bridge leave
+through the port its FDB names. Both directions, at XDP and TC, while the
+configuration changes as an operator would change it: FORWARD rules on the
+bridge (-i/-o br0, and a physdev match the filter leaves to the kernel), a
+queue on the bridge device, a port disabled (its FDB entries flushed) and
+re-enabled, the bridge's MAC changed. The fast path must have done the work: the kernel's own
+ForwDatagrams counter shows it forwarded only what it was handed."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from controller_counting import Counting, counting, reasons
+from linuxfp.lab import inject, run_differential
+from linuxfp.lab.bridged import (BRIDGE, BRIDGE_IP, ON_BRIDGE, UNKNOWN_MAC, UNKNOWN_ON_BRIDGE, BridgeTopology,
+                                 routed_ends, routed_frames)
+from linuxfp.lab.differential import Step
+from linuxfp.lab.frames import udp_frame
+
+pytestmark = pytest.mark.netns
+
+
+def _warm_up(topology) -> None:
+    """A routed frame to each destination before the burst (outside the
+    captures; both systems see them): with LinuxFP the first refreshes the
+    source's FDB entry or is the first use of a destination's, and the burst
+    comes once they have settled, as for traffic that has been flowing."""
+    mac, dut_mac, ip, targets = routed_ends(topology)
+    inject(topology.ns(topology.spec.inject[0]), "to-dut",
+           [udp_frame(mac, dut_mac, ip, target, sport=51000) for target in targets])
+    time.sleep(0.03)
+
+
+def _run(*commands: str, then_ping_from: str | None = None):
+    def apply(topology):
+        for command in commands:
+            topology.dut.run(command.split())
+        if then_ping_from:
+            # the host speaks again: the bridge learns its MAC anew
+            topology.ns(then_ping_from).run(["ping", "-c", "1", "-W", "2", "-q", BRIDGE_IP])
+        _warm_up(topology)
+    return apply
+
+
+def _new_bridge_address(topology) -> None:
+    """A new MAC by hand; the kernel flushes the bridge's neighbours with it
+    (permanent ones too), and the operator puts them back."""
+    topology.dut.run(["ip", "link", "set", BRIDGE, "address", "02:00:00:00:0f:0f"])
+    for host, address in ON_BRIDGE.items():
+        topology.dut.run(["ip", "neigh", "replace", address, "lladdr", topology.mac(host), "dev", BRIDGE,
+                          "nud", "permanent"])
+    topology.dut.run(["ip", "neigh", "replace", UNKNOWN_ON_BRIDGE, "lladdr", UNKNOWN_MAC, "dev", BRIDGE,
+                      "nud", "permanent"])
+    _warm_up(topology)
+
+
+STEPS = (
+    Step("learned", _run()),
+    Step("rules", _run(f"iptables -A FORWARD -i {BRIDGE} -p udp --dport 9 -j DROP",
+                       f"iptables -A FORWARD -o {BRIDGE} -p tcp -j DROP",
+                       "iptables -A FORWARD -m physdev --physdev-in to-a -p udp --dport 7 -j DROP")),
+    Step("rules-flushed", _run("iptables -F FORWARD")),
+    Step("bridge-queued", _run(f"tc qdisc add dev {BRIDGE} root pfifo")),
+    # (`ip link set ... type bridge_slave state 0` leaves the state as it is here: `bridge link` sets it)
+    Step("port-disabled", _run(f"tc qdisc del dev {BRIDGE} root", "bridge link set dev to-a state 0")),
+    Step("port-forwarding", _run("bridge link set dev to-a state 3", then_ping_from="a")),
+    # the bridge's MAC set by hand: frames to the old one (its port's own
+    # MAC now) are the kernel's, routed ones leave with the new one
+    Step("bridge-address", _new_bridge_address),
+    Step("again", _run()),      # (and the counters of the previous bursts are read here)
+)
+
+
+@pytest.mark.parametrize("hook,source", [("xdp", "a"), ("xdp", "u"), ("tc", "a"), ("tc", "u")])
+def test_bridge_and_router_forward_as_linux(require_root, hook, source):
+    seen: list[Counting] = []
+    topology = BridgeTopology(tool="brctl" if hook == "tc" else "ip", uplink=True, inject_from=source)
+    report = run_differential(topology, STEPS, counting(seen, hook, _warm_up), routed_frames, prefix="lfp-brr")
+    assert report.ok, report.render()
+    stats = seen[0].stats[-1]
+    fast = sum(i["fast_path"] for i in stats["interfaces"])
+    passed = reasons(stats, ("passed",))
+    dropped = reasons(stats, ("drops",))
+    # the kernel forwarded only what the fast path handed it
+    kernel = sum(o.forwarded_by_kernel for o in report.kernel)
+    accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
+    assert accelerated < kernel / 2, (accelerated, kernel, passed)
+    assert fast >= 60, (fast, passed)
+    if source == "u":
+        # out of the bridge: a queue on it (no bridge_tx then), a port not forwarding, a MAC it
+        # forgot (flushed with the port) go to the kernel; -o br0 evaluated
+        for reason in ("egress_unsupported", "brtx_port_blocked", "brtx_dest_unknown", "fib_frag_needed"):
+            assert passed.get(reason), (reason, passed)
+    else:
+        # into the bridge: its own address, routed back out of it, a port's
+        # own MAC, a disabled port, the physdev match go to the kernel
+        for reason in ("fib_not_forwarded", "hairpin", "br_dest_unknown", "br_port_not_forwarding", "filter_kernel"):
+            assert passed.get(reason), (reason, passed)
+    assert dropped.get("filter_dropped"), dropped
