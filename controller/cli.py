@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 
+from .lab_cli import add_lab_parser
 from .preflight import PreflightError, check_runtime
 from .version import version
 
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="short run that only proves the harness works")
     p.add_argument("--out", default=None, help="results directory (default bench/results)")
     p.add_argument("--repetitions", type=int, default=None)
+    add_lab_parser(add)
     p = add("systemd", cmd_systemd, "install the systemd units (docs/operations.md)")
     p.add_argument("action", choices=("install",),
                    help="install: write linuxfp.service and linuxfp@.service (idempotent) and say what to run next")

@@ -8,6 +8,9 @@ APT_PACKAGES=(
   iproute2 bridge-utils iptables nftables ipset ethtool tcpdump
   iputils-ping procps util-linux
   bird2
+  # the Flannel lab (linuxfp lab flannel): flannel's store, the CNI plugins,
+  # the Go that bootstraps the flanneld build, and the benchmark's traffic
+  etcd-server etcd-client containernetworking-plugins golang-go iperf3
   python3 python3-pip
   # metrics (prometheus_client for Debian's python3; promtool, which checks
   # the output in the tests, comes only with the server: on a host booted
