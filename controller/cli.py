@@ -11,6 +11,7 @@ import time
 
 from .lab_cli import add_lab_parser
 from .preflight import PreflightError, check_runtime
+from .shapes_cli import add_parser as add_shapes_parser
 from .version import version
 
 EXIT_USAGE = 2
@@ -32,7 +33,10 @@ def cmd_run(args) -> int:
         from .metrics import require_client
 
         require_client()     # before anything is attached
-    check_runtime()
+    from linuxfp.synth.precompile import shipped_set_current
+
+    # shipped objects for every shape: no compiler needed on this node
+    check_runtime(need_compiler=not shipped_set_current())
     controller = Controller(RunOptions(hook=args.hook, keep=args.keep, netlink_rcvbuf=args.netlink_rcvbuf,
                                        metrics=args.metrics))
     try:
@@ -205,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="results directory (default bench/results)")
     p.add_argument("--repetitions", type=int, default=None)
     add_lab_parser(add)
+    add_shapes_parser(add)
     p = add("systemd", cmd_systemd, "install the systemd units (docs/operations.md)")
     p.add_argument("action", choices=("install",),
                    help="install: write linuxfp.service and linuxfp@.service (idempotent) and say what to run next")
@@ -229,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2) if args.command != "run" else logging.INFO - 10 * min(args.verbose, 1),
         format="linuxfp: %(message)s", stream=sys.stderr)
     try:
-        if args.command not in ("graph", "systemd") and os.geteuid() != 0:
+        if args.command not in ("graph", "systemd", "shapes") and os.geteuid() != 0:
             # Before any heavy import: the one line a user needs.
             raise PreflightError("must run as root (needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)")
         return args.func(args)

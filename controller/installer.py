@@ -6,6 +6,7 @@ decided by linuxfp.graph and controller.reconcile."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 from dataclasses import replace
@@ -16,6 +17,7 @@ from linuxfp.graph import Shape
 from linuxfp.synth import CompiledObject
 from linuxfp.synth.debuginfo import describe_rejection
 
+from . import runtime_files
 from .namespace import NamespaceLayout
 from .lease import LEASE_MAP, revoke_pinned
 from .reconcile import InstalledPipeline, InstalledState, Plan
@@ -29,6 +31,12 @@ log = logging.getLogger("linuxfp.installer")
 # handling of a failed load can be tested on a real datapath. Read once, when
 # the controller starts; never set it outside tests.
 FAULT_LOAD_ENV = "LINUXFP_FAULT_LOAD"
+
+def origins_path(layout: NamespaceLayout) -> str:
+    """Beside the installed state: per ifindex, the digest of the object
+    installed there and where it came from (CompiledObject.origin) — for
+    `status`, which shows it while the digest is still the installed one."""
+    return layout.origins_file
 
 
 def _load_faults() -> tuple[tuple[str, str], ...]:
@@ -112,12 +120,19 @@ class Installer:
                 if how == "rehook" and old is not None:
                     self._detach_link(old.ifindex, old.hook)
                 self.links[pipeline.ifindex] = link
+            self._record_origin(pipeline.ifindex, compiled)
             return InstalledPipeline(
                 ifindex=pipeline.ifindex, ifname=pipeline.ifname, hook=pipeline.hook,
                 shape=str(pipeline.shape), digest=compiled.digest, mode=getattr(link, "mode", ""),
                 prog_id=prog.id, link_id=getattr(link, "id", 0))
         finally:
             obj.close()   # the link holds the program, the pins hold the maps
+
+    def _record_origin(self, ifindex: int, compiled: CompiledObject) -> None:
+        path = origins_path(self.layout)
+        origins = runtime_files.load_json(path) or {}
+        origins[str(ifindex)] = {"digest": compiled.digest, "origin": compiled.origin}
+        runtime_files.write_atomic(path, json.dumps(origins))
 
     def _link(self, ifindex: int, hook: str):
         link = self.links.get(ifindex)
@@ -198,7 +213,8 @@ class Installer:
             old = None
         try:
             new = self._install(p, compiled[p.shape], how, old)
-            log.info("%s %s on %s (prog %d, %s)", how, p.shape, p.ifname, new.prog_id, new.mode)
+            log.info("%s %s on %s (prog %d, %s, %s)", how, p.shape, p.ifname, new.prog_id, new.mode,
+                     compiled[p.shape].origin)
             return new
         except (dp.BpfError, OSError) as e:
             message = str(e)
@@ -303,6 +319,10 @@ class Installer:
         self.maps.close()
         count += _detach_pinned_links(self.layout.pin_dir)
         dp.remove_tree(self.layout.pin_dir)
+        try:
+            os.unlink(origins_path(self.layout))
+        except FileNotFoundError:
+            pass
         parent = os.path.dirname(self.layout.pin_dir)
         try:
             os.rmdir(parent)     # the top "linuxfp" directory, once no namespace uses it

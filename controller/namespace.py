@@ -88,5 +88,11 @@ class NamespaceLayout:
         return os.path.join(self.run_dir, "kernel_path.json")
 
     @property
+    def origins_file(self) -> str:
+        """Per interface: the installed object's digest and where it came
+        from (precompiled, cache, compiled)."""
+        return os.path.join(self.run_dir, "origins.json")
+
+    @property
     def pid_file(self) -> str:
         return os.path.join(self.run_dir, "controller.pid")

@@ -9,6 +9,7 @@ from linuxfp import datapath as dp
 from linuxfp.synth import counters
 
 from . import lease, runtime_files
+from .installer import origins_path
 from .namespace import NamespaceLayout
 from .version import version
 
@@ -16,11 +17,12 @@ from .version import version
 def status(layout: NamespaceLayout) -> dict:
     saved = runtime_files.load_installed(layout)
     pid = runtime_files.running_controller(layout)
+    origins = runtime_files.load_json(origins_path(layout)) or {}
     interfaces = []
     for p in saved.pipelines if saved else ():
         entry = {"ifname": p.ifname, "ifindex": p.ifindex, "hook": p.hook, "mode": p.mode,
                  "shape": p.shape, "prog_id": p.prog_id, "link_id": p.link_id,
-                 "state": "error" if p.error else "active"}
+                 "state": "error" if p.error else "active", "origin": _origin(origins, p)}
         if p.error:
             entry["error"] = p.error
         else:
@@ -44,6 +46,16 @@ def status(layout: NamespaceLayout) -> dict:
     return {"version": version(), "namespace": layout.name, "controller_pid": pid, "interfaces": interfaces,
             "kernel_path": runtime_files.load_json(layout.kernel_path_file) or [],
             "lease": _lease(layout), "windows": runtime_files.load_json(layout.windows_file) if pid else None}
+
+
+def _origin(origins: dict, pipeline) -> str | None:
+    """Where the installed object came from: "precompiled" (shipped in the
+    package), "cache" or "compiled"; None when not recorded (an error, or
+    a datapath installed by a version that did not record it)."""
+    record = origins.get(str(pipeline.ifindex))
+    if pipeline.error or not isinstance(record, dict) or record.get("digest") != pipeline.digest:
+        return None
+    return record.get("origin")
 
 
 def _lease(layout: NamespaceLayout) -> dict | None:
@@ -113,7 +125,8 @@ def status_text(data: dict) -> str:
     if not data["interfaces"]:
         lines.append("  nothing attached")
     for i in data["interfaces"]:
-        line = f"  {i['ifname']:<16} {i['hook']:<4} {i['mode'] or '-':<8} {i['shape']:<14} prog {i['prog_id']}  {i['state']}"
+        line = (f"  {i['ifname']:<16} {i['hook']:<4} {i['mode'] or '-':<8} {i['shape']:<14} prog {i['prog_id']}  "
+                f"{i['state']}" + (f" ({i['origin']})" if i.get("origin") else ""))
         if i.get("error"):
             line += f"\n    {i['error'].splitlines()[0] if i['error'] else ''}"
         lines.append(line)

@@ -1,8 +1,11 @@
-"""C source → BPF object bytes with clang, cached on disk by content hash.
+"""C source → BPF object bytes: a shipped precompiled object (shipped.py),
+else one cached on disk by content hash, else clang.
 
-The hash covers the rendered source, every node module it can include, the
-compiler flags and the compiler binary's identity (path, size, mtime), so a
-cache hit never runs clang — not even to ask its version."""
+The cache's hash covers the rendered source, every node module it can
+include, the compiler flags and the compiler binary's identity (path, size,
+mtime), so a cache hit never runs clang — not even to ask its version. A
+shipped object is named by the same inputs without the compiler (its source
+key): a node with no compiler can compute it."""
 from __future__ import annotations
 
 import functools
@@ -16,6 +19,8 @@ from pathlib import Path
 
 from linuxfp.resources import modules_dir
 
+from . import shipped
+
 CFLAGS = ("-O2", "-g", "-target", "bpf", "-Wall", "-Werror", "-Wno-unused-function")
 _ARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
 
@@ -28,11 +33,19 @@ class ToolMissing(Exception):
     """A build tool is not installed; the message names the package."""
 
 
+PRECOMPILED, CACHE, COMPILED = "precompiled", "cache", "compiled"
+
+
 @dataclass(frozen=True)
 class CompiledObject:
-    digest: str       # content hash: also the cache key
+    digest: str       # names the object: its cache key, or for a shipped one its source key
     data: bytes
-    cached: bool      # True when no compiler ran
+    origin: str       # PRECOMPILED (shipped in the package), CACHE or COMPILED (clang ran now)
+
+    @property
+    def cached(self) -> bool:
+        """True when no compiler ran."""
+        return self.origin != COMPILED
 
 
 def default_cache_dir() -> Path:
@@ -72,20 +85,47 @@ def maps_layout_digest() -> str:
     return h.hexdigest()[:12]
 
 
-def source_digest(source: str, clang: str, headers: tuple[Path, ...] = ()) -> str:
-    """`headers`: node headers outside bpf_modules/ the source includes."""
+def _hash_sources(source: str, headers: tuple[Path, ...]):
+    """sha256 over the source and every header it can include: bpf_modules/
+    and `headers` (node headers outside it)."""
     h = hashlib.sha256()
     h.update(source.encode())
     for header in sorted(modules_dir().glob("*.h")) + sorted(headers):
         h.update(header.name.encode())
         h.update(header.read_bytes())
+    return h
+
+
+def source_digest(source: str, clang: str, headers: tuple[Path, ...] = ()) -> str:
+    """The cache key: the sources, the compiler's identity and the flags."""
+    h = _hash_sources(source, headers)
     st = os.stat(clang)
     h.update(f"{os.path.realpath(clang)}:{st.st_size}:{st.st_mtime_ns}".encode())
     h.update(" ".join(CFLAGS).encode())
     return h.hexdigest()
 
 
+def source_key(source: str, headers: tuple[Path, ...] = (), purpose: str = shipped.PROGRAM) -> str:
+    """The key of a shipped object: the sources and the flags, not the
+    compiler (a node without one computes it). `purpose` tells apart objects
+    built differently from the same source (a device-bound pipeline's
+    final object carries headroom its first render does not)."""
+    h = _hash_sources(source, tuple(Path(p) for p in headers))
+    h.update(f"\0{' '.join(CFLAGS)}\0{purpose}\0format {shipped.FORMAT}".encode())
+    return h.hexdigest()
+
+
 def compile_source(source: str, cache_dir: Path | None = None, headers: tuple[Path, ...] = ()) -> CompiledObject:
+    """The object `source` builds into: shipped, cached or compiled now."""
+    key = source_key(source, headers)
+    data = shipped.find(shipped.PROGRAM, key)
+    if data is not None:
+        return CompiledObject(key, data, PRECOMPILED)
+    return compile_cached(source, cache_dir, headers)
+
+
+def compile_cached(source: str, cache_dir: Path | None = None, headers: tuple[Path, ...] = ()) -> CompiledObject:
+    """The object `source` builds into, from the on-disk cache or clang."""
     if not os.path.exists("/usr/include/bpf/bpf_helpers.h"):
         raise ToolMissing("bpf/bpf_helpers.h not found: install the Debian package 'libbpf-dev'")
     clang = find_clang()
@@ -93,7 +133,7 @@ def compile_source(source: str, cache_dir: Path | None = None, headers: tuple[Pa
     cache_dir = cache_dir or default_cache_dir()
     cached_path = cache_dir / f"{digest}.o"
     try:
-        return CompiledObject(digest, cached_path.read_bytes(), cached=True)
+        return CompiledObject(digest, cached_path.read_bytes(), CACHE)
     except FileNotFoundError:
         pass
 
@@ -115,4 +155,4 @@ def compile_source(source: str, cache_dir: Path | None = None, headers: tuple[Pa
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(tmp_path, cached_path)   # atomic: concurrent controllers never read half a file
-    return CompiledObject(digest, data, cached=False)
+    return CompiledObject(digest, data, COMPILED)
