@@ -397,6 +397,41 @@ static __always_inline int lfp_arm_redirect_to(struct lfp_pkt *pkt, __u32 egress
 #endif
 }
 
+static __always_inline int lfp_mac_equal(const __u8 *a, const __u8 *b)
+{
+	const __u16 *x = (const __u16 *)a, *y = (const __u16 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]));
+}
+
+/* Whether this hook can hand a packet straight to a veth's peer in its
+ * namespace (bpf_redirect_peer: TC ingress only); a constant, so nodes test
+ * it without #ifdef and XDP builds drop the code behind it. */
+#ifdef LFP_HOOK_TC
+#define LFP_HOOK_ENTERS_PEERS 1
+#else
+#define LFP_HOOK_ENTERS_PEERS 0
+#endif
+
+/* Turn the redirect armed to the veth `egress` into delivery straight into
+ * its peer's receive path, as veth_xmit() would deliver it (the caller has
+ * checked the peer takes it like that): skb_scrub_packet() across
+ * namespaces clears the mark and __dev_forward_skb() the priority, which
+ * the peer redirect would keep. 0 when this hook cannot; the redirect armed
+ * before stays. */
+static __always_inline int lfp_upgrade_to_peer(struct lfp_pkt *pkt, __u32 egress)
+{
+#ifdef LFP_HOOK_TC
+	pkt->ctx->mark = 0;
+	pkt->ctx->priority = 0;
+	return bpf_redirect_peer(egress, 0) == TC_ACT_REDIRECT;
+#else
+	(void)pkt;
+	(void)egress;
+	return 0;
+#endif
+}
+
 /* A routed packet: the egress forwards. */
 static __always_inline int lfp_arm_redirect(struct lfp_pkt *pkt, __u32 egress)
 {

@@ -15,7 +15,8 @@
 	X(NO_DECISION,            transmit, pass, "no node decided where the packet goes")  \
 	X(NEIGH_UNCONFIRMED,      transmit, pass, "neighbour state unknown to the fast path") \
 	X(NEIGH_STALE,            transmit, pass, "first packet to a STALE neighbour (Linux starts probing)") \
-	X(EGRESS_UNSUPPORTED,     transmit, pass, "egress cannot take a redirect from this hook, or does not forward")
+	X(EGRESS_UNSUPPORTED,     transmit, pass, "egress cannot take a redirect from this hook, or does not forward") \
+	X(INTO_PEER,              transmit, fast, "forwarded straight into a veth peer's namespace (redirect_peer)")
 
 /* Neighbour state of next hops, as far as it changes what Linux does with a
  * packet. bpf_fib_lookup() accepts any valid entry, but the first packet
@@ -46,6 +47,45 @@ struct {
 /* Next hops that may be in lfp_neigh with a state other than CONFIRMED. */
 LFP_HINT_MAP(lfp_neigh_hint);
 
+/* Veths whose peer, in another namespace, receives what they send exactly
+ * as the peer redirect delivers it: indexed by ifindex, all zeros for the
+ * others. Only what veth_xmit() does is skipped — the egress has no qdisc
+ * work or tc egress filters, and the peer no XDP or GRO (its NAPI path) —
+ * and the peer must take the frame as PACKET_HOST, which the redirect makes
+ * it, so only frames to the peer's own MAC go this way. The controller
+ * keeps the peer's facts from its namespace's link events
+ * (linuxfp/graph/nodes/transmit.py). */
+struct lfp_peer {
+	__u8 mac[ETH_ALEN];
+	__u16 pad;
+	__u32 mtu;             /* 0: not a peer to deliver into */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct lfp_peer);
+} lfp_peers SEC(".maps");
+
+/* Deliver the frame sent to `egress` with destination `dmac` straight into
+ * the peer when Linux would hand it over unchanged (see lfp_peers). */
+static __always_inline enum lfp_counter lfp_transmit_into_peer(struct lfp_pkt *pkt, __u32 egress,
+								const __u8 *dmac)
+{
+	struct lfp_peer *peer;
+
+	if (!LFP_HOOK_ENTERS_PEERS)
+		return LFP_CNT_FORWARDED;
+	peer = bpf_map_lookup_elem(&lfp_peers, &egress);
+	if (!peer || !peer->mtu || !lfp_mac_equal(peer->mac, dmac))
+		return LFP_CNT_FORWARDED;
+	/* __dev_forward_skb() checks the peer's MTU, the redirect does not */
+	if (!lfp_is_gso(pkt) && pkt->len > peer->mtu + sizeof(struct ethhdr))
+		return LFP_CNT_FORWARDED;
+	return lfp_upgrade_to_peer(pkt, egress) ? LFP_CNT_INTO_PEER : LFP_CNT_FORWARDED;
+}
+
 static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
 {
 	__u32 check = ip->check;
@@ -68,7 +108,8 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	if (pkt->fwd.flags & LFP_FWD_BRIDGED) {
 		if (!lfp_arm_bridged_redirect(pkt, pkt->fwd.egress))
 			return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
-		lfp_count(LFP_CNT_FORWARDED);
+		eth = lfp_eth(pkt);
+		lfp_count(eth ? lfp_transmit_into_peer(pkt, pkt->fwd.egress, eth->h_dest) : LFP_CNT_FORWARDED);
 		return LFP_REDIRECT;
 	}
 	neigh.ifindex = pkt->fwd.egress;
@@ -104,7 +145,7 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		lfp_ipv4_decrease_ttl(ip);
 	__builtin_memcpy(eth->h_dest, pkt->fwd.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, pkt->fwd.smac, ETH_ALEN);
-	lfp_count(LFP_CNT_FORWARDED);
+	lfp_count(lfp_transmit_into_peer(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac));
 	return LFP_REDIRECT;
 }
 

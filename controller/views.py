@@ -96,9 +96,11 @@ def stats(layout: NamespaceLayout) -> dict:
         nodes: dict[str, dict] = {}
         for name, value in values.items():
             c = table[name]
-            node = nodes.setdefault(c.node, {"fast_path": 0, "dropped": 0, "passed": {}, "drops": {}})
+            node = nodes.setdefault(c.node, {"fast_path": 0, "dropped": 0, "fast": {}, "passed": {}, "drops": {}})
             if c.kind == "fast":
                 node["fast_path"] += value
+                if value:
+                    node["fast"][name] = value      # how: forwarded, into a peer, ...
             elif c.kind == "drop":
                 node["dropped"] += value
                 if value:

@@ -93,13 +93,15 @@ def _frames(topology, step: int) -> list[bytes]:
     return frames
 
 
-@pytest.mark.parametrize("hook,tool", [("xdp", "ip"), ("tc", "brctl")])
-def test_bridge_forwards_as_linux(require_root, hook, tool):
+@pytest.mark.parametrize("hook,tool,pods", [("xdp", "ip", False), ("tc", "brctl", True), ("tc", "ip", False)])
+def test_bridge_forwards_as_linux(require_root, hook, tool, pods):
     seen: list[Counting] = []
     # warmed up again once the controller is current: FORWARD rules reload
     # the ports' pipelines (they route too), which can outlast the step's
-    # own warm-up
-    report = run_differential(BridgeTopology(tool=tool), STEPS, counting(seen, hook, _warm_up), _frames,
+    # own warm-up. `pods`: the hosts keep veth defaults (no GRO), so at TC
+    # frames go straight into them; with GRO they take the veth path.
+    report = run_differential(BridgeTopology(tool=tool, containers=pods), STEPS,
+                              counting(seen, hook, _warm_up), _frames,
                               prefix="lfp-br")
     assert report.ok, report.render()
     stats = seen[0].stats[-1]
@@ -112,6 +114,8 @@ def test_bridge_forwards_as_linux(require_root, hook, tool):
                    "br_egress_blocked", "br_port_not_forwarding", "br_netfilter", "br_bad_source",
                    "br_settling", "br_ageing_refresh"):
         assert passed.get(reason), (reason, passed)
+    into_peer = sum(i["nodes"]["transmit"]["fast"].get("into_peer", 0) for i in stats["interfaces"])
+    assert (into_peer > 0) == (hook == "tc" and pods), into_peer
 
 
 def _move_frames(topology, step: int) -> list[bytes]:
@@ -132,19 +136,27 @@ def test_a_move_reaches_the_fast_path_with_the_kernel(require_root, hook):
     steps = (Step("flowing", _run()), Step("moved-back", _run("bridge fdb replace "
                                                                 "02:00:00:00:03:01 dev to-c master")))
     seen: list[Counting] = []
-    report = run_differential(BridgeTopology(), steps, counting(seen, hook), _move_frames, prefix="lfp-brm")
+    report = run_differential(BridgeTopology(containers=hook == "tc"), steps, counting(seen, hook), _move_frames,
+                              prefix="lfp-brm")
     assert report.ok, report.render()
     # the flow's first frames of each burst were bridged by the fast path
     assert sum(i["fast_path"] for i in seen[0].stats[-1]["interfaces"]) >= 3
+
+
+def _tx_packets(ns, ifname: str) -> int:
+    shown = json.loads(ns.run(["ip", "-s", "-j", "link", "show", "dev", ifname]).stdout)
+    return shown[0]["stats64"]["tx"]["packets"]
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_bridged_flow_takes_the_fast_path(require_root, hook):
     """A steady flow a -> c: every frame arrives, and at XDP the kernel's tap
     on the ingress port sees only the frames handed to it (the first one,
-    and one per refresh interval)."""
+    and one per refresh interval). At TC the frames go straight into c's
+    namespace (redirect_peer): the kernel's transmit counter of the port to
+    c, which every frame Linux bridges there passes, stays still."""
     with Lab("lfp-brf") as lab:
-        topology = BridgeTopology()(lab)
+        topology = BridgeTopology(containers=hook == "tc")(lab)
         a, c = topology.mac("a"), topology.mac("c")
         frames = [udp_frame(a, c, host_ip("a"), host_ip("c"), sport=48000, payload=n.to_bytes(2, "big") * 16)
                   for n in range(400)]
@@ -158,11 +170,13 @@ def test_bridged_flow_takes_the_fast_path(require_root, hook):
                 time.sleep(0.1)
             received = Capture(topology.ns("c"), "to-dut")
             kernel_tap = Capture(topology.dut, "to-a")
+            sent_by_port = _tx_packets(topology.dut, "to-c")
             try:
                 inject(topology.ns("a"), "to-dut", frames[2:])
                 settle([received, kernel_tap], quiet=0.2)
                 got = [f.data for f in received.stop()]
                 tapped = kernel_tap.stop()
+                sent_by_port = _tx_packets(topology.dut, "to-c") - sent_by_port
             finally:
                 received.close()
                 kernel_tap.close()
@@ -172,3 +186,55 @@ def test_bridged_flow_takes_the_fast_path(require_root, hook):
         assert fast >= 390, stats
         if hook == "xdp":
             assert len(tapped) <= 5, len(tapped)
+        else:
+            into_peer = sum(i["nodes"]["transmit"]["fast"].get("into_peer", 0) for i in stats["interfaces"])
+            assert into_peer >= 390 and sent_by_port <= 10, (into_peer, sent_by_port, stats)
+
+
+def _ip_in_receives(ns) -> int:
+    lines = [line.split() for line in ns.read_proc_net("snmp").splitlines() if line.startswith("Ip:")]
+    return int(lines[1][lines[0].index("InReceives")])
+
+
+def test_a_pod_that_changed_its_mac_gets_what_linux_gives_it(require_root):
+    """Frames delivered straight into a pod are made PACKET_HOST, so only
+    frames to the pod's own MAC go that way. The pod changes its MAC (an
+    event in its namespace only): frames to the old one, which the bridge
+    still sends it, are the kernel's again and the pod's IP drops them
+    (PACKET_OTHERHOST) exactly as without LinuxFP."""
+    with Lab("lfp-brp") as lab:
+        topology = BridgeTopology(containers=True)(lab)
+        a, b = topology.mac("a"), topology.mac("b")
+        pod = topology.ns("b")
+
+        def flow(sport: int) -> list[bytes]:
+            return [udp_frame(a, b, host_ip("a"), host_ip("b"), sport=sport, dport=9, payload=bytes([n]) * 20)
+                    for n in range(40)]
+
+        def into_peer() -> int:
+            stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
+            return sum(i["nodes"].get("transmit", {}).get("fast", {}).get("into_peer", 0)
+                       for i in stats["interfaces"])
+
+        with ControllerProcess(topology.dut.name, hook="tc") as controller:
+            controller.settled()
+            def warm_up(sport: int) -> None:
+                for frame in flow(sport)[:3]:       # a refresh or first use goes to the kernel
+                    inject(topology.ns("a"), "to-dut", [frame])
+                    time.sleep(0.05)
+
+            warm_up(48100)
+            before = _ip_in_receives(pod)
+            inject(topology.ns("a"), "to-dut", flow(48101))
+            time.sleep(0.3)
+            assert into_peer() >= 35
+            assert _ip_in_receives(pod) - before == 40      # the pod's IP took every one
+
+            pod.run(["ip", "link", "set", "dev", "to-dut", "address", "02:00:00:00:02:99"])
+            controller.settled()
+            warm_up(48103)
+            delivered, before = into_peer(), _ip_in_receives(pod)
+            inject(topology.ns("a"), "to-dut", flow(48102))
+            time.sleep(0.3)
+            assert into_peer() == delivered
+            assert _ip_in_receives(pod) == before           # PACKET_OTHERHOST: dropped before IP counts it

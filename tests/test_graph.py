@@ -60,7 +60,7 @@ def test_neighbour_states_for_the_datapath():
         Neighbour(3, 2, "198.18.2.8", "02:00:00:00:00:96", 0x08),
         Neighbour(3, 2, "198.18.2.9", None, 0x20),
         Neighbour(2, 2, "198.18.1.1", "02:00:00:00:00:97", 0x80)))
-    states = {(n.ifindex, n.address): n.state for n in neighbour_states(snap)}
+    states = {(n.ifindex, n.address): n.state for n in neighbour_states(snap.neighbours)}
     assert states == {(3, "198.18.2.1"): 1, (3, "198.18.2.7"): 2, (3, "198.18.2.8"): 3, (2, "198.18.1.1"): 1}
 
 

@@ -61,7 +61,7 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
         # An XDP redirect skips the egress qdisc and tc egress filters.
         if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress:
             flags |= IF_XDP_TX
-    return IfaceFacts(link.index, flags, link.mtu, _mac_bytes(link.mac), fwd_len_cap)
+    return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap)
 
 
 def bridge_sendable(link, snapshot) -> bool:
@@ -74,7 +74,7 @@ def bridge_sendable(link, snapshot) -> bool:
             and link.up and link.oper_up and port.state == BR_STATE_FORWARDING and not port.backup_port)
 
 
-def _mac_bytes(mac: str) -> bytes:
+def mac_bytes(mac: str) -> bytes:
     try:
         raw = bytes(int(part, 16) for part in mac.split(":"))
     except (ValueError, AttributeError):

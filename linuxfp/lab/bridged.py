@@ -68,12 +68,14 @@ class BridgeTopology:
 
     `tool` is "ip" (ip link ... type bridge) or "brctl" (bridge-utils);
     `ageing` the bridge's ageing time in seconds; `uplink` adds the routed
-    host u; frames enter at `inject_from`'s `to-dut`."""
+    host u; frames enter at `inject_from`'s `to-dut`; `containers` makes
+    a, b and c like pods (no GRO on their ends)."""
 
     tool: str = "ip"
     ageing: int = 300
     uplink: bool = False
     inject_from: str = "a"
+    containers: bool = False    # a, b, c keep veth defaults, as pods do (see TopologySpec.containers)
 
     def commands(self) -> list[list[str]]:
         """What the operator runs in the DUT to make the bridge."""
@@ -112,7 +114,8 @@ class BridgeTopology:
         if self.inject_from not in hosts or self.inject_from == "dut":
             raise ValueError(f"frames cannot enter at {self.inject_from!r}")
         return TopologySpec(hosts=hosts, links=links, dut="dut", inject=(self.inject_from, "to-dut"),
-                            addresses=addresses, routes=routes, sysctls=sysctls)
+                            addresses=addresses, routes=routes, sysctls=sysctls,
+                            containers=HOSTS if self.containers else ())
 
     def __call__(self, lab: Lab) -> Bridged:
         built = build(lab, self.spec())

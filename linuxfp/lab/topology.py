@@ -68,6 +68,10 @@ class TopologySpec:
     routes: tuple[tuple[str, str], ...] = ()  # (host, "route add ...")
     sysctls: tuple[tuple[str, str, object], ...] = ()  # (host, key, value)
     warmup: tuple[tuple[str, str], ...] = ()  # (host, destination) pings after building
+    # Hosts whose interfaces keep a veth's defaults (GRO off), as a
+    # container's eth0 does: the DUT's XDP cannot redirect to them, its TC
+    # can deliver straight into them.
+    containers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,7 @@ def build(lab: Lab, spec: TopologySpec) -> Topology:
         )
     for link in spec.links:
         for host, ifname in ((link.a_host, link.a_ifname), (link.b_host, link.b_ifname)):
-            _prepare_interface(namespaces[host], ifname, redirect_target_peer=host != spec.dut)
+            _prepare_interface(namespaces[host], ifname, redirect_target_peer=host != spec.dut and host not in spec.containers)
     for host, key, value in spec.sysctls:
         namespaces[host].sysctl(key, value)
 

@@ -24,11 +24,14 @@ from .model import (
     Rule,
     Snapshot,
     Sysctls,
+    VethPeer,
     XfrmState,
     address_order,
     fdb_order,
+    has_far_end,
     link_order,
     neighbour_order,
+    peer_order,
     route_order,
     rule_order,
 )
@@ -152,6 +155,21 @@ class XdpFeaturesUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerLinkUpdate:
+    """A link of another namespace changed: kept when it is one of our
+    veths' peers."""
+    peer: VethPeer
+    kind = "peer"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLinkRemoved:
+    nsid: int
+    index: int
+    kind = "peer"
+
+
+@dataclass(frozen=True, slots=True)
 class TcIngressUpdate:
     ifindex: int
     present: bool  # an ingress/clsact qdisc exists on the device
@@ -263,6 +281,7 @@ Message = (
     | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
     | RoutesMayBeFlushed | RulesReplaced | SysctlsReplaced
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
+    | PeerLinkUpdate | PeerLinkRemoved
 )
 
 # --- sorted-tuple editing ---------------------------------------------------
@@ -449,6 +468,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     rules = _SortedEdit(snapshot.rules, rule_order)
     neighbours = _SortedEdit(snapshot.neighbours, neighbour_order)
     fdb = _SortedEdit(snapshot.fdb, fdb_order)
+    peers = _SortedEdit(snapshot.peers, peer_order)
+    peers_touched = False       # by a peer or link message: prune to our veths' peers
     sysctls = snapshot.sysctls
     netfilter = snapshot.netfilter
     xfrm = snapshot.xfrm
@@ -484,7 +505,14 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             fdb.upsert(msg.entry)
         elif isinstance(msg, FdbRemoved):
             fdb.remove_key(fdb_order(msg.entry))
+        elif isinstance(msg, PeerLinkUpdate):
+            peers.upsert(msg.peer)
+            peers_touched = True
+        elif isinstance(msg, PeerLinkRemoved):
+            peers.remove_key((msg.nsid, msg.index))
+            peers_touched = True
         elif isinstance(msg, LinkUpdate):
+            peers_touched = True
             new = msg.link
             lo, hi = links.span(new.index, link_order)
             if lo < hi:
@@ -494,6 +522,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             links.upsert(new)
         elif isinstance(msg, LinkRemoved):
             index = msg.index
+            peers_touched = True
             links.remove_key(index)
             # The kernel announces the addresses and neighbours it drops, but
             # possibly after the link itself; dropping them here is idempotent.
@@ -540,6 +569,12 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     new_rules = rules.result()
     new_neighbours = neighbours.result()
     new_fdb = fdb.result()
+    if peers_touched:
+        # Every link event of every namespace with an id arrives; only our
+        # veths' far ends are kept.
+        ours = {(link.peer_netnsid, link.peer) for link in new_links if has_far_end(link)}
+        peers.remove_where(lambda p: (p.nsid, p.index) not in ours)
+    new_peers = peers.result()
     if sysctls == snapshot.sysctls:
         sysctls = snapshot.sysctls
     if netfilter == snapshot.netfilter:
@@ -549,6 +584,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     if (new_links is snapshot.links and new_addresses is snapshot.addresses
             and new_routes is snapshot.routes and new_rules is snapshot.rules
             and new_neighbours is snapshot.neighbours and new_fdb is snapshot.fdb
+            and new_peers is snapshot.peers
             and sysctls is snapshot.sysctls
             and netfilter is snapshot.netfilter and xfrm is snapshot.xfrm):
         return snapshot
@@ -557,5 +593,5 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     return Snapshot(
         links=new_links, addresses=new_addresses, routes=new_routes, rules=new_rules,
         neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter, xfrm=xfrm,
-        netns_inode=snapshot.netns_inode, fdb=new_fdb,
+        netns_inode=snapshot.netns_inode, fdb=new_fdb, peers=new_peers,
     ).inherit_hashes(snapshot)

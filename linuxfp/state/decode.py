@@ -24,6 +24,8 @@ from .changes import (
     NetconfChanged,
     NexthopChanged,
     NftablesChanged,
+    PeerLinkRemoved,
+    PeerLinkUpdate,
     PlainRouteRemoved,
     PlainRouteReplaced,
     XfrmChanged,
@@ -54,6 +56,7 @@ from .model import (
     NextHop,
     Route,
     Rule,
+    VethPeer,
 )
 
 # rtnetlink message types (include/uapi/linux/rtnetlink.h)
@@ -81,6 +84,7 @@ IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_QDISC = 1, 3, 4, 5, 6
 IFLA_IFALIAS = 20
 IFLA_MASTER, IFLA_OPERSTATE, IFLA_LINKINFO = 10, 16, 18
 IFLA_EXT_MASK, IFLA_LINK_NETNSID, IFLA_XDP = 29, 37, 43
+IFLA_TARGET_NETNSID = 46     # alias IFLA_IF_NETNSID: act on a link of another namespace
 IFLA_INFO_KIND, IFLA_INFO_DATA, IFLA_INFO_SLAVE_KIND, IFLA_INFO_SLAVE_DATA = 1, 2, 4, 5
 # IFLA_BR_* (bridge options) and IFLA_BRPORT_* (port settings), if_link.h
 IFLA_BR_FORWARD_DELAY, IFLA_BR_AGEING_TIME, IFLA_BR_STP_STATE = 1, 4, 5
@@ -189,7 +193,9 @@ def decode_link(payload: bytes) -> Link | None:
         xdp_mode=xdp_mode,
         xdp_features=0,
         slave_kind=slave_kind,
-        peer=peer if peer and peer != index else None,
+        # A device's IFLA_LINK naming itself means no lower device; one in
+        # another namespace may well have our index there.
+        peer=peer if peer and (peer != index or IFLA_LINK_NETNSID in a) else None,
         peer_netnsid=nl.s32(a[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in a else None,
         alias=nl.cstr(a[IFLA_IFALIAS]) if IFLA_IFALIAS in a else "",
         bridge=bridge,
@@ -246,6 +252,36 @@ def decode_bridge_port(data: bytes) -> BridgePort:
 def link_dump_request() -> bytes:
     return _IFINFOMSG.pack(AF_UNSPEC, 0, 0, 0, 0) + nl.attr(
         IFLA_EXT_MASK, struct.pack("=I", RTEXT_FILTER_SKIP_STATS))
+
+
+def peer_get_request(nsid: int, index: int) -> bytes:
+    """RTM_GETLINK of one link in the namespace we know as `nsid`."""
+    return _IFINFOMSG.pack(AF_UNSPEC, 0, index, 0, 0) + nl.attr(
+        IFLA_EXT_MASK, struct.pack("=I", RTEXT_FILTER_SKIP_STATS)) + nl.attr(
+        IFLA_TARGET_NETNSID, struct.pack("=i", nsid))
+
+
+def decode_peer(payload: bytes, nsid: int) -> VethPeer | None:
+    """RTM_NEWLINK of a link in the namespace `nsid` -> its peer facts."""
+    link = decode_link(payload)
+    if link is None:
+        return None
+    return VethPeer(nsid, link.index, link.mac, link.mtu, link.up, link.xdp_prog_id)
+
+
+def decode_peer_event(msg: nl.RawMessage, nsid: int | None) -> Message | None:
+    """A link event of another namespace (NETLINK_LISTEN_ALL_NSID): the
+    facts of a possible veth peer. Our own namespace's (nsid None) belong to
+    the main stream."""
+    if nsid is None:
+        return None
+    if msg.type == RTM_NEWLINK:
+        peer = decode_peer(msg.payload, nsid)
+        return PeerLinkUpdate(peer) if peer is not None else None
+    if msg.type == RTM_DELLINK:
+        family, _type, index, _flags, _change = _IFINFOMSG.unpack_from(msg.payload)
+        return PeerLinkRemoved(nsid, index) if family == AF_UNSPEC else None
+    return None
 
 
 # --- addresses -----------------------------------------------------------------

@@ -68,6 +68,8 @@ from .changes import (
     NetfilterReplaced,
     NexthopChanged,
     NftablesChanged,
+    PeerLinkRemoved,
+    PeerLinkUpdate,
     QdiscChanged,
     ResyncRequired,
     RoutesMayBeFlushed,
@@ -82,7 +84,7 @@ from .changes import (
     routes_may_be_flushed,
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
-from .model import IFF_LOWER_UP, IFF_UP, Snapshot
+from .model import IFF_LOWER_UP, IFF_UP, Snapshot, has_far_end
 from .netfilter import read_netfilter
 from .read import (
     dump_links,
@@ -90,6 +92,7 @@ from .read import (
     dump_rules,
     dump_tc_ingress,
     netns_inode,
+    read_peers,
     read_routes,
     read_snapshot,
 )
@@ -133,6 +136,9 @@ class _Source:
     name: str
     sock: nl.NetlinkSocket
     decoder: object
+    # Events of other namespaces too: each message is decoded with the id of
+    # the namespace it comes from (None for ours).
+    tagged: bool = False
 
 
 class EventStream:
@@ -162,9 +168,9 @@ class EventStream:
 
     # -- setup ---------------------------------------------------------------
 
-    def _add_source(self, name: str, sock: nl.NetlinkSocket, decoder) -> None:
+    def _add_source(self, name: str, sock: nl.NetlinkSocket, decoder, tagged: bool = False) -> None:
         sock.sock.setblocking(False)
-        self._sources.append(_Source(name, sock, decoder))
+        self._sources.append(_Source(name, sock, decoder, tagged))
         self._epoll.register(sock.fileno(), select.EPOLLIN)
 
     def _open(self, rcvbuf: int) -> None:
@@ -182,6 +188,16 @@ class EventStream:
             xfrm = None  # kernel without xfrm: no policy can exist
         if xfrm is not None:
             self._add_source("xfrm", xfrm, decode.decode_xfrm_event)
+        # The far ends of our veths live in other namespaces (containers):
+        # their link events, on a socket of their own so that the busy main
+        # one never carries other namespaces' traffic.
+        peers = nl.NetlinkSocket(nl.NETLINK_ROUTE, rcvbuf=rcvbuf, groups=(RTNLGRP_LINK,))
+        try:
+            peers.listen_all_nsid()
+        except OSError:
+            peers.close()    # kernel < 4.6: veth peers never get facts (no delivery into them)
+        else:
+            self._add_source("peers", peers, decode.decode_peer_event, tagged=True)
         # Request sockets for the state the kernel changes silently.
         self._rtnl = nl.NetlinkSocket(nl.NETLINK_ROUTE)
         self._netdev = NetdevFamily()
@@ -195,8 +211,11 @@ class EventStream:
     def _seed_links(self) -> None:
         """Remember every link's name and up/carrier state, to recognise the
         events that imply silent kernel changes. Runs after subscribing."""
-        self._links = {link.index: (link.name, link.flags & _LINK_STATE_FLAGS)
-                       for link in dump_links(self._rtnl)}
+        links = dump_links(self._rtnl)
+        self._links = {link.index: (link.name, link.flags & _LINK_STATE_FLAGS) for link in links}
+        # Where each veth's far end is: it changes silently when that end
+        # moves to another namespace or comes into ours.
+        self._veth_ends = {link.index: (link.peer, link.peer_netnsid) for link in links if link.peer}
 
     # -- public API ------------------------------------------------------------
 
@@ -237,7 +256,7 @@ class EventStream:
             return None
         first = time.monotonic_ns()
         deadline = first + self.max_batch_ns
-        raw: list[tuple[_Source, nl.RawMessage]] = []
+        raw: list[tuple[_Source, nl.RawMessage, int | None]] = []
         overrun = False
         last = first
         while True:
@@ -255,13 +274,18 @@ class EventStream:
 
     # -- internals ---------------------------------------------------------------
 
-    def _drain(self, out: list[tuple[_Source, nl.RawMessage]]) -> tuple[int, bool]:
+    def _drain(self, out: list[tuple[_Source, nl.RawMessage, int | None]]) -> tuple[int, bool]:
         got = 0
         lost = False
         for source in self._sources:
             while len(out) < self.max_messages:
                 try:
-                    data = source.sock.receive()
+                    if source.tagged:
+                        data, nsid = source.sock.receive_tagged()
+                        if nsid is None:
+                            continue     # our own namespace's: the main socket has it
+                    else:
+                        data, nsid = source.sock.receive(), None
                 except BlockingIOError:
                     break
                 except OSError as exc:
@@ -273,15 +297,15 @@ class EventStream:
                     if msg.type == nl.NLMSG_OVERRUN:
                         lost = True
                         continue
-                    out.append((source, msg))
+                    out.append((source, msg, nsid))
                     got += 1
         return got, lost
 
-    def _build_batch(self, raw: list[tuple[_Source, nl.RawMessage]], overrun: bool,
+    def _build_batch(self, raw: list[tuple[_Source, nl.RawMessage, int | None]], overrun: bool,
                      first: int, last: int) -> EventBatch:
         messages: list[Message] = []
-        for source, msg in raw:
-            change = source.decoder(msg)  # type: ignore[operator]
+        for source, msg, nsid in raw:
+            change = source.decoder(msg, nsid) if source.tagged else source.decoder(msg)  # type: ignore[operator]
             if change is not None:
                 messages.append(change)
         if overrun:
@@ -320,10 +344,21 @@ class EventStream:
                     # flags the snapshot does not keep (RTNH_F_KERNEL_STATE).
                     extra_flushes.append(RoutesMayBeFlushed(link.index))
                 self._links[link.index] = state
+                if link.peer:
+                    self._veth_ends[link.index] = (link.peer, link.peer_netnsid)
             elif isinstance(msg, LinkRemoved):
+                self._veth_ends.pop(msg.index, None)
+                # A veth end leaving our namespace is deleted here; its peer
+                # now reaches into another namespace without a word.
+                reread_links.update(index for index, end in self._veth_ends.items()
+                                    if end == (msg.index, None))
                 if self._links.pop(msg.index, None) is not None:
                     need_rules = need_sysctls = True
                     extra_flushes.append(RoutesMayBeFlushed(msg.index))
+            elif isinstance(msg, PeerLinkRemoved):
+                # our veth's far end left its namespace (for another one, or ours)
+                reread_links.update(index for index, end in self._veth_ends.items()
+                                    if end == (msg.index, msg.nsid))
             elif isinstance(msg, AddressRemoved):
                 extra_flushes.append(RoutesMayBeFlushed(msg.address.index, msg.address.host_address))
             elif isinstance(msg, (QdiscChanged, BridgePortChanged)):
@@ -336,8 +371,11 @@ class EventStream:
                 need_netfilter = True
             elif isinstance(msg, XfrmChanged):
                 need_xfrm = True
+        # A veth's far end may have been announced before our end, moved to
+        # another namespace, or be new: read it as our end says it is now.
+        with_peers = [msg.link for msg in messages if isinstance(msg, LinkUpdate) and has_far_end(msg.link)]
         if not (need_routes or need_rules or need_sysctls or need_netfilter or need_xfrm or new_links
-                or reread_links):
+                or reread_links or with_peers):
             return extra_flushes
         if netns_inode() != self.netns_inode and (need_sysctls or need_netfilter or need_xfrm):
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
@@ -353,7 +391,16 @@ class EventStream:
             # IFLA_LINK is filled in later without a new RTM_NEWLINK; a root
             # qdisc change (IFLA_QDISC) is never re-announced either, nor a
             # bridge port's state in the AF_UNSPEC family.
-            extra.extend(LinkUpdate(link) for link in dump_links(self._rtnl) if link.index in wanted)
+            # A veth end arriving may be the far end of one of ours coming
+            # home: those whose far end moved are re-announced too.
+            reread = [link for link in dump_links(self._rtnl)
+                      if link.index in wanted or (new_links and link.peer and link.index in self._veth_ends
+                                                  and self._veth_ends[link.index] != (link.peer, link.peer_netnsid))]
+            for link in reread:
+                if link.peer:
+                    self._veth_ends[link.index] = (link.peer, link.peer_netnsid)
+            extra.extend(LinkUpdate(link) for link in reread)
+            with_peers.extend(link for link in reread if has_far_end(link))
             ingress = dump_tc_ingress(self._rtnl)
             extra.extend(TcIngressUpdate(index, index in ingress) for index in sorted(wanted))
         for index in new_links:
@@ -368,6 +415,7 @@ class EventStream:
             extra.append(NetfilterReplaced(read_netfilter()))
         if need_xfrm:
             extra.append(XfrmReplaced(read_xfrm()))
+        extra.extend(PeerLinkUpdate(peer) for peer in read_peers(self._rtnl, with_peers))
         return extra
 
 

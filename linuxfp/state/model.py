@@ -513,6 +513,31 @@ def neighbour_order(n: Neighbour) -> tuple:
     return (n.ifindex, n.family, n.dst)
 
 
+@dataclass(frozen=True, slots=True)
+class VethPeer(_JsonMixin):
+    """The far end of one of our veths, living in another network namespace
+    (a container's eth0): what decides whether a frame sent into our end
+    could be handed straight to it. Read with IFLA_TARGET_NETNSID and kept
+    current by that namespace's link events (NETLINK_LISTEN_ALL_NSID)."""
+
+    nsid: int            # our id for its namespace (our veth's IFLA_LINK_NETNSID)
+    index: int           # its ifindex there (our veth's IFLA_LINK)
+    mac: str             # lowercase
+    mtu: int
+    up: bool             # IFF_UP
+    xdp_prog_id: int     # an XDP program runs on what it receives
+
+
+def has_far_end(link: Link) -> bool:
+    """A veth whose other end lives in another namespace (other kinds may
+    name a lower device there: vxlan, macvlan — not a peer)."""
+    return link.kind == "veth" and link.peer_netnsid is not None and link.peer is not None
+
+
+def peer_order(p: VethPeer) -> tuple:
+    return (p.nsid, p.index)
+
+
 def fdb_order(e: FdbEntry) -> tuple:
     """What the bridge keys its FDB by (bridge, VLAN, MAC)."""
     return (e.master, e.vlan, e.mac)
@@ -535,10 +560,11 @@ class Snapshot(_JsonMixin):
     netns_inode: int
     xfrm: XfrmState = XfrmState()
     fdb: tuple[FdbEntry, ...] = ()     # every bridge's FDB, in fdb_order
+    peers: tuple[VethPeer, ...] = ()   # far ends of our veths in other namespaces, in peer_order
     _field_hashes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     _FIELDS = ("links", "addresses", "routes", "rules", "neighbours", "sysctls",
-               "netfilter", "netns_inode", "xfrm", "fdb")
+               "netfilter", "netns_inode", "xfrm", "fdb", "peers")
 
     def __hash__(self) -> int:
         # Hashing 10k routes costs milliseconds, so each field's hash is
@@ -568,6 +594,17 @@ class Snapshot(_JsonMixin):
         i = bisect.bisect_left(self.links, index, key=link_order)
         if i < len(self.links) and self.links[i].index == index:
             return self.links[i]
+        return None
+
+    def peer_of(self, link: Link) -> VethPeer | None:
+        """The far end of `link` when it is a veth whose peer lives in another
+        namespace we have facts for."""
+        if not has_far_end(link):
+            return None
+        key = (link.peer_netnsid, link.peer)
+        i = bisect.bisect_left(self.peers, key, key=peer_order)
+        if i < len(self.peers) and peer_order(self.peers[i]) == key:
+            return self.peers[i]
         return None
 
     def link_by_name(self, name: str) -> Link | None:
@@ -627,5 +664,6 @@ class Snapshot(_JsonMixin):
             "netfilter": self.netfilter.to_dict(),
             "xfrm": self.xfrm.to_dict(),
             "fdb": [x.to_dict() for x in self.fdb],
+            "peers": [x.to_dict() for x in self.peers],
             "default_rules": self.default_rules,
         }

@@ -42,12 +42,14 @@ NLM_F_APPEND = 0x800
 SOL_NETLINK = 270
 NETLINK_ADD_MEMBERSHIP = 1
 NETLINK_NO_ENOBUFS = 5
+NETLINK_LISTEN_ALL_NSID = 8
 SO_RCVBUFFORCE = 33
 
 NLA_F_NESTED = 0x8000
 NLA_TYPE_MASK = 0x3FFF
 
 NLMSGHDR = struct.Struct("=IHHII")
+_NSID_CMSG_SPACE = socket.CMSG_SPACE(4)
 NLATTR = struct.Struct("=HH")
 
 # Large enough for the biggest dump chunk the kernel sends (it sizes dump
@@ -194,6 +196,23 @@ class NetlinkSocket:
         back) a megabyte per call: ~20 us, for every event of a burst."""
         size = self.sock.recv_into(self._buffer)
         return bytes(memoryview(self._buffer)[:size])
+
+    def listen_all_nsid(self) -> None:
+        """Also receive the subscribed groups' events of every namespace that
+        has an id in ours, each datagram tagged with that id."""
+        self.sock.setsockopt(SOL_NETLINK, NETLINK_LISTEN_ALL_NSID, 1)
+
+    def receive_tagged(self) -> tuple[bytes, int | None]:
+        """One datagram and the id of the namespace it comes from (None: ours)."""
+        size, ancdata, flags, _addr = self.sock.recvmsg_into([self._buffer], _NSID_CMSG_SPACE)
+        if flags & socket.MSG_CTRUNC:
+            # its origin is unknown: as good as lost (the caller re-reads)
+            raise OSError(errno.ENOBUFS, "netlink: namespace id of an event truncated")
+        nsid = None
+        for level, kind, data in ancdata:
+            if level == SOL_NETLINK and kind == NETLINK_LISTEN_ALL_NSID and len(data) >= 4:
+                nsid = struct.unpack_from("=i", data)[0]
+        return bytes(memoryview(self._buffer)[:size]), nsid
 
     def fileno(self) -> int:
         return self.sock.fileno()

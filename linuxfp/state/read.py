@@ -18,10 +18,13 @@ from .model import (
     Route,
     Rule,
     Snapshot,
+    VethPeer,
     address_order,
+    has_far_end,
     fdb_order,
     link_order,
     neighbour_order,
+    peer_order,
     route_order,
     rule_order,
 )
@@ -46,6 +49,26 @@ def _decoded(messages: Iterable[nl.RawMessage], decoder) -> list:
 
 def dump_links(sock: nl.NetlinkSocket) -> list[Link]:
     return _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link)
+
+
+def read_peer(sock: nl.NetlinkSocket, nsid: int, index: int) -> VethPeer | None:
+    """The facts of link `index` of the namespace we know as `nsid`; None
+    when it is gone (or that namespace is)."""
+    try:
+        replies = sock.request(decode.RTM_GETLINK, decode.peer_get_request(nsid, index), dump=False)
+    except nl.NetlinkError:
+        return None
+    for msg in replies:
+        if msg.type == decode.RTM_NEWLINK:
+            return decode.decode_peer(msg.payload, nsid)
+    return None
+
+
+def read_peers(sock: nl.NetlinkSocket, links: Iterable[Link]) -> tuple[VethPeer, ...]:
+    """The far ends of `links` that live in other namespaces, in peer_order."""
+    wanted = {(link.peer_netnsid, link.peer) for link in links if has_far_end(link)}
+    found = (read_peer(sock, nsid, index) for nsid, index in sorted(wanted))
+    return tuple(sorted((p for p in found if p is not None), key=peer_order))
 
 
 def dump_tc_ingress(sock: nl.NetlinkSocket) -> frozenset[int]:
@@ -103,6 +126,7 @@ def read_snapshot() -> Snapshot:
                                           decode.decode_neighbour)
                       if decode.neighbour_is_tracked(n)]
         fdb = dump_fdb(sock)
+        peers = read_peers(sock, links)
     with NetdevFamily() as netdev:
         features = netdev.dump_xdp_features()
     links = [replace(link, xdp_features=features.get(link.index, (0, 0))[0],
@@ -122,6 +146,7 @@ def read_snapshot() -> Snapshot:
         xfrm=read_xfrm(),
         netns_inode=inode,
         fdb=fdb,
+        peers=peers,
     )
 
 

@@ -1,16 +1,20 @@
 """The transmit node (bpf_modules/transmit.h): rewrites and sends what the
-deciding node left in pkt->fwd; it owns the next hops' neighbour states."""
+deciding node left in pkt->fwd; it owns the next hops' neighbour states and
+the veth peers it may deliver into directly."""
 from __future__ import annotations
 
 import socket
+import struct
 
 from linuxfp.resources import modules_dir
 
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
-from ..tables import HASH, Table, be32, hint_table, u32
+from ..interfaces import mac_bytes
+from ..tables import ARRAY, HASH, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
-NEIGH, NEIGH_HINT = "lfp_neigh", "lfp_neigh_hint"
+NEIGH, NEIGH_HINT, PEERS = "lfp_neigh", "lfp_neigh_hint", "lfp_peers"
+_PEER_VALUE = struct.Struct("<6sHI")     # struct lfp_peer
 
 _NUD_CONFIRMED = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
 _NUD_STALE = 0x04
@@ -21,11 +25,18 @@ class Transmit(Node):
     name = "transmit"
     stage = Stage.TRANSMIT
     header = modules_dir() / "transmit.h"
-    inputs = ("neighbours",)
+    inputs = ("neighbours", "links", "peers")
 
     def tables(self, snapshot) -> tuple[Table, ...]:
-        states = neighbour_states(snapshot)
-        return (
+        return self._neighbour_tables(snapshot.neighbours) + (self._peers_table(snapshot),)
+
+    def _neighbour_tables(self, neighbours) -> tuple[Table, ...]:
+        # Up to 65 536 entries: rebuilt only when the neighbours change, not
+        # on every link event (which the peers table follows).
+        if self._neighbours_memo is not None and self._neighbours_memo[0] is neighbours:
+            return self._neighbours_memo[1]
+        states = neighbour_states(neighbours)
+        tables = (
             Table(NEIGH, self.name, 8, 1, frozenset((neigh_key(n.ifindex, n.address), bytes([n.state]))
                                                     for n in states),
                   kind=HASH, describe="next hops' neighbour states (1 confirmed, 2 stale, 3 probing)"),
@@ -33,6 +44,17 @@ class Transmit(Node):
                                                if n.state != NEIGH_CONFIRMED),
                        "prefilter of lfp_neigh: next hops not confirmed"),
         )
+        self._neighbours_memo = (neighbours, tables)
+        return tables
+
+    _neighbours_memo: tuple | None = None
+
+    def _peers_table(self, snapshot) -> Table:
+        return Table(PEERS, self.name, 4, _PEER_VALUE.size,
+                     frozenset((u32(link.index), _PEER_VALUE.pack(mac_bytes(peer.mac), 0, peer.mtu))
+                               for link, peer in deliverable_peers(snapshot)),
+                     kind=ARRAY, by_ifindex=True,
+                     describe="veths whose peer (another namespace) takes frames straight: its MAC and MTU")
 
     def refreshed(self, table: str, messages) -> frozenset[bytes]:
         # The datapath advances STALE to PROBING itself; a STALE the kernel
@@ -53,10 +75,32 @@ def neigh_key(ifindex: int, address: str) -> bytes:
     return u32(ifindex) + socket.inet_aton(address)
 
 
-def neighbour_states(snapshot) -> frozenset[NeighbourFacts]:
+# The egress's own qdisc does nothing a frame handed straight to the peer
+# would miss (a veth has none by default).
+_NO_QDISC = frozenset({"noqueue"})
+
+
+def deliverable_peers(snapshot):
+    """(veth, its peer) pairs where a frame sent out of the veth may be put
+    straight into the peer's receive path (bpf_redirect_peer): nothing runs
+    on the way out (no qdisc work, no tc egress filters: no clsact), and the
+    peer receives through the backlog, not NAPI — its GRO or XDP would run
+    on the veth path only, which the veth's NDO_XMIT feature reveals (set
+    when its peer has either; unknown without the netdev family: no)."""
+    for link in snapshot.links:
+        peer = snapshot.peer_of(link)
+        if (peer is None or link.kind != "veth" or not (link.up and link.oper_up)
+                or (link.qdisc or "") not in _NO_QDISC or link.tc_ingress
+                or not link.xdp_features or link.can_receive_xdp_redirect):
+            continue
+        if peer.up and not peer.xdp_prog_id and peer.mtu and any(mac_bytes(peer.mac)):
+            yield link, peer
+
+
+def neighbour_states(neighbours) -> frozenset[NeighbourFacts]:
     """lfp_neigh entries: what the next packet to each next hop may do."""
     out = set()
-    for n in snapshot.neighbours:
+    for n in neighbours:
         if n.family != 2 or not n.lladdr:
             continue
         if n.state & _NUD_CONFIRMED:
