@@ -33,10 +33,7 @@ def cmd_run(args) -> int:
         from .metrics import require_client
 
         require_client()     # before anything is attached
-    from linuxfp.synth.precompile import shipped_set_current
-
-    # shipped objects for every shape: no compiler needed on this node
-    check_runtime(need_compiler=not shipped_set_current())
+    check_runtime(need_compiler=_needs_compiler())
     controller = Controller(RunOptions(hook=args.hook, keep=args.keep, netlink_rcvbuf=args.netlink_rcvbuf,
                                        metrics=args.metrics))
     try:
@@ -44,6 +41,20 @@ def cmd_run(args) -> int:
     except AlreadyRunning as e:
         print(f"linuxfp run: {e}", file=sys.stderr)
         return 1
+
+
+def _needs_compiler() -> bool:
+    """Without clang, `run` still works when objects for every shape are
+    shipped from these sources (asked only then: it renders every shape)."""
+    from linuxfp.synth import ToolMissing
+    from linuxfp.synth.compile import find_clang
+    from linuxfp.synth.precompile import shipped_set_current
+
+    try:
+        find_clang()
+        return True
+    except ToolMissing:
+        return not shipped_set_current()
 
 
 def cmd_graph(args) -> int:
