@@ -11,6 +11,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from linuxfp import synth
 from linuxfp.synth import compile as compile_module
 from linuxfp.synth import shipped
 from linuxfp.synth.precompile import build_shipped, inventory
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -151,10 +154,15 @@ def _path_without_clang() -> str:
 
 
 @pytest.mark.netns
-def test_linuxfp_run_without_clang_reaches_ready_on_shipped_objects(router_topology, shipped_dir, tmp_path):
+def test_linuxfp_run_without_clang_reaches_ready_on_shipped_objects(router_topology, tmp_path):
     from controller.launcher import ControllerProcess, linuxfp_cli
 
     r = router_topology
+    # Shipped as `make shapes` ships them: by a fresh interpreter, whose
+    # render state no earlier test in this process can have touched.
+    shipped_dir = tmp_path / "shapes"
+    subprocess.run([sys.executable, "-m", "controller.shapes_cli", "build"], check=True, capture_output=True,
+                   env={**os.environ, shipped.DIR_ENV: str(shipped_dir), "PYTHONPATH": str(REPO)})
     env = {"PATH": _path_without_clang(), "LINUXFP_CACHE_DIR": str(tmp_path / "empty-cache"),
            shipped.DIR_ENV: str(shipped_dir)}
     assert shutil.which("clang", path=env["PATH"]) is None
