@@ -36,7 +36,8 @@ def counting(seen: list[Counting], hook: str, warm_up=None):
 
 
 def reasons(stats: dict, kinds: tuple[str, ...] = ("passed", "drops")) -> dict[str, int]:
-    """Every pass (and drop) reason, summed over the interfaces."""
+    """Every pass (and drop) reason, summed over the interfaces; ("fast",):
+    how the fast path sent what it sent (forwarded, into_peer, ...)."""
     totals: dict[str, int] = {}
     for entry in stats["interfaces"]:
         for node in entry["nodes"].values():

@@ -17,7 +17,8 @@ import pytest
 
 from controller.launcher import ControllerProcess, linuxfp_cli
 from controller_counting import Counting, counting, reasons
-from linuxfp.lab import Capture, inject, run_differential, settle
+from linuxfp.lab import Capture, inject, run_differential, settle, snmp
+from linuxfp.lab.counters import tx_packets
 from linuxfp.lab.bridged import STATIC_MAC, BridgeTopology, bridge_frames, host_ip
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import arp_frame, udp_frame
@@ -114,7 +115,7 @@ def test_bridge_forwards_as_linux(require_root, hook, tool, pods):
                    "br_egress_blocked", "br_port_not_forwarding", "br_netfilter", "br_bad_source",
                    "br_settling", "br_ageing_refresh"):
         assert passed.get(reason), (reason, passed)
-    into_peer = sum(i["nodes"]["transmit"]["fast"].get("into_peer", 0) for i in stats["interfaces"])
+    into_peer = reasons(stats, ("fast",)).get("into_peer", 0)
     assert (into_peer > 0) == (hook == "tc" and pods), into_peer
 
 
@@ -143,11 +144,6 @@ def test_a_move_reaches_the_fast_path_with_the_kernel(require_root, hook):
     assert sum(i["fast_path"] for i in seen[0].stats[-1]["interfaces"]) >= 3
 
 
-def _tx_packets(ns, ifname: str) -> int:
-    shown = json.loads(ns.run(["ip", "-s", "-j", "link", "show", "dev", ifname]).stdout)
-    return shown[0]["stats64"]["tx"]["packets"]
-
-
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_bridged_flow_takes_the_fast_path(require_root, hook):
     """A steady flow a -> c: every frame arrives, and at XDP the kernel's tap
@@ -170,13 +166,13 @@ def test_bridged_flow_takes_the_fast_path(require_root, hook):
                 time.sleep(0.1)
             received = Capture(topology.ns("c"), "to-dut")
             kernel_tap = Capture(topology.dut, "to-a")
-            sent_by_port = _tx_packets(topology.dut, "to-c")
+            sent_by_port = tx_packets(topology.dut, "to-c")
             try:
                 inject(topology.ns("a"), "to-dut", frames[2:])
                 settle([received, kernel_tap], quiet=0.2)
                 got = [f.data for f in received.stop()]
                 tapped = kernel_tap.stop()
-                sent_by_port = _tx_packets(topology.dut, "to-c") - sent_by_port
+                sent_by_port = tx_packets(topology.dut, "to-c") - sent_by_port
             finally:
                 received.close()
                 kernel_tap.close()
@@ -187,13 +183,12 @@ def test_bridged_flow_takes_the_fast_path(require_root, hook):
         if hook == "xdp":
             assert len(tapped) <= 5, len(tapped)
         else:
-            into_peer = sum(i["nodes"]["transmit"]["fast"].get("into_peer", 0) for i in stats["interfaces"])
+            into_peer = reasons(stats, ("fast",)).get("into_peer", 0)
             assert into_peer >= 390 and sent_by_port <= 10, (into_peer, sent_by_port, stats)
 
 
 def _ip_in_receives(ns) -> int:
-    lines = [line.split() for line in ns.read_proc_net("snmp").splitlines() if line.startswith("Ip:")]
-    return int(lines[1][lines[0].index("InReceives")])
+    return snmp(ns)["Ip"]["InReceives"]
 
 
 def test_a_pod_that_changed_its_mac_gets_what_linux_gives_it(require_root):
@@ -213,8 +208,7 @@ def test_a_pod_that_changed_its_mac_gets_what_linux_gives_it(require_root):
 
         def into_peer() -> int:
             stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
-            return sum(i["nodes"].get("transmit", {}).get("fast", {}).get("into_peer", 0)
-                       for i in stats["interfaces"])
+            return reasons(stats, ("fast",)).get("into_peer", 0)
 
         with ControllerProcess(topology.dut.name, hook="tc") as controller:
             controller.settled()

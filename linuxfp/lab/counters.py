@@ -1,4 +1,5 @@
-"""Kernel counters of a namespace, read from its /proc/net/snmp.
+"""Kernel counters of a namespace, read from its /proc/net/snmp (and an
+interface's own, from `ip -s link`).
 
 ``Ip: ForwDatagrams`` counts packets the *kernel* forwarded; packets an XDP
 or TC fast path redirects never reach ip_forward(), so a counter that does
@@ -7,6 +8,7 @@ not grow while traffic flows is the proof that the fast path carried it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -31,3 +33,10 @@ def snmp(ns: Namespace) -> Mapping[str, Mapping[str, int]]:
 def ip_forw_datagrams(ns: Namespace) -> int:
     """How many IPv4 packets the kernel of `ns` has forwarded."""
     return snmp(ns)["Ip"]["ForwDatagrams"]
+
+
+def tx_packets(ns: Namespace, ifname: str) -> int:
+    """Packets the kernel transmitted on `ifname` of `ns` (a frame the fast
+    path hands straight to a veth's peer skips this count)."""
+    shown = json.loads(ns.run(["ip", "-s", "-j", "link", "show", "dev", ifname]).stdout)
+    return shown[0]["stats64"]["tx"]["packets"]

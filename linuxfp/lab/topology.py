@@ -309,6 +309,7 @@ class RouterTopology:
 
     prefixes: int = 50
     resolve_neighbours: bool = True
+    containers: bool = False     # src and sink keep veth defaults, as pods do (TopologySpec.containers)
 
     SRC_IP = "198.18.1.1"
     DUT_LEFT_IP = "198.18.1.254"
@@ -355,6 +356,7 @@ class RouterTopology:
             routes=routes,
             sysctls=(("dut", "net.ipv4.ip_forward", 1),),
             warmup=warmup if self.resolve_neighbours else (),
+            containers=("src", "sink") if self.containers else (),
         )
 
     def __call__(self, lab: Lab) -> Router:

@@ -89,7 +89,7 @@ def deliverable_peers(snapshot):
     when its peer has either; unknown without the netdev family: no)."""
     for link in snapshot.links:
         peer = snapshot.peer_of(link)
-        if (peer is None or link.kind != "veth" or not (link.up and link.oper_up)
+        if (peer is None or not (link.up and link.oper_up)
                 or (link.qdisc or "") not in _NO_QDISC or link.tc_ingress
                 or not link.xdp_features or link.can_receive_xdp_redirect):
             continue
