@@ -262,6 +262,17 @@ def test_rules_the_router_cannot_honour_return_the_namespace_to_linux(router_top
         assert fast_path_count(r) >= before + 20
 
 
+def _shapes_once(router, controller, done, timeout: float = 5.0) -> dict:
+    """Each interface's shape, once `done(shapes)` holds (or at `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        controller.settled()
+        shapes = {i["ifname"]: i["shape"] for i in status(router)["interfaces"]}
+        if done(shapes) or time.monotonic() > deadline:
+            return shapes
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("save", ["iptables", "iptables-legacy"])
 def test_an_iptables_forward_rule_is_applied_in_the_fast_path(router_topology, ip_forw_datagrams, save):
     """A stateless FORWARD rule keeps the namespace accelerated: the filter
@@ -270,8 +281,10 @@ def test_an_iptables_forward_rule_is_applied_in_the_fast_path(router_topology, i
     r = router_topology
     with ControllerProcess(r.dut.name, hook="xdp") as c:
         r.dut.run([save, "-A", "FORWARD", "-d", "198.19.3.0/24", "-p", "udp", "-j", "DROP"])
-        c.settled()
-        shapes = {i["ifname"]: i["shape"] for i in status(r)["interfaces"]}
+        # legacy tables have no events: the controller reads them on its
+        # poll (≤ 1 s; the watch keeps packets on the kernel path meanwhile),
+        # which settled() can return before
+        shapes = _shapes_once(r, c, lambda shapes: "filter" in shapes["to-src"])
         assert "filter" in shapes["to-src"], shapes
         before = ip_forw_datagrams(r.dut)
         with Capture(r.sink, "to-dut") as sink:
@@ -283,8 +296,7 @@ def test_an_iptables_forward_rule_is_applied_in_the_fast_path(router_topology, i
         nodes = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]
         assert nodes["filter"]["drops"]["filter_dropped"] == 20
         r.dut.run([save, "-F", "FORWARD"])
-        c.settled()
-        shapes = {i["ifname"]: i["shape"] for i in status(r)["interfaces"]}
+        shapes = _shapes_once(r, c, lambda shapes: "filter" not in shapes["to-src"])
         assert "filter" not in shapes["to-src"], shapes
 
 
