@@ -35,7 +35,9 @@
  *
  * The node only decides: it leaves the egress port in pkt->fwd with
  * LFP_FWD_BRIDGED, and transmit sends the frame unchanged (the pipeline
- * skips the IP nodes for bridged frames).
+ * skips the IP nodes for bridged frames). IPv4 that br_netfilter would
+ * show iptables carries LFP_FWD_NF_IPV4 for the bridge-filter stage
+ * (bridge_filter.h), or goes to the kernel where the pipeline has none.
  * Declared to the controller by linuxfp/graph/nodes/bridge.py.
  */
 #ifndef LFP_BRIDGE_H
@@ -57,6 +59,7 @@
 	X(BR_TOO_LONG,            bridge, pass, "longer than the egress MTU")               \
 	X(BR_NETFILTER,           bridge, pass, "br_netfilter would run iptables, ip6tables or arptables rules") \
 	X(BR_NF_INVALID,          bridge, pass, "br_netfilter would drop or trim it (header, checksum, padding, options)") \
+	X(BR_NF_FRAGMENT,         bridge, pass, "IPv4 fragment: br_netfilter's defrag may reassemble it")  \
 	X(BR_AGEING_REFRESH,      bridge, pass, "one frame per source entry and interval: the kernel refreshes it") \
 	X(BR_SETTLING,            bridge, pass, "entry just written or refreshed: the kernel's frames go first") \
 	X(BR_SOURCE_MOVED,        bridge, pass, "source MAC arrived on another port: the kernel moves it") \
@@ -147,6 +150,13 @@ static __always_inline int lfp_br_ipv4_unchanged(struct lfp_pkt *pkt)
 	return pkt->len == sizeof(struct ethhdr) + bpf_ntohs(ip->tot_len) && bpf_ntohs(ip->tot_len) >= sizeof(*ip);
 }
 
+static __always_inline int lfp_br_ipv4_fragment(struct lfp_pkt *pkt)
+{
+	struct iphdr *ip = lfp_ipv4(pkt);
+
+	return !ip || (ip->frag_off & bpf_htons(0x3fff /* MF and the offset */));
+}
+
 /* br_validate_ipv6(): version, payload length (the padding is trimmed), and
  * hop-by-hop options, which it parses. */
 static __always_inline int lfp_br_ipv6_unchanged(struct lfp_pkt *pkt)
@@ -235,10 +245,22 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 
 	/* br_netfilter, on with the bridge-nf-call-* switches */
 	if (pkt->l3_proto == bpf_htons(ETH_P_IP) && (in->flags & LFP_BRP_NF_IPV4)) {
-		if (in->flags & LFP_BRP_NF_IPV4_RULES)
-			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
 		if (!lfp_br_ipv4_unchanged(pkt))
 			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
+		/* Reassembled at PREROUTING whenever anything turned IPv4 defrag
+		 * on (conntrack, -m socket, TPROXY), and refragmented on the way
+		 * out: the kernel's, whatever the rules. */
+		if (lfp_br_ipv4_fragment(pkt))
+			return lfp_pass(pkt, LFP_CNT_BR_NF_FRAGMENT);
+		if (in->flags & LFP_BRP_NF_IPV4_RULES) {
+			/* iptables sees it as coming in on the bridge (and leaving
+			 * through it): the bridge-filter stage decides, if this
+			 * pipeline has one */
+			if (!LFP_STAGE_BRIDGE_FILTER)
+				return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
+			pkt->fwd.flags |= LFP_FWD_NF_IPV4;
+			pkt->l3_ifindex = in->bridge;
+		}
 	} else if (pkt->l3_proto == bpf_htons(ETH_P_IPV6) && (in->flags & LFP_BRP_NF_IPV6)) {
 		if (in->flags & LFP_BRP_NF_IPV6_RULES)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
@@ -256,7 +278,7 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 	}
 
 	pkt->fwd.egress = egress;
-	pkt->fwd.flags = LFP_FWD_BRIDGED;
+	pkt->fwd.flags |= LFP_FWD_BRIDGED;
 	return LFP_NEXT;
 }
 

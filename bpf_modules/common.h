@@ -56,6 +56,7 @@ struct lfp_fwd {
 #define LFP_FWD_DEC_TTL       (1u << 0)   /* IPv4 forwarding: TTL - 1 */
 #define LFP_FWD_SET_PRIORITY  (1u << 1)   /* set the packet's priority */
 #define LFP_FWD_BRIDGED       (1u << 2)   /* bridged: sent as it came, no next hop, no rewrite */
+#define LFP_FWD_NF_IPV4       (1u << 3)   /* bridged IPv4 that br_netfilter shows iptables (bridge_filter.h) */
 
 struct lfp_pkt {
 	lfp_ctx_t *ctx;

@@ -17,6 +17,9 @@
  * old or new, never a mixture (it checks the generation is still current
  * once it has read everything). A field class or verdict it needs and does
  * not find means the tables are being rewritten: the kernel decides.
+ * The node evaluates FORWARD for routed packets; bridge_filter.h asks the
+ * same classifier (lfp_flt_forward) about bridged frames br_netfilter shows
+ * iptables.
  * Declared to the controller by linuxfp/graph/nodes/iptables_filter.py.
  */
 #ifndef LFP_FILTER_H
@@ -320,7 +323,9 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 	return *rule;
 }
 
-static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
+/* iptables' FORWARD verdict for the packet, seen coming in on `iif` and
+ * leaving through `oif` (-i / -o): next, drop, or the kernel. */
+static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 iif, __u32 oif)
 {
 	struct lfp_flt_flow flow = {};
 	struct lfp_flt_cached *cached;
@@ -328,8 +333,6 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 	__u32 zero = 0, slot, verdict, used;
 	struct iphdr *ip;
 
-	if (!pkt->fwd.egress)
-		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
 	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
 	if (!cfg)
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
@@ -364,8 +367,8 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 	flow.saddr = ip->saddr;
 	flow.daddr = ip->daddr;
-	flow.iif = pkt->l3_ifindex;       /* -i: a bridge port's routed packets come in on the bridge */
-	flow.oif = pkt->fwd.egress;
+	flow.iif = iif;
+	flow.oif = oif;
 
 	slot = lfp_flt_slot(&flow);
 	cached = bpf_map_lookup_elem(&lfp_flt_cache, &slot);
@@ -388,6 +391,14 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 	default:
 		return lfp_pass(pkt, LFP_CNT_FILTER_KERNEL);
 	}
+}
+
+static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
+{
+	if (!pkt->fwd.egress)
+		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
+	/* -i: a bridge port's routed packets come in on the bridge */
+	return lfp_flt_forward(pkt, pkt->l3_ifindex, pkt->fwd.egress);
 }
 
 #endif

@@ -130,6 +130,42 @@ def test_bridge_and_router_compose_on_ports_and_uplinks():
     assert "locked" in {s.ifname: s.reason for s in locked.skipped}["port"]
 
 
+def test_bridged_ipv4_meets_forward_where_br_netfilter_shows_it_to_iptables():
+    """br_netfilter shows bridged IPv4 to iptables with the namespace's
+    bridge-nf-call-iptables, or with the bridge's own nf_call_iptables while
+    br_netfilter is loaded (its sysctls exist; netlink reports the option
+    regardless): there the port's pipeline evaluates FORWARD for bridged
+    frames too, and the port's flags say iptables rules matter."""
+    import struct
+
+    from linuxfp.graph.nodes.bridge import BRP_NF_IPV4, BRP_NF_IPV4_RULES
+    from linuxfp.state.iptables import parse_save
+
+    rules = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                       "-A FORWARD -i br0 -o br0 -p udp -j DROP\nCOMMIT\n", "nft")
+
+    def port_flags(graph) -> int:
+        return struct.unpack("<IIII", dict(graph.table("lfp_br_ports").entries)[(5).to_bytes(4, "little")])[1]
+
+    def graph_of(switch: bool, option: bool, loaded: bool):
+        snap = bridged_router_snapshot()
+        links = tuple(replace(l, bridge=replace(l.bridge, nf_call_iptables=option)) if l.kind == "bridge" else l
+                      for l in snap.links)
+        return build_graph(replace(
+            snap, links=links,
+            sysctls=replace(snap.sysctls, bridge_nf_call_iptables=switch, br_netfilter=loaded or switch),
+            netfilter=NetfilterState(active=True, tables=("nft:ip filter",), detail="test", rulesets=(rules,))))
+
+    for switch, option, loaded, shown in ((True, False, True, True), (False, True, True, True),
+                                          (False, True, False, False), (False, False, True, False)):
+        graph = graph_of(switch, option, loaded)
+        nodes = graph.pipeline(5).shape.nodes
+        assert ("bridge_filter" in nodes) == shown, (switch, option, loaded, nodes)
+        flags = port_flags(graph)
+        assert bool(flags & BRP_NF_IPV4) == bool(flags & BRP_NF_IPV4_RULES) == shown, (switch, option, loaded)
+        assert "bridge_filter" not in graph.pipeline(2).shape.nodes     # not a bridge port
+
+
 def test_interface_facts_follow_sysctls_and_redirect_capability():
     snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(
         sysctl(1), sysctl(2, rp_filter=2), sysctl(3, forwarding=False))))

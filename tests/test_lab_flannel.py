@@ -19,6 +19,7 @@ import pytest
 
 from linuxfp.lab.flannel import SERVICE_IP, VXLAN_DEVICE, FlannelLab, FlannelLabSpec
 from linuxfp.lab.flannel_state import run_file
+from linuxfp.lab.counters import tx_packets
 from linuxfp.lab.netns import Namespace
 
 pytestmark = pytest.mark.netns
@@ -132,6 +133,76 @@ def test_pod_reaches_the_cluster_ip_service(flannel: FlannelLab) -> None:
     finally:
         os.killpg(server.pid, 15)
         server.wait()
+
+
+# A UDP request/response pair: the client opens the connection, waits for
+# conntrack's stream mark (2 s: the entry becomes ASSURED), then sends
+# `count` requests, each answered, and prints how many answers came back.
+# Paced (1 ms apart): the bridge node hands a flow's frames to the kernel
+# for 8 ms after each refresh of an FDB entry (once a second), which an
+# unpaced burst of a few ms could fall into whole.
+UDP_ECHO = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 8081))
+while True:
+    d, a = s.recvfrom(2000); s.sendto(d, a)
+"""
+UDP_PINGER = """
+import socket, sys, time
+ip, count = sys.argv[1], int(sys.argv[2])
+c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(1)
+def ask(n):
+    for _ in range(5):
+        try:
+            c.sendto(n.to_bytes(4, "big") * 16, (ip, 8081))
+            while c.recv(2000)[:4] != n.to_bytes(4, "big"):
+                pass
+            return 1
+        except socket.timeout:
+            continue
+    return 0
+def paced(n):
+    time.sleep(0.001)
+    return ask(n)
+ask(0); time.sleep(2.2); ask(1)
+print(sum(paced(n) for n in range(2, count + 2)))
+"""
+
+
+def test_intra_node_udp_is_bridged_in_the_fast_path(flannel: FlannelLab) -> None:
+    """With a controller in the node (TC, as for container veths), an
+    established UDP exchange between two pods on cni0 — br_netfilter on,
+    flanneld's and kube-proxy's rules, connection tracking — is bridged by
+    the fast path after iptables' verdict and delivered straight into the
+    pods: the kernel's transmit counters of their host-side veths, which
+    every frame Linux bridges to them passes, stay (almost) still."""
+    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller_counting import reasons
+
+    client, server = flannel.pods_on("node1")
+    node = flannel.namespace("node1")
+    count = 400
+    echo = flannel.namespace(server.name).popen(["python3", "-c", UDP_ECHO],
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with ControllerProcess(node.name, hook="tc") as controller:
+            controller.settled()
+            status = json.loads(linuxfp_cli(node.name, "-j", "status").stdout)
+            shapes = {entry["ifname"]: entry["shape"] for entry in status["interfaces"]}
+            assert "bridge_filter" in shapes.get(server.host_veth, ""), status
+            sent_before = {pod.name: tx_packets(node, pod.host_veth) for pod in (client, server)}
+            done = flannel.namespace(client.name).run(["python3", "-c", UDP_PINGER, server.ip, str(count)])
+            sent = {pod.name: tx_packets(node, pod.host_veth) - sent_before[pod.name] for pod in (client, server)}
+            stats = json.loads(linuxfp_cli(node.name, "-j", "stats").stdout)
+    finally:
+        os.killpg(echo.pid, 15)
+        echo.wait()
+    assert int(done.stdout) == count, done.stdout
+    fast = sum(entry["nodes"].get("transmit", {}).get("fast", {}).get("into_peer", 0) for entry in stats["interfaces"])
+    # both directions of the exchange, less the frames of the connection's
+    # first 2 s and those the FDB's refreshes hand to the kernel
+    assert fast >= 2 * count * 0.9, (fast, reasons(stats), sent)
+    assert all(n <= 0.1 * count for n in sent.values()), (sent, stats)
 
 
 def test_pod_churn_leaves_nothing_and_add_works_again(flannel: FlannelLab) -> None:

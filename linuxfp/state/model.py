@@ -441,6 +441,9 @@ class Sysctls(_JsonMixin):
     bridge_nf_call_iptables: bool = False
     bridge_nf_call_ip6tables: bool = False
     bridge_nf_call_arptables: bool = False
+    # br_netfilter is loaded (its sysctls exist): only then does a bridge's
+    # own nf_call_* option, which netlink reports regardless, mean anything.
+    br_netfilter: bool = False
 
     def for_ifindex(self, ifindex: int) -> InterfaceSysctls | None:
         i = bisect.bisect_left(self.interfaces, ifindex, key=lambda s: s.ifindex)

@@ -14,11 +14,13 @@ file, so these readers must run in the namespace being described.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 from .model import InterfaceSysctls, Sysctls
 
 CONF_ROOT = "/proc/sys/net/ipv4/conf"
+BR_NETFILTER_DIR = "/proc/sys/net/bridge"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 _KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet", "accept_redirects")
 _NAMESPACE_KEYS = {
@@ -84,4 +86,5 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
                    forward_update_priority=bool(namespace["forward_update_priority"]),
                    bridge_nf_call_iptables=bool(namespace["bridge_nf_call_iptables"]),
                    bridge_nf_call_ip6tables=bool(namespace["bridge_nf_call_ip6tables"]),
-                   bridge_nf_call_arptables=bool(namespace["bridge_nf_call_arptables"]))
+                   bridge_nf_call_arptables=bool(namespace["bridge_nf_call_arptables"]),
+                   br_netfilter=os.path.isdir(BR_NETFILTER_DIR))

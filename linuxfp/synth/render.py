@@ -42,6 +42,7 @@ def render(shape: Shape, headroom: int = MINIMUM) -> str:
     return template.render(
         shape=str(shape), hook=shape.hook, section=shape.section, entry=shape.entry,
         vlan_kfunc=shape.device_bound, headroom=headroom, counters=counters(),
+        stages=[(stage.name, int(any(n.stage is stage for n in nodes))) for stage in Stage],
         nodes=[{"name": n.name, "include": _include(n), "ip_only": bridging and n.stage.is_ip}
                for n in nodes],
     )

@@ -53,7 +53,17 @@ class FilterScope:
         return bool(self.forward) or bool(self.stateful)
 
 
+_last: tuple[object, FilterScope] | None = None    # every node asks about the same state
+
+
 def filter_scope(netfilter) -> FilterScope:
+    global _last
+    if _last is None or _last[0] is not netfilter:
+        _last = (netfilter, _scope(netfilter))
+    return _last[1]
+
+
+def _scope(netfilter) -> FilterScope:
     uncovered: list[str] = list(netfilter.errors)
     for entry in netfilter.tables:
         backend, _, name = entry.partition(":")

@@ -28,7 +28,7 @@ class Stage(IntEnum):
     pipeline chains its nodes in this order."""
 
     BRIDGE = 10           # bridge forwarding decision (br_handle_frame)
-    BRIDGE_FILTER = 20    # br_netfilter: FORWARD with the bridge as device
+    BRIDGE_FILTER = 20    # br_netfilter: FORWARD with the bridge as device (decides what the bridge marks LFP_FWD_NF_IPV4)
     PREROUTING = 30       # raw/mangle/nat PREROUTING, conntrack lookup
     LOCAL_IN = 40         # INPUT of the outer packet: decapsulation
     ROUTE = 50            # the routing decision
@@ -150,7 +150,7 @@ def registered() -> tuple[Node, ...]:
         # Imported here, not at the top: each built-in imports this package.
         from . import router, transmit  # noqa: F401  (built-ins register themselves)
         from . import iptables_filter  # noqa: F401
-        from . import bridge, bridge_tx  # noqa: F401
+        from . import bridge, bridge_filter, bridge_tx  # noqa: F401
 
         _load_external()
         _registered = tuple(_REGISTRY)

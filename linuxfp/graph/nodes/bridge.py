@@ -9,6 +9,7 @@ from linuxfp.resources import modules_dir
 
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
+from ..filtering.scope import filter_scope
 from ..interfaces import ARPHRD_ETHER, ROUTABLE_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, Table, u32
 from . import Node, Stage, register
@@ -185,23 +186,44 @@ def refresh_ms(bridge) -> int:
     return max(1, min(MAX_REFRESH_MS, bridge.bridge.ageing_time_cs))
 
 
+def _br_nf_calls(snapshot, sysctl: bool, option: bool) -> bool:
+    """A bridge-nf-call-* switch: the namespace's sysctl, or the bridge's own
+    option while br_netfilter (which alone reads it) is loaded."""
+    return sysctl or (option and snapshot.sysctls.br_netfilter)
+
+
+def calls_iptables(snapshot, bridge) -> bool:
+    """Whether br_netfilter shows this bridge's IPv4 frames to iptables."""
+    options = bridge.bridge
+    return _br_nf_calls(snapshot, snapshot.sysctls.bridge_nf_call_iptables,
+                        options is not None and options.nf_call_iptables)
+
+
 def _netfilter_flags(snapshot, bridge) -> int:
     """What br_netfilter does to this bridge's frames."""
     sysctls, nf, options = snapshot.sysctls, snapshot.netfilter, bridge.bridge
     flags = 0
-    if sysctls.bridge_nf_call_iptables or options.nf_call_iptables:
+    if calls_iptables(snapshot, bridge):
         flags |= BRP_NF_IPV4
-        if nf.active:
+        if nf.active and _iptables_see_forwarded(nf):
             flags |= BRP_NF_IPV4_RULES
-    if sysctls.bridge_nf_call_ip6tables or options.nf_call_ip6tables:
+    if _br_nf_calls(snapshot, sysctls.bridge_nf_call_ip6tables, options.nf_call_ip6tables):
         flags |= BRP_NF_IPV6
         if nf.legacy_ip6_tables or any(t.startswith(("nft:ip6 ", "nft:inet ")) for t in nf.tables):
             flags |= BRP_NF_IPV6_RULES
-    if sysctls.bridge_nf_call_arptables or options.nf_call_arptables:
+    if _br_nf_calls(snapshot, sysctls.bridge_nf_call_arptables, options.nf_call_arptables):
         flags |= BRP_NF_ARP
         if nf.legacy_arp_tables or any(t.startswith("nft:arp ") for t in nf.tables):
             flags |= BRP_NF_ARP_RULES
     return flags
+
+
+def _iptables_see_forwarded(netfilter) -> bool:
+    """Whether iptables could do anything to a forwarded IPv4 packet: FORWARD
+    rules, connection tracking, or what the filter scope cannot tell (tables
+    that hold only INPUT or OUTPUT rules leave it alone)."""
+    scope = filter_scope(netfilter)
+    return scope.filters_forward or bool(scope.uncovered)
 
 
 def port_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:

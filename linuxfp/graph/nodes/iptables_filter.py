@@ -45,8 +45,8 @@ class Filter(Node):
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         # FORWARD as the routed path meets it (a bridge port's frames to the
-        # bridge included, with the bridge as -i); bridged frames skip it, and
-        # br_netfilter's FORWARD (physdev) is not this node's to evaluate.
+        # bridge included, with the bridge as -i); bridged frames skip it:
+        # br_netfilter's FORWARD is bridge_filter.py's, with these tables.
         return ("router",)
 
     def blocker(self, snapshot, link) -> str | None:

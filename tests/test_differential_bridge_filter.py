@@ -1,0 +1,181 @@
+"""Differential proof of the bridge-filter node: hosts on a Linux bridge with
+br_netfilter on (bridge-nf-call-iptables=1, as every Kubernetes node has)
+and a stateful iptables ruleset of Docker's and kube-proxy's shape —
+FORWARD policy DROP, `--ctstate INVALID -j DROP`, `--ctstate
+RELATED,ESTABLISHED -j ACCEPT`, a port accepted with the bridge as -i and
+-o (br_netfilter shows iptables the bridge, not its ports), a physdev rule
+(which the fast path leaves to the kernel), a nat table — and UDP
+connections established across the bridge by real exchanges. The same
+frames through Linux alone and Linux + LinuxFP, byte-compared at every
+host: established datagrams (of every length, valid or not), new
+connections, a destination blocked once established, fragments, TCP and
+ICMP. The fast
+path must have bridged the established datagrams itself (at TC straight
+into the pods) and kept their conntrack entries as alive as Linux does."""
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from controller_counting import Counting, counting, reasons
+from linuxfp.lab import run_differential
+from linuxfp.lab.bridged import BRIDGE, BridgeTopology
+from linuxfp.lab.conntrack import udp_entries
+from linuxfp.lab.differential import Step
+from linuxfp.lab.frames import ethernet, icmp_frame, ipv4, tcp_frame, udp, udp_frame
+from linuxfp.lab.packet_io import inject
+
+pytestmark = pytest.mark.netns
+
+# Not the hosts' own addresses: they drop what reaches them silently, so
+# nothing they would answer (with IP IDs of their own) differs between builds.
+SOURCE = "198.18.10.101"
+ALLOWED = {"198.18.10.120": "b", "198.18.10.121": "b", "198.18.10.130": "c"}
+BLOCKED_LATER = {"198.18.10.122": "b"}
+ESTABLISHED = ALLOWED | BLOCKED_LATER
+SPORT = 40001
+RULES = f"""*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:GUARD - [0:0]
+-A FORWARD -j GUARD
+-A FORWARD -m conntrack --ctstate INVALID -j DROP
+-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A FORWARD -i {BRIDGE} -o {BRIDGE} -p udp -m udp --dport 5000:5199 -j ACCEPT
+-A FORWARD -m physdev --physdev-in to-c -j DROP
+-A FORWARD -o to-b -j ACCEPT
+-A GUARD -d 198.18.10.140/32 -j DROP
+-A GUARD -j RETURN
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A POSTROUTING -s 198.18.10.0/24 ! -d 198.18.10.0/24 -j MASQUERADE
+COMMIT
+"""
+SIZES = (60, 61, 64, 99, 128, 333, 512, 513, 1023, 1400)
+
+
+def _port(dst: str) -> int:
+    return 5000 + int(dst.rsplit(".", 1)[1])
+
+
+def _datagram(topology, dst: str, size: int, ident: int, sport: int = SPORT) -> bytes:
+    return udp_frame(topology.mac("a"), topology.mac(ESTABLISHED.get(dst, "b")), SOURCE, dst, sport=sport,
+                     dport=_port(dst), size=size, ident=ident)
+
+
+def _connect(topology) -> None:
+    """Each connection: a datagram, its reply (from the host behind the
+    destination's MAC), and one more after conntrack's stream mark (2 s),
+    which makes the entry ASSURED."""
+    topology.dut.run(["iptables-restore"], input=RULES)
+    opening = [_datagram(topology, dst, 80, 1) for dst in ESTABLISHED]
+    inject(topology.ns("a"), "to-dut", opening)
+    time.sleep(0.2)
+    for dst, host in ESTABLISHED.items():
+        inject(topology.ns(host), "to-dut", [udp_frame(topology.mac(host), topology.mac("a"), dst, SOURCE,
+                                                       sport=_port(dst), dport=SPORT)])
+    time.sleep(2.3)
+    inject(topology.ns("a"), "to-dut", opening)
+    # Long enough that an entry the fast path forgot to refresh shows it.
+    time.sleep(3)
+    _warm_up(topology)
+
+
+def _warm_up(topology) -> None:
+    """Frames from a to b and to c before a burst (outside the captures;
+    policy-dropped): with LinuxFP the first refreshes a's FDB entry, the next
+    are the first use of b's and c's, and the burst comes once they have
+    settled, as for traffic that has been flowing."""
+    def send(*hosts: str) -> None:
+        for host in hosts:
+            inject(topology.ns("a"), "to-dut", [udp_frame(topology.mac("a"), topology.mac(host), SOURCE,
+                                                          "198.18.10.160", sport=51000, dport=9)])
+        time.sleep(0.03)
+
+    send("b")
+    send("b", "c")
+
+
+def _corrupt(frame: bytes, offset: int, value: bytes) -> bytes:
+    return frame[:offset] + value + frame[offset + len(value):]
+
+
+def frames(topology, index: int) -> list[bytes]:
+    out = []
+    ident = 100 * (index + 1)
+    for dst in ESTABLISHED:
+        for size in SIZES:
+            ident += 1
+            out.append(_datagram(topology, dst, size, ident))
+        # conntrack's verdicts on malformed datagrams of an established connection
+        good = _datagram(topology, dst, 200, ident + 1)
+        out.append(_corrupt(good, 14 + 20 + 6, struct.pack("!H", good[40] << 8 ^ 0x5a5a)))   # bad checksum
+        out.append(_corrupt(good, 14 + 20 + 6, b"\0\0"))                                  # no checksum: valid
+        out.append(_corrupt(good, 14 + 20 + 4, struct.pack("!H", 999)))                    # length past the end
+        ident += 2
+    a, b = topology.mac("a"), topology.mac("b")
+    # fragments of an established connection's datagram, all of it and only
+    # its first: conntrack's defrag reassembles (or drops) them, the kernel's
+    first = next(iter(ALLOWED))
+    datagram = udp(SOURCE, first, SPORT, _port(first), bytes(range(64)))
+    for whole in (True, False):
+        ident += 1
+        out.append(ethernet(b, a, 0x0800, ipv4(SOURCE, first, 17, datagram[:40], mf=True, ident=ident)))
+        if whole:
+            out.append(ethernet(b, a, 0x0800, ipv4(SOURCE, first, 17, datagram[40:], frag_offset=5, ident=ident)))
+    for n in range(9):   # new connections: accepted by port, dropped by the policy or GUARD
+        dst, dport = (("198.18.10.150", 5050), ("198.18.10.151", 6000), ("198.18.10.140", 5060))[n % 3]
+        out.append(udp_frame(a, b, SOURCE, dst, sport=41000 + n, dport=dport, ident=ident + n))
+    out.append(tcp_frame(a, b, SOURCE, first, sport=SPORT, dport=_port(first), ident=ident + 20))
+    out.append(icmp_frame(a, b, SOURCE, first, 8, 0, ident=ident + 21))
+    return out
+
+
+def _timeouts(topology) -> dict[str, int]:
+    """Seconds left of each established connection's entry."""
+    return {dst: entry["timeout_s"] for (_, dst, _, _), entry in udp_entries(topology.dut).items()
+            if dst in ESTABLISHED}
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_bridged_connections_are_filtered_as_br_netfilter_filters_them(require_root, hook):
+    timeouts: list[dict[str, int]] = []
+
+    def block(topology):
+        timeouts.append(_timeouts(topology))
+        for dst in BLOCKED_LATER:
+            topology.dut.run(["iptables", "-I", "GUARD", "1", "-d", dst, "-j", "DROP"])
+        _warm_up(topology)
+
+    # (the counters are read as each step settles: the last step's are those of the burst before it)
+    steps = [Step("stateful rules, connections", _connect), Step("block established", block),
+             Step("unchanged", _warm_up)]
+    seen: list[Counting] = []
+    # at TC the hosts are pods: what the fast path bridges goes straight into them
+    report = run_differential(BridgeTopology(containers=hook == "tc"), steps, counting(seen, hook, _warm_up), frames,
+                              prefix="lfp-brfl")
+    assert report.ok, report.render()
+    stats = seen[0].stats[-1]
+    seen_reasons = reasons(stats)
+    # Established datagrams were bridged by the fast path, forwarded and dropped ...
+    assert sum(i["fast_path"] for i in stats["interfaces"]) >= len(ALLOWED) * (len(SIZES) - 2), seen_reasons
+    assert seen_reasons.get("filter_dropped", 0) >= len(BLOCKED_LATER) * len(SIZES), seen_reasons
+    # ... everything conntrack had a say in went to the kernel, each for its reason.
+    for reason in ("filter_ct_new", "filter_ct_tcp", "filter_ct_proto", "filter_ct_invalid", "br_nf_fragment"):
+        assert seen_reasons.get(reason, 0) > 0, (reason, seen_reasons)
+    for reason in ("br_netfilter", "filter_stale", "filter_unconfigured"):
+        assert not seen_reasons.get(reason), (reason, seen_reasons)
+    into_peer = reasons(stats, ("fast",)).get("into_peer", 0)
+    assert (into_peer > 0) == (hook == "tc"), into_peer
+    # The entries the fast path kept alive are as fresh as Linux keeps them.
+    kernel, accelerated = timeouts
+    assert set(kernel) == set(accelerated) == set(ESTABLISHED), timeouts
+    for dst in ALLOWED:
+        assert accelerated[dst] >= kernel[dst] - 1, timeouts
