@@ -182,6 +182,19 @@ def test_bridge(tmp_path, capsys):
     result = bench("bridge", tmp_path, capsys)
     assert result["errors"] == {}
     check_throughput(result, {"linux", "linuxfp-xdp", "linuxfp-tc"})
+    # Bridged with br_netfilter and the stateful ruleset: the generator's
+    # flow established (its reply bridged back), every frame arriving
+    # unchanged, and LinuxFP bridging the established flow itself (the
+    # share's check may name a quick run's short windows, nothing else).
+    netfilter = result["netfilter"]
+    check_throughput(netfilter, {"linux", "linuxfp-xdp", "linuxfp-tc"})
+    established = netfilter["conntrack"]["established"]
+    assert established["flows"] == 1 and established["assured"] == 1, netfilter["errors"]
+    for name in ("linuxfp-xdp", "linuxfp-tc"):
+        assert netfilter["fast_path"][name]["fast_path_share"] >= 0.9, netfilter["fast_path"][name]
+        assert netfilter["conntrack"]["after_measurement"][name]["assured_min"] == 1
+    assert [key for key in netfilter["errors"] if not key.endswith(" fast path")] == [], netfilter["errors"]
+    assert "br_netfilter" in result["summary"] and "br_netfilter" in result["method"]["netfilter"]
 
 
 def test_every_scenario_is_tested():

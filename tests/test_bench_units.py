@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from linuxfp.bench import gateway, programs
+from linuxfp.bench import bridge, gateway, programs
 from linuxfp.bench.accounting import _LAYOUT, ROLE_SLOTS, ROLES, CpuSample
 from linuxfp.bench.generator import BENCH_UDP_PORT, SENT_TTL, FrameSpec, steady_flows
 from linuxfp.lab.conntrack import parse_conntrack
@@ -216,6 +216,19 @@ def test_gateway_stateful_ruleset_is_a_stateful_filter():
     assert not any(rule.unsupported for rule in program.rules)
 
 
+def test_bridge_netfilter_ruleset_accepts_only_within_the_bridge():
+    """The bridge's stateful ruleset is the gateway's with the service
+    accepted between br0's ports only, and as much in the filter node's scope."""
+    text = gateway.stateful_ruleset(bridge="br0")
+    accept = f"-A FORWARD -i br0 -o br0 -p udp -m udp --dport {BENCH_UDP_PORT} -j ACCEPT"
+    assert text.splitlines() == [accept if line.startswith("-A FORWARD -p udp") else line
+                                 for line in gateway.stateful_ruleset().splitlines()]
+    ruleset = parse_save(text, "nft")
+    scope = filter_scope(NetfilterState(active=True, tables=("nft:ip filter", "nft:ip nat"), detail="test",
+                                        rulesets=(ruleset,)))
+    assert scope.uncovered == () and len(scope.stateful) == 2
+
+
 CONNTRACK = """\
 ipv4     2 udp      17 117 src=198.18.0.1 dst=198.19.0.1 sport=1024 dport=9 src=198.19.0.1 dst=198.18.0.1 sport=9 dport=1024 [ASSURED] mark=0 zone=0 use=2
 ipv4     2 udp      17 25 src=198.18.0.1 dst=198.19.1.1 sport=1025 dport=9 src=198.19.1.1 dst=198.18.0.1 sport=9 dport=1025 mark=0 zone=0 use=2
@@ -284,3 +297,16 @@ def test_gateway_fast_path_share_and_its_checks():
     assert gateway.share_checks(shares) == {
         "linuxfp-xdp counters": "1 measurement(s) without LinuxFP's counters "
                                 "(see repetitions[].measurements[].observed.datapath_error)"}
+
+
+def test_bridged_shares_leave_out_the_kernels_ip_forwarding():
+    """IpForwDatagrams never counts bridged frames: its share is not
+    reported, nor quoted by the checks, for the bridge."""
+    reps = [stateful_repetition(0, {"br_netfilter": 1000})]
+    reps[0]["measurements"]["linuxfp-xdp"]["kernel_forwarded"] = 0
+    shares = bridge.bridged_shares(gateway.fast_path_shares(reps))
+    assert all("kernel_forwarded" not in entry and "kernel_forwarded_share" not in entry for entry in shares.values())
+    assert shares["linuxfp-xdp"]["fast_path_share"] == 0.0
+    assert gateway.share_checks(shares) == {
+        "linuxfp-xdp fast path": "0.0% of the frames fast-pathed by LinuxFP's counters (passed to the kernel: "
+                                 "br_netfilter 1000)"}

@@ -22,6 +22,7 @@ import ipaddress
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from controller.launcher import linuxfp_cli
 from linuxfp.lab.conntrack import Flow, udp_entries
@@ -62,15 +63,18 @@ def blacklist_ruleset(count: int = BLACKLIST) -> str:
     return "\n".join(lines + ["COMMIT"]) + "\n"
 
 
-def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT) -> str:
+def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT, bridge: str | None = None) -> str:
     """A real host's FORWARD: policy DROP, established connections first,
     INVALID dropped, the blacklist, then the one service (the generator's
-    UDP port) accepted; a nat table with one MASQUERADE rule."""
+    UDP port) accepted; a nat table with one MASQUERADE rule. `bridge`:
+    the service accepted only between that bridge's ports (`-i br -o br`),
+    as Docker accepts traffic within docker0."""
+    within = f"-i {bridge} -o {bridge} " if bridge else ""
     lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]",
              "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
              "-A FORWARD -m conntrack --ctstate INVALID -j DROP"]
     lines += [f"-A FORWARD -s {source}/32 -j DROP" for source in blacklist_sources(count)]
-    lines += [f"-A FORWARD -p udp -m udp --dport {port} -j ACCEPT", "COMMIT",
+    lines += [f"-A FORWARD {within}-p udp -m udp --dport {port} -j ACCEPT", "COMMIT",
               "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
               ":POSTROUTING ACCEPT [0:0]", f"-A POSTROUTING -d {MASQUERADED} -j MASQUERADE", "COMMIT"]
     return "\n".join(lines) + "\n"
@@ -95,11 +99,13 @@ def establish_flows(line: Line, flows: tuple[Flow, ...]) -> dict:
     """Each flow as a real exchange through the DUT (Linux alone): a
     datagram from the source side, its reply from the sink side, and one
     more datagram past conntrack's stream mark, which makes the entry
-    ASSURED. Returns conntrack_state afterwards."""
+    ASSURED. The reply is addressed to the MAC the forwarded datagrams
+    reach the sink from: the DUT's egress, or across a bridge the
+    generator itself. Returns conntrack_state afterwards."""
     size = FRAME_SIZE - 4
     originals = [udp_frame(line.gen.mac, line.frame_dst_mac, src, dst, sport=sport, dport=dport, size=size)
                  for src, dst, sport, dport in flows]
-    replies = [udp_frame(line.snk.mac, line.dut_out.mac, dst, src, sport=dport, dport=sport, size=size)
+    replies = [udp_frame(line.snk.mac, line.arrival_src_mac, dst, src, sport=dport, dport=sport, size=size)
                for src, dst, sport, dport in flows]
     started = time.monotonic()
     inject(line.src, line.gen.ifname, originals)
@@ -109,6 +115,30 @@ def establish_flows(line: Line, flows: tuple[Flow, ...]) -> dict:
     inject(line.src, line.gen.ifname, originals)
     time.sleep(0.2)
     return conntrack_state(line, flows)
+
+
+@dataclass
+class FlowSetup:
+    """measure_with_rules' `prepare` for a stateful ruleset: establishes the
+    generator's flows (establish_flows) and keeps how they stood after, or
+    why they could not be (the measurements still run: their errors say
+    what they lack)."""
+
+    label: str                              # the variant, in the progress lines
+    established: dict | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, rig: throughput.Rig) -> None:
+        flows = rig.generator.flows()
+        throughput.progress(f"{self.label}: establishing {len(flows)} generator flows in conntrack")
+        try:
+            self.established = establish_flows(rig.line, flows)
+        except Exception as exc:  # noqa: BLE001 - the measurements still run; this says what they lack
+            self.errors["establish"] = f"{type(exc).__name__}: {exc}"
+            return
+        state = self.established
+        throughput.progress(f"{self.label}: {state['assured']}/{state['flows']} flows ASSURED, "
+                            f"{state['timeout_min_s']}-{state['timeout_max_s']} s left")
 
 
 def datapath_counts(line: Line) -> dict:
@@ -248,16 +278,16 @@ def conntrack_checks(established: dict | None, after: dict) -> dict[str, str]:
     return errors
 
 
-def share_checks(shares: dict) -> dict[str, str]:
+def share_checks(shares: dict, minimum: float = MIN_FAST_PATH_SHARE) -> dict[str, str]:
     """LinuxFP's figures are LinuxFP's only if it forwarded the frames
-    itself: a share below MIN_FAST_PATH_SHARE is named, with the reasons."""
+    itself: a share below `minimum` is named, with the reasons."""
     errors = {}
     for name, entry in shares.items():
         if entry.get("datapath_errors"):
             errors[f"{name} counters"] = (f"{entry['datapath_errors']} measurement(s) without LinuxFP's counters "
                                           "(see repetitions[].measurements[].observed.datapath_error)")
         share = entry.get("fast_path_share")
-        if "datapath" in entry and (share is None or share < MIN_FAST_PATH_SHARE):
+        if "datapath" in entry and (share is None or share < minimum):
             passed = ", ".join(f"{k} {v}" for k, v in sorted(entry["datapath"]["passed"].items(),
                                                              key=lambda kv: -kv[1])[:4])
             kernel = entry.get("kernel_forwarded_share")
@@ -273,21 +303,7 @@ def share_checks(shares: dict) -> dict[str, str]:
 def run(options: Options) -> dict:
     started = timestamp()
     plan = systems_plan(options, full_repetitions=10)
-    established: dict | None = None
-    setup_errors: dict[str, str] = {}
-
-    def establish(rig: throughput.Rig) -> None:
-        nonlocal established
-        flows = rig.generator.flows()
-        throughput.progress(f"gateway stateful: establishing {len(flows)} generator flows in conntrack")
-        try:
-            established = establish_flows(rig.line, flows)
-        except Exception as exc:  # noqa: BLE001 - the stateless figures are kept; this says why
-            setup_errors["establish"] = f"{type(exc).__name__}: {exc}"
-            return
-        throughput.progress(f"gateway stateful: {established['assured']}/{established['flows']} flows ASSURED, "
-                            f"{established['timeout_min_s']}-{established['timeout_max_s']} s left")
-
+    setup = FlowSetup("gateway stateful")
     with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
         throughput.progress(f"gateway: {BLACKLIST} blacklist rules, {len(SYSTEM_NAMES)} systems x "
                             f"{plan.repetitions} repetitions")
@@ -297,7 +313,7 @@ def run(options: Options) -> dict:
         # and adds the nat table (which no later restore would remove).
         throughput.progress(f"gateway stateful: conntrack, {BLACKLIST} blacklist rules, nat; "
                             f"{len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
-        stateful, stateful_errors = measure_with_rules(rig, plan, stateful_ruleset(), prepare=establish,
+        stateful, stateful_errors = measure_with_rules(rig, plan, stateful_ruleset(), prepare=setup,
                                                        observe=observer(stateful=True))
         method = throughput.method(plan, rig.placement, PREFIXES)
     method["rules"] = f"{BLACKLIST} x `-A FORWARD -s <documentation /32> -j DROP`, iptables-nft"
@@ -317,7 +333,8 @@ def run(options: Options) -> dict:
     stateful_after = conntrack_after(stateful["repetitions"])
     stateless_shares = fast_path_shares(summary["repetitions"])
     errors.update(share_checks(stateless_shares))
-    stateful_errors = {**setup_errors, **stateful_errors, **conntrack_checks(established, stateful_after),
+    established = setup.established
+    stateful_errors = {**setup.errors, **stateful_errors, **conntrack_checks(established, stateful_after),
                        **share_checks(stateful_shares)}
     return {
         "scenario": "gateway",
@@ -347,7 +364,7 @@ def run(options: Options) -> dict:
     }
 
 
-def _shares_text(shares: dict) -> str:
+def shares_text(shares: dict) -> str:
     parts = [f"{name.removeprefix('linuxfp-')} {entry['fast_path_share']:.1%}"
              for name, entry in shares.items() if entry.get("fast_path_share") is not None]
     return ", ".join(parts) if parts else "unknown"
@@ -359,13 +376,13 @@ def summary_line(result: dict) -> str:
     if stateful:
         ratios = stateful["ratios"]
         shown = ", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios) or "no valid ratios"
-        line += (f"; stateful (conntrack, nat) {shown}, fast-pathed {_shares_text(stateful['fast_path'])}")
+        line += (f"; stateful (conntrack, nat) {shown}, fast-pathed {shares_text(stateful['fast_path'])}")
     if result["errors"]:
         line += f"; errors: {', '.join(result['errors'])}"
     return line
 
 
-def _share_rows(shares: dict) -> list[list[str]]:
+def share_rows(shares: dict) -> list[list[str]]:
     rows = []
     for name, entry in shares.items():
         datapath = entry.get("datapath")
@@ -378,6 +395,26 @@ def _share_rows(shares: dict) -> list[list[str]]:
                      str(datapath["passed_to_kernel"]) if datapath else "-", passed or "-",
                      f"{kernel:.2%}" if kernel is not None else "-"])
     return rows
+
+
+def established_text(established: dict | None) -> str:
+    """How the generator's flows stood before measuring, for markdown."""
+    if not established:
+        return "Not established (see errors).\n\n"
+    return (f"Before measuring: {established['assured']} of {established['flows']} flows ASSURED "
+            f"({established['timeout_min_s']}–{established['timeout_max_s']} s left).\n\n")
+
+
+def conntrack_after_text(after: dict, established: dict | None) -> str:
+    """conntrack_after's worst states, for markdown ("" without any)."""
+    if not after:
+        return ""
+    return ("\nConntrack after each measurement (worst seen): " + "; ".join(
+        f"{name}: {a['assured_min']}/{a['flows']} ASSURED, ≥ {a['timeout_min_s']} s left"
+        for name, a in after.items())
+        + (f" (conntrack's stream timeout: {established['stream_timeout_s']} s; an entry the fast path "
+           "did not refresh would be below it by the controller's start-up and the measurement, "
+           "seconds)" if established else "") + ".\n")
 
 
 SHARE_HEADER = ["system", "fast-pathed (LinuxFP counters)", "fast path", "passed to kernel", "pass reasons",
@@ -394,26 +431,16 @@ def markdown(result: dict) -> str:
            systems_table(result["systems"]), "\n",
            ratios_table(result["ratio_spread"], {"linuxfp-xdp/linux": TARGET})]
     if result.get("fast_path"):
-        out += ["\n", table(SHARE_HEADER, _share_rows(result["fast_path"]))]
+        out += ["\n", table(SHARE_HEADER, share_rows(result["fast_path"]))]
     stateful = result.get("stateful")
     if stateful:
         established = stateful["conntrack"]["established"]
         out += [f"\n## Stateful: {result['method']['stateful_rules']}\n\n",
-                f"Flows: {result['method']['stateful_flows']}. "
-                + (f"Before measuring: {established['assured']} of {established['flows']} flows ASSURED "
-                   f"({established['timeout_min_s']}–{established['timeout_max_s']} s left).\n\n"
-                   if established else "Not established (see errors).\n\n"),
+                f"Flows: {result['method']['stateful_flows']}. " + established_text(established),
                 systems_table(stateful["systems"]), "\n",
                 ratios_table(stateful["ratio_spread"], {}), "\n",
-                table(SHARE_HEADER, _share_rows(stateful["fast_path"]))]
-        after = stateful["conntrack"]["after_measurement"]
-        if after:
-            out.append("\nConntrack after each measurement (worst seen): " + "; ".join(
-                f"{name}: {a['assured_min']}/{a['flows']} ASSURED, ≥ {a['timeout_min_s']} s left"
-                for name, a in after.items())
-                + (f" (conntrack's stream timeout: {established['stream_timeout_s']} s; an entry the fast path "
-                   "did not refresh would be below it by the controller's start-up and the measurement, "
-                   "seconds)" if established else "") + ".\n")
+                table(SHARE_HEADER, share_rows(stateful["fast_path"]))]
+        out.append(conntrack_after_text(stateful["conntrack"]["after_measurement"], established))
         rows = [[k, f"{result['ratios'][k]:.2f}" if k in result["ratios"] else "-",
                  f"{stateful['ratios'][k]:.2f}" if k in stateful["ratios"] else "-"] for k in RATIO_KEYS]
         rows += [[f"{name} Mpps", fmt_mpps(result["systems"][name]["pps_median"]) if name in result["systems"] else "-",
