@@ -14,7 +14,6 @@ path must have bridged the established datagrams itself (at TC straight
 into the pods) and kept their conntrack entries as alive as Linux does."""
 from __future__ import annotations
 
-import struct
 import time
 
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from controller_counting import Counting, counting, reasons
 from linuxfp.lab import run_differential
 from linuxfp.lab.bridged import BRIDGE, BridgeTopology
-from linuxfp.lab.conntrack import udp_entries
+from linuxfp.lab.conntrack import malformed_udp, timeouts_to
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import ethernet, icmp_frame, ipv4, tcp_frame, udp, udp_frame
 from linuxfp.lab.packet_io import inject
@@ -103,9 +102,6 @@ def _warm_up(topology) -> None:
     send("b", "c")
 
 
-def _corrupt(frame: bytes, offset: int, value: bytes) -> bytes:
-    return frame[:offset] + value + frame[offset + len(value):]
-
 
 def frames(topology, index: int) -> list[bytes]:
     out = []
@@ -116,9 +112,7 @@ def frames(topology, index: int) -> list[bytes]:
             out.append(_datagram(topology, dst, size, ident))
         # conntrack's verdicts on malformed datagrams of an established connection
         good = _datagram(topology, dst, 200, ident + 1)
-        out.append(_corrupt(good, 14 + 20 + 6, struct.pack("!H", good[40] << 8 ^ 0x5a5a)))   # bad checksum
-        out.append(_corrupt(good, 14 + 20 + 6, b"\0\0"))                                  # no checksum: valid
-        out.append(_corrupt(good, 14 + 20 + 4, struct.pack("!H", 999)))                    # length past the end
+        out.extend(malformed_udp(good))
         ident += 2
     a, b = topology.mac("a"), topology.mac("b")
     # fragments of an established connection's datagram, all of it and only
@@ -138,18 +132,13 @@ def frames(topology, index: int) -> list[bytes]:
     return out
 
 
-def _timeouts(topology) -> dict[str, int]:
-    """Seconds left of each established connection's entry."""
-    return {dst: entry["timeout_s"] for (_, dst, _, _), entry in udp_entries(topology.dut).items()
-            if dst in ESTABLISHED}
-
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_bridged_connections_are_filtered_as_br_netfilter_filters_them(require_root, hook):
     timeouts: list[dict[str, int]] = []
 
     def block(topology):
-        timeouts.append(_timeouts(topology))
+        timeouts.append(timeouts_to(topology.dut, ESTABLISHED))
         for dst in BLOCKED_LATER:
             topology.dut.run(["iptables", "-I", "GUARD", "1", "-d", dst, "-j", "DROP"])
         _warm_up(topology)

@@ -9,7 +9,6 @@ The fast path must have carried the established datagrams itself, and
 kept their conntrack entries as alive as Linux does."""
 from __future__ import annotations
 
-import struct
 import time
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
-from linuxfp.lab.conntrack import udp_entries
+from linuxfp.lab.conntrack import malformed_udp, timeouts_to
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import icmp_frame, tcp_frame, udp_frame
 from linuxfp.lab.packet_io import inject
@@ -81,9 +80,6 @@ def _connect(router) -> None:
     time.sleep(3)
 
 
-def _corrupt(frame: bytes, offset: int, value: bytes) -> bytes:
-    return frame[:offset] + value + frame[offset + len(value):]
-
 
 def frames(router, index: int) -> list[bytes]:
     out = []
@@ -95,10 +91,7 @@ def frames(router, index: int) -> list[bytes]:
             out.append(_forward(router, dst, size, ident, sport=40001))
         # conntrack's verdicts on malformed datagrams of an established connection
         good = _forward(router, dst, 200, ident + 1, sport=40001)
-        out.append(_corrupt(good, 14 + 20 + 6, struct.pack("!H", good[40] << 8 ^ 0x5a5a)))   # bad checksum
-        out.append(_corrupt(good, 14 + 20 + 6, b"\0\0"))                                  # no checksum: valid
-        out.append(_corrupt(good, 14 + 20 + 4, struct.pack("!H", 999)))                    # length past the end
-        out.append(_corrupt(good, 14 + 20 + 4, struct.pack("!H", 7)))                      # length too short
+        out.extend(malformed_udp(good))
         ident += 2
     for n in range(12):   # new connections: accepted by port, or dropped by the policy or GUARD
         dst = ("198.19.0.40", "198.19.9.1", "198.19.4.4")[n % 3]
@@ -110,18 +103,13 @@ def frames(router, index: int) -> list[bytes]:
     return out
 
 
-def _timeouts(router) -> dict[str, int]:
-    """Seconds left of each established connection's entry."""
-    return {dst: entry["timeout_s"] for (_, dst, _, _), entry in udp_entries(router.dut).items()
-            if dst in ESTABLISHED}
-
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook):
     timeouts: list[dict[str, int]] = []
 
     def block(router):
-        timeouts.append(_timeouts(router))
+        timeouts.append(timeouts_to(router.dut, ESTABLISHED))
         router.dut.run(["iptables", "-I", "GUARD", "1", "-d", "198.19.2.0/24", "-j", "DROP"])
 
     # (the counters are read as each step settles: the last step's are those of the burst before it)

@@ -3,6 +3,9 @@
 left of the entries it refreshed)."""
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterable
+
 from .netns import Namespace
 
 Flow = tuple[str, str, int, int]     # source, destination, source port, destination port
@@ -31,3 +34,23 @@ def parse_conntrack(text: str) -> dict[Flow, dict]:
 
 def udp_entries(ns: Namespace) -> dict[Flow, dict]:
     return parse_conntrack(ns.read_proc_net("nf_conntrack"))
+
+
+def timeouts_to(ns: Namespace, destinations: Iterable[str]) -> dict[str, int]:
+    """Seconds left of the UDP entries to each of `destinations`."""
+    wanted = set(destinations)
+    return {dst: entry["timeout_s"] for (_, dst, _, _), entry in udp_entries(ns).items() if dst in wanted}
+
+
+_UDP = 14 + 20        # an untagged frame with a 20-byte IPv4 header
+
+
+def malformed_udp(frame: bytes) -> list[bytes]:
+    """An established connection's datagram as conntrack's udp_error()
+    judges it: a bad checksum (invalid), none (valid), a UDP length past the
+    end and one too short (invalid)."""
+    def corrupt(offset: int, value: bytes) -> bytes:
+        return frame[:offset] + value + frame[offset + len(value):]
+
+    return [corrupt(_UDP + 6, struct.pack("!H", frame[_UDP + 6] << 8 ^ 0x5a5a)), corrupt(_UDP + 6, b"\0\0"),
+            corrupt(_UDP + 4, struct.pack("!H", 999)), corrupt(_UDP + 4, struct.pack("!H", 7))]
