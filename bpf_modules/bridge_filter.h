@@ -7,11 +7,11 @@
  * kernel.
  *
  * It looks only at frames the bridge node marked LFP_FWD_NF_IPV4 (their
- * bridge calls iptables, iptables is active, br_validate_ipv4() would let
- * the header through unchanged, and they are not fragments). What else br_netfilter runs for them
- * is kept out of the way by the filter scope
- * (linuxfp/graph/filtering/scope.py): raw, mangle and security rules keep
- * the whole namespace on the kernel path, and nat chains see only a
+ * bridge calls iptables, iptables could act on them, br_validate_ipv4()
+ * would let the header through unchanged, and they are not fragments).
+ * What else br_netfilter runs for them is kept out of the way by the filter
+ * scope (linuxfp/graph/filtering/scope.py): raw, mangle and security rules
+ * keep the whole namespace on the kernel path, and nat chains see only a
  * connection's first packet, which conntrack.h leaves to the kernel. Rules
  * with physdev matches (the ports br_netfilter remembers) are ones the
  * classifier does not reproduce: the packets that reach them go to the

@@ -58,7 +58,8 @@ class Bridge(Node):
     header = modules_dir() / "bridge.h"
     decides = True
     # iptables FORWARD rules see bridged IPv4 only through br_netfilter; the
-    # node hands such frames to the kernel (LFP_BRP_NF_IPV4_RULES).
+    # node leaves such frames (LFP_BRP_NF_IPV4_RULES) to the bridge filter
+    # where the pipeline has one, and to the kernel where not.
     covers = frozenset({"iptables_filter"})
     inputs = ("links", "fdb", "sysctls", "netfilter")
     # Forgets a mirrored entry synchronously as the kernel changes it.
