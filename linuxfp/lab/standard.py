@@ -16,6 +16,7 @@ arrive on a timer).
 
 from __future__ import annotations
 
+import functools
 from ipaddress import IPv4Address
 
 from .differential import Step
@@ -145,8 +146,11 @@ def _more_specific(router: Router) -> str:
     return str(list(ordinary.subnets(prefixlen_diff=1))[1])  # the upper half, e.g. 198.19.0.128/25
 
 
+@functools.cache
 def standard_steps() -> tuple[Step[Router], ...]:
-    """Configuration changes applied one after another to the DUT, each followed by a burst."""
+    """Configuration changes applied one after another to the DUT, each
+    followed by a burst (always the same tuple: differentials that differ
+    only in the accelerator share their kernel-alone observation)."""
     sink = "to-sink"
     sink_ip, lazy = RouterTopology.SINK_IP, RouterTopology.LAZY_GATEWAY
     run = _run_in_dut
