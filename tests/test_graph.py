@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from linuxfp.graph import build_graph, flag_names, to_dot, to_text
-from linuxfp.state.model import BridgeOptions, BridgePort, NetfilterState, Rule, Sysctls
+from linuxfp.state.model import BridgeOptions, BridgePort, NetfilterState, Rule, Sysctls, VxlanOptions
 from linuxfp.graph import Shape
 from linuxfp.graph.nodes.router import local_source_addresses
 from linuxfp.graph.nodes.transmit import neighbour_states
@@ -100,6 +100,35 @@ def test_bridge_ports_get_the_bridge_node_and_other_kinds_are_skipped():
     links = tuple(promisc if l.index == 4 else l for l in snap.links)
     reasons = {s.ifname: s.reason for s in build_graph(replace(snap, links=links)).skipped}
     assert "promiscuous" in reasons["port"]
+
+
+def test_a_vxlan_device_with_a_fixed_vni_routes_at_tc_in_both_directions():
+    """flannel.1's shape: its receive and transmit functions decapsulate and
+    encapsulate around tc, so it is Ethernet to IP — at TC (no native XDP,
+    and an XDP redirect cannot reach its transmit) — unless the tunnel keys
+    ride in metadata or the encapsulation could outgrow the underlay."""
+    snap = router_snapshot()
+    flannel = replace(link(6, "flannel.1", kind="vxlan", mtu=1450, xdp=0),
+                      vxlan=VxlanOptions(vni=1, lower=3, port=8472))
+    snap = replace(snap, sysctls=replace(snap.sysctls, interfaces=snap.sysctls.interfaces + (sysctl(6),)))
+    graph = build_graph(replace(snap, links=snap.links + (flannel,)))
+    assert graph.pipeline(6).shape == Shape("tc", ("router", "transmit"))
+    assert {"forwarding", "tc_tx"} <= set(flag_names(facts(graph, 6).flags))
+    assert "xdp_tx" not in flag_names(facts(graph, 6).flags)
+
+    def reason(**changes):
+        options = {k: v for k, v in changes.items() if k != "mtu"}
+        vx = replace(flannel, vxlan=replace(flannel.vxlan, **options), mtu=changes.get("mtu", 1450))
+        g = build_graph(replace(snap, links=snap.links + (vx,)))
+        assert "tc_tx" not in flag_names(facts(g, 6).flags)
+        return {s.ifname: s.reason for s in g.skipped}["flannel.1"]
+
+    assert "external" in reason(collect_metadata=True)
+    assert "underlay device" in reason(lower=0)
+    assert "exceeds right's MTU 1500" in reason(mtu=1451)
+    assert "exceeds" in reason(ipv6=True)           # 70 bytes of headers over IPv6
+    assert "options unknown" in {s.ifname: s.reason for s in build_graph(replace(
+        snap, links=snap.links + (replace(flannel, vxlan=None),))).skipped}["flannel.1"]
 
 
 def bridged_router_snapshot(bridge_qdisc="noqueue", locked=False):

@@ -7,6 +7,7 @@ minutes, progress on the terminal); later runs reuse the cached binaries.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -203,6 +204,131 @@ def test_intra_node_udp_is_bridged_in_the_fast_path(flannel: FlannelLab) -> None
     # first 2 s and those the FDB's refreshes hand to the kernel
     assert fast >= 2 * count * 0.9, (fast, reasons(stats), sent)
     assert all(n <= 0.1 * count for n in sent.values()), (sent, stats)
+
+
+# Datagrams with IP IDs of our own (sent through raw sockets, UDP checksum
+# 0): the IDs a pod's kernel draws go on counting between two runs, and the
+# outer UDP checksum covers the inner packet.
+RAW_UDP = """
+import socket, struct
+raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+def send(src, dst, sport, dport, payload):
+    ident = 1 + int.from_bytes(payload[:4], "big")
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), ident, 0x4000, 64, 17, 0,
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    raw.sendto(ip + udp, (dst, 0))
+"""
+RAW_ECHO = RAW_UDP + """
+import sys
+me = sys.argv[1]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 8081))
+while True:
+    d, (ip, port) = s.recvfrom(2000)
+    send(me, ip, 8081, port, d)
+"""
+RAW_EXCHANGE = RAW_UDP + """
+import sys, time
+me, ip, count, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "first"
+c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(2)
+c.bind(("0.0.0.0", 40123))    # one flow, the same in every run: its frames compare
+def ask(n):
+    send(me, ip, 40123, 8081, n.to_bytes(4, "big") * 16)
+    while c.recv(2000)[:4] != n.to_bytes(4, "big"):
+        pass
+if first:
+    c.settimeout(0.3)   # the echo server may not listen yet: ask until it answers
+    for _ in range(30):
+        try:
+            ask(0)
+            break
+        except socket.timeout:
+            pass
+    c.settimeout(2)
+    time.sleep(2.2)     # conntrack marks the connection a stream (ASSURED)
+else:
+    ask(0)
+for n in range(1, count + 2):
+    time.sleep(0.001)   # paced: an FDB refresh's settle window holds a few exchanges, not all
+    ask(n)
+"""
+
+
+def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str = "again") -> dict[str, list[bytes]]:
+    """The frames of one UDP request/response exchange (`count` + 2 each way)
+    as each pod and each node's underlay receive them; the outer packets'
+    IP ID (and the header checksum over it), which Linux draws per packet
+    from a per-namespace random key, zeroed: all other bytes compare."""
+    from linuxfp.lab.dissect import normalise_ip_id
+    from linuxfp.lab.packet_io import Capture, settle
+
+    underlay = [ipaddress.IPv4Address(node.underlay_ip) for node in flannel.state.nodes]
+    points = {"client": (client.name, "eth0"), "server": (server.name, "eth0"),
+              "node1:eth0": ("node1", "eth0"), "node2:eth0": ("node2", "eth0")}
+    captures = {label: Capture(flannel.namespace(ns), dev, label) for label, (ns, dev) in points.items()}
+    try:
+        flannel.namespace(client.name).run(["python3", "-c", RAW_EXCHANGE, client.ip, server.ip, str(count), run])
+        settle(list(captures.values()), quiet=0.2)
+        frames = {label: [f.data for f in capture.stop()] for label, capture in captures.items()}
+    finally:
+        for capture in captures.values():
+            capture.close()
+    # what belongs to the exchange: IPv4/UDP to or from port 40123 (inner)
+    # or to the VXLAN port (outer); neighbour and other traffic left out
+    def ours(frame: bytes) -> bool:
+        return len(frame) > 37 and frame[12:14] == b"\x08\x00" and frame[23] == 17 and (
+            (40123).to_bytes(2, "big") in (frame[34:36], frame[36:38]) or frame[36:38] == (8472).to_bytes(2, "big"))
+    return {label: [normalise_ip_id(f, underlay)[0] for f in got if ours(f)] for label, got in frames.items()}
+
+
+def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flannel: FlannelLab) -> None:
+    """Pod to pod across the two nodes through flannel.1 (VXLAN): routed
+    into flannel.1 — whose own transmit encapsulates, as behind Linux's
+    neighbour output — and, decapsulated by the kernel, routed from
+    flannel.1 straight into the pod, in the fast path of both nodes. What
+    both pods and both underlay ends receive is what Linux alone gives them
+    (the same exchange of one connection, run without, then with
+    LinuxFP), and the nodes' kernels forward (almost) none of it."""
+    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller_counting import reasons
+    from linuxfp.lab.counters import ip_forw_datagrams
+
+    client, server = flannel.pods_on("node1")[0], flannel.pods_on("node2")[0]
+    nodes = [flannel.namespace("node1"), flannel.namespace("node2")]
+    count = 200
+    echo = flannel.namespace(server.name).popen(["python3", "-c", RAW_ECHO, server.ip],
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _exchange_frames(flannel, client, server, count, "first")
+        forwarded = [ip_forw_datagrams(node) for node in nodes]
+        linux = _exchange_frames(flannel, client, server, count)
+        by_linux = [ip_forw_datagrams(node) - before for node, before in zip(nodes, forwarded)]
+        with ControllerProcess(nodes[0].name, hook="tc") as first, ControllerProcess(nodes[1].name, hook="tc") as second:
+            first.settled()
+            second.settled()
+            shapes = {entry["ifname"]: entry["shape"]
+                      for entry in json.loads(linuxfp_cli(nodes[0].name, "-j", "status").stdout)["interfaces"]}
+            assert "router" in shapes.get(VXLAN_DEVICE, ""), shapes
+            # (the bridge mirror's entries, new to the datapath, settle
+            # with their first frames: a first run, then the one compared)
+            _exchange_frames(flannel, client, server, count)
+            forwarded = [ip_forw_datagrams(node) for node in nodes]
+            accelerated = _exchange_frames(flannel, client, server, count)
+            by_kernel = [ip_forw_datagrams(node) - before for node, before in zip(nodes, forwarded)]
+            stats = [json.loads(linuxfp_cli(node.name, "-j", "stats").stdout) for node in nodes]
+    finally:
+        os.killpg(echo.pid, 15)
+        echo.wait()
+    for label, frames in linux.items():
+        # requests and answers (outer at the underlay ends, inner at the pods)
+        assert len(frames) == count + 2, (label, len(frames))
+        assert accelerated[label] == frames, label
+    assert all(n >= count for n in by_linux), by_linux
+    fast = [reasons(s, ("fast",)) for s in stats]
+    # each node routes the requests or answers into flannel.1 and the
+    # others from it into its pod, less the FDB refreshes' frames
+    assert all(n <= 0.1 * count for n in by_kernel), (by_kernel, [reasons(s) for s in stats])
+    assert all(f.get("forwarded", 0) >= 0.9 * count and f.get("into_peer", 0) >= 0.9 * count for f in fast), fast
 
 
 def test_pod_churn_leaves_nothing_and_add_works_again(flannel: FlannelLab) -> None:

@@ -179,6 +179,21 @@ def test_xdp_features_follow_peer_gro(netns):
     assert a0.can_receive_xdp_redirect and a0.xdp_features & NETDEV_XDP_ACT_NDO_XMIT
 
 
+def test_vxlan_options_are_read(netns):
+    basic_topology()
+    sh("ip link add vx0 type vxlan id 42 local 192.0.2.1 dev a0 dstport 8472 nolearning")
+    sh("ip link add vx1 type vxlan external dstport 4789")
+    sh("ip link add vx6 type vxlan id 7 local 2001:db8::1 dstport 4789")
+    snap = read_snapshot()
+    a0 = snap.link_by_name("a0")
+    vx0 = snap.link_by_name("vx0").vxlan
+    assert (vx0.vni, vx0.lower, vx0.port, vx0.collect_metadata, vx0.ipv6) == (42, a0.index, 8472, False, False)
+    assert vx0.overhead == 50 and snap.link_by_name("vx6").vxlan.overhead == 70
+    assert snap.link_by_name("vx1").vxlan.collect_metadata and snap.link_by_name("vx1").vxlan.lower == 0
+    assert snap.link_by_name("a0").vxlan is None
+    assert json.loads(json.dumps(snap.to_dict()))["links"]
+
+
 def test_netfilter_nft(netns):
     assert not read_snapshot().netfilter.active
     sh("iptables -A FORWARD -j DROP")  # Debian: iptables-nft

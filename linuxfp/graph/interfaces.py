@@ -17,9 +17,10 @@ IFACES, TX_PORTS, BRIDGE_TX_PORTS = "lfp_ifaces", "lfp_tx_ports", "lfp_br_tx_por
 # so they simply stay on the kernel path.
 MAX_IFACE_SLOTS = 1 << 16
 
-# Interface kinds whose packets Linux hands straight to IP (no bridge, tunnel
-# or aggregation semantics in between), so the router node can stand in for it.
-ROUTABLE_KINDS = frozenset({"", "veth"})
+# Interface kinds that are plain Ethernet: Linux hands their packets straight
+# to IP and sends through them with nothing in between (no bridge, tunnel or
+# aggregation semantics), so a node can stand in for the stack around them.
+PLAIN_KINDS = frozenset({"", "veth"})
 
 # Root qdiscs that neither reorder by class nor rewrite: an XDP redirect, which
 # bypasses the egress qdisc, is then indistinguishable from Linux's output.
@@ -49,7 +50,7 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
         flags |= IF_SET_PRIORITY
     # Accepted ICMP redirects create next-hop exceptions bpf_fib_lookup ignores.
     redirects = conf is not None and conf.accept_redirects
-    sendable = (link.up and link.oper_up and link.kind in ROUTABLE_KINDS and not link.master
+    sendable = (link.up and link.oper_up and routing_blocker(link, snapshot) is None and not link.master
                 and not redirects)
     if bridge_sendable(link, snapshot):
         # Bridged frames may leave here; routed ones never (a port is not a
@@ -62,6 +63,42 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
         if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress:
             flags |= IF_XDP_TX
     return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap)
+
+
+def routing_blocker(link, snapshot) -> str | None:
+    """Why Linux would do something between this interface and IP that a
+    packet routed in the fast path would miss, in either direction (None:
+    nothing does)."""
+    if link.kind in PLAIN_KINDS:
+        return None
+    if link.kind == "vxlan":
+        return vxlan_blocker(link, snapshot)
+    return f"{link.kind} interfaces are not supported yet"
+
+
+def vxlan_blocker(link, snapshot) -> str | None:
+    """A VXLAN device with one fixed VNI is Ethernet to IP: vxlan_rcv()
+    decapsulates (checksum, ECN, source MAC checks) before tc ingress sees
+    the inner frame, and vxlan_xmit() encapsulates from the frame and the
+    device's FDB alone — a tc redirect reaches it through the same
+    dev_queue_xmit() as Linux's neighbour output, so the outer packet is
+    the kernel's own (its OUTPUT and POSTROUTING hooks included). Except
+    when the encapsulated packet would not fit the underlay: Linux then
+    lowers the inner route's path MTU as it sends (skb_tunnel_check_pmtu),
+    which a redirected packet, carrying no route, would not do. (An MTU
+    metric on the underlay route has the same effect and is not checked.)"""
+    options = link.vxlan
+    if options is None:
+        return "vxlan options unknown"
+    if options.collect_metadata or options.vni_filter:
+        return "vxlan in external (collect-metadata) mode: its tunnel keys ride in packet metadata"
+    lower = snapshot.link(options.lower) if options.lower else None
+    if lower is None:
+        return "vxlan without an underlay device (dev): the encapsulated packets' MTU is not known"
+    if lower.mtu < link.mtu + options.overhead:
+        return (f"vxlan MTU {link.mtu} + {options.overhead} bytes of encapsulation exceeds {lower.name}'s "
+                f"MTU {lower.mtu}: Linux would lower the path MTU as it sends")
+    return None
 
 
 def bridge_sendable(link, snapshot) -> bool:

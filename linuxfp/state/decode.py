@@ -57,6 +57,7 @@ from .model import (
     Route,
     Rule,
     VethPeer,
+    VxlanOptions,
 )
 
 # rtnetlink message types (include/uapi/linux/rtnetlink.h)
@@ -150,7 +151,7 @@ def decode_link(payload: bytes) -> Link | None:
         return None
     a = nl.parse_attrs(payload, _IFINFOMSG.size)
     kind = slave_kind = ""
-    bridge = port = None
+    bridge = port = vxlan = None
     if IFLA_LINKINFO in a:
         info = nl.parse_attrs(a[IFLA_LINKINFO])
         kind = nl.cstr(info[IFLA_INFO_KIND]) if IFLA_INFO_KIND in info else ""
@@ -159,6 +160,8 @@ def decode_link(payload: bytes) -> Link | None:
             bridge = decode_bridge_options(info[IFLA_INFO_DATA])   # None otherwise: options unknown
         if slave_kind == "bridge":
             port = decode_bridge_port(info.get(IFLA_INFO_SLAVE_DATA, b""))
+        if kind == "vxlan" and IFLA_INFO_DATA in info:
+            vxlan = decode_vxlan_options(info[IFLA_INFO_DATA])    # None otherwise: options unknown
     xdp_prog_id = 0
     xdp_mode = XDP_ATTACHED_NONE
     if IFLA_XDP in a:
@@ -200,6 +203,27 @@ def decode_link(payload: bytes) -> Link | None:
         alias=nl.cstr(a[IFLA_IFALIAS]) if IFLA_IFALIAS in a else "",
         bridge=bridge,
         bridge_port=port,
+        vxlan=vxlan,
+    )
+
+
+# enum ifla_vxlan_info (include/uapi/linux/if_link.h)
+IFLA_VXLAN_ID, IFLA_VXLAN_GROUP, IFLA_VXLAN_LINK, IFLA_VXLAN_LOCAL = 1, 2, 3, 4
+IFLA_VXLAN_PORT, IFLA_VXLAN_GROUP6, IFLA_VXLAN_LOCAL6 = 15, 16, 17
+IFLA_VXLAN_COLLECT_METADATA, IFLA_VXLAN_VNIFILTER = 25, 30
+
+
+def decode_vxlan_options(data: bytes) -> VxlanOptions:
+    """IFLA_INFO_DATA of a VXLAN device."""
+    a = nl.parse_attrs(data)
+    return VxlanOptions(
+        vni=nl.u32(a[IFLA_VXLAN_ID]) if IFLA_VXLAN_ID in a else 0,
+        collect_metadata=bool(nl.u8(a[IFLA_VXLAN_COLLECT_METADATA])) if IFLA_VXLAN_COLLECT_METADATA in a else False,
+        vni_filter=bool(nl.u8(a[IFLA_VXLAN_VNIFILTER])) if IFLA_VXLAN_VNIFILTER in a else False,
+        lower=nl.u32(a[IFLA_VXLAN_LINK]) if IFLA_VXLAN_LINK in a else 0,
+        ipv6=IFLA_VXLAN_LOCAL6 in a or IFLA_VXLAN_GROUP6 in a,
+        # network byte order on the wire (nla_put_be16)
+        port=struct.unpack("!H", a[IFLA_VXLAN_PORT][:2])[0] if IFLA_VXLAN_PORT in a else 0,
     )
 
 

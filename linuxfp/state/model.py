@@ -155,6 +155,7 @@ class Link(_JsonMixin):
     xdp_rx_metadata: int = 0
     bridge: "BridgeOptions | None" = None        # kind "bridge": its options
     bridge_port: "BridgePort | None" = None      # slave_kind "bridge": the port's settings
+    vxlan: "VxlanOptions | None" = None          # kind "vxlan": its options
 
     @property
     def xdp_sees_vlan_tags(self) -> bool:
@@ -196,6 +197,26 @@ class BridgeOptions(_JsonMixin):
     nf_call_arptables: bool = False
     mcast_snooping: bool = True
     group_fwd_mask: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class VxlanOptions(_JsonMixin):
+    """The options of a VXLAN device (IFLA_INFO_DATA) that decide whether
+    it sends and receives like an Ethernet device: the rest (remote, TTL,
+    TOS, ports, checksums, learning) its own transmit and receive functions
+    apply, which run the same whoever hands them the frame."""
+
+    vni: int = 0
+    collect_metadata: bool = False  # "external": tunnel keys in skb metadata, not a fixed VNI
+    vni_filter: bool = False        # several VNIs on one device (requires external)
+    lower: int = 0                  # IFLA_VXLAN_LINK: the underlay device (`dev`), 0 when none
+    ipv6: bool = False              # local or group address is IPv6: 70 bytes of headers, not 50
+    port: int = 0                   # destination UDP port
+
+    @property
+    def overhead(self) -> int:
+        """Bytes the encapsulation adds in front of the frame's IP packet."""
+        return (40 if self.ipv6 else 20) + 8 + 8 + 14
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from linuxfp.resources import modules_dir
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
 from ..filtering.scope import filter_scope
-from ..interfaces import ARPHRD_ETHER, ROUTABLE_KINDS, bridge_sendable
+from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, Table, u32
 from . import Node, Stage, register
 
@@ -79,7 +79,7 @@ class Bridge(Node):
             return f"port of {master.name}: {why}"
         if link.link_type != ARPHRD_ETHER:
             return f"port of {master.name}: not an Ethernet interface"
-        if link.kind not in ROUTABLE_KINDS:
+        if link.kind not in PLAIN_KINDS:
             return f"port of {master.name}: {link.kind} ports are not supported yet"
         features = [text for attr, text in _PORT_FEATURES if getattr(link.bridge_port, attr)]
         if features:

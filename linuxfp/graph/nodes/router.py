@@ -6,7 +6,7 @@ import socket
 
 from linuxfp.resources import modules_dir
 
-from ..interfaces import ARPHRD_ETHER, ROUTABLE_KINDS
+from ..interfaces import ARPHRD_ETHER, routing_blocker
 from ..tables import HASH, Table, be32, hint_table
 from . import Node, Stage, register
 
@@ -52,9 +52,7 @@ class Router(Node):
             name = master.name if master else str(link.master)
             kind = f" ({master.kind})" if master is not None and master.kind else ""
             return f"port of {name}{kind}: not supported yet"
-        if link.kind not in ROUTABLE_KINDS:
-            return f"{link.kind} interfaces are not supported yet"
-        return None
+        return routing_blocker(link, snapshot)
 
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
         if hook == "xdp" and any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
