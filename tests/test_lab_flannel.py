@@ -331,6 +331,61 @@ def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flan
     assert all(f.get("forwarded", 0) >= 0.9 * count and f.get("into_peer", 0) >= 0.9 * count for f in fast), fast
 
 
+def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_when_deleted(flannel: FlannelLab) -> None:
+    """CNI ADD while a controller runs: the new pod's host veth gets its
+    program (a shape already shipped: nothing compiled, no other interface's
+    program replaced) and its traffic takes the fast path; CNI DEL: its
+    program, link and pins go with it."""
+    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller_counting import reasons
+    from linuxfp.datapath.pins import bpffs_root
+
+    node = flannel.namespace("node1")
+    peer = flannel.pods_on("node1")[0]
+
+    def status() -> dict:
+        return json.loads(linuxfp_cli(node.name, "-j", "status").stdout)
+
+    def wait_for(ready, what: str) -> dict:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            state = status()
+            if ready({entry["ifname"]: entry for entry in state["interfaces"]}):
+                return state
+            time.sleep(0.05)
+        raise AssertionError(f"{what}: {state}")
+
+    with ControllerProcess(node.name, hook="tc") as controller:
+        controller.settled()
+        before = {entry["ifname"]: entry["prog_id"] for entry in status()["interfaces"]}
+        pod = flannel.add_pod("node1", "churn1")
+        try:
+            state = wait_for(lambda entries: entries.get(pod.host_veth, {}).get("state") == "active",
+                             f"{pod.host_veth} attached")
+            entries = {entry["ifname"]: entry for entry in state["interfaces"]}
+            assert entries[pod.host_veth]["origin"] in ("precompiled", "cache"), entries[pod.host_veth]
+            assert {name: entries[name]["prog_id"] for name in before} == before
+            echo = flannel.namespace(pod.name).popen(["python3", "-c", UDP_ECHO],
+                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                done = flannel.namespace(peer.name).run(["python3", "-c", UDP_PINGER, pod.ip, "100"])
+            finally:
+                os.killpg(echo.pid, 15)
+                echo.wait()
+            assert int(done.stdout) == 100
+            stats = json.loads(linuxfp_cli(node.name, "-j", "stats").stdout)
+            into = {entry["ifname"]: entry["nodes"].get("transmit", {}).get("fast", {}).get("into_peer", 0)
+                    for entry in stats["interfaces"]}
+            # the answers, bridged from the new pod's veth into the peer's
+            assert into.get(pod.host_veth, 0) >= 80, (into, reasons(stats))
+            ifindex = entries[pod.host_veth]["ifindex"]
+        finally:
+            flannel.delete_pod(pod.name)
+        wait_for(lambda entries: pod.host_veth not in entries, f"{pod.host_veth} forgotten")
+        pins = Path(bpffs_root(), "linuxfp", status()["namespace"])
+        assert pins.is_dir() and not (pins / f"if{ifindex}").exists(), sorted(p.name for p in pins.iterdir())
+
+
 def test_pod_churn_leaves_nothing_and_add_works_again(flannel: FlannelLab) -> None:
     pod = flannel.pods_on("node1")[1]
     node = flannel.namespace("node1")
