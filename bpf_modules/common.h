@@ -92,6 +92,13 @@ struct lfp_iface {
 	 * no cap: ip_forward() honours route MTU metrics that bpf_fib_lookup()
 	 * ignores unless they are locked. */
 	__u16 fwd_len_cap;
+	/* Longest IPv4 packet the fast path may send out of this egress, 0 for
+	 * no cap: an encapsulating device (VXLAN), whose outer packet could meet
+	 * a smaller path MTU — Linux then lowers the inner route's path MTU as
+	 * it sends, which a redirected packet, carrying no route, would not.
+	 * Only egresses a TC redirect alone reaches carry one. */
+	__u16 tx_len_cap;
+	__u16 pad;
 };
 
 /* An array indexed by ifindex: its lookup is inlined, where a hash lookup
@@ -426,6 +433,22 @@ static __always_inline int lfp_upgrade_to_peer(struct lfp_pkt *pkt, __u32 egress
 	pkt->ctx->mark = 0;
 	pkt->ctx->priority = 0;
 	return bpf_redirect_peer(egress, 0) == TC_ACT_REDIRECT;
+#else
+	(void)pkt;
+	(void)egress;
+	return 0;
+#endif
+}
+
+/* Whether the packet is longer than the fast path may send out of `egress`
+ * (lfp_iface.tx_len_cap; a GSO packet is, where there is a cap). No XDP
+ * redirect target has a cap, so XDP builds drop the check. */
+static __always_inline int lfp_tx_too_long(struct lfp_pkt *pkt, __u32 egress)
+{
+#ifdef LFP_HOOK_TC
+	struct lfp_iface *out = bpf_map_lookup_elem(&lfp_ifaces, &egress);
+
+	return out && out->tx_len_cap && (lfp_is_gso(pkt) || pkt->len > out->tx_len_cap + sizeof(struct ethhdr));
 #else
 	(void)pkt;
 	(void)egress;

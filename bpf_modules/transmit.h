@@ -16,6 +16,7 @@
 	X(NEIGH_UNCONFIRMED,      transmit, pass, "neighbour state unknown to the fast path") \
 	X(NEIGH_STALE,            transmit, pass, "first packet to a STALE neighbour (Linux starts probing)") \
 	X(EGRESS_UNSUPPORTED,     transmit, pass, "egress cannot take a redirect from this hook, or does not forward") \
+	X(TX_TOO_LONG,            transmit, pass, "longer than an encapsulating egress sends without Linux learning a path MTU") \
 	X(INTO_PEER,              transmit, fast, "forwarded straight into a veth peer's namespace (redirect_peer)")
 
 /* Neighbour state of next hops, as far as it changes what Linux does with a
@@ -125,6 +126,8 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		*neigh_state = LFP_NEIGH_PROBING;
 		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
 	}
+	if (!pkt->fwd.port && lfp_tx_too_long(pkt, pkt->fwd.egress))
+		return lfp_pass(pkt, LFP_CNT_TX_TOO_LONG);
 	/* Last decision before the rewrite: a pass after it would hand the
 	 * kernel a modified packet. */
 	eth = lfp_eth(pkt);

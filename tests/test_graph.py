@@ -106,27 +106,35 @@ def test_a_vxlan_device_with_a_fixed_vni_routes_at_tc_in_both_directions():
     """flannel.1's shape: its receive and transmit functions decapsulate and
     encapsulate around tc, so it is Ethernet to IP — at TC (no native XDP,
     and an XDP redirect cannot reach its transmit) — unless the tunnel keys
-    ride in metadata or the encapsulation could outgrow the underlay."""
+    ride in metadata or the outer packets' paths lie in another namespace.
+    What it may send in the fast path is capped below every path MTU the
+    outer packet could meet (Linux would lower the inner route's there)."""
     snap = router_snapshot()
+    snap = replace(snap, sysctls=replace(snap.sysctls, interfaces=snap.sysctls.interfaces + (sysctl(6),)))
     flannel = replace(link(6, "flannel.1", kind="vxlan", mtu=1450, xdp=0),
                       vxlan=VxlanOptions(vni=1, lower=3, port=8472))
-    snap = replace(snap, sysctls=replace(snap.sysctls, interfaces=snap.sysctls.interfaces + (sysctl(6),)))
     graph = build_graph(replace(snap, links=snap.links + (flannel,)))
     assert graph.pipeline(6).shape == Shape("tc", ("router", "transmit"))
     assert {"forwarding", "tc_tx"} <= set(flag_names(facts(graph, 6).flags))
     assert "xdp_tx" not in flag_names(facts(graph, 6).flags)
+    # route/min_pmtu 552 less 50 bytes of IPv4 encapsulation; other egresses uncapped
+    assert facts(graph, 6).tx_len_cap == 502 and facts(graph, 3).tx_len_cap == 0
+
+    def built(**changes):
+        vx = replace(flannel, vxlan=replace(flannel.vxlan, **changes.pop("vxlan", {})), **changes.pop("link", {}))
+        return build_graph(replace(snap, links=snap.links + (vx,), **changes))
 
     def reason(**changes):
-        options = {k: v for k, v in changes.items() if k != "mtu"}
-        vx = replace(flannel, vxlan=replace(flannel.vxlan, **options), mtu=changes.get("mtu", 1450))
-        g = build_graph(replace(snap, links=snap.links + (vx,)))
+        g = built(**changes)
         assert "tc_tx" not in flag_names(facts(g, 6).flags)
         return {s.ifname: s.reason for s in g.skipped}["flannel.1"]
 
-    assert "external" in reason(collect_metadata=True)
-    assert "underlay device" in reason(lower=0)
-    assert "exceeds right's MTU 1500" in reason(mtu=1451)
-    assert "exceeds" in reason(ipv6=True)           # 70 bytes of headers over IPv6
+    assert facts(built(routes=snap.routes + (replace(route("198.19.9.0/24", oif=3), mtu=400),)), 6).tx_len_cap == 350
+    assert facts(built(vxlan={"ipv6": True}), 6).tx_len_cap == 1280 - 70
+    assert facts(built(sysctls=replace(snap.sysctls, route_min_pmtu=1400)), 6).tx_len_cap == 1350
+    assert "external" in reason(vxlan={"collect_metadata": True})
+    assert "another namespace" in reason(link={"peer_netnsid": 3})
+    assert "no room" in reason(sysctls=replace(snap.sysctls, route_min_pmtu=100))
     assert "options unknown" in {s.ifname: s.reason for s in build_graph(replace(
         snap, links=snap.links + (replace(flannel, vxlan=None),))).skipped}["flannel.1"]
 

@@ -6,6 +6,7 @@ maps are filled the way the controller fills them: snapshot → graph."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import struct
 import time
 
@@ -144,6 +145,32 @@ def test_route_mtu_metric_caps_the_fast_path(router, router_ns):
         small = bytes(udp(dst="198.19.1.9", size=900))
         result = router.run(small)
         assert result.retval == VERDICTS[router.hook][FORWARD] and result.data_out == routed(small)
+
+
+def test_an_egress_length_cap_passes_longer_packets_at_tc(router, router_ns):
+    """What the controller writes for a VXLAN egress (tx_len_cap: no path
+    MTU its encapsulation could meet is exceeded) sends longer packets to
+    the kernel. Only TC egresses carry a cap: the XDP build has no check."""
+    from dataclasses import replace
+
+    from fixtures.router_cases import routed, udp
+    from linuxfp.graph.interfaces import unpack_iface
+    ifaces = router.obj.map("lfp_ifaces")
+    with entered(router_ns):
+        out = socket.if_nametoindex("out0")
+    key = struct.pack("<I", out)
+    original = ifaces.lookup(key)
+    ifaces.update(key, pack_iface(replace(unpack_iface(out, original), tx_len_cap=500)))
+    try:
+        long, short = bytes(udp(size=600)), bytes(udp(size=400))
+        if router.hook == "tc":
+            assert_passed(router, long, "tx_too_long")
+        else:
+            assert router.run(long).retval == VERDICTS["xdp"][FORWARD]
+        result = router.run(short)
+        assert result.retval == VERDICTS[router.hook][FORWARD] and result.data_out == routed(short)
+    finally:
+        ifaces.update(key, original)
 
 
 def test_truncated_ipv4_header_passes(router_ns):

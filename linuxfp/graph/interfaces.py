@@ -26,16 +26,16 @@ PLAIN_KINDS = frozenset({"", "veth"})
 # bypasses the egress qdisc, is then indistinguishable from Linux's output.
 PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
 
-_IFACE_VALUE = struct.Struct("<II6sH")     # struct lfp_iface
+_IFACE_VALUE = struct.Struct("<II6sHH2x")     # struct lfp_iface
 
 
 def pack_iface(f: IfaceFacts) -> bytes:
-    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap)
+    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap, f.tx_len_cap)
 
 
 def unpack_iface(ifindex: int, raw: bytes) -> IfaceFacts:
-    flags, mtu, mac, cap = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
-    return IfaceFacts(ifindex, flags, mtu, mac, cap)
+    flags, mtu, mac, cap, tx_cap = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
+    return IfaceFacts(ifindex, flags, mtu, mac, cap, tx_cap)
 
 
 def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> IfaceFacts:
@@ -52,6 +52,7 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
     redirects = conf is not None and conf.accept_redirects
     sendable = (link.up and link.oper_up and routing_blocker(link, snapshot) is None and not link.master
                 and not redirects)
+    tx_len_cap = encapsulated_len_cap(link, snapshot) if link.vxlan is not None else 0
     if bridge_sendable(link, snapshot):
         # Bridged frames may leave here; routed ones never (a port is not a
         # route's egress for the router: FORWARDING stays clear).
@@ -59,10 +60,12 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
         sendable = True
     if sendable:
         flags |= IF_TC_TX
-        # An XDP redirect skips the egress qdisc and tc egress filters.
-        if link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress:
+        # An XDP redirect skips the egress qdisc and tc egress filters (and
+        # never meets a length cap: only TC egresses carry one).
+        if (link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress
+                and not tx_len_cap):
             flags |= IF_XDP_TX
-    return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap)
+    return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap)
 
 
 def routing_blocker(link, snapshot) -> str | None:
@@ -82,23 +85,40 @@ def vxlan_blocker(link, snapshot) -> str | None:
     the inner frame, and vxlan_xmit() encapsulates from the frame and the
     device's FDB alone — a tc redirect reaches it through the same
     dev_queue_xmit() as Linux's neighbour output, so the outer packet is
-    the kernel's own (its OUTPUT and POSTROUTING hooks included). Except
-    when the encapsulated packet would not fit the underlay: Linux then
-    lowers the inner route's path MTU as it sends (skb_tunnel_check_pmtu),
-    which a redirected packet, carrying no route, would not do. (An MTU
-    metric on the underlay route has the same effect and is not checked.)"""
+    the kernel's own (its OUTPUT and POSTROUTING hooks included). What the
+    sending side may not do is outgrow a path MTU: see encapsulated_len_cap."""
     options = link.vxlan
     if options is None:
         return "vxlan options unknown"
     if options.collect_metadata or options.vni_filter:
         return "vxlan in external (collect-metadata) mode: its tunnel keys ride in packet metadata"
-    lower = snapshot.link(options.lower) if options.lower else None
-    if lower is None:
-        return "vxlan without an underlay device (dev): the encapsulated packets' MTU is not known"
-    if lower.mtu < link.mtu + options.overhead:
-        return (f"vxlan MTU {link.mtu} + {options.overhead} bytes of encapsulation exceeds {lower.name}'s "
-                f"MTU {lower.mtu}: Linux would lower the path MTU as it sends")
+    if link.peer_netnsid is not None:
+        return "vxlan whose underlay is in another namespace: the outer packets' paths are not known here"
+    if encapsulated_len_cap(link, snapshot) < IPV4_MIN_MTU:
+        return "vxlan whose encapsulation leaves no room under the namespace's smallest MTU"
     return None
+
+
+IPV4_MIN_MTU, IPV6_MIN_MTU = 68, 1280
+
+
+def encapsulated_len_cap(link, snapshot) -> int:
+    """The longest inner IPv4 packet a VXLAN egress may take in the fast
+    path. When the encapsulated packet exceeds the outer route's MTU —
+    its metric, its device's, or a path MTU learned from ICMP (never below
+    route/min_pmtu for IPv4, 1280 for IPv6) — Linux lowers the inner
+    route's path MTU as it sends (skb_tunnel_check_pmtu), which a
+    redirected packet, carrying no route, would not do. The outer route is
+    not known here (each remote VTEP's, from the device's FDB), so the cap
+    holds under every one the namespace has: its smallest route MTU metric,
+    device MTU and learnable path MTU, less the encapsulation."""
+    options = link.vxlan
+    family = 10 if options.ipv6 else 2
+    floor = IPV6_MIN_MTU if options.ipv6 else snapshot.sysctls.route_min_pmtu
+    mtus = [floor]
+    mtus += [other.mtu for other in snapshot.links if other.link_type == ARPHRD_ETHER and other.mtu]
+    mtus += [route.mtu for route in snapshot.routes if route.family == family and route.mtu]
+    return max(0, min(min(mtus), 0xFFFF) - options.overhead)
 
 
 def bridge_sendable(link, snapshot) -> bool:

@@ -42,6 +42,7 @@ class IfaceFacts:
     mtu: int
     mac: bytes
     fwd_len_cap: int = 0     # longest IPv4 packet forwarded in the fast path; 0 = no cap
+    tx_len_cap: int = 0      # longest IPv4 packet sent out of this egress in the fast path; 0 = no cap
 
     def to_dict(self) -> dict:
         return {
@@ -50,6 +51,7 @@ class IfaceFacts:
             "mtu": self.mtu,
             "mac": ":".join(f"{b:02x}" for b in self.mac),
             "fwd_len_cap": self.fwd_len_cap,
+            "tx_len_cap": self.tx_len_cap,
         }
 
 

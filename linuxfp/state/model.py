@@ -456,6 +456,7 @@ class Sysctls(_JsonMixin):
     forward_use_pmtu: bool = False        # ip_forward_use_pmtu
     multipath_hash_policy: int = 0        # fib_multipath_hash_policy
     forward_update_priority: bool = True  # ip_forward_update_priority
+    route_min_pmtu: int = 552             # route/min_pmtu: no learned IPv4 path MTU is lower
     # br_netfilter (net.bridge.bridge-nf-call-*): bridged IPv4 / IPv6 / ARP
     # frames pass the iptables / ip6tables / arptables hooks. Absent (False)
     # without br_netfilter.

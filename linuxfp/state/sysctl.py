@@ -27,6 +27,7 @@ _NAMESPACE_KEYS = {
     "forward_use_pmtu": ("/proc/sys/net/ipv4/ip_forward_use_pmtu", 0),
     "multipath_hash_policy": ("/proc/sys/net/ipv4/fib_multipath_hash_policy", 0),
     "forward_update_priority": ("/proc/sys/net/ipv4/ip_forward_update_priority", 1),
+    "route_min_pmtu": ("/proc/sys/net/ipv4/route/min_pmtu", 552),
     # br_netfilter's switches; the directory exists only with br_netfilter.
     "bridge_nf_call_iptables": ("/proc/sys/net/bridge/bridge-nf-call-iptables", 0),
     "bridge_nf_call_ip6tables": ("/proc/sys/net/bridge/bridge-nf-call-ip6tables", 0),
@@ -84,6 +85,7 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
                    forward_use_pmtu=bool(namespace["forward_use_pmtu"]),
                    multipath_hash_policy=namespace["multipath_hash_policy"],
                    forward_update_priority=bool(namespace["forward_update_priority"]),
+                   route_min_pmtu=namespace["route_min_pmtu"],
                    bridge_nf_call_iptables=bool(namespace["bridge_nf_call_iptables"]),
                    bridge_nf_call_ip6tables=bool(namespace["bridge_nf_call_ip6tables"]),
                    bridge_nf_call_arptables=bool(namespace["bridge_nf_call_arptables"]),
