@@ -197,9 +197,25 @@ def test_bridge(tmp_path, capsys):
     assert "br_netfilter" in result["summary"] and "br_netfilter" in result["method"]["netfilter"]
 
 
+def test_flannel(tmp_path, capsys):
+    """Round trips between pods of the real Flannel lab, both placements,
+    Linux alone and with LinuxFP in both nodes."""
+    result = bench("flannel", tmp_path, capsys)
+    assert result["errors"] == {}
+    for placement in ("intra-node", "inter-node"):
+        entry = result["latency"][placement]["1"]
+        assert set(entry) == {"linux", "linuxfp"}, entry
+        for measured in entry.values():
+            assert measured["round_trips"] > 0 and 0 < measured["p50_us"] <= measured["p99_us"]
+    assert set(result["reductions"]) == {"intra-node, 1 session(s)", "inter-node, 1 session(s)"}
+    # the inter-node runs cross the nodes' IP forwarding; bridged ones never do
+    by_run = {(r["system"], r["placement"]): r["kernel_forwarded"] for r in result["runs"]}
+    assert by_run[("linux", "inter-node")] > 0 and by_run[("linux", "intra-node")] == 0
+
+
 def test_every_scenario_is_tested():
     tested = {"router", "chain", "response", "latency", "scale", "gateway", "rules", "bridge", "hooks", "breakdown",
-              "watch"}
+              "watch", "flannel"}
     assert set(SCENARIOS) == tested
 
 

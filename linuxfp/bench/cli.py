@@ -46,6 +46,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "scale": _module_scenario("scale"),
     "breakdown": _module_scenario("breakdown"),
     "watch": _module_scenario("watch"),
+    "flannel": _module_scenario("flannel"),
 }
 
 

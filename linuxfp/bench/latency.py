@@ -39,10 +39,17 @@ def _prepare(line: Line) -> None:
 
 
 def round_trips(line: Line, tool: Path, sessions: int, duration_ms: int, warmup_ms: int) -> dict:
-    argv = [str(tool), line.prefix_address(0), str(ECHO_UDP_PORT), str(sessions), str(duration_ms),
-            str(warmup_ms), str(PAYLOAD)]
+    return client_round_trips(line.src.exec_argv, tool, line.prefix_address(0), ECHO_UDP_PORT, sessions,
+                              duration_ms, warmup_ms)
+
+
+def client_round_trips(exec_argv, tool: Path, address: str, port: int, sessions: int, duration_ms: int,
+                       warmup_ms: int) -> dict:
+    """Run the latency client (`exec_argv` places it in its namespace) and
+    return what it measured."""
+    argv = [str(tool), address, str(port), str(sessions), str(duration_ms), str(warmup_ms), str(PAYLOAD)]
     try:
-        done = subprocess.run(line.src.exec_argv(argv), capture_output=True, text=True, check=False,
+        done = subprocess.run(exec_argv(argv), capture_output=True, text=True, check=False,
                               timeout=(duration_ms + warmup_ms) / 1000 + 30)
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError("latency client did not finish in time") from exc

@@ -1,0 +1,182 @@
+"""`linuxfp bench flannel`: pod-to-pod request/response on Kubernetes-style
+nodes running the real Flannel (linuxfp/lab/flannel.py: etcd, flanneld with
+its VXLAN backend, the CNI plugins, kube-proxy's rules, br_netfilter on),
+Linux alone against Linux with a LinuxFP controller in every node, in the
+same run.
+
+Client: the latency client (tools/rr.c: connected UDP sockets, one request
+in flight per session) in a pod of node 1; server: tools/udp_echo.c in
+another pod of node 1 (intra-node: across cni0) and in a pod of node 2
+(inter-node: across cni0, flannel.1 and the underlay, both ways). Each run
+opens new flows, so each warms up for longer than connection tracking
+takes to call a UDP flow a stream (2 s): until then the filter node leaves
+it to the kernel. Everything shares the machine's CPUs, so a round trip's
+time is the CPU path of both directions through both nodes."""
+from __future__ import annotations
+
+import random
+import statistics
+import subprocess
+from pathlib import Path
+
+from .latency import PAYLOAD, client_round_trips
+from .machine import machine
+from .options import Options
+from .programs import build_c_tool
+from .results import table, timestamp
+from .throughput import exclusive_machine, progress
+
+SYSTEM_NAMES = ("linux", "linuxfp")
+PLACEMENTS = ("intra-node", "inter-node")
+ECHO_PORT = 7007
+WARMUP_MS = 2600      # > conntrack's 2 s stream mark, so the measured part can be fast-pathed
+
+
+def run(options: Options) -> dict:
+    from linuxfp.lab.counters import ip_forw_datagrams
+    from linuxfp.lab.flannel import FlannelLab, FlannelLabSpec, check_dependencies
+
+    started = timestamp()
+    repetitions = options.reps(full=3)
+    sessions_list = (1,) if options.quick else (1, 16)
+    duration_ms = 500 if options.quick else 3000
+    check_dependencies()
+    client_tool = build_c_tool("rr", "the latency client")
+    echo_tool = build_c_tool("udp_echo", "the pods' echo server")
+    rng = random.Random()
+    raw: list[dict] = []
+    errors: dict[str, str] = {}
+    progress("flannel: bringing the lab up (the first run builds flanneld: a few minutes)")
+    with exclusive_machine(), FlannelLab.up(FlannelLabSpec(nodes=2, pods_per_node=2,
+                                                           name=f"{options.lab_prefix}{rng.randrange(1 << 20):x}"),
+                                            progress=lambda message: progress(f"flannel lab: {message}")) as lab:
+        client, local_server = lab.pods_on("node1")
+        remote_server = lab.pods_on("node2")[0]
+        servers = {"intra-node": local_server, "inter-node": remote_server}
+        nodes = [lab.namespace("node1"), lab.namespace("node2")]
+        echoes = [_start_echo(lab.namespace(pod.name), echo_tool) for pod in servers.values()]
+        try:
+            for index in range(repetitions):
+                order = list(SYSTEM_NAMES)
+                rng.shuffle(order)
+                for name in order:
+                    if name in errors:
+                        continue
+                    try:
+                        with _system(name, nodes):
+                            for placement in PLACEMENTS:
+                                for sessions in sessions_list:
+                                    before = [ip_forw_datagrams(node) for node in nodes]
+                                    result = client_round_trips(lab.namespace(client.name).exec_argv, client_tool,
+                                                                servers[placement].ip, ECHO_PORT, sessions,
+                                                                duration_ms, WARMUP_MS)
+                                    forwarded = sum(ip_forw_datagrams(node) - b for node, b in zip(nodes, before))
+                                    raw.append({"repetition": index, "system": name, "placement": placement,
+                                                "sessions": sessions, "kernel_forwarded": forwarded, **result})
+                                    progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, "
+                                             f"{sessions} session(s): avg {result.get('avg_us', 0):.1f} µs, "
+                                             f"p99 {result.get('p99_us', 0):.1f} µs")
+                    except Exception as exc:  # noqa: BLE001 - reported; the other system goes on
+                        errors[name] = f"{type(exc).__name__}: {exc}"
+                        progress(f"flannel: {name}: {errors[name]}")
+        finally:
+            for echo in echoes:
+                echo.kill()
+                echo.wait()
+    latency: dict[str, dict] = {}
+    reductions: dict[str, float] = {}
+    for placement in PLACEMENTS:
+        latency[placement] = {}
+        for sessions in sessions_list:
+            entry = {}
+            for name in SYSTEM_NAMES:
+                runs = [r for r in raw if r["system"] == name and r["placement"] == placement
+                        and r["sessions"] == sessions and r.get("count")]
+                if runs:
+                    entry[name] = {key: round(statistics.median(r[key] for r in runs), 3)
+                                   for key in ("avg_us", "p50_us", "p99_us", "std_us")}
+                    entry[name].update(round_trips=sum(r["count"] for r in runs), lost=sum(r["lost"] for r in runs),
+                                       repetitions=len(runs))
+            latency[placement][str(sessions)] = entry
+            if {"linux", "linuxfp"} <= set(entry):
+                reductions[f"{placement}, {sessions} session(s)"] = round(
+                    1 - entry["linuxfp"]["avg_us"] / entry["linux"]["avg_us"], 3)
+    return {
+        "scenario": "flannel",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": {
+            "lab": "2 Flannel nodes (flanneld v0.28.4, VXLAN VNI 1), 2 pods each, kube-proxy-like rules, "
+                   "br_netfilter on",
+            "client": "tools/rr.c in node 1's first pod: connected UDP sockets, one request in flight per session",
+            "server": "tools/udp_echo.c in node 1's second pod (intra-node) and node 2's first pod (inter-node)",
+            "linuxfp": "a controller in each node namespace (hook auto: TC on pod veths and flannel.1)",
+            "payload_bytes": PAYLOAD,
+            "sessions": list(sessions_list),
+            "warmup_ms": WARMUP_MS,
+            "duration_ms": duration_ms,
+            "repetitions": repetitions,
+            "aggregation": "median over repetitions of each run's avg / p50 / p99 / std; kernel_forwarded: "
+                           "IPv4 packets the nodes' kernels forwarded during a run, warm-up included",
+        },
+        "latency": latency,
+        "reductions": reductions,
+        "systems": {},
+        "ratios": {},
+        "errors": errors,
+        "runs": raw,
+    }
+
+
+def _start_echo(pod, tool: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(pod.exec_argv([str(tool), str(ECHO_PORT)]), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    if proc.stdout is None or proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"the echo server in {pod.name} did not start")
+    return proc
+
+
+def _system(name: str, nodes):
+    import contextlib
+
+    from controller.launcher import ControllerProcess
+
+    @contextlib.contextmanager
+    def linuxfp():
+        with contextlib.ExitStack() as stack:
+            controllers = [stack.enter_context(ControllerProcess(node.name, hook="auto")) for node in nodes]
+            for controller in controllers:
+                controller.settled()
+            yield
+
+    return linuxfp() if name == "linuxfp" else contextlib.nullcontext()
+
+
+def summary_line(result: dict) -> str:
+    parts = []
+    for placement, by_sessions in result["latency"].items():
+        for sessions, entry in by_sessions.items():
+            shown = ", ".join(f"{name} {e['avg_us']:.1f}/{e['p99_us']:.1f}" for name, e in entry.items())
+            parts.append(f"{placement} {sessions} session(s): {shown}")
+    return "flannel pod-to-pod round trip avg/p99 µs: " + " | ".join(parts)
+
+
+def markdown(result: dict) -> str:
+    rows = []
+    for placement, by_sessions in result["latency"].items():
+        for sessions, entry in by_sessions.items():
+            for name, e in entry.items():
+                rows.append([placement, sessions, name, f"{e['avg_us']:.2f}", f"{e['p50_us']:.2f}",
+                             f"{e['p99_us']:.2f}", f"{e['std_us']:.2f}", str(e["round_trips"]), str(e["lost"])])
+    lines = [f"# flannel benchmark, {result['timestamp']}\n\n",
+             "Pod-to-pod UDP round trips on two Flannel nodes (VXLAN), Linux alone vs LinuxFP in every node"
+             f"{' (quick run)' if result['quick'] else ''}.\n\n",
+             table(["placement", "sessions", "system", "avg µs", "p50 µs", "p99 µs", "std µs", "round trips", "lost"],
+                   rows)]
+    if result["reductions"]:
+        lines.append("\nAverage round trip, LinuxFP vs Linux: "
+                     + ", ".join(f"{key} {value:+.0%}" for key, value in result["reductions"].items()) + " less\n")
+    return "".join(lines)
