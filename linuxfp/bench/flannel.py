@@ -15,11 +15,11 @@ time is the CPU path of both directions through both nodes."""
 from __future__ import annotations
 
 import random
-import statistics
 import subprocess
 from pathlib import Path
 
-from .latency import PAYLOAD, client_round_trips
+from .latency import (PAYLOAD, TABLE_HEADERS, avg_p99_text, client_round_trips, in_turn, summarize_runs,
+                      table_cells)
 from .machine import machine
 from .options import Options
 from .programs import build_c_tool
@@ -55,30 +55,22 @@ def run(options: Options) -> dict:
         servers = {"intra-node": local_server, "inter-node": remote_server}
         nodes = [lab.namespace("node1"), lab.namespace("node2")]
         echoes = [_start_echo(lab.namespace(pod.name), echo_tool) for pod in servers.values()]
+
+        def measure(index: int, name: str) -> None:
+            with _system(name, nodes):
+                for placement in PLACEMENTS:
+                    for sessions in sessions_list:
+                        before = [ip_forw_datagrams(node) for node in nodes]
+                        result = client_round_trips(lab.namespace(client.name).exec_argv, client_tool,
+                                                    servers[placement].ip, ECHO_PORT, sessions, duration_ms, WARMUP_MS)
+                        forwarded = sum(ip_forw_datagrams(node) - b for node, b in zip(nodes, before))
+                        raw.append({"repetition": index, "system": name, "placement": placement,
+                                    "sessions": sessions, "kernel_forwarded": forwarded, **result})
+                        progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, {sessions} session(s): "
+                                 f"avg {result.get('avg_us', 0):.1f} µs, p99 {result.get('p99_us', 0):.1f} µs")
+
         try:
-            for index in range(repetitions):
-                order = list(SYSTEM_NAMES)
-                rng.shuffle(order)
-                for name in order:
-                    if name in errors:
-                        continue
-                    try:
-                        with _system(name, nodes):
-                            for placement in PLACEMENTS:
-                                for sessions in sessions_list:
-                                    before = [ip_forw_datagrams(node) for node in nodes]
-                                    result = client_round_trips(lab.namespace(client.name).exec_argv, client_tool,
-                                                                servers[placement].ip, ECHO_PORT, sessions,
-                                                                duration_ms, WARMUP_MS)
-                                    forwarded = sum(ip_forw_datagrams(node) - b for node, b in zip(nodes, before))
-                                    raw.append({"repetition": index, "system": name, "placement": placement,
-                                                "sessions": sessions, "kernel_forwarded": forwarded, **result})
-                                    progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, "
-                                             f"{sessions} session(s): avg {result.get('avg_us', 0):.1f} µs, "
-                                             f"p99 {result.get('p99_us', 0):.1f} µs")
-                    except Exception as exc:  # noqa: BLE001 - reported; the other system goes on
-                        errors[name] = f"{type(exc).__name__}: {exc}"
-                        progress(f"flannel: {name}: {errors[name]}")
+            in_turn(SYSTEM_NAMES, repetitions, measure, errors, "flannel")
         finally:
             for echo in echoes:
                 echo.kill()
@@ -93,10 +85,7 @@ def run(options: Options) -> dict:
                 runs = [r for r in raw if r["system"] == name and r["placement"] == placement
                         and r["sessions"] == sessions and r.get("count")]
                 if runs:
-                    entry[name] = {key: round(statistics.median(r[key] for r in runs), 3)
-                                   for key in ("avg_us", "p50_us", "p99_us", "std_us")}
-                    entry[name].update(round_trips=sum(r["count"] for r in runs), lost=sum(r["lost"] for r in runs),
-                                       repetitions=len(runs))
+                    entry[name] = summarize_runs(runs)
             latency[placement][str(sessions)] = entry
             if {"linux", "linuxfp"} <= set(entry):
                 reductions[f"{placement}, {sessions} session(s)"] = round(
@@ -159,8 +148,7 @@ def summary_line(result: dict) -> str:
     parts = []
     for placement, by_sessions in result["latency"].items():
         for sessions, entry in by_sessions.items():
-            shown = ", ".join(f"{name} {e['avg_us']:.1f}/{e['p99_us']:.1f}" for name, e in entry.items())
-            parts.append(f"{placement} {sessions} session(s): {shown}")
+            parts.append(f"{placement} {sessions} session(s): {avg_p99_text(entry)}")
     return "flannel pod-to-pod round trip avg/p99 µs: " + " | ".join(parts)
 
 
@@ -169,13 +157,11 @@ def markdown(result: dict) -> str:
     for placement, by_sessions in result["latency"].items():
         for sessions, entry in by_sessions.items():
             for name, e in entry.items():
-                rows.append([placement, sessions, name, f"{e['avg_us']:.2f}", f"{e['p50_us']:.2f}",
-                             f"{e['p99_us']:.2f}", f"{e['std_us']:.2f}", str(e["round_trips"]), str(e["lost"])])
+                rows.append([placement, sessions, name, *table_cells(e)])
     lines = [f"# flannel benchmark, {result['timestamp']}\n\n",
              "Pod-to-pod UDP round trips on two Flannel nodes (VXLAN), Linux alone vs LinuxFP in every node"
              f"{' (quick run)' if result['quick'] else ''}.\n\n",
-             table(["placement", "sessions", "system", "avg µs", "p50 µs", "p99 µs", "std µs", "round trips", "lost"],
-                   rows)]
+             table(["placement", "sessions", "system", *TABLE_HEADERS], rows)]
     if result["reductions"]:
         lines.append("\nAverage round trip, LinuxFP vs Linux: "
                      + ", ".join(f"{key} {value:+.0%}" for key, value in result["reductions"].items()) + " less\n")

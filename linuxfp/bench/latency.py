@@ -63,35 +63,69 @@ def _median_of(runs: list[dict], key: str) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
+def in_turn(systems, repetitions: int, measure, errors: dict[str, str], what: str) -> None:
+    """measure(repetition, system) for each repetition, the systems in a new
+    random order each time; a system that fails is recorded in `errors`
+    and left out from then on, the others go on."""
+    rng = random.Random()
+    for index in range(repetitions):
+        order = list(systems)
+        rng.shuffle(order)
+        for name in order:
+            if name in errors:
+                continue
+            try:
+                measure(index, name)
+            except Exception as exc:  # noqa: BLE001 - reported; the other systems go on
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                progress(f"{what}: {name}: {errors[name]}")
+
+
+def summarize_runs(runs: list[dict]) -> dict:
+    """One system's runs of the latency client: medians over the runs of
+    each run's avg / p50 / p99 / std, and the totals."""
+    return {"avg_us": _median_of(runs, "avg_us"), "p50_us": _median_of(runs, "p50_us"),
+            "p99_us": _median_of(runs, "p99_us"), "std_us": _median_of(runs, "std_us"),
+            "round_trips": sum(r["count"] for r in runs), "lost": sum(r["lost"] for r in runs),
+            "repetitions": len(runs)}
+
+
+def avg_p99_text(entry: dict) -> str:
+    """`system avg/p99, ...` for a summary line."""
+    return ", ".join(f"{name} {e['avg_us']:.1f}/{e['p99_us']:.1f}" for name, e in entry.items())
+
+
+def table_cells(e: dict) -> list[str]:
+    """avg, p50, p99, std (µs), round trips, lost: a results table's cells."""
+    return [f"{e['avg_us']:.2f}", f"{e['p50_us']:.2f}", f"{e['p99_us']:.2f}", f"{e['std_us']:.2f}",
+            str(e["round_trips"]), str(e["lost"])]
+
+
+TABLE_HEADERS = ["avg µs", "p50 µs", "p99 µs", "std µs", "round trips", "lost"]
+
+
 def run(options: Options) -> dict:
     started = timestamp()
     repetitions = options.reps(full=5)
     duration_ms, warmup_ms = (400, 100) if options.quick else (4000, 500)
     tool = build_c_tool("rr", "the latency client")
-    rng = random.Random()
     raw: list[dict] = []
     errors: dict[str, str] = {}
     with exclusive_machine(), Lab(options.lab_prefix) as lab:
         line = build_line(lab, 50)
         _prepare(line)
         sink = Sink(line)
+
+        def measure(index: int, name: str) -> None:
+            with SYSTEMS[name].install(line):
+                for sessions in SESSIONS:
+                    result = round_trips(line, tool, sessions, duration_ms, warmup_ms)
+                    raw.append({"repetition": index, "system": name, "sessions": sessions, **result})
+                    progress(f"latency [{index + 1}/{repetitions}] {name}, {sessions} session(s): "
+                             f"avg {result.get('avg_us', 0):.1f} µs, p99 {result.get('p99_us', 0):.1f} µs")
+
         try:
-            for index in range(repetitions):
-                order = list(SYSTEM_NAMES)
-                rng.shuffle(order)
-                for name in order:
-                    if name in errors:
-                        continue
-                    try:
-                        with SYSTEMS[name].install(line):
-                            for sessions in SESSIONS:
-                                result = round_trips(line, tool, sessions, duration_ms, warmup_ms)
-                                raw.append({"repetition": index, "system": name, "sessions": sessions, **result})
-                                progress(f"latency [{index + 1}/{repetitions}] {name}, {sessions} session(s): "
-                                         f"avg {result.get('avg_us', 0):.1f} µs, p99 {result.get('p99_us', 0):.1f} µs")
-                    except Exception as exc:  # noqa: BLE001 - reported; the other systems go on
-                        errors[name] = f"{type(exc).__name__}: {exc}"
-                        progress(f"latency: {name}: {errors[name]}")
+            in_turn(SYSTEM_NAMES, repetitions, measure, errors, "latency")
         finally:
             sink.close()
     by_sessions: dict[str, dict] = {}
@@ -100,10 +134,7 @@ def run(options: Options) -> dict:
         for name in SYSTEM_NAMES:
             runs = [r for r in raw if r["system"] == name and r["sessions"] == sessions and r.get("count")]
             if runs:
-                entry[name] = {"avg_us": _median_of(runs, "avg_us"), "p99_us": _median_of(runs, "p99_us"),
-                               "std_us": _median_of(runs, "std_us"), "p50_us": _median_of(runs, "p50_us"),
-                               "sessions": sessions, "round_trips": sum(r["count"] for r in runs),
-                               "lost": sum(r["lost"] for r in runs), "repetitions": len(runs)}
+                entry[name] = {**summarize_runs(runs), "sessions": sessions}
         by_sessions[str(sessions)] = entry
     return {
         "scenario": "latency",
@@ -133,8 +164,7 @@ def run(options: Options) -> dict:
 def summary_line(result: dict) -> str:
     parts = []
     for sessions, entry in result["latency_by_sessions"].items():
-        shown = ", ".join(f"{name} {e['avg_us']:.1f}/{e['p99_us']:.1f}" for name, e in entry.items())
-        parts.append(f"{sessions} session(s): {shown}")
+        parts.append(f"{sessions} session(s): {avg_p99_text(entry)}")
     return "latency avg/p99 µs: " + " | ".join(parts)
 
 
@@ -142,11 +172,10 @@ def markdown(result: dict) -> str:
     rows = []
     for sessions, entry in result["latency_by_sessions"].items():
         for name, e in entry.items():
-            rows.append([sessions, name, f"{e['avg_us']:.2f}", f"{e['p50_us']:.2f}", f"{e['p99_us']:.2f}",
-                         f"{e['std_us']:.2f}", str(e["round_trips"]), str(e["lost"])])
+            rows.append([sessions, name, *table_cells(e)])
     return (f"# latency benchmark, {result['timestamp']}\n\nRound trips across the DUT (both directions "
             "forwarded), 64-byte UDP frames, XDP reflector as server.\n\n"
-            + table(["sessions", "system", "avg µs", "p50 µs", "p99 µs", "std µs", "round trips", "lost"], rows))
+            + table(["sessions", "system", *TABLE_HEADERS], rows))
 
 
 def plot(result: dict, path: Path, plt) -> None:
