@@ -201,10 +201,11 @@ class BridgeOptions(_JsonMixin):
 
 @dataclass(frozen=True, slots=True)
 class VxlanOptions(_JsonMixin):
-    """The options of a VXLAN device (IFLA_INFO_DATA) that decide whether
-    it sends and receives like an Ethernet device: the rest (remote, TTL,
-    TOS, ports, checksums, learning) its own transmit and receive functions
-    apply, which run the same whoever hands them the frame."""
+    """The options of a VXLAN device (IFLA_INFO_DATA) the graph reads or
+    shows: whether one fixed VNI makes it Ethernet to IP, and how much the
+    encapsulation adds. The rest (remote, TTL, TOS, checksums, learning)
+    its own transmit and receive functions apply, which run the same
+    whoever hands them the frame."""
 
     vni: int = 0
     collect_metadata: bool = False  # "external": tunnel keys in skb metadata, not a fixed VNI
