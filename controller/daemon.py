@@ -77,6 +77,8 @@ class Controller:
         # the metrics), written to /run once events pause, like response times.
         self._skipped: tuple = ()
         self._skipped_saved: tuple | None = None
+        self._hook_notes: dict[str, str] = {}
+        self._hook_notes_saved: dict[str, str] | None = None
         self.metrics_server = None
         self._stop = False
 
@@ -107,6 +109,7 @@ class Controller:
         done_snapshot, done_graph, done_installed = self._reconciled
         graph = done_graph if snapshot is done_snapshot else build_graph(snapshot, self.options.hook)
         self._skipped = graph.skipped
+        self._hook_notes = {str(p.ifindex): p.hook_note for p in graph.pipelines if p.hook_note}
         if (graph is done_graph and self.installed is done_installed and not self.installer.maps.full
                 and not refreshed(graph, messages)):
             return False
@@ -138,6 +141,7 @@ class Controller:
         self.installed = self.installer.apply(todo, self.installed, graph, compiled)
         self.lease.withhold("; ".join(self.installer.maps.full.values()) or None)
         if todo.touches_programs or failed or renamed:   # the file records pipelines; map contents live in the maps
+            self._save_hook_notes()
             runtime_files.save_installed(self.layout, self.installed)
         return True
 
@@ -145,6 +149,13 @@ class Controller:
         if self._skipped is not self._skipped_saved and self._skipped != self._skipped_saved:
             runtime_files.write_atomic(self.layout.kernel_path_file, _json([s.to_dict() for s in self._skipped]))
             self._skipped_saved = self._skipped
+
+    def _save_hook_notes(self) -> None:
+        """Why the attached interfaces have the hook they have, for status:
+        written with the pipelines they describe."""
+        if self._hook_notes != self._hook_notes_saved:
+            runtime_files.write_atomic(self.layout.hooks_file, _json(self._hook_notes))
+            self._hook_notes_saved = self._hook_notes
 
     def _drop_running(self, ifindex: int) -> None:
         """Detach a running program whose replacement cannot be built."""

@@ -88,6 +88,12 @@ class NamespaceLayout:
         return os.path.join(self.run_dir, "kernel_path.json")
 
     @property
+    def hooks_file(self) -> str:
+        """Per attached interface: why the hook is TC where XDP was asked
+        for or possible (`--hook auto`)."""
+        return os.path.join(self.run_dir, "hooks.json")
+
+    @property
     def origins_file(self) -> str:
         """Per interface: the installed object's digest and where it came
         from (precompiled, cache, compiled)."""

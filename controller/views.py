@@ -18,11 +18,14 @@ def status(layout: NamespaceLayout) -> dict:
     saved = runtime_files.load_installed(layout)
     pid = runtime_files.running_controller(layout)
     origins = runtime_files.load_json(origins_path(layout)) or {}
+    hook_notes = (runtime_files.load_json(layout.hooks_file) or {}) if pid else {}
     interfaces = []
     for p in saved.pipelines if saved else ():
         entry = {"ifname": p.ifname, "ifindex": p.ifindex, "hook": p.hook, "mode": p.mode,
                  "shape": p.shape, "prog_id": p.prog_id, "link_id": p.link_id,
                  "state": "error" if p.error else "active", "origin": _origin(origins, p)}
+        if hook_notes.get(str(p.ifindex)) and p.hook == "tc":
+            entry["hook_reason"] = hook_notes[str(p.ifindex)]
         if p.error:
             entry["error"] = p.error
         else:
@@ -129,6 +132,8 @@ def status_text(data: dict) -> str:
     for i in data["interfaces"]:
         line = (f"  {i['ifname']:<16} {i['hook']:<4} {i['mode'] or '-':<8} {i['shape']:<14} prog {i['prog_id']}  "
                 f"{i['state']}" + (f" ({i['origin']})" if i.get("origin") else ""))
+        if i.get("hook_reason"):
+            line += f"\n    tc rather than xdp: {i['hook_reason']}"
         if i.get("error"):
             line += f"\n    {i['error'].splitlines()[0] if i['error'] else ''}"
         lines.append(line)

@@ -338,7 +338,8 @@ def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_whe
     """CNI ADD while a controller runs: the new pod's host veth gets its
     program (a shape already shipped: nothing compiled, no other interface's
     program replaced) and its traffic takes the fast path; CNI DEL: its
-    program, link and pins go with it."""
+    program, link and pins go with it. `--hook auto` puts pod veths and
+    flannel.1 at TC and status says why."""
     from controller.launcher import ControllerProcess, linuxfp_cli
     from controller_counting import reasons
     from linuxfp.datapath.pins import bpffs_root
@@ -358,7 +359,7 @@ def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_whe
             time.sleep(0.05)
         raise AssertionError(f"{what}: {state}")
 
-    with ControllerProcess(node.name, hook="tc") as controller:
+    with ControllerProcess(node.name, hook="auto") as controller:
         controller.settled()
         before = {entry["ifname"]: entry["prog_id"] for entry in status()["interfaces"]}
         pod = flannel.add_pod("node1", "churn1")
@@ -367,6 +368,8 @@ def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_whe
                              f"{pod.host_veth} attached")
             entries = {entry["ifname"]: entry for entry in state["interfaces"]}
             assert entries[pod.host_veth]["origin"] in ("precompiled", "cache"), entries[pod.host_veth]
+            assert entries[pod.host_veth]["hook"] == "tc" and entries[pod.host_veth]["hook_reason"], entries[pod.host_veth]
+            assert "no native XDP" in entries[VXLAN_DEVICE]["hook_reason"], entries[VXLAN_DEVICE]
             assert {name: entries[name]["prog_id"] for name in before} == before
             echo = flannel.namespace(pod.name).popen(["python3", "-c", UDP_ECHO],
                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

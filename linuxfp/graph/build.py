@@ -123,7 +123,8 @@ def _xdp_blocker(link, snapshot, chosen: tuple[Node, ...]) -> str | None:
 
 def _choose_hook(link, requested: str, snapshot, chosen) -> tuple[str, str | None, str]:
     """The hook for this ingress, or why the requested one cannot be used;
-    and, when `auto` took TC where XDP would have been exact, why."""
+    and, when `auto` took TC, why (XDP could not be exact here, or would
+    change what a user sees)."""
     if requested == "tc":
         blocker = next((r for r in (n.hook_blocker(snapshot, link, "tc") for n in chosen) if r), None)
         return "tc", (f"tc: {blocker}" if blocker else None), ""
@@ -135,7 +136,7 @@ def _choose_hook(link, requested: str, snapshot, chosen) -> tuple[str, str | Non
         tc_blocker = next((r for r in (n.hook_blocker(snapshot, link, "tc") for n in chosen) if r), None)
         if tc_blocker:
             return "tc", f"xdp: {blocker or preferred}; tc: {tc_blocker}", ""
-        return "tc", None, preferred or ""
+        return "tc", None, blocker or preferred or ""
     return "xdp", None, ""
 
 

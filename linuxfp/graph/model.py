@@ -87,7 +87,8 @@ class Pipeline:
     ifindex: int
     ifname: str
     shape: Shape
-    # Why `--hook auto` chose TC where XDP would have been exact ("" otherwise).
+    # Why `--hook auto` chose TC: XDP could not be exact, or would change
+    # what a user sees ("" otherwise).
     hook_note: str = field(default="", compare=False)
 
     @property
