@@ -62,13 +62,29 @@ def cmd_graph(args) -> int:
     from linuxfp.state import read_snapshot
 
     graph = build_graph(read_snapshot(), args.hook)
-    if args.dot:
+    if args.png:
+        _draw_png(to_dot(graph), args.png)
+        _print({"png": os.path.abspath(args.png)}, args.json, lambda data: f"graph drawn into {data['png']}")
+    elif args.dot:
         print(to_dot(graph))
     elif args.json:
         print(json.dumps(graph.to_dict()))
     else:
         print(to_text(graph))
     return 0
+
+
+def _draw_png(dot: str, path: str) -> None:
+    """Render Graphviz `dot` text into a PNG file with the dot program."""
+    import shutil
+    import subprocess
+
+    program = shutil.which("dot")
+    if program is None:
+        raise PreflightError("drawing the graph needs Graphviz: apt-get install graphviz")
+    done = subprocess.run([program, "-Tpng", "-o", path], input=dot, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PreflightError(f"dot could not draw {path}: {done.stderr.strip()}")
 
 
 def cmd_status(args) -> int:
@@ -198,9 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", type=_metrics_address, default=None, metavar="ADDR:PORT",
                    help="serve Prometheus metrics at http://ADDR:PORT/metrics, in this network namespace "
                         "(e.g. 127.0.0.1:9469; docs/operations.md)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="log lines on stderr: text, or one JSON object per line (for journald and "
+                        "Kubernetes log collectors)")
     p = add("graph", cmd_graph, "print the packet-processing graph for the current configuration")
     p.add_argument("--hook", choices=("auto", "xdp", "tc"), default="auto")
     p.add_argument("--dot", action="store_true", help="Graphviz dot output")
+    p.add_argument("--png", metavar="FILE", default=None,
+                   help="draw the graph into FILE with Graphviz (Debian package graphviz)")
     p = add("status", cmd_status, "per interface: hook, mode, shape, program id")
     p.add_argument("--all", action="store_true",
                    help="every namespace with pins: its controller, the links still serving, whether stale")
@@ -241,9 +262,10 @@ def _metrics_address(text: str) -> tuple[str, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2) if args.command != "run" else logging.INFO - 10 * min(args.verbose, 1),
-        format="linuxfp: %(message)s", stream=sys.stderr)
+    from .logs import configure
+
+    configure(logging.WARNING - 10 * min(args.verbose, 2) if args.command != "run"
+              else logging.INFO - 10 * min(args.verbose, 1), getattr(args, "log_format", "text"))
     try:
         if args.command not in ("graph", "systemd", "shapes") and os.geteuid() != 0:
             # Before any heavy import: the one line a user needs.

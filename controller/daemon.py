@@ -79,6 +79,7 @@ class Controller:
         self._skipped_saved: tuple | None = None
         self._hook_notes: dict[str, str] = {}
         self._hook_notes_saved: dict[str, str] | None = None
+        self._logged_paths: dict[int, tuple] = {}
         self.metrics_server = None
         self._stop = False
 
@@ -110,6 +111,8 @@ class Controller:
         graph = done_graph if snapshot is done_snapshot else build_graph(snapshot, self.options.hook)
         self._skipped = graph.skipped
         self._hook_notes = {str(p.ifindex): p.hook_note for p in graph.pipelines if p.hook_note}
+        if graph is not done_graph:
+            self._log_paths(graph)
         if (graph is done_graph and self.installed is done_installed and not self.installer.maps.full
                 and not refreshed(graph, messages)):
             return False
@@ -144,6 +147,28 @@ class Controller:
             self._save_hook_notes()
             runtime_files.save_installed(self.layout, self.installed)
         return True
+
+    def _log_paths(self, graph: Graph) -> None:
+        """One log line per interface whose path changed: the fast path (hook,
+        nodes, why TC) or the kernel path and why; and the ones gone."""
+        paths = {p.ifindex: (p.ifname, "fast", p.hook, p.nodes, p.hook_note) for p in graph.pipelines}
+        paths.update((s.ifindex, (s.ifname, "kernel", "", (), s.reason)) for s in graph.skipped)
+        for ifindex, path in paths.items():
+            if self._logged_paths.get(ifindex) == path:
+                continue
+            ifname, where, hook, nodes, why = path
+            fields = {"event": "interface", "ifname": ifname, "ifindex": ifindex, "path": where}
+            if where == "fast":
+                log.info("%s: fast path at %s: %s%s", ifname, hook, " -> ".join(nodes),
+                         f" (tc rather than xdp: {why})" if why else "",
+                         extra={**fields, "hook": hook, "nodes": list(nodes), "reason": why or None})
+            else:
+                log.info("%s: kernel path — %s", ifname, why, extra={**fields, "reason": why})
+        for ifindex in self._logged_paths.keys() - paths.keys():
+            log.info("%s: gone", self._logged_paths[ifindex][0],
+                     extra={"event": "interface", "ifname": self._logged_paths[ifindex][0], "ifindex": ifindex,
+                            "path": "gone"})
+        self._logged_paths = paths
 
     def _save_skipped(self) -> None:
         if self._skipped is not self._skipped_saved and self._skipped != self._skipped_saved:

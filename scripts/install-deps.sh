@@ -17,6 +17,8 @@ APT_PACKAGES=(
   # with systemd that enables prometheus.service too) and systemd-analyze,
   # which verifies the units
   python3-prometheus-client prometheus systemd
+  # linuxfp graph --png
+  graphviz
 )
 
 if [ "$(id -u)" -ne 0 ]; then

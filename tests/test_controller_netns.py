@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -177,12 +178,30 @@ def test_cli_usage_errors_and_unprivileged_user():
     assert nobody.stderr.count("\n") <= 2   # one clear line, no traceback
 
 
-def test_graph_command(router_topology):
+def test_graph_command(router_topology, tmp_path):
     out = linuxfp_cli(router_topology.dut.name, "-j", "graph")
     graph = json.loads(out.stdout)
     assert {p["ifname"] for p in graph["pipelines"]} == {"to-src", "to-sink"}
     dot = linuxfp_cli(router_topology.dut.name, "graph", "--dot").stdout
     assert dot.startswith("digraph")
+    drawn = json.loads(linuxfp_cli(router_topology.dut.name, "-j", "graph", "--png", str(tmp_path / "g.png")).stdout)
+    assert Path(drawn["png"]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_json_logs_say_which_path_each_interface_takes(router_topology):
+    """--log-format json: one JSON object per line on stderr; the
+    controller says which path each interface takes, and why."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="auto", extra_args=("--log-format", "json")) as c:
+        c.settled()
+        r.dut.run(["ip", "link", "add", "lfp-vx0", "type", "vxlan", "external", "dstport", "4789"])
+        c.settled()
+        stderr = c.stderr()
+    records = [json.loads(line) for line in stderr.splitlines() if line.strip()]
+    paths = {(e["ifname"], e["path"]): e for e in records if e.get("event") == "interface"}
+    assert paths[("to-src", "fast")]["nodes"][-1] == "transmit" and paths[("to-src", "fast")]["hook"] in ("xdp", "tc")
+    assert "external" in paths[("lfp-vx0", "kernel")]["reason"], paths
+    assert all({"time", "level", "message"} <= set(e) for e in records)
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])

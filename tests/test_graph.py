@@ -139,6 +139,13 @@ def test_a_vxlan_device_with_a_fixed_vni_routes_at_tc_in_both_directions():
         snap, links=snap.links + (replace(flannel, vxlan=None),))).skipped}["flannel.1"]
 
 
+def test_dot_output_escapes_what_the_reasons_contain():
+    snap = router_snapshot()
+    odd = link(6, 'vx"0', kind="vxlan", xdp=0)
+    dot = to_dot(build_graph(replace(snap, links=snap.links + (odd,))))
+    assert '"vx\\"0"' in dot and "vxlan options unknown" in dot and "\n\n" not in dot
+
+
 def bridged_router_snapshot(bridge_qdisc="noqueue", locked=False):
     """The router's veths plus br0 (up, an address) with one port."""
     snap = router_snapshot()

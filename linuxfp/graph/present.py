@@ -27,19 +27,37 @@ def to_text(graph: Graph) -> str:
 
 
 def to_dot(graph: Graph) -> str:
-    out = ["digraph linuxfp {", "  rankdir=LR;", '  kernel [shape=box, label="Linux kernel path"];']
+    """Each ingress with its hook (and why TC) and its nodes in order, each
+    able to pass to the kernel; the ingresses left on the kernel path, with
+    their reason on the edge."""
+    out = ["digraph linuxfp {", "  rankdir=LR;", '  node [fontname="sans"]; edge [fontname="sans", fontsize=10];',
+           '  kernel [shape=box, style=filled, fillcolor=lightgrey, label="Linux kernel path"];']
     for p in graph.pipelines:
-        prev = f'"{p.ifname}"'
-        out.append(f'  {prev} [shape=ellipse, label="{p.ifname}\\n{p.hook}"];')
+        prev = _quote(p.ifname)
+        hook = p.hook + (f"\n(tc: {_wrap(p.hook_note)})" if p.hook_note else "")
+        out.append(f"  {prev} [shape=ellipse, label={_quote(p.ifname, hook)}];")
         for node in p.nodes:
-            name = f'"{p.ifname}.{node}"'
-            out.append(f'  {name} [shape=box, label="{node}"];')
+            name = _quote(f"{p.ifname}.{node}")
+            out.append(f"  {name} [shape=box, label={_quote(node)}];")
             out.append(f"  {prev} -> {name};")
             out.append(f'  {name} -> kernel [style=dashed, label="pass"];')
             prev = name
         out.append(f'  {prev} -> "egress" [label="redirect"];')
     for s in graph.skipped:
-        out.append(f'  "{s.ifname}" [shape=ellipse, style=dotted];')
-        out.append(f'  "{s.ifname}" -> kernel [style=dotted];')
+        out.append(f"  {_quote(s.ifname)} [shape=ellipse, style=dotted];")
+        out.append(f"  {_quote(s.ifname)} -> kernel [style=dotted, label={_quote(_wrap(s.reason))}];")
     out.append("}")
     return "\n".join(out)
+
+
+def _quote(*lines: str) -> str:
+    """A dot string of `lines` (and of the line breaks inside them), escaped."""
+    text = "\n".join(lines).replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + text.replace("\n", "\\n") + '"'
+
+
+def _wrap(text: str, width: int = 48) -> str:
+    """`text` cut to lines of about `width` characters (dot does not wrap)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) if text else text
