@@ -11,12 +11,12 @@ _REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _package_dir(package: str, checkout_dir: str) -> Path:
-    try:
-        path = Path(str(importlib.resources.files(package)))
-        if path.is_dir() and any(path.iterdir()):
-            return path
-    except (ModuleNotFoundError, TypeError):
-        pass
+    """An installed package's data directory (linuxfp/<name>: the wheel puts
+    it there; it has no __init__.py, so importlib.resources would see a
+    namespace package), else the checkout's."""
+    installed = Path(__file__).resolve().parent / package.rpartition(".")[2]
+    if installed.is_dir() and any(installed.iterdir()):
+        return installed
     return _REPO_ROOT / checkout_dir
 
 
