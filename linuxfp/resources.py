@@ -3,7 +3,6 @@ LINUXFP_MODULES_DIR / LINUXFP_TEMPLATES_DIR point elsewhere (development of
 a node without reinstalling; tests that need a deliberately broken module)."""
 from __future__ import annotations
 
-import importlib.resources
 import os
 from pathlib import Path
 
