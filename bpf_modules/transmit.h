@@ -126,7 +126,9 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		*neigh_state = LFP_NEIGH_PROBING;
 		return lfp_pass(pkt, LFP_CNT_NEIGH_STALE);
 	}
-	if (!pkt->fwd.port && lfp_tx_too_long(pkt, pkt->fwd.egress))
+	/* (a bridge keeps the routed packet's route for its port: a VXLAN port
+	 * would lower that route's path MTU just the same) */
+	if (lfp_tx_too_long(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress))
 		return lfp_pass(pkt, LFP_CNT_TX_TOO_LONG);
 	/* Last decision before the rewrite: a pass after it would hand the
 	 * kernel a modified packet. */

@@ -215,8 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics at http://ADDR:PORT/metrics, in this network namespace "
                         "(e.g. 127.0.0.1:9469; docs/operations.md)")
     p.add_argument("--log-format", choices=("text", "json"), default="text",
-                   help="log lines on stderr: text, or one JSON object per line (for journald and "
-                        "Kubernetes log collectors)")
+                   help="log lines on stderr: text, or one JSON object per line (for log collectors "
+                        "that parse JSON, e.g. Kubernetes')")
     p = add("graph", cmd_graph, "print the packet-processing graph for the current configuration")
     p.add_argument("--hook", choices=("auto", "xdp", "tc"), default="auto")
     p.add_argument("--dot", action="store_true", help="Graphviz dot output")

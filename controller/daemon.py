@@ -278,6 +278,7 @@ class Controller:
                             runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
                             response_dirty = False
                         self._save_skipped()
+                        self._save_hook_notes()   # a reason may change with no program touched
                     if batch is not None:
                         said = _say_state("busy", said, ready_out, notifier)
                         if batch.resync:

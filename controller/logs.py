@@ -1,8 +1,10 @@
 """How the controller's log lines look: `linuxfp: message` for a terminal
-and journald's text view, or one JSON object per line (`--log-format
-json`) for journald's structured fields and Kubernetes log collectors —
-with the fields a record carries beyond its message (`extra=`: event,
-ifname, hook, shape, reason, ...) as keys of their own."""
+and journald, or one JSON object per line (`--log-format json`) for log
+collectors that parse JSON (Kubernetes' Fluent Bit/Vector/Loki pipelines;
+journald keeps each as one message) — with the fields a record carries
+beyond its message (`extra=`: event, ifname, ifindex, path, hook, nodes,
+reason) as keys of their own. Fatal errors before the controller starts
+stay plain `linuxfp: ...` lines."""
 from __future__ import annotations
 
 import json

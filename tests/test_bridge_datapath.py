@@ -4,11 +4,14 @@ settings come from the kernel (snapshot -> graph -> maps, as the controller
 writes them). The whole is compared with Linux in test_differential_bridge.py."""
 from __future__ import annotations
 
+import struct
 import time
+from dataclasses import replace
 
 import pytest
 from pipeline_loader import LoadedPipeline
 
+from linuxfp.graph.interfaces import pack_iface, unpack_iface
 from linuxfp.lab.frames import ethernet, ipv4, padded, udp, udp_frame, with_bad_ip_checksum
 from linuxfp.lab.netns import Lab
 
@@ -137,6 +140,10 @@ def _mac(ns, ifname: str) -> str:
     return ns.run(["cat", f"/sys/class/net/{ifname}/address"]).stdout.strip()
 
 
+def _ifindex(ns, ifname: str) -> int:
+    return int(ns.run(["cat", f"/sys/class/net/{ifname}/ifindex"]).stdout)
+
+
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_bridge_and_router_cases(bridge_ns, hook):
     """Into the bridge's IP from a port, and routed out of the bridge to the
@@ -174,6 +181,23 @@ def test_bridge_and_router_cases(bridge_ns, hook):
                 assert sent[22] == frame[22] - 1, name                # TTL
             else:
                 assert sent == frame, name                            # never rewritten
+        # A VXLAN port's cap (the controller's tx_len_cap) holds for packets
+        # routed into the bridge too: the bridge keeps their route for the
+        # port, whose encapsulation would lower its path MTU. (No XDP
+        # egress carries a cap: the XDP build has no check.)
+        ifaces = out.obj.map("lfp_ifaces")
+        key = struct.pack("<I", _ifindex(bridge_ns, "pa"))
+        original = ifaces.lookup(key)
+        ifaces.update(key, pack_iface(replace(unpack_iface(0, original), tx_len_cap=300)))
+        try:
+            long = udp_frame(U, uplink_mac, "198.18.11.1", "198.18.10.1", size=400)
+            before = out.counter("tx_too_long")
+            result = out.run(long)
+            capped = hook == "tc"
+            assert result.retval == VERDICTS[hook][PASS if capped else FWD]
+            assert out.counter("tx_too_long") - before == int(capped)
+        finally:
+            ifaces.update(key, original)
     finally:
         up.close()
         out.close()

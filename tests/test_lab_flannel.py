@@ -328,7 +328,8 @@ def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flan
     fast = [reasons(s, ("fast",)) for s in stats]
     # each node routes the requests or answers into flannel.1 and the
     # others from it into its pod, less the FDB refreshes' frames
-    assert all(n <= 0.1 * count for n in by_kernel), (by_kernel, [reasons(s) for s in stats])
+    # (the long ones below are the kernel's too)
+    assert all(n <= 0.1 * count + count // 25 for n in by_kernel), (by_kernel, [reasons(s) for s in stats])
     assert all(f.get("forwarded", 0) >= 0.9 * count and f.get("into_peer", 0) >= 0.9 * count for f in fast), fast
     # the long ones (1 200 bytes) were the kernel's: Linux would have lowered a path MTU with them
     assert all(reasons(s).get("tx_too_long", 0) >= 2 * (count // 25) for s in stats), [reasons(s) for s in stats]

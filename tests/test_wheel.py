@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import shutil
 import subprocess
 import sys
@@ -52,10 +53,13 @@ def test_the_wheel_runs_from_a_fresh_virtual_environment(require_root, tmp_path)
         run = subprocess.Popen(dut.exec_argv([linuxfp, "run", "--hook", "xdp"]), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env, start_new_session=True)
         try:
+            waiting = selectors.DefaultSelector()
+            waiting.register(run.stdout, selectors.EVENT_READ)
             deadline = time.monotonic() + 60
             line = ""
-            while line != "ready" and time.monotonic() < deadline and run.poll() is None:
-                line = run.stdout.readline().strip()
+            while line != "ready" and run.poll() is None and time.monotonic() < deadline:
+                if waiting.select(timeout=max(0.0, deadline - time.monotonic())):
+                    line = run.stdout.readline().strip()
             assert line == "ready", run.stderr.read() if run.poll() is not None else "no ready in 60 s"
             status = json.loads(subprocess.run(dut.exec_argv([linuxfp, "-j", "status"]), check=True,
                                                capture_output=True, text=True, cwd=tmp_path, env=env).stdout)
@@ -66,4 +70,8 @@ def test_the_wheel_runs_from_a_fresh_virtual_environment(require_root, tmp_path)
                 "the wheel ships no current precompiled objects: `make shapes` before building it", status)
         finally:
             run.terminate()
-            run.wait(timeout=30)
+            try:
+                run.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(run.pid, 9)
+                run.wait()

@@ -54,7 +54,7 @@ def run(options: Options) -> dict:
         remote_server = lab.pods_on("node2")[0]
         servers = {"intra-node": local_server, "inter-node": remote_server}
         nodes = [lab.namespace("node1"), lab.namespace("node2")]
-        echoes = [_start_echo(lab.namespace(pod.name), echo_tool) for pod in servers.values()]
+        echoes: list[subprocess.Popen] = []
 
         def measure(index: int, name: str) -> None:
             with _system(name, nodes):
@@ -70,6 +70,8 @@ def run(options: Options) -> dict:
                                  f"avg {result.get('avg_us', 0):.1f} µs, p99 {result.get('p99_us', 0):.1f} µs")
 
         try:
+            for pod in servers.values():
+                echoes.append(_start_echo(lab.namespace(pod.name), echo_tool))
             in_turn(SYSTEM_NAMES, repetitions, measure, errors, "flannel")
         finally:
             for echo in echoes:

@@ -11,7 +11,7 @@ from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, 
                     IF_XDP_TX, IfaceFacts)
 from .tables import ARRAY, DEVMAP, Table, u32
 
-ARPHRD_ETHER = 1
+ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
 IFACES, TX_PORTS, BRIDGE_TX_PORTS = "lfp_ifaces", "lfp_tx_ports", "lfp_br_tx_ports"
 # Interfaces with a larger ifindex get no facts: all-zero facts mean "pass",
 # so they simply stay on the kernel path.
@@ -111,12 +111,14 @@ def encapsulated_len_cap(link, snapshot) -> int:
     redirected packet, carrying no route, would not do. The outer route is
     not known here (each remote VTEP's, from the device's FDB), so the cap
     holds under every one the namespace has: its smallest route MTU metric,
-    device MTU and learnable path MTU, less the encapsulation."""
+    device MTU (any device but loopback: tunnels too) and learnable path
+    MTU, less the encapsulation. (IPv6 routes are not read: their MTU
+    metrics cannot go below the 1280 the IPv6 floor already is.)"""
     options = link.vxlan
     family = 10 if options.ipv6 else 2
     floor = IPV6_MIN_MTU if options.ipv6 else snapshot.sysctls.route_min_pmtu
     mtus = [floor]
-    mtus += [other.mtu for other in snapshot.links if other.link_type == ARPHRD_ETHER and other.mtu]
+    mtus += [other.mtu for other in snapshot.links if other.link_type != ARPHRD_LOOPBACK and other.mtu]
     mtus += [route.mtu for route in snapshot.routes if route.family == family and route.mtu]
     return max(0, min(min(mtus), 0xFFFF) - options.overhead)
 
