@@ -69,6 +69,14 @@ class ControllerProcess:
         with self._changed:
             return sum(1 for line in self.lines if line.startswith("applied"))
 
+    def wait_applied(self, since: int, timeout: float = 5.0) -> None:
+        """Wait until the controller has absorbed a batch after the `since`-th:
+        a change just made has reached it, however late its notification
+        (settled() alone can return before a slow one arrives)."""
+        deadline = time.monotonic() + timeout
+        while self.applied <= since and time.monotonic() < deadline:
+            time.sleep(0.005)
+
     def settled(self, quiet: float = 0.15, timeout: float = 10.0) -> None:
         """Wait until the controller has absorbed pending changes: it says
         its datapath is current and nothing new came for `quiet` seconds
