@@ -21,6 +21,17 @@ class Counting:
             self.then()
 
 
+def absorbed(seen: list[Counting], change) -> None:
+    """Make `change()`; with LinuxFP in the system (a handle in `seen`), wait
+    until its controller has absorbed it — until then the datapath hands a
+    watched table's traffic to the kernel, which the fast-path assertions
+    after the burst would miss."""
+    applied = seen[0].controller.applied if seen else 0
+    change()
+    if seen:
+        seen[0].controller.wait_applied(applied)
+
+
 def counting(seen: list[Counting], hook: str, warm_up=None):
     """An `accelerate` for run_differential; each handle is appended to `seen`.
     `warm_up(topology)`, if given, runs once the controller is current after

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from controller_counting import Counting, counting, reasons
+from controller_counting import Counting, absorbed, counting, reasons
 from linuxfp.lab import run_differential
 from linuxfp.lab.bridged import BRIDGE, BridgeTopology
 from linuxfp.lab.conntrack import malformed_udp, timeouts_to
@@ -139,11 +139,8 @@ def test_bridged_connections_are_filtered_as_br_netfilter_filters_them(require_r
 
     def block(topology):
         timeouts.append(timeouts_to(topology.dut, ESTABLISHED))
-        applied = seen[0].controller.applied if seen else 0
-        for dst in BLOCKED_LATER:
-            topology.dut.run(["iptables", "-I", "GUARD", "1", "-d", dst, "-j", "DROP"])
-        if seen:    # LinuxFP: until it has the rule, every packet is the kernel's (watched_table_changed)
-            seen[0].controller.wait_applied(applied)
+        absorbed(seen, lambda: [topology.dut.run(["iptables", "-I", "GUARD", "1", "-d", dst, "-j", "DROP"])
+                                for dst in BLOCKED_LATER])
         _warm_up(topology)
 
     # (the counters are read as each step settles: the last step's are those of the burst before it)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from controller_counting import Counting, counting
+from controller_counting import Counting, absorbed, counting
 from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.conntrack import malformed_udp, timeouts_to
@@ -110,10 +110,7 @@ def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook)
 
     def block(router):
         timeouts.append(timeouts_to(router.dut, ESTABLISHED))
-        applied = seen[0].controller.applied if seen else 0
-        router.dut.run(["iptables", "-I", "GUARD", "1", "-d", "198.19.2.0/24", "-j", "DROP"])
-        if seen:    # LinuxFP: until it has the rule, every packet is the kernel's (watched_table_changed)
-            seen[0].controller.wait_applied(applied)
+        absorbed(seen, lambda: router.dut.run(["iptables", "-I", "GUARD", "1", "-d", "198.19.2.0/24", "-j", "DROP"]))
 
     # (the counters are read as each step settles: the last step's are those of the burst before it)
     steps = [Step("stateful rules, connections", _connect), Step("block established", block),
