@@ -14,7 +14,7 @@
 #define LFP_COUNTERS_PIPELINE(X)                                                          \
 	X(PIPELINE_END,           pipeline, pass, "no node took the packet")                \
 	X(LEASE_EXPIRED,          pipeline, pass, "no live controller holds the lease (gone, stopped or stuck)") \
-	X(WATCHED_TABLE_CHANGED,  pipeline, pass, "netfilter changed (legacy iptables, nf_tables); the controller has not applied it yet") \
+	X(WATCHED_TABLE_CHANGED,  pipeline, pass, "netfilter changed (legacy iptables, nf_tables, ipset); the controller has not applied it yet") \
 	X(PARSE_SHORT,            pipeline, pass, "frame shorter than its headers")         \
 	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")
 

@@ -26,8 +26,9 @@
  * changes_started / changes_done / changer_tgid: the watch of the tables
  * that change without an event (legacy iptables), bumped by the cgroup
  * setsockopt program synchronously with the system call, changes_started
- * before the kernel changes anything. watch_acked: the changes_started the
- * controller last re-read the tables after (written with each renewal).
+ * before the kernel changes anything. watch_acked: the changes_started (plus
+ * lfp_nfnl_sent, below) the controller last re-read the tables after
+ * (written with each renewal).
  * Until they are equal again, the kernel decides.
  *
  * Layout mirrored in controller/lease.py. */
@@ -47,6 +48,24 @@ struct {
 	__type(value, struct lfp_lease);
 } lfp_lease SEC(".maps");
 
+/* Entry 0: netfilter netlink messages sent in the namespace by processes
+ * other than the controller, counted by the filter node's watch
+ * (filter_watch.c) as each sending call returns: ipset commands change sets
+ * with no event. Each counts as a change both started and done, so it adds
+ * to changes_started; a tracing program cannot write lfp_lease itself (a
+ * map holding a timer is not for tracing programs). Entry 1: non-zero while
+ * rules match ipsets (the controller arms the watch; unarmed, it counts
+ * nothing, so other netfilter netlink traffic — NFQUEUE verdicts,
+ * conntrack tools — costs nothing). Layout mirrored in controller/lease.py. */
+#define LFP_NFNL_SENT 0
+#define LFP_NFNL_ARMED 1
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} lfp_nfnl_sent SEC(".maps");
+
 /* Returned by lfp_lease_check() when the datapath may act. */
 #define LFP_LEASE_OK LFP_CNT_MAX
 
@@ -55,10 +74,12 @@ static __always_inline enum lfp_counter lfp_lease_check(void)
 {
 	__u32 key = 0;
 	struct lfp_lease *lease = bpf_map_lookup_elem(&lfp_lease, &key);
+	__u32 sent_key = LFP_NFNL_SENT;
+	__u64 *sent = bpf_map_lookup_elem(&lfp_nfnl_sent, &sent_key);
 
-	if (!lease || !lease->held)
+	if (!lease || !lease->held || !sent)
 		return LFP_CNT_LEASE_EXPIRED;
-	if (lease->changes_started != lease->watch_acked)
+	if (lease->changes_started + *sent != lease->watch_acked)
 		return LFP_CNT_WATCHED_TABLE_CHANGED;
 	return LFP_LEASE_OK;
 }

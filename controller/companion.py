@@ -6,6 +6,7 @@ attached for the controller's lifetime)."""
 from __future__ import annotations
 
 import logging
+import os
 
 from linuxfp import datapath as dp
 from linuxfp.graph import registered
@@ -67,8 +68,14 @@ class Companion:
         obj = dp.BpfObject.open(compile_source(node.watch.read_text()).data, name=f"lfp_watch_{node.name}")
         links = []
         try:
-            if "lfp_netns_cookie" in obj.rodata_variables():
+            rodata = obj.rodata_variables()
+            if "lfp_netns_cookie" in rodata:
                 obj.set_rodata({"lfp_netns_cookie": self.cookie})
+            if "lfp_controller_tgid" in rodata:
+                # what the controller itself does is not a change to announce
+                pidns = os.stat("/proc/self/ns/pid")
+                obj.set_rodata({"lfp_controller_tgid": os.getpid(), "lfp_pidns_dev": pidns.st_dev,
+                                "lfp_pidns_ino": pidns.st_ino})
             fresh = self.maps.prepare(obj, None, share_all=True)
             obj.load()
             self.maps.pin_fresh(obj, fresh)

@@ -15,6 +15,7 @@ from linuxfp.graph import Graph, Shape, build_graph, refreshed
 from linuxfp.synth import CompileError, ToolMissing
 from linuxfp.synth import build as build_shape
 
+from . import lease as lease_mod
 from . import runtime_files
 from .companion import RENEW_PROGRAM, WATCH_PROGRAM, Companion
 from .installer import Installer
@@ -65,6 +66,8 @@ class Controller:
         # moment (reconcile() withholds the lease if it stays full).
         self.installer.maps.on_full = lambda reason: self.lease.revoke()
         self.watch = TableWatch(self.installer.maps)
+        self.sets_watched = False   # the filter node's watch is attached (start)
+        self._sets_armed = False    # ... and counts netfilter netlink messages
         self.nft_watch = NftablesWatch(self.lease)
         self.installed = InstalledState()
         self.response = ResponseTimes()
@@ -103,6 +106,19 @@ class Controller:
             else:
                 compiled[shape] = outcome
         return compiled, failed
+
+    def _arm_set_watch(self, armed: bool) -> bool:
+        """Arm or disarm the filter node's watch of netfilter netlink
+        messages (lease.h); whether it now counts them."""
+        sent_map = self.installer.maps.get(lease_mod.SENT_MAP) if self.sets_watched else None
+        if sent_map is None:
+            # no watch to arm: ipsets are polled (the loop's fresh reads)
+            self.sets_watched = self._sets_armed = False
+            return False
+        if armed != self._sets_armed:
+            lease_mod.arm_sent(sent_map, armed)
+            self._sets_armed = armed
+        return armed
 
     def reconcile(self, snapshot, messages=()) -> bool:
         """Bring the datapath in line with `snapshot` (`messages`: the batch
@@ -210,6 +226,8 @@ class Controller:
         self.watch.start(self.companion.program(WATCH_PROGRAM))
         # Before the first dump (run): no change falls between the two.
         node_watches = self.companion.load_watches()
+        # ipsets are read again on the filter watch's count, polled without it
+        self.sets_watched = "filter" in node_watches
         self.nft_watch.start()
         runtime_files.write_atomic(self.layout.windows_file,
                                    _json(lease_windows(self.watch.attached, self.options.keep,
@@ -255,10 +273,14 @@ class Controller:
             stream_options = {"rcvbuf": self.options.netlink_rcvbuf} if self.options.netlink_rcvbuf else {}
             with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS, max_batch_ns=BATCH_MAX_NS,
                                     max_messages=BATCH_MAX_MESSAGES, **stream_options) as events:
-                # Changes settled before this read are in the dump below.
+                # Changes settled before this read are in the dump below;
+                # ipset changes are counted from here on (disarmed below if
+                # no rule matches a set).
+                self._arm_set_watch(True)
                 watched = self.watch.settled()
                 snapshot = kstate.read_snapshot()
                 self.reconcile(snapshot)
+                self._arm_set_watch(bool(snapshot.netfilter.ipsets))
                 if watched is not None:
                     self.lease.acknowledge(watched)
                 else:
@@ -309,12 +331,25 @@ class Controller:
                     changed = not in_flight and watched != self.lease.watch_acked
                     if changed or time.monotonic() - last_poll >= POLL_INTERVAL_S:
                         last_poll = time.monotonic()
-                        polled = kstate.refresh_polled(snapshot)
+                        polled = kstate.refresh_polled(snapshot, sets=changed or not self.sets_watched)
                         if polled != snapshot:
                             snapshot = polled
                             self.reconcile(snapshot)
                         if changed:
                             self.lease.acknowledge(watched)
+                    # Rules now match ipsets: count their changes from here on,
+                    # and until the sets are read again after that, pass.
+                    if bool(snapshot.netfilter.ipsets) != self._sets_armed:
+                        if not snapshot.netfilter.ipsets:
+                            self._arm_set_watch(False)
+                        elif self._arm_set_watch(True):
+                            self.lease.mark_unsure()
+                            seq = self.lease.unsure_seq
+                            polled = kstate.refresh_polled(snapshot, sets=True)
+                            if polled != snapshot:
+                                snapshot = polled
+                                self.reconcile(snapshot)
+                            self.lease.settle_unsure(seq)
                     # nf_tables announced a commit (the datapath has been passing
                     # since): the re-read below sees every commit counted in seq.
                     if self.lease.unsure:

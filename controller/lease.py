@@ -18,6 +18,11 @@ from linuxfp import datapath as dp
 log = logging.getLogger("linuxfp.lease")
 
 LEASE_MAP = "lfp_lease"
+# Netfilter netlink messages sent in the namespace (the filter node's watch,
+# bpf_modules/filter_watch.c): one __u64 the datapath adds to changes_started.
+SENT_MAP = "lfp_nfnl_sent"
+# Maps every object of the namespace shares, whatever its nodes.
+NAMESPACE_MAPS = (LEASE_MAP, SENT_MAP)
 TERM_NS = 1_000_000_000      # how long a renewal keeps the fast path on
 RENEW_NS = 200_000_000       # how often the loop renews: a term spans several renewals
 # struct lfp_lease { __u64 changes_started, changes_done, watch_acked;
@@ -41,6 +46,22 @@ def read(lease_map) -> LeaseState:
     raw = lease_map.lookup(_KEY)
     started, done, acked, held, changer = _VALUE.unpack(raw[: _VALUE.size]) if raw else (0, 0, 0, 0, 0)
     return LeaseState(bool(held), acked, started, done, changer)
+
+
+_SENT_KEY, _ARMED_KEY = struct.pack("<I", 0), struct.pack("<I", 1)
+
+
+def read_sent(sent_map) -> int:
+    """Netfilter netlink messages counted so far (0 without the map)."""
+    if sent_map is None:
+        return 0
+    raw = sent_map.lookup(_SENT_KEY)
+    return struct.unpack_from("<Q", raw)[0] if raw else 0
+
+
+def arm_sent(sent_map, armed: bool) -> None:
+    """Whether the filter node's watch counts netfilter netlink messages."""
+    sent_map.update(_ARMED_KEY, struct.pack("<Q", int(armed)))
 
 
 def revoke_pinned(path: str) -> None:
@@ -201,6 +222,10 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         if watch_attached else "<= 1 s (polled)",
         "bridge FDB": "none (raw tracepoints forget a mirrored entry as the kernel changes it)"
         if "bridge" in node_watches else "the response time (linuxfp stats)",
+        "ipsets matched by iptables rules": "the rest of the changing system call (the filter watch counts "
+                                            "every netfilter netlink message as it returns; the sets are read "
+                                            "again before the datapath acts)"
+        if "filter" in node_watches else "<= 1 s (polled)",
         "bridge port states and flags, bridge options": "the response time (linuxfp stats)",
         "accept_redirects, bridge-nf-call-* and other sysctls without events": "<= 1 s (polled)",
     }

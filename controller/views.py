@@ -71,7 +71,15 @@ def _lease(layout: NamespaceLayout) -> dict | None:
         state = lease.read(m)
     finally:
         m.close()
-    return {"held": state.held, "watched_changes": state.changes_started,
+    sent = 0
+    sent_path = layout.shared_map_pin(lease.SENT_MAP)
+    if os.path.exists(sent_path):
+        sent_map = dp.Map.from_pinned(sent_path)
+        try:
+            sent = lease.read_sent(sent_map)
+        finally:
+            sent_map.close()
+    return {"held": state.held, "watched_changes": state.changes_started + sent,
             "acknowledged": state.watch_acked}
 
 

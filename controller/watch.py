@@ -73,7 +73,9 @@ class TableWatch:
         if lease_map is None:
             return None
         state = lease.read(lease_map)
-        return state.changes_started, state.changes_done, state.changer_tgid
+        # each message the filter node's watch counted is a change begun and done
+        sent = lease.read_sent(self.maps.get(lease.SENT_MAP))
+        return state.changes_started + sent, state.changes_done + sent, state.changer_tgid
 
     def settled(self) -> int | None:
         """changes_started when no change is in flight — a re-read made after

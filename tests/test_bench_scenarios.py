@@ -120,8 +120,10 @@ def test_response(tmp_path, capsys):
             assert entry["p50_ms"] is None   # never a made-up number
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)"):
         assert response[command]["n"] > 0
+    for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)",
+                    "ipset add", "ipset del"):
         for system in ("linux", "linuxfp-xdp"):
-            assert response[command]["end_to_end"][system]["n"] > 0
+            assert response[command]["end_to_end"][system]["n"] > 0, command
 
 
 def test_latency(tmp_path, capsys):
@@ -164,6 +166,10 @@ def test_gateway(tmp_path, capsys):
     result = bench("gateway", tmp_path, capsys)
     check_throughput(result, {"linux", "linuxfp-xdp", "linuxfp-tc"})
     assert "-m set" in result["method"]["ipset_variant"]
+    # The ipset variant: the blacklist as one set, fast-pathed like the rules.
+    check_throughput(result["ipset"], {"linux", "linuxfp-xdp", "linuxfp-tc"})
+    for name in ("linuxfp-xdp", "linuxfp-tc"):
+        assert result["ipset"]["fast_path"][name]["fast_path_share"] >= 0.99, result["ipset"]["fast_path"][name]
     # The stateful variant, same run: the generator's flows established in
     # conntrack, and LinuxFP forwarding them itself (not filter_ct_* passes).
     stateful = result["stateful"]

@@ -311,3 +311,86 @@ def test_interfaces_of_rules_follow_links():
     assert 9 not in {i for i, _, _ in before.interfaces} and 9 in {i for i, _, _ in after.interfaces}
     fields = packet_fields(_ip("198.18.1.1"), _ip("198.19.0.1"), 17, 1, 2, 2, 9)
     assert classify(after, fields)[0] == DROP and classify(before, fields) is None
+
+
+def test_ipset_matches_are_prefixes_of_their_address_field():
+    """`-m set --match-set`: a one-dimension set's first direction picks the
+    field, `!` negates, members are the set's prefixes; a set the fast path
+    cannot mirror leaves only the rules that match it to the kernel."""
+    from linuxfp.state.model import IpSet
+
+    text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+            "-A FORWARD -m set --match-set block src -j DROP\n"
+            "-A FORWARD -m set ! --match-set allow dst,src -j DROP\n"
+            "-A FORWARD -m set --match-set expiring src -j DROP\n"
+            "-A FORWARD -m set --match-set missing dst -j DROP\nCOMMIT\n")
+    sets = (IpSet("block", "hash:net", ((0xC6120000, 16), (0xCB007100, 24))),
+            IpSet("allow", "hash:ip", ((0xC6130109, 32),)),
+            IpSet("expiring", "hash:ip", unsupported="ipset expiring (hash:ip): members that time out"))
+    program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS, ipsets=sets)
+    assert [r.action for r in program.rules] == ["drop", "drop", "kernel", "kernel"]
+    assert "members that time out" in program.rules[2].unsupported[0]
+    assert "ipset missing was not read" in program.rules[3].unsupported[0]
+    classifier = build_classifier(program, [])
+
+    def decide(src: str, dst: str):
+        values = packet_fields(int.from_bytes(bytes(map(int, src.split("."))), "big"),
+                               int.from_bytes(bytes(map(int, dst.split("."))), "big"), 17, 1, 9, 2, 3)
+        return classify(classifier, values), verdict(program, matched_boxes(program, values))
+
+    assert decide("198.18.7.7", "198.19.1.9") == ((DROP, 0), (DROP, 0))       # in block
+    assert decide("198.19.0.1", "198.19.1.8")[1] == (DROP, 1)                 # not in allow (dst)
+    assert decide("198.19.0.1", "198.19.1.9")[1] == (KERNEL, 2)               # allowed, then unsupported
+    for src, dst in (("198.18.7.7", "198.19.1.9"), ("198.19.0.1", "198.19.1.8"), ("198.19.0.1", "198.19.1.9"),
+                     ("203.0.113.5", "198.19.1.9")):
+        got, expected = decide(src, dst)
+        assert got == expected, (src, dst)
+
+
+def test_sets_a_set_target_changes_are_not_mirrored(monkeypatch):
+    """A SET target anywhere changes its set from the packet path, which no
+    system call announces: rules matching that set go to the kernel."""
+    from linuxfp.state import netfilter as nf
+    from linuxfp.state.model import IpSet
+
+    ruleset = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                         "-A INPUT -p tcp -m tcp --dport 22 -j SET --add-set scanners src\n"
+                         "-A FORWARD -m set --match-set scanners src -j DROP\nCOMMIT\n", "legacy")
+    read = {}
+
+    def fake_read(names):
+        read["names"] = list(names)
+        return tuple(IpSet(n, "hash:ip", ((1, 32),)) for n in names)
+
+    monkeypatch.setattr(nf, "read_ipsets", fake_read)
+    sets = nf._matched_sets([ruleset], fresh=True)
+    assert read["names"] == ["scanners"]
+    assert sets[0].unsupported == ("ipset scanners: a SET target changes it from the packet path "
+                                   "(iptables-legacy filter INPUT #1)")
+
+    # Through a list:set, the target reaches the sets it holds; a rule that
+    # reads members' counters keeps its set in the kernel too (every kernel
+    # match bumps them).
+    def fake_lists(names):
+        read["names"] = list(names)
+        return tuple(IpSet(n, "list:set", unsupported="list", members=("inner",)) if n == "outer"
+                     else IpSet(n, "hash:ip", ((1, 32),)) for n in names)
+
+    monkeypatch.setattr(nf, "read_ipsets", fake_lists)
+    ruleset = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                         "-A INPUT -j SET --add-set outer src\n"
+                         "-A INPUT -m set --match-set counted src --packets-gt 5 -j DROP\n"
+                         "-A FORWARD -m set --match-set inner src -j DROP\n"
+                         "-A FORWARD -m set --match-set counted src -j DROP\n"
+                         "-A FORWARD -m set --match-set plain src -j DROP\nCOMMIT\n", "nft")
+    sets = {s.name: s for s in nf._matched_sets([ruleset], fresh=True)}
+    assert "outer" not in sets and sets["plain"].unsupported is None
+    assert "SET target" in sets["inner"].unsupported and "counters" in sets["counted"].unsupported
+    # The cache keeps only what rules name now: a set named again is read again.
+    ruleset = parse_save("*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set plain src -j DROP\n"
+                         "COMMIT\n", "nft")
+    nf._matched_sets([ruleset], fresh=False)
+    again = parse_save("*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set inner src -j DROP\n"
+                       "COMMIT\n", "nft")
+    nf._matched_sets([again], fresh=False)
+    assert read["names"] == ["inner"]

@@ -223,6 +223,35 @@ def test_netfilter_legacy_and_refresh_polled(netns):
     assert polled.interface_sysctls(snap.link_by_name("b0").index).accept_local
 
 
+def test_ipsets_rules_match_are_read(netns):
+    """Only sets `-m set` names are read, members as prefixes (a hash:ip
+    netmask is each member's length); what cannot be mirrored says why
+    (iptables itself refuses an IPv6 set in an IPv4 rule); a
+    refresh without fresh sets keeps what was read, one with them sees a
+    change."""
+    sh("ipset create lfp-net hash:net", "ipset add lfp-net 198.51.100.0/24", "ipset add lfp-net 203.0.113.7",
+       "ipset create lfp-mask hash:ip netmask 24", "ipset add lfp-mask 198.18.5.9",
+       "ipset create lfp-expire hash:ip timeout 600", "ipset add lfp-expire 198.18.5.9",
+       "ipset create lfp-except hash:net", "ipset add lfp-except 198.18.0.0/16",
+       "ipset add lfp-except 198.18.1.0/24 nomatch",
+       "ipset create lfp-pairs hash:ip,port",
+       "ipset create lfp-unused hash:ip")
+    for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs"):
+        sh(f"iptables -A FORWARD -m set --match-set {name} src -j DROP")
+    snap = read_snapshot()
+    sets = {s.name: s for s in snap.netfilter.ipsets}
+    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-mask", "lfp-net", "lfp-pairs"]
+    assert sets["lfp-net"].prefixes == ((0xC6336400, 24), (0xCB007107, 32)) and sets["lfp-net"].unsupported is None
+    assert sets["lfp-mask"].prefixes == ((0xC6120500, 24),)
+    assert "time out" in sets["lfp-expire"].unsupported
+    assert "nomatch" in sets["lfp-except"].unsupported
+    assert "hash:ip,port" in sets["lfp-pairs"].unsupported
+    sh("ipset add lfp-net 192.0.2.0/25")
+    assert refresh_polled(snap, sets=False) is snap
+    fresh = {s.name: s for s in refresh_polled(snap).netfilter.ipsets}
+    assert (0xC0000200, 25) in fresh["lfp-net"].prefixes
+
+
 def test_snapshot_belongs_to_its_namespace(netns):
     snap = read_snapshot()
     with throwaway_netns():

@@ -1,8 +1,9 @@
 """`linuxfp bench gateway`: the paper's virtual gateway — the router's 50
 prefixes plus 100 blacklist rules (iptables FORWARD DROP by source), the
 traffic from a source not on the list. Linux alone and LinuxFP (XDP, TC) in
-the same repetitions; same-run ratios. The ipset variant (`-m set`) is not
-evaluated by the filter node yet: it is reported as such.
+the same repetitions; same-run ratios. In the same run, the ipset variant:
+the same blacklist as one hash:net set matched by one rule (`-m set
+--match-set ... src -j DROP`).
 
 In the same run, the stateful variant: the ruleset of a real host (policy
 DROP, `--ctstate RELATED,ESTABLISHED -j ACCEPT` first, `--ctstate INVALID
@@ -61,6 +62,22 @@ def blacklist_ruleset(count: int = BLACKLIST) -> str:
     lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
     lines += [f"-A FORWARD -s {source}/32 -j DROP" for source in blacklist_sources(count)]
     return "\n".join(lines + ["COMMIT"]) + "\n"
+
+
+BLACKLIST_SET = "lfp-blacklist"
+
+
+def blacklist_ipset(count: int = BLACKLIST) -> str:
+    """`ipset restore` input: the blacklist's sources as one hash:net set."""
+    lines = [f"create {BLACKLIST_SET} hash:net -exist", f"flush {BLACKLIST_SET}"]
+    lines += [f"add {BLACKLIST_SET} {source}/32" for source in blacklist_sources(count)]
+    return "\n".join(lines) + "\n"
+
+
+def ipset_ruleset() -> str:
+    """One FORWARD rule dropping the blacklist set's sources."""
+    return ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+            f"-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP\nCOMMIT\n")
 
 
 def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT, bridge: str | None = None) -> str:
@@ -309,6 +326,10 @@ def run(options: Options) -> dict:
                             f"{plan.repetitions} repetitions")
         rig.generator.set_new_tuples(False)
         summary, errors = measure_with_rules(rig, plan, blacklist_ruleset(), observe=observer(stateful=False))
+        throughput.progress(f"gateway ipset: the {BLACKLIST} sources as one hash:net set, one rule; "
+                            f"{len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
+        rig.line.dut.run(["ipset", "restore"], input=blacklist_ipset())
+        by_set, set_errors = measure_with_rules(rig, plan, ipset_ruleset(), observe=observer(stateful=False))
         # After the stateless rules: this restore replaces the filter table
         # and adds the nat table (which no later restore would remove).
         throughput.progress(f"gateway stateful: conntrack, {BLACKLIST} blacklist rules, nat; "
@@ -317,7 +338,8 @@ def run(options: Options) -> dict:
                                                        observe=observer(stateful=True))
         method = throughput.method(plan, rig.placement, PREFIXES)
     method["rules"] = f"{BLACKLIST} x `-A FORWARD -s <documentation /32> -j DROP`, iptables-nft"
-    method["ipset_variant"] = "not measured: the filter node does not evaluate `-m set` yet"
+    method["ipset_variant"] = (f"the same {BLACKLIST} sources as one `ipset` hash:net set, one rule: "
+                               f"`-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP`, iptables-nft")
     method["stateful_rules"] = (
         "`:FORWARD DROP`, `-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`, `-m conntrack --ctstate "
         f"INVALID -j DROP`, the same {BLACKLIST} blacklist rules, `-p udp -m udp --dport {BENCH_UDP_PORT} -j "
@@ -333,6 +355,8 @@ def run(options: Options) -> dict:
     stateful_after = conntrack_after(stateful["repetitions"])
     stateless_shares = fast_path_shares(summary["repetitions"])
     errors.update(share_checks(stateless_shares))
+    set_shares = fast_path_shares(by_set["repetitions"])
+    set_errors.update(share_checks(set_shares))
     established = setup.established
     stateful_errors = {**setup.errors, **stateful_errors, **conntrack_checks(established, stateful_after),
                        **share_checks(stateful_shares)}
@@ -349,6 +373,15 @@ def run(options: Options) -> dict:
         "regime": summary["regime"],
         "repetitions": summary["repetitions"],
         "fast_path": stateless_shares,
+        "ipset": {
+            "systems": by_set["systems"],
+            "ratios": by_set["ratios"],
+            "ratio_spread": by_set["ratio_spread"],
+            "regime": by_set["regime"],
+            "repetitions": by_set["repetitions"],
+            "fast_path": set_shares,
+            "errors": set_errors,
+        },
         "stateful": {
             "systems": stateful["systems"],
             "ratios": stateful["ratios"],
@@ -360,7 +393,8 @@ def run(options: Options) -> dict:
             "errors": stateful_errors,
         },
         "targets": {"linuxfp-xdp/linux": TARGET},
-        "errors": {**errors, **{f"stateful {k}": v for k, v in stateful_errors.items()}},
+        "errors": {**errors, **{f"ipset {k}": v for k, v in set_errors.items()},
+                   **{f"stateful {k}": v for k, v in stateful_errors.items()}},
     }
 
 
@@ -372,6 +406,11 @@ def shares_text(shares: dict) -> str:
 
 def summary_line(result: dict) -> str:
     line = ratios_line(f"gateway ({BLACKLIST} rules)", {**result, "errors": {}})
+    by_set = result.get("ipset")
+    if by_set:
+        ratios = by_set["ratios"]
+        line += "; ipset " + (", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios)
+                              or "no valid ratios")
     stateful = result.get("stateful")
     if stateful:
         ratios = stateful["ratios"]
@@ -427,11 +466,15 @@ def markdown(result: dict) -> str:
            f"({result['machine']['cpu_model']}); {PREFIXES} routed prefixes, "
            f"{FRAME_SIZE} B frames{' (quick run)' if result['quick'] else ''}.\n\n",
            f"## Stateless: {result['method']['rules']}\n\n",
-           f"ipset variant: {result['method']['ipset_variant']}.\n\n",
            systems_table(result["systems"]), "\n",
            ratios_table(result["ratio_spread"], {"linuxfp-xdp/linux": TARGET})]
     if result.get("fast_path"):
         out += ["\n", table(SHARE_HEADER, share_rows(result["fast_path"]))]
+    by_set = result.get("ipset")
+    if by_set:
+        out += [f"\n## ipset: {result['method']['ipset_variant']}\n\n", systems_table(by_set["systems"]), "\n",
+                ratios_table(by_set["ratio_spread"], {"linuxfp-xdp/linux": TARGET}), "\n",
+                table(SHARE_HEADER, share_rows(by_set["fast_path"]))]
     stateful = result.get("stateful")
     if stateful:
         established = stateful["conntrack"]["established"]

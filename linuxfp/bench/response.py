@@ -155,12 +155,14 @@ def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
            note="only rule contents change: no compile, no reload; the controller re-reads the rules "
                 "(iptables-nft-save), rebuilds the classifier and writes the new generation"),
         Cycle("ipset", (
-            Step("ipset add", ("ipset", "add", ipset_name, set_member), None),
-            Step("ipset del", ("ipset", "del", ipset_name, set_member), None),
-        ), setup=(("ipset", "create", ipset_name, "hash:ip"),),
-           teardown=(("ipset", "destroy", ipset_name),),
-           note="a set not referenced by any rule changes no forwarding; the controller does not read "
-                "ipsets yet (filter node)"),
+            Step("ipset add", ("ipset", "add", ipset_name, set_member), Effect("disappears", set_member, sink_mac)),
+            Step("ipset del", ("ipset", "del", ipset_name, set_member), Effect("appears", set_member, sink_mac)),
+        ), setup=(("ipset", "create", ipset_name, "hash:ip"),
+                  ("iptables", "-A", "FORWARD", "-m", "set", "--match-set", ipset_name, "dst", "-j", "DROP")),
+           teardown=(("iptables", "-F", "FORWARD"), ("ipset", "destroy", ipset_name)),
+           note="ipset sends no event: the filter node's watch makes the datapath pass from the end of the "
+                "command's sendmsg until the controller has read the sets again and written the new "
+                "classifier generation"),
     )
 
 

@@ -42,16 +42,22 @@ class Coverage:
         return f"matches: {m}; targets: {t}"
 
 
+# The ipsets random_ruleset() may match (random_ipsets() fills them): a set
+# of prefixes, one of addresses, one of addresses under a netmask.
+IPSETS = (("lfp-net", "hash:net"), ("lfp-ip", "hash:ip"), ("lfp-mask", "hash:ip netmask 24"))
+
+
 def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Coverage | None = None,
-                   unsupported: bool = True, pool: tuple[str, ...] = PREFIX_POOL) -> str:
+                   unsupported: bool = True, pool: tuple[str, ...] = PREFIX_POOL, ipsets: bool = False) -> str:
     """A filter table in iptables-save format: FORWARD, two user chains;
-    addresses from the prefixes of `pool`."""
+    addresses from the prefixes of `pool`; with `ipsets`, rules also match
+    the sets of IPSETS (create them first: random_ipsets())."""
     rng = random.Random(seed)
     coverage = coverage if coverage is not None else Coverage()
     chains = {"FORWARD": [], "LFP_A": [], "LFP_B": []}
     for _ in range(rules):
         chain = rng.choice(("FORWARD", "FORWARD", "FORWARD", "LFP_A", "LFP_B"))
-        chains[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, pool))
+        chains[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, pool, ipsets))
     policy = rng.choice(("ACCEPT", "ACCEPT", "DROP"))
     coverage.targets[f"policy {policy}"] += 1
     lines = ["*filter", ":INPUT ACCEPT [0:0]", f":FORWARD {policy} [0:0]", ":OUTPUT ACCEPT [0:0]",
@@ -62,12 +68,19 @@ def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Co
     return "\n".join(lines) + "\n"
 
 
-def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupported: bool, pool) -> str:
+def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupported: bool, pool,
+          ipsets: bool = False) -> str:
     words = []
 
     def neg() -> str:
         return "! " if rng.random() < 0.25 else ""
 
+    if ipsets and rng.random() < 0.4:
+        n = neg()
+        name = rng.choice(IPSETS)[0]
+        direction = rng.choice(("src", "dst", "dst,src", "src,dst"))
+        words.append(f"-m set {n}--match-set {name} {direction}")
+        coverage.matches[f"{n}set {direction.split(',')[0]}"] += 1
     if rng.random() < 0.5:
         n = neg()
         words.append(f"{n}-s {rng.choice(pool)}")
@@ -136,6 +149,21 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
     elif target:
         words.append(f"-j {target}")
     return " ".join(words)
+
+
+def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int = 6) -> str:
+    """`ipset restore` input that creates (or keeps) the sets of IPSETS and
+    refills them: prefixes of `pool` for hash:net, addresses at their edges
+    for hash:ip. Addresses: the lab ranges only."""
+    rng = random.Random(seed)
+    edges = [a for p in pool for a in _edges(ipaddress.ip_network(p))]
+    lines = []
+    for name, kind in IPSETS:
+        lines += [f"create {name} {kind} -exist", f"flush {name}"]
+        for _ in range(rng.randrange(members + 1)):
+            member = rng.choice(pool) if kind == "hash:net" else rng.choice(edges)
+            lines.append(f"add {name} {member} -exist")
+    return "\n".join(lines) + "\n"
 
 
 def probe_addresses(seed: int, count: int, pool: tuple[str, ...] = PREFIX_POOL) -> list[str]:

@@ -491,6 +491,19 @@ class NetfilterState(_JsonMixin):
     # br_netfilter.
     legacy_ip6_tables: tuple[str, ...] = ()
     legacy_arp_tables: tuple[str, ...] = ()
+    # The ipsets the IPv4 rules match (`-m set`), as last read.
+    ipsets: tuple[IpSet, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IpSet(_JsonMixin):
+    """An ipset an iptables rule matches against (state/ipset.py)."""
+
+    name: str
+    kind: str = ""                                  # "hash:net", ...
+    prefixes: tuple[tuple[int, int], ...] = ()      # IPv4 (network, length), sorted
+    unsupported: str | None = None                  # why the fast path cannot mirror it
+    members: tuple[str, ...] = ()                   # a list:set's sets
 
 
 @dataclass(frozen=True, slots=True)

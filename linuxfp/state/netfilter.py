@@ -35,7 +35,8 @@ import threading
 
 from . import netlink as nl
 from .iptables import Ruleset, read_ruleset
-from .model import NetfilterState
+from .ipset import read_ipsets
+from .model import IpSet, NetfilterState
 
 NFT_MSG_NEWTABLE = 0
 NFT_MSG_GETTABLE = 1
@@ -242,7 +243,11 @@ def _cached_ruleset(backend: str, fingerprint: object) -> Ruleset | str:
     return result
 
 
-def read_netfilter() -> NetfilterState:
+def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
+    """`fresh_sets`: read every ipset the rules match again; False reads only
+    sets not read before in this namespace (an nf_tables commit changes no
+    set: ipset changes are announced by the filter node's watch, after which
+    the caller asks for fresh sets)."""
     tables: list[str] = []
     details: list[str] = []
     nft = nft_tables()
@@ -268,7 +273,79 @@ def read_netfilter() -> NetfilterState:
     return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details),
                           rulesets=tuple(rulesets), errors=tuple(errors),
                           legacy_ip6_tables=legacy_table_names("ip6_tables_names"),
-                          legacy_arp_tables=legacy_table_names("arp_tables_names"))
+                          legacy_arp_tables=legacy_table_names("arp_tables_names"),
+                          ipsets=_matched_sets(rulesets, fresh_sets))
+
+
+# --- ipsets -------------------------------------------------------------------
+
+_set_cache: dict[int, dict[str, IpSet]] = {}
+
+
+# `-m set` options that read a member's packet and byte counters: the
+# kernel bumps them on every match, the fast path does not.
+COUNTER_OPTIONS = frozenset({"--packets-eq", "--packets-lt", "--packets-gt", "--bytes-eq", "--bytes-lt",
+                             "--bytes-gt"})
+
+
+def _matched_sets(rulesets, fresh: bool) -> tuple[IpSet, ...]:
+    """The sets `-m set` matches name, each marked unsupported where the
+    packet path changes it, which no system call announces: a SET target
+    adds or deletes members (of the set, or of the sets a list:set it names
+    holds), or a rule reads its members' counters (every match in the
+    kernel bumps them)."""
+    matched, targeted, changed = set(), {}, {}
+    for ruleset in rulesets:
+        for table in ruleset.tables:
+            for chain in table.chains:
+                for rule in chain.rules:
+                    where = f"iptables-{ruleset.backend} {table.name} {rule.chain} #{rule.position}"
+                    names = [m.values[0] for m in rule.matches
+                             if m.module == "set" and m.option == "--match-set" and m.values]
+                    matched.update(names)
+                    if any(m.module == "set" and m.option in COUNTER_OPTIONS for m in rule.matches):
+                        for name in names:
+                            changed.setdefault(name, f"{where} matches its members' counters")
+                    if rule.target == "SET":
+                        options = rule.target_options
+                        for i, word in enumerate(options[:-1]):
+                            if word in ("--add-set", "--del-set", "--map-set"):
+                                targeted.setdefault(options[i + 1], where)
+    if not matched:
+        return ()
+    key = nl.netns_cookie()
+    with _cache_lock:
+        known = dict(_set_cache.get(key, {}))
+    wanted = matched | set(targeted)
+    todo = sorted(wanted if fresh else wanted - set(known))
+    try:
+        known.update((s.name, s) for s in read_ipsets(todo))
+    except OSError as exc:
+        known.update((name, IpSet(name, unsupported=f"ipsets cannot be read ({exc})")) for name in todo)
+    # Only sets rules name now: one named again later is read afresh.
+    known = {name: known[name] for name in wanted}
+    with _cache_lock:
+        _set_cache[key] = known
+    # What a SET target reaches: its set, and through a list:set its members
+    # (a set that cannot be read could hold any of them).
+    todo = list(targeted.items())
+    while todo:
+        name, where = todo.pop()
+        if name in changed:
+            continue
+        changed[name] = f"a SET target changes it from the packet path ({where})"
+        target = known.get(name)
+        if target is None or not target.kind:
+            todo += [(other, where) for other in matched if other not in changed]
+        else:
+            todo += [(member, where) for member in target.members]
+    out = []
+    for name in sorted(matched):
+        ipset = known[name]
+        if name in changed and ipset.unsupported is None:
+            ipset = IpSet(name, ipset.kind, unsupported=f"ipset {name}: {changed[name]}")
+        out.append(ipset)
+    return tuple(out)
 
 
 def _collect(result: Ruleset | str, rulesets: list, errors: list) -> None:

@@ -164,21 +164,24 @@ def _with_current_xdp(links: tuple[Link, ...], current: dict[int, Link]) -> tupl
 
 def refresh_netfilter(snapshot: Snapshot) -> Snapshot:
     """Re-read the netfilter state only (cheap when no backend's fingerprint
-    changed); `snapshot` itself when nothing changed."""
-    netfilter = read_netfilter()
+    changed; ipsets only where the rules name a set not read before: an
+    nf_tables commit changes no set); `snapshot` itself when nothing changed."""
+    netfilter = read_netfilter(fresh_sets=False)
     if netfilter == snapshot.netfilter:
         return snapshot
     return replace(snapshot, netfilter=netfilter).inherit_hashes(snapshot)
 
 
-def refresh_polled(snapshot: Snapshot) -> Snapshot:
+def refresh_polled(snapshot: Snapshot, sets: bool = True) -> Snapshot:
     """Re-read the state whose changes the kernel never announces.
 
     Sysctls: accept_local, send_redirects and route_localnet changes produce
     no RTM_NEWNETCONF. Netfilter: legacy iptables changes produce no event at
     all. XDP: attaching or detaching through a BPF link (bpf_link_create, as
     libbpf's bpf_program__attach_xdp does) sends no RTM_NEWLINK, unlike the
-    netlink attach `ip link set ... xdp` uses.
+    netlink attach `ip link set ... xdp` uses. ipsets: no event either;
+    `sets` False reads again only sets the rules name for the first time (a
+    kernel watch announces ipset changes: controller/daemon.py).
     Returns `snapshot` itself when nothing changed."""
     if netns_inode() != snapshot.netns_inode:
         raise RuntimeError("refresh_polled: called from a different network namespace "
@@ -186,7 +189,7 @@ def refresh_polled(snapshot: Snapshot) -> Snapshot:
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
         links = _with_current_xdp(snapshot.links, {l.index: l for l in dump_links(sock)})
     sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
-    netfilter = read_netfilter()
+    netfilter = read_netfilter(fresh_sets=sets)
     xfrm = read_xfrm()
     if xfrm == snapshot.xfrm:
         xfrm = snapshot.xfrm

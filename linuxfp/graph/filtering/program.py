@@ -73,9 +73,10 @@ class Program:
         return tuple(r for r in self.rules if r.unsupported)
 
 
-def compile_program(forward_rulesets, links, stateful: bool = False) -> Program:
+def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=()) -> Program:
     """The FORWARD chain of each ruleset's filter table and every chain it
-    reaches; `stateful` as FilterScope says."""
+    reaches; `stateful` as FilterScope says; `ipsets` the sets rules match."""
+    sets = {s.name: s for s in ipsets}
     rules: list[CompiledRule] = []
     boxes: list[Box] = []
     chains = []
@@ -95,7 +96,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False) -> Program:
                 named.update({"-i": "iif", "-o": "oif"}[m.option] for m in rule.matches
                              if m.module == "" and m.option in ("-i", "-o"))
                 marks = marks or "mark" in rule.modules
-                meaning = rule_meaning(rule, links)
+                meaning = rule_meaning(rule, links, sets)
                 ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
                 boxes.extend(_protocol_in_l4d(box) for box in meaning.boxes)
                 action, jump = _action(rule, table, bool(meaning.unsupported))

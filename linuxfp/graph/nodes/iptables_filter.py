@@ -39,6 +39,9 @@ class Filter(Node):
     header = modules_dir() / "filter.h"
     covers = frozenset({OBSTACLE})
     inputs = ("netfilter", "links")
+    # ipsets change with no event: the watch makes the datapath pass from
+    # every netfilter netlink message until the sets are read again.
+    watch = modules_dir() / "filter_watch.c"
 
     def applies(self, snapshot, link) -> bool:
         return filter_plan(snapshot).classifier is not None
@@ -129,7 +132,7 @@ def _plan(netfilter, links) -> FilterPlan:
         return FilterPlan()
     if scope.uncovered:
         return FilterPlan(problem=scope.uncovered[0])
-    program = compile_program(scope.forward, links, stateful=bool(scope.stateful))
+    program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets)
     try:
         classifier = build_classifier(program, [link.index for link in links] if program.interface_fields else [])
         check_capacity(classifier)

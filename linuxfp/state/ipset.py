@@ -1,0 +1,128 @@
+"""The ipsets iptables rules match against, read over netlink
+(NFNL_SUBSYS_IPSET, the `ipset` tool's own protocol) in the calling
+thread's network namespace.
+
+Only what the filter node can mirror exactly is decoded into members: IPv4
+sets of types hash:ip and hash:net (a set of prefixes: hash:ip's `netmask`
+is each member's length). Everything else is read as a reason the fast path
+cannot evaluate the set (`IpSet.unsupported`), so the rules that match it go
+to the kernel:
+* other types and dimensions (hash:ip,port, list:set, bitmap:*, ...), IPv6;
+* members with a timeout: the kernel expires them with no event at all;
+* hash:net `nomatch` members (longest-prefix exceptions) and a `bitmask`;
+* sets a SET target changes from the packet path (state/netfilter.py asks
+  for those: no system call announces those changes).
+
+ipset sends no change notifications. The filter node's kernel watch
+(bpf_modules/filter_watch.c) makes the datapath pass from the moment any
+process of the namespace has sent a netfilter netlink message, until these
+sets have been read again.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+
+from . import netlink as nl
+from .model import IpSet
+
+NFNL_SUBSYS_IPSET = 6
+IPSET_PROTOCOL = 7
+IPSET_CMD_LIST = 7
+# Attributes of a command (linux/netfilter/ipset/ip_set.h)
+IPSET_ATTR_PROTOCOL = 1
+IPSET_ATTR_SETNAME = 2
+IPSET_ATTR_TYPENAME = 3
+IPSET_ATTR_FAMILY = 5
+IPSET_ATTR_DATA = 7
+IPSET_ATTR_ADT = 8
+# ... of a set's data and of its members
+IPSET_ATTR_IP = 1
+IPSET_ATTR_CIDR = 3
+IPSET_ATTR_TIMEOUT = 6
+IPSET_ATTR_CADT_FLAGS = 8
+IPSET_ATTR_BITMASK = 12
+IPSET_ATTR_NETMASK = 20
+IPSET_ATTR_NAME = 18            # a list:set member
+IPSET_ATTR_IPADDR_IPV4 = 1
+IPSET_FLAG_NOMATCH = 1 << 2
+NFPROTO_IPV4 = 2
+
+MIRRORED_TYPES = ("hash:ip", "hash:net")
+_NFGENMSG = struct.Struct("=BBH")
+
+
+def read_ipsets(names) -> tuple[IpSet, ...]:
+    """Each named set as the kernel holds it now; a set that does not exist
+    comes back with that as its reason. Raises OSError when ipset cannot be
+    asked at all."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return ()
+    sets = {}
+    with nl.NetlinkSocket(nl.NETLINK_NETFILTER) as sock:
+        for name in wanted:
+            payload = (_NFGENMSG.pack(socket.AF_INET, 0, 0) + nl.attr(IPSET_ATTR_PROTOCOL, bytes([IPSET_PROTOCOL]))
+                       + nl.attr(IPSET_ATTR_SETNAME, name.encode() + b"\0"))
+            try:
+                replies = sock.dump((NFNL_SUBSYS_IPSET << 8) | IPSET_CMD_LIST, payload)
+            except nl.NetlinkError as exc:
+                sets[name] = IpSet(name, unsupported=f"ipset {name!r} cannot be read ({exc.strerror})")
+                continue
+            sets[name] = decode_set(name, [r.payload for r in replies])
+    return tuple(sets[name] for name in wanted)
+
+
+def decode_set(name: str, payloads) -> IpSet:
+    """One set from its LIST replies (a large set spans several messages,
+    each with its name and a run of members)."""
+    kind, family, options, members = "", 0, {}, []
+    for payload in payloads:
+        attrs = nl.parse_attrs(payload, _NFGENMSG.size)
+        if nl.cstr(attrs.get(IPSET_ATTR_SETNAME, b"")) != name:
+            continue
+        if IPSET_ATTR_TYPENAME in attrs:
+            kind = nl.cstr(attrs[IPSET_ATTR_TYPENAME])
+            family = nl.u8(attrs.get(IPSET_ATTR_FAMILY, b"\0"))
+            options = nl.parse_attrs(attrs.get(IPSET_ATTR_DATA, b""))
+        for atype, element in nl.parse_attr_list(attrs.get(IPSET_ATTR_ADT, b"")):
+            if atype == IPSET_ATTR_DATA:
+                members.append(nl.parse_attrs(element))
+    reason = _unsupported(kind, family, options)
+    if reason is None:
+        prefixes, reason = _prefixes(kind, options, members)
+        if reason is None:
+            return IpSet(name, kind, prefixes=prefixes)
+    # A list:set's members: a SET target naming it changes them (state/netfilter.py).
+    names = tuple(nl.cstr(m[IPSET_ATTR_NAME]) for m in members if IPSET_ATTR_NAME in m) if kind == "list:set" else ()
+    return IpSet(name, kind, unsupported=f"ipset {name} ({kind or 'unknown type'}): {reason}", members=names)
+
+
+def _unsupported(kind: str, family: int, options: dict[int, bytes]) -> str | None:
+    if kind not in MIRRORED_TYPES:
+        return f"type {kind} is not mirrored (only {', '.join(MIRRORED_TYPES)})"
+    if family != NFPROTO_IPV4:
+        return "not an IPv4 set"
+    if IPSET_ATTR_BITMASK in options:
+        return "a bitmask"
+    return None
+
+
+def _prefixes(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tuple[int, int], ...], str | None]:
+    netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
+    out = set()
+    for member in members:
+        if member.get(IPSET_ATTR_TIMEOUT, b"\0\0\0\0") != b"\0\0\0\0":
+            return (), "members that time out (the kernel expires them without an event)"
+        flags = nl.be32(member[IPSET_ATTR_CADT_FLAGS]) if IPSET_ATTR_CADT_FLAGS in member else 0
+        if flags & IPSET_FLAG_NOMATCH:
+            return (), "nomatch members"
+        address = nl.parse_attrs(member.get(IPSET_ATTR_IP, b"")).get(IPSET_ATTR_IPADDR_IPV4)
+        if address is None or len(address) != 4:
+            return (), "a member without an IPv4 address"
+        length = nl.u8(member[IPSET_ATTR_CIDR]) if kind == "hash:net" and IPSET_ATTR_CIDR in member else netmask
+        if not 0 <= length <= 32:
+            return (), f"a member of length {length}"
+        value = int.from_bytes(address, "big")
+        out.add((value >> (32 - length) << (32 - length) if length else 0, length))
+    return tuple(sorted(out)), None

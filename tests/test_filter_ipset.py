@@ -1,0 +1,148 @@
+"""ipsets in the filter node (`-m set --match-set`): random rulesets matching
+real sets (hash:net, hash:ip, hash:ip with a netmask; src and dst; negated)
+byte-compared with Linux alone at XDP and TC; and a set changed under
+traffic: a member added by `ipset add` or brought in by `ipset swap` is
+dropped from the first frame sent after the command returned."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller.launcher import ControllerProcess, linuxfp_cli
+from controller_counting import Counting, counting
+from controller_counting import reasons as count_reasons
+from linuxfp.lab import RouterTopology, run_differential
+from linuxfp.lab.differential import Step
+from linuxfp.lab.frames import udp_frame
+from linuxfp.lab.packet_io import Capture, inject, settle
+from linuxfp.lab.rulesets import ROUTER_POOL, Coverage, probe_frames, random_ipsets, random_ruleset
+
+pytestmark = pytest.mark.netns
+
+IFNAMES = ("to-src", "to-sink")
+FRAMES = 200
+
+
+def _load(backend: str, sets: str, rules: str):
+    command = "iptables-restore" if backend == "nft" else "iptables-legacy-restore"
+
+    def apply(router):
+        router.dut.run(["ipset", "restore"], input=sets)
+        router.dut.run([command], input=rules)
+    return apply
+
+
+@pytest.mark.parametrize("hook,backend,seeds", [
+    ("xdp", "nft", range(500, 506)),
+    ("tc", "legacy", range(600, 604)),
+], ids=["xdp-nft", "tc-legacy"])
+def test_ipset_verdicts_are_linux_verdicts(require_root, hook, backend, seeds):
+    coverage = Coverage()
+    steps = [Step(f"{backend}-{seed}", _load(backend, random_ipsets(seed, ROUTER_POOL),
+                                              random_ruleset(seed, 30, IFNAMES, coverage, pool=ROUTER_POOL,
+                                                             ipsets=True)))
+             for seed in seeds]
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
+                              lambda router, index: probe_frames(router, index, FRAMES), prefix="lfp-s")
+    assert report.ok, report.render() + "\n" + coverage.summary()
+    assert any(k.startswith("set ") for k in coverage.matches), coverage.summary()
+    assert any(k.startswith("! set ") for k in coverage.matches), coverage.summary()
+    kernel = sum(o.forwarded_by_kernel for o in report.kernel)
+    accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
+    assert accelerated < kernel, report.render()
+    reasons = count_reasons(seen[0].stats[-1])
+    assert reasons.get("filter_dropped", 0) > 0, reasons
+
+
+BLOCKLIST = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+             "-A FORWARD -m set --match-set lfp-block dst -j DROP\nCOMMIT\n")
+ALLOWED = "198.19.3.9"
+
+
+def _frames(r, dst: str, count: int = 8) -> list[bytes]:
+    return [udp_frame(r.src_if.mac, r.dut_left.mac, str(r.src_if.ip), dst, sport=3000 + n, dport=9)
+            for n in range(count)]
+
+
+def test_set_changes_reach_the_fast_path_before_the_command_returns(router_topology):
+    """Each address is blocked by an `ipset add` (or arrives with an `ipset
+    swap`) and probed right after the command returned; meanwhile an allowed
+    flow keeps being fast-pathed. Not one probe may get through."""
+    r = router_topology
+    r.dut.run(["ipset", "create", "lfp-block", "hash:net"])
+    r.dut.run(["ipset", "create", "lfp-next", "hash:net"])
+    r.dut.run(["ipset", "add", "lfp-block", "198.19.1.0/24"])
+    r.dut.run(["iptables-restore"], input=BLOCKLIST)
+    probed = []
+    with ControllerProcess(r.dut.name, hook="xdp") as c, Capture(r.sink, "to-dut") as sink:
+        c.settled()
+        inject(r.src, r.src_if.name, _frames(r, ALLOWED))
+        for n in range(12):
+            address = f"198.19.2.{10 + n}"
+            if n % 3 == 2:
+                # swap in a copy of the set that also holds the address
+                r.dut.run(["ipset", "flush", "lfp-next"])
+                for line in r.dut.run(["ipset", "list", "lfp-block"]).stdout.split("Members:\n")[1].split():
+                    r.dut.run(["ipset", "add", "lfp-next", line])
+                r.dut.run(["ipset", "add", "lfp-next", address])
+                r.dut.run(["ipset", "swap", "lfp-block", "lfp-next"])
+            else:
+                r.dut.run(["ipset", "add", "lfp-block", address])
+            inject(r.src, r.src_if.name, _frames(r, address))
+            inject(r.src, r.src_if.name, _frames(r, ALLOWED))
+            probed.append(address)
+        c.settled()
+        before = _nodes(r)
+        # once the changes are applied, the fast path forwards and drops again
+        inject(r.src, r.src_if.name, _frames(r, ALLOWED) + _frames(r, probed[0]))
+        settle([sink], quiet=0.3)
+        got = [f.data for f in sink.stop()]
+        after = _nodes(r)
+    blocked = {bytes(int(x) for x in a.split(".")) for a in probed}
+    leaked = [f for f in got if f[30:34] in blocked]
+    assert leaked == [], f"{len(leaked)} frames to blocked addresses were forwarded"
+    allowed = bytes(int(x) for x in ALLOWED.split("."))
+    assert len([f for f in got if f[30:34] == allowed]) == 8 * 14
+    assert after["transmit"]["fast_path"] - before["transmit"]["fast_path"] == 8, (before, after)
+    assert (after["filter"]["drops"].get("filter_dropped", 0)
+            - before["filter"]["drops"].get("filter_dropped", 0)) == 8, (before, after)
+
+
+def _nodes(r) -> dict:
+    stats = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)
+    return {i["ifname"]: i for i in stats["interfaces"]}["to-src"]["nodes"]
+
+
+def _watched(r) -> int:
+    return json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["lease"]["watched_changes"]
+
+
+def test_the_set_watch_counts_only_while_rules_match_sets(router_topology):
+    """Netfilter netlink traffic costs nothing while no rule matches a set;
+    a rule that starts matching one arms the watch, and the set's changes
+    reach the fast path from then on."""
+    r = router_topology
+    r.dut.run(["iptables", "-A", "FORWARD", "-d", "198.19.4.0/24", "-j", "DROP"])
+    with ControllerProcess(r.dut.name, hook="xdp") as c, Capture(r.sink, "to-dut") as sink:
+        c.settled()
+        unarmed = _watched(r)
+        r.dut.run(["ipset", "create", "lfp-late", "hash:ip"])
+        r.dut.run(["ipset", "add", "lfp-late", "198.19.2.77"])
+        r.dut.run(["nft", "list", "ruleset"])
+        assert _watched(r) == unarmed
+        r.dut.run(["iptables", "-A", "FORWARD", "-m", "set", "--match-set", "lfp-late", "dst", "-j", "DROP"])
+        c.settled()
+        r.dut.run(["ipset", "add", "lfp-late", "198.19.2.78"])
+        assert _watched(r) > unarmed
+        inject(r.src, r.src_if.name, _frames(r, "198.19.2.77") + _frames(r, "198.19.2.78"))
+        c.settled()
+        before = _nodes(r)
+        inject(r.src, r.src_if.name, _frames(r, "198.19.2.78") + _frames(r, ALLOWED))
+        settle([sink], quiet=0.3)
+        got = [f.data for f in sink.stop()]
+        after = _nodes(r)
+    assert [f[30:34] for f in got] == [bytes((198, 19, 3, 9))] * 8
+    assert (after["filter"]["drops"].get("filter_dropped", 0)
+            - before["filter"]["drops"].get("filter_dropped", 0)) == 8, (before, after)
