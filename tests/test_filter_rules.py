@@ -347,6 +347,44 @@ def test_ipset_matches_are_prefixes_of_their_address_field():
         assert got == expected, (src, dst)
 
 
+def test_address_and_port_sets_match_as_the_kernel_does():
+    """hash:ip,port: the second direction picks the port (TCP/UDP), ICMP
+    members hold type and code, port-less protocols port 0; a rule giving
+    fewer directions than the set's dimensions never matches."""
+    from linuxfp.state.model import IpSet
+
+    members = ((0xC6130109, 32, 17, 53), (0xC6130109, 32, 1, 8 << 8), (0xC6130000, 16, 47, 0),
+               (0xC6120000, 16, 6, 80))
+    sets = (IpSet("pairs", "hash:net,port", ports=members),
+            IpSet("plain", "hash:net,port", ports=tuple(m for m in members if m[2] != 1)))
+    text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+            "-A FORWARD -m set --match-set pairs src -j DROP\n"          # one direction: never
+            "-A FORWARD -m set --match-set pairs dst,dst -j DROP\n"
+            "-A FORWARD -m set ! --match-set plain src,src -j ACCEPT\n"
+            "-A FORWARD -j DROP\nCOMMIT\n")
+    program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS, ipsets=sets)
+    classifier = build_classifier(program, [])
+    a = lambda text: int.from_bytes(bytes(map(int, text.split("."))), "big")     # noqa: E731
+
+    def decide(src, dst, proto, sport, dport):
+        values = packet_fields(a(src), a(dst), proto, sport, dport, 2, 3)
+        expected = verdict(program, matched_boxes(program, values))
+        assert classify(classifier, values) == expected
+        return expected
+
+    assert decide("198.18.0.1", "198.19.1.9", 17, 1000, 53) == (DROP, 1)      # dst, dport 53
+    assert decide("198.18.0.1", "198.19.1.9", 17, 53, 1000) == (ACCEPT, 2)    # not dst,dst; not src,src
+    assert decide("198.18.0.1", "198.19.1.9", 1, 8, 0) == (DROP, 1)           # ICMP echo to it
+    assert decide("198.18.0.1", "198.19.1.9", 1, 0, 0) == (ACCEPT, 2)
+    assert decide("198.18.0.1", "198.19.7.7", 47, 0, 0) == (DROP, 1)          # GRE into 198.19/16
+    assert decide("198.18.0.1", "198.19.7.7", 6, 999, 80) == (ACCEPT, 2)      # tcp:80 is for 198.18/16 ...
+    assert decide("198.18.0.1", "198.19.7.7", 6, 80, 999) == (DROP, 3)        # ... as a source port
+    # ! with ICMP members: the complement is not a few boxes, the kernel decides
+    icmp_neg = compile_program(filter_scope(netfilter(parse_save(
+        text.replace("! --match-set plain", "! --match-set pairs"), "nft"))).forward, LINKS, ipsets=sets)
+    assert icmp_neg.rules[2].action == "kernel" and "ICMP" in icmp_neg.rules[2].unsupported[0]
+
+
 def test_sets_a_set_target_changes_are_not_mirrored(monkeypatch):
     """A SET target anywhere changes its set from the packet path, which no
     system call announces: rules matching that set go to the kernel."""

@@ -234,18 +234,22 @@ def test_ipsets_rules_match_are_read(netns):
        "ipset create lfp-expire hash:ip timeout 600", "ipset add lfp-expire 198.18.5.9",
        "ipset create lfp-except hash:net", "ipset add lfp-except 198.18.0.0/16",
        "ipset add lfp-except 198.18.1.0/24 nomatch",
-       "ipset create lfp-pairs hash:ip,port",
+       "ipset create lfp-pairs hash:ip,port", "ipset add lfp-pairs 198.18.5.9,udp:53",
+       "ipset add lfp-pairs 198.18.5.9,icmp:8/0", "ipset add lfp-pairs 198.18.5.10,gre:0",
+       "ipset create lfp-sctp hash:net,port", "ipset add lfp-sctp 198.18.0.0/16,sctp:5",
        "ipset create lfp-unused hash:ip")
-    for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs"):
+    for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs", "lfp-sctp"):
         sh(f"iptables -A FORWARD -m set --match-set {name} src -j DROP")
     snap = read_snapshot()
     sets = {s.name: s for s in snap.netfilter.ipsets}
-    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-mask", "lfp-net", "lfp-pairs"]
+    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-mask", "lfp-net", "lfp-pairs", "lfp-sctp"]
     assert sets["lfp-net"].prefixes == ((0xC6336400, 24), (0xCB007107, 32)) and sets["lfp-net"].unsupported is None
     assert sets["lfp-mask"].prefixes == ((0xC6120500, 24),)
     assert "time out" in sets["lfp-expire"].unsupported
     assert "nomatch" in sets["lfp-except"].unsupported
-    assert "hash:ip,port" in sets["lfp-pairs"].unsupported
+    # (address, protocol, port); ICMP's port is type << 8 | code
+    assert sets["lfp-pairs"].ports == ((0xC6120509, 32, 1, 8 << 8), (0xC6120509, 32, 17, 53), (0xC612050A, 32, 47, 0))
+    assert "protocol 132" in sets["lfp-sctp"].unsupported
     sh("ipset add lfp-net 192.0.2.0/25")
     assert refresh_polled(snap, sets=False) is snap
     fresh = {s.name: s for s in refresh_polled(snap).netfilter.ipsets}

@@ -43,8 +43,11 @@ class Coverage:
 
 
 # The ipsets random_ruleset() may match (random_ipsets() fills them): a set
-# of prefixes, one of addresses, one of addresses under a netmask.
-IPSETS = (("lfp-net", "hash:net"), ("lfp-ip", "hash:ip"), ("lfp-mask", "hash:ip netmask 24"))
+# of prefixes, one of addresses, one of addresses under a netmask, and sets
+# of (address or prefix, protocol:port).
+IPSETS = (("lfp-net", "hash:net"), ("lfp-ip", "hash:ip"), ("lfp-mask", "hash:ip netmask 24"),
+          ("lfp-port", "hash:ip,port"), ("lfp-netport", "hash:net,port"))
+SET_PORTS = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmp:8/0", "icmp:3/3", "gre:0")
 
 
 def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Coverage | None = None,
@@ -78,7 +81,7 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
     if ipsets and rng.random() < 0.4:
         n = neg()
         name = rng.choice(IPSETS)[0]
-        direction = rng.choice(("src", "dst", "dst,src", "src,dst"))
+        direction = rng.choice(("src", "dst", "dst,src", "src,dst", "src,src", "dst,dst"))
         words.append(f"-m set {n}--match-set {name} {direction}")
         coverage.matches[f"{n}set {direction.split(',')[0]}"] += 1
     if rng.random() < 0.5:
@@ -161,7 +164,9 @@ def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int =
     for name, kind in IPSETS:
         lines += [f"create {name} {kind} -exist", f"flush {name}"]
         for _ in range(rng.randrange(members + 1)):
-            member = rng.choice(pool) if kind == "hash:net" else rng.choice(edges)
+            member = rng.choice(pool) if kind.startswith("hash:net") else rng.choice(edges)
+            if kind.endswith(",port"):
+                member += "," + rng.choice(SET_PORTS)
             lines.append(f"add {name} {member} -exist")
     return "\n".join(lines) + "\n"
 

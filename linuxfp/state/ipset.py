@@ -4,10 +4,13 @@ thread's network namespace.
 
 Only what the filter node can mirror exactly is decoded into members: IPv4
 sets of types hash:ip and hash:net (a set of prefixes: hash:ip's `netmask`
-is each member's length). Everything else is read as a reason the fast path
-cannot evaluate the set (`IpSet.unsupported`), so the rules that match it go
-to the kernel:
-* other types and dimensions (hash:ip,port, list:set, bitmap:*, ...), IPv6;
+is each member's length), hash:ip,port and hash:net,port (prefix, protocol,
+port; an ICMP member's port is type << 8 | code). Everything else is read as
+a reason the fast path cannot evaluate the set (`IpSet.unsupported`), so the
+rules that match it go to the kernel:
+* other types and dimensions (list:set, bitmap:*, hash:net,iface, ...), IPv6,
+  members of protocols whose ports the fast path does not read (SCTP,
+  UDPLITE);
 * members with a timeout: the kernel expires them with no event at all;
 * hash:net `nomatch` members (longest-prefix exceptions) and a `bitmask`;
 * sets a SET target changes from the packet path (state/netfilter.py asks
@@ -39,6 +42,8 @@ IPSET_ATTR_ADT = 8
 # ... of a set's data and of its members
 IPSET_ATTR_IP = 1
 IPSET_ATTR_CIDR = 3
+IPSET_ATTR_PORT = 4
+IPSET_ATTR_PROTO = 7
 IPSET_ATTR_TIMEOUT = 6
 IPSET_ATTR_CADT_FLAGS = 8
 IPSET_ATTR_BITMASK = 12
@@ -48,7 +53,11 @@ IPSET_ATTR_IPADDR_IPV4 = 1
 IPSET_FLAG_NOMATCH = 1 << 2
 NFPROTO_IPV4 = 2
 
-MIRRORED_TYPES = ("hash:ip", "hash:net")
+MIRRORED_TYPES = ("hash:ip", "hash:net", "hash:ip,port", "hash:net,port")
+# Protocols of a port member the fast path reads the same value for: TCP and
+# UDP ports, ICMP type and code, and protocols without ports (port 0).
+_PORTED = (6, 17)
+_UNREAD = (132, 136, 58)     # SCTP, UDPLITE, ICMPv6: ports the kernel reads, the fast path does not
 _NFGENMSG = struct.Struct("=BBH")
 
 
@@ -90,9 +99,14 @@ def decode_set(name: str, payloads) -> IpSet:
                 members.append(nl.parse_attrs(element))
     reason = _unsupported(kind, family, options)
     if reason is None:
-        prefixes, reason = _prefixes(kind, options, members)
-        if reason is None:
-            return IpSet(name, kind, prefixes=prefixes)
+        if kind.endswith(",port"):
+            ports, reason = _ports(kind, members)
+            if reason is None:
+                return IpSet(name, kind, ports=ports)
+        else:
+            prefixes, reason = _prefixes(kind, options, members)
+            if reason is None:
+                return IpSet(name, kind, prefixes=prefixes)
     # A list:set's members: a SET target naming it changes them (state/netfilter.py).
     names = tuple(nl.cstr(m[IPSET_ATTR_NAME]) for m in members if IPSET_ATTR_NAME in m) if kind == "list:set" else ()
     return IpSet(name, kind, unsupported=f"ipset {name} ({kind or 'unknown type'}): {reason}", members=names)
@@ -112,17 +126,41 @@ def _prefixes(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tupl
     netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
     out = set()
     for member in members:
-        if member.get(IPSET_ATTR_TIMEOUT, b"\0\0\0\0") != b"\0\0\0\0":
-            return (), "members that time out (the kernel expires them without an event)"
-        flags = nl.be32(member[IPSET_ATTR_CADT_FLAGS]) if IPSET_ATTR_CADT_FLAGS in member else 0
-        if flags & IPSET_FLAG_NOMATCH:
-            return (), "nomatch members"
-        address = nl.parse_attrs(member.get(IPSET_ATTR_IP, b"")).get(IPSET_ATTR_IPADDR_IPV4)
-        if address is None or len(address) != 4:
-            return (), "a member without an IPv4 address"
-        length = nl.u8(member[IPSET_ATTR_CIDR]) if kind == "hash:net" and IPSET_ATTR_CIDR in member else netmask
-        if not 0 <= length <= 32:
-            return (), f"a member of length {length}"
-        value = int.from_bytes(address, "big")
-        out.add((value >> (32 - length) << (32 - length) if length else 0, length))
+        prefix, reason = _member_prefix(kind, member, netmask)
+        if reason is not None:
+            return (), reason
+        out.add(prefix)
     return tuple(sorted(out)), None
+
+
+def _ports(kind: str, members) -> tuple[tuple[tuple[int, int, int, int], ...], str | None]:
+    """(network, length, protocol, port) of each member."""
+    out = set()
+    for member in members:
+        prefix, reason = _member_prefix(kind, member, 32)
+        if reason is not None:
+            return (), reason
+        proto = nl.u8(member.get(IPSET_ATTR_PROTO, b"\0"))
+        port = int.from_bytes(member.get(IPSET_ATTR_PORT, b"\0\0"), "big")
+        if proto == 0 or proto in _UNREAD:
+            return (), f"a member of protocol {proto} (its ports are not read in the fast path)"
+        if proto not in _PORTED and proto != 1 and port:
+            return (), f"a member of protocol {proto} with port {port}"
+        out.add((*prefix, proto, port))
+    return tuple(sorted(out)), None
+
+
+def _member_prefix(kind: str, member: dict[int, bytes], netmask: int) -> tuple[tuple[int, int], str | None]:
+    if member.get(IPSET_ATTR_TIMEOUT, b"\0\0\0\0") != b"\0\0\0\0":
+        return (0, 0), "members that time out (the kernel expires them without an event)"
+    flags = nl.be32(member[IPSET_ATTR_CADT_FLAGS]) if IPSET_ATTR_CADT_FLAGS in member else 0
+    if flags & IPSET_FLAG_NOMATCH:
+        return (0, 0), "nomatch members"
+    address = nl.parse_attrs(member.get(IPSET_ATTR_IP, b"")).get(IPSET_ATTR_IPADDR_IPV4)
+    if address is None or len(address) != 4:
+        return (0, 0), "a member without an IPv4 address"
+    length = nl.u8(member[IPSET_ATTR_CIDR]) if kind.startswith("hash:net") and IPSET_ATTR_CIDR in member else netmask
+    if not 0 <= length <= 32:
+        return (0, 0), f"a member of length {length}"
+    value = int.from_bytes(address, "big")
+    return (value >> (32 - length) << (32 - length) if length else 0, length), None

@@ -504,6 +504,13 @@ class IpSet(_JsonMixin):
     prefixes: tuple[tuple[int, int], ...] = ()      # IPv4 (network, length), sorted
     unsupported: str | None = None                  # why the fast path cannot mirror it
     members: tuple[str, ...] = ()                   # a list:set's sets
+    # hash:ip,port and hash:net,port: (network, length, protocol, port); an
+    # ICMP member's port is type << 8 | code
+    ports: tuple[tuple[int, int, int, int], ...] = ()
+
+    @property
+    def dimension(self) -> int:
+        return 2 if self.kind.endswith(",port") else 1
 
 
 @dataclass(frozen=True, slots=True)

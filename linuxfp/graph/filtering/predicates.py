@@ -323,17 +323,45 @@ def _match_boxes(match, proto: int | None, links, sets) -> tuple[Box, ...] | Non
 
 
 def _set_boxes(ipset, name: str, directions: str, negated: bool) -> tuple[Box, ...]:
-    """`-m set --match-set NAME src|dst[,...]`: an address set of one
-    dimension uses the first direction only, as the kernel does; its members
-    are prefixes of that address field."""
+    """`-m set --match-set NAME src|dst[,...]`: the kernel uses one direction
+    per dimension of the set (the first for the address, the second for the
+    port) and never matches with fewer. An address set's members are
+    prefixes of that address field; an address-and-port set becomes one box
+    per port (the ports' boxes are disjoint) holding that port's prefixes."""
     if ipset is None:
         raise Unsupported(f"ipset {name} was not read")
     if ipset.unsupported is not None:
         raise Unsupported(ipset.unsupported)
-    first = directions.split(",")[0]
-    if first not in ("src", "dst"):
+    flags = directions.split(",")
+    if any(f not in ("src", "dst") for f in flags):
         raise Unsupported(f"direction {directions!r}")
-    return _single(first, frozenset(ipset.prefixes), negated)
+    if len(flags) < ipset.dimension:
+        return EVERYTHING if negated else NOTHING
+    address = flags[0]
+    if ipset.dimension == 1:
+        return _single(address, frozenset(ipset.prefixes), negated)
+    l4 = "l4s" if flags[1] == "src" else "l4d"
+    groups: dict[tuple, set] = {}
+    for value, length, proto, port in ipset.ports:
+        if proto == 1:      # type << 8 | code: the fast path reads them apart
+            key = (("l4d", ((1 << 16) | (port & 0xFF), 24)), ("l4s", ((1 << 16) | (port >> 8), 24)))
+        elif proto in PORTS_OF:
+            key = ((l4, ((proto << 16) | port, 24)),)
+        else:               # no ports: the kernel reads port 0
+            key = ((l4, (proto << 16, 8)),)
+        groups.setdefault(key, set()).add((value, length))
+    if not negated:
+        return tuple(Box(tuple(sorted([(address, FieldPredicate(frozenset(prefixes)))]
+                                      + [(field_, FieldPredicate(frozenset({p}))) for field_, p in key])))
+                     for key, prefixes in sorted(groups.items()))
+    if any(len(key) > 1 for key in groups):
+        raise Unsupported("! with a set holding ICMP members")
+    keys = frozenset(key[0][1] for key in groups)
+    boxes = [Box(((l4, FieldPredicate(None, keys)),))]
+    for key, prefixes in sorted(groups.items()):
+        boxes.append(Box(tuple(sorted([(address, FieldPredicate(None, frozenset(prefixes))),
+                                       (l4, FieldPredicate(frozenset({key[0][1]})))]))))
+    return tuple(boxes)
 
 
 def _icmp_type(text: str) -> tuple[int | None, int | None]:
