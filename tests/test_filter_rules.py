@@ -385,6 +385,34 @@ def test_address_and_port_sets_match_as_the_kernel_does():
     assert icmp_neg.rules[2].action == "kernel" and "ICMP" in icmp_neg.rules[2].unsupported[0]
 
 
+def test_address_and_interface_sets_name_interfaces_as_rules_do():
+    """hash:net,iface: the second direction picks -i (src) or -o (dst); a
+    name ending in + is a wildcard; the classifier looks interfaces up."""
+    from linuxfp.state.model import IpSet
+
+    sets = (IpSet("nets", "hash:net,iface", ifaces=((0xC6120000, 16, "lan0"), (0xC6130000, 16, "d+"))),)
+    text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+            "-A FORWARD -m set --match-set nets src,src -j DROP\n"
+            "-A FORWARD -m set ! --match-set nets dst,dst -j ACCEPT\n"
+            "-A FORWARD -j DROP\nCOMMIT\n")
+    program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS, ipsets=sets)
+    assert program.interface_fields == {"iif", "oif"}
+    classifier = build_classifier(program, [link.index for link in LINKS])
+    a = lambda text: int.from_bytes(bytes(map(int, text.split("."))), "big")     # noqa: E731
+
+    def decide(src, dst, iif, oif):
+        values = packet_fields(a(src), a(dst), 17, 1, 9, iif, oif)
+        expected = verdict(program, matched_boxes(program, values))
+        assert classify(classifier, values) == expected
+        return expected
+
+    assert decide("198.18.0.1", "203.0.113.1", 2, 3) == (DROP, 0)      # from 198.18/16 on lan0
+    assert decide("198.18.0.1", "203.0.113.1", 3, 2) == (ACCEPT, 1)    # on wan0: not in; dst not either
+    assert decide("203.0.113.1", "198.19.0.1", 3, 4) == (DROP, 2)      # to 198.19/16 via dmz0 (d+)
+    assert decide("203.0.113.1", "198.19.0.1", 3, 5) == (DROP, 2)      # ... docker0 (d+)
+    assert decide("203.0.113.1", "198.19.0.1", 3, 2) == (ACCEPT, 1)
+
+
 def test_sets_a_set_target_changes_are_not_mirrored(monkeypatch):
     """A SET target anywhere changes its set from the packet path, which no
     system call announces: rules matching that set go to the kernel."""

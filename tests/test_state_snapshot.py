@@ -237,12 +237,18 @@ def test_ipsets_rules_match_are_read(netns):
        "ipset create lfp-pairs hash:ip,port", "ipset add lfp-pairs 198.18.5.9,udp:53",
        "ipset add lfp-pairs 198.18.5.9,icmp:8/0", "ipset add lfp-pairs 198.18.5.10,gre:0",
        "ipset create lfp-sctp hash:net,port", "ipset add lfp-sctp 198.18.0.0/16,sctp:5",
+       "ipset create lfp-iface hash:net,iface", "ipset add lfp-iface 198.18.0.0/16,veth+",
+       "ipset create lfp-physdev hash:net,iface", "ipset add lfp-physdev 198.18.0.0/16,physdev:eth0",
        "ipset create lfp-unused hash:ip")
-    for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs", "lfp-sctp"):
+    for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs", "lfp-sctp", "lfp-iface",
+                 "lfp-physdev"):
         sh(f"iptables -A FORWARD -m set --match-set {name} src -j DROP")
     snap = read_snapshot()
     sets = {s.name: s for s in snap.netfilter.ipsets}
-    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-mask", "lfp-net", "lfp-pairs", "lfp-sctp"]
+    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-iface", "lfp-mask", "lfp-net", "lfp-pairs",
+                            "lfp-physdev", "lfp-sctp"]
+    assert sets["lfp-iface"].ifaces == ((0xC6120000, 16, "veth+"),)
+    assert "physdev" in sets["lfp-physdev"].unsupported
     assert sets["lfp-net"].prefixes == ((0xC6336400, 24), (0xCB007107, 32)) and sets["lfp-net"].unsupported is None
     assert sets["lfp-mask"].prefixes == ((0xC6120500, 24),)
     assert "time out" in sets["lfp-expire"].unsupported

@@ -46,7 +46,8 @@ class Coverage:
 # of prefixes, one of addresses, one of addresses under a netmask, and sets
 # of (address or prefix, protocol:port).
 IPSETS = (("lfp-net", "hash:net"), ("lfp-ip", "hash:ip"), ("lfp-mask", "hash:ip netmask 24"),
-          ("lfp-port", "hash:ip,port"), ("lfp-netport", "hash:net,port"))
+          ("lfp-port", "hash:ip,port"), ("lfp-netport", "hash:net,port"), ("lfp-iface", "hash:net,iface"))
+SET_IFACES = ("to-src", "to-sink", "to-+", "lo")      # RouterTopology's DUT interfaces, a wildcard
 SET_PORTS = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmp:8/0", "icmp:3/3", "gre:0")
 
 
@@ -167,6 +168,8 @@ def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int =
             member = rng.choice(pool) if kind.startswith("hash:net") else rng.choice(edges)
             if kind.endswith(",port"):
                 member += "," + rng.choice(SET_PORTS)
+            elif kind.endswith(",iface"):
+                member += "," + rng.choice(SET_IFACES)
             lines.append(f"add {name} {member} -exist")
     return "\n".join(lines) + "\n"
 

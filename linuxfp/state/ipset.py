@@ -5,10 +5,12 @@ thread's network namespace.
 Only what the filter node can mirror exactly is decoded into members: IPv4
 sets of types hash:ip and hash:net (a set of prefixes: hash:ip's `netmask`
 is each member's length), hash:ip,port and hash:net,port (prefix, protocol,
-port; an ICMP member's port is type << 8 | code). Everything else is read as
-a reason the fast path cannot evaluate the set (`IpSet.unsupported`), so the
-rules that match it go to the kernel:
-* other types and dimensions (list:set, bitmap:*, hash:net,iface, ...), IPv6,
+port; an ICMP member's port is type << 8 | code), hash:net,iface (prefix,
+interface name; "eth+" is a wildcard). Everything else is read as a reason
+the fast path cannot evaluate the set (`IpSet.unsupported`), so the rules
+that match it go to the kernel:
+* other types and dimensions (list:set, bitmap:*, hash:ip,port,ip, ...), IPv6,
+  physdev members (a bridge port's name),
   members of protocols whose ports the fast path does not read (SCTP,
   UDPLITE);
 * members with a timeout: the kernel expires them with no event at all;
@@ -49,11 +51,13 @@ IPSET_ATTR_CADT_FLAGS = 8
 IPSET_ATTR_BITMASK = 12
 IPSET_ATTR_NETMASK = 20
 IPSET_ATTR_NAME = 18            # a list:set member
+IPSET_ATTR_IFACE = 23
+IPSET_FLAG_PHYSDEV = 1 << 1
 IPSET_ATTR_IPADDR_IPV4 = 1
 IPSET_FLAG_NOMATCH = 1 << 2
 NFPROTO_IPV4 = 2
 
-MIRRORED_TYPES = ("hash:ip", "hash:net", "hash:ip,port", "hash:net,port")
+MIRRORED_TYPES = ("hash:ip", "hash:net", "hash:ip,port", "hash:net,port", "hash:net,iface")
 # Protocols of a port member the fast path reads the same value for: TCP and
 # UDP ports, ICMP type and code, and protocols without ports (port 0).
 _PORTED = (6, 17)
@@ -103,6 +107,10 @@ def decode_set(name: str, payloads) -> IpSet:
             ports, reason = _ports(kind, members)
             if reason is None:
                 return IpSet(name, kind, ports=ports)
+        elif kind.endswith(",iface"):
+            ifaces, reason = _ifaces(kind, members)
+            if reason is None:
+                return IpSet(name, kind, ifaces=ifaces)
         else:
             prefixes, reason = _prefixes(kind, options, members)
             if reason is None:
@@ -147,6 +155,21 @@ def _ports(kind: str, members) -> tuple[tuple[tuple[int, int, int, int], ...], s
         if proto not in _PORTED and proto != 1 and port:
             return (), f"a member of protocol {proto} with port {port}"
         out.add((*prefix, proto, port))
+    return tuple(sorted(out)), None
+
+
+def _ifaces(kind: str, members) -> tuple[tuple[tuple[int, int, str], ...], str | None]:
+    """(network, length, interface name) of each member; a name ending in
+    "+" matches every interface it begins (the kernel's wildcard)."""
+    out = set()
+    for member in members:
+        prefix, reason = _member_prefix(kind, member, 32)
+        if reason is not None:
+            return (), reason
+        flags = nl.be32(member[IPSET_ATTR_CADT_FLAGS]) if IPSET_ATTR_CADT_FLAGS in member else 0
+        if flags & IPSET_FLAG_PHYSDEV:
+            return (), "physdev members (a bridge port's name)"
+        out.add((*prefix, nl.cstr(member.get(IPSET_ATTR_IFACE, b""))))
     return tuple(sorted(out)), None
 
 

@@ -507,10 +507,12 @@ class IpSet(_JsonMixin):
     # hash:ip,port and hash:net,port: (network, length, protocol, port); an
     # ICMP member's port is type << 8 | code
     ports: tuple[tuple[int, int, int, int], ...] = ()
+    # hash:net,iface: (network, length, interface name; "eth+" a wildcard)
+    ifaces: tuple[tuple[int, int, str], ...] = ()
 
     @property
     def dimension(self) -> int:
-        return 2 if self.kind.endswith(",port") else 1
+        return 2 if self.kind.endswith((",port", ",iface")) else 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -310,7 +310,7 @@ def _match_boxes(match, proto: int | None, links, sets) -> tuple[Box, ...] | Non
             raise Unsupported("whether the connection was expected")
         return EVERYTHING if neg else NOTHING
     if m == "set" and opt == "--match-set":
-        return _set_boxes(sets.get(values[0]), values[0], values[1], neg)
+        return _set_boxes(sets.get(values[0]), values[0], values[1], neg, links)
     if m == "mark" and opt == "--mark":
         # A forwarded packet's mark is 0 at FORWARD: nothing before it may set
         # one (raw/mangle rules and tc ingress filters keep it on the kernel
@@ -322,12 +322,14 @@ def _match_boxes(match, proto: int | None, links, sets) -> tuple[Box, ...] | Non
     raise Unsupported("")
 
 
-def _set_boxes(ipset, name: str, directions: str, negated: bool) -> tuple[Box, ...]:
+def _set_boxes(ipset, name: str, directions: str, negated: bool, links=()) -> tuple[Box, ...]:
     """`-m set --match-set NAME src|dst[,...]`: the kernel uses one direction
     per dimension of the set (the first for the address, the second for the
     port) and never matches with fewer. An address set's members are
     prefixes of that address field; an address-and-port set becomes one box
-    per port (the ports' boxes are disjoint) holding that port's prefixes."""
+    per port (the ports' boxes are disjoint) holding that port's prefixes;
+    an address-and-interface set one box per interface (`src`: -i, `dst`:
+    -o) holding the prefixes of the members whose name it has."""
     if ipset is None:
         raise Unsupported(f"ipset {name} was not read")
     if ipset.unsupported is not None:
@@ -340,6 +342,8 @@ def _set_boxes(ipset, name: str, directions: str, negated: bool) -> tuple[Box, .
     address = flags[0]
     if ipset.dimension == 1:
         return _single(address, frozenset(ipset.prefixes), negated)
+    if ipset.ifaces:
+        return _interface_set_boxes(ipset, address, "iif" if flags[1] == "src" else "oif", negated, links)
     l4 = "l4s" if flags[1] == "src" else "l4d"
     groups: dict[tuple, set] = {}
     for value, length, proto, port in ipset.ports:
@@ -362,6 +366,25 @@ def _set_boxes(ipset, name: str, directions: str, negated: bool) -> tuple[Box, .
         boxes.append(Box(tuple(sorted([(address, FieldPredicate(None, frozenset(prefixes))),
                                        (l4, FieldPredicate(frozenset({key[0][1]})))]))))
     return tuple(boxes)
+
+
+def _interface_set_boxes(ipset, address: str, field_: str, negated: bool, links) -> tuple[Box, ...]:
+    """Per existing interface, the prefixes of the members it matches; an
+    interface the classifier does not know yet misses, and the kernel
+    decides for its packets."""
+    groups = []
+    for link in sorted(links, key=lambda l: l.index):
+        prefixes = frozenset((value, length) for value, length, pattern in ipset.ifaces
+                             if (link.name.startswith(pattern[:-1]) if pattern.endswith("+") else link.name == pattern))
+        if prefixes:
+            groups.append(((link.index, 32), prefixes))
+    if not negated:
+        return tuple(Box(tuple(sorted([(address, FieldPredicate(prefixes)), (field_, FieldPredicate(frozenset({key})))])))
+                     for key, prefixes in groups)
+    keys = frozenset(key for key, _ in groups)
+    return (Box(((field_, FieldPredicate(None, keys)),)),) + tuple(
+        Box(tuple(sorted([(address, FieldPredicate(None, prefixes)), (field_, FieldPredicate(frozenset({key})))])))
+        for key, prefixes in groups)
 
 
 def _icmp_type(text: str) -> tuple[int | None, int | None]:

@@ -95,6 +95,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=()) 
             for rule in chain.rules:
                 named.update({"-i": "iif", "-o": "oif"}[m.option] for m in rule.matches
                              if m.module == "" and m.option in ("-i", "-o"))
+                named.update(_set_interface_fields(rule, sets))
                 marks = marks or "mark" in rule.modules
                 meaning = rule_meaning(rule, links, sets)
                 ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
@@ -108,6 +109,17 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=()) 
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
                    frozenset(named), marks, stateful)
+
+
+def _set_interface_fields(rule, sets) -> set[str]:
+    """-i / -o as hash:net,iface matches name them (their second direction)."""
+    out = set()
+    for m in rule.matches:
+        if m.module == "set" and m.option == "--match-set" and len(m.values) == 2:
+            ipset, flags = sets.get(m.values[0]), m.values[1].split(",")
+            if ipset is not None and ipset.kind.endswith(",iface") and len(flags) > 1:
+                out.add("iif" if flags[1] == "src" else "oif")
+    return out
 
 
 def _protocol_in_l4d(box: Box) -> Box:
