@@ -138,6 +138,7 @@ def test_the_set_watch_counts_only_while_rules_match_sets(router_topology):
         assert _watched(r) > unarmed
         inject(r.src, r.src_if.name, _frames(r, "198.19.2.77") + _frames(r, "198.19.2.78"))
         c.settled()
+        assert "ipsets compiled in: lfp-late (hash:ip, 2 members)" in linuxfp_cli(r.dut.name, "graph").stdout
         before = _nodes(r)
         inject(r.src, r.src_if.name, _frames(r, "198.19.2.78") + _frames(r, ALLOWED))
         settle([sink], quiet=0.3)

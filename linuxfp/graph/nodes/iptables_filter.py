@@ -87,6 +87,10 @@ class Filter(Node):
                          f"fields {fields}")
         else:
             lines.append(f"not evaluated: {plan.problem}")
+        mirrored = [s for s in snapshot.netfilter.ipsets if s.unsupported is None]
+        if mirrored:
+            lines.append("ipsets compiled in: " + ", ".join(
+                f"{s.name} ({s.kind}, {len(s.prefixes) + len(s.ports) + len(s.ifaces)} members)" for s in mirrored))
         for rule in program.unsupported:
             lines.append(f"to the kernel: {rule.describe()} ({'; '.join(rule.unsupported)})")
         effects = [r for r in program.rules if r.action == "kernel" and not r.unsupported]
