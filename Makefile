@@ -15,7 +15,7 @@ demo: deps shapes
 	$(PYTHON) -m controller.cli demo router
 
 test: deps shapes
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q --durations=20 tests
 
 bench: deps shapes
 	$(PYTHON) -m controller.cli bench router

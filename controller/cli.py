@@ -100,7 +100,16 @@ def cmd_status(args) -> int:
         rows = [describe(layout).to_dict() for layout in pinned_namespaces(bpffs_root())]
         _print({"namespaces": rows}, args.json, namespaces_text)
         return 0
-    _print(status(current_layout()), args.json, status_text)
+    data = status(current_layout())
+    if args.check:
+        # For readiness probes and health checks: the exit status says it.
+        lease = data.get("lease") or {}
+        problem = ("no controller runs in this namespace" if not data["controller_pid"]
+                   else "the datapath is not acting on current state (lease not held)" if not lease.get("held")
+                   else None)
+        print(problem or f"ready: controller pid {data['controller_pid']}, lease held")
+        return 1 if problem else 0
+    _print(data, args.json, status_text)
     return 0
 
 
@@ -225,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("status", cmd_status, "per interface: hook, mode, shape, program id")
     p.add_argument("--all", action="store_true",
                    help="every namespace with pins: its controller, the links still serving, whether stale")
+    p.add_argument("--check", action="store_true",
+                   help="exit 0 only while a controller runs here and holds the lease (readiness probes)")
     p = add("stats", cmd_stats, "fast-path and pass-to-kernel counters, response times")
     p.add_argument("--prometheus", action="store_true",
                    help="Prometheus text format instead (for node_exporter's textfile collector)")

@@ -19,6 +19,9 @@ APT_PACKAGES=(
   python3-prometheus-client prometheus systemd
   # linuxfp graph --png
   graphviz
+  # the container image (deploy/image/build-image) and its test run: runc
+  # because crun refuses hybrid cgroup hierarchies
+  mmdebstrap podman runc
 )
 
 if [ "$(id -u)" -ne 0 ]; then
