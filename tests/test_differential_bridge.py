@@ -94,7 +94,11 @@ def _frames(topology, step: int) -> list[bytes]:
     return frames
 
 
-@pytest.mark.parametrize("hook,tool,pods", [("xdp", "ip", False), ("tc", "brctl", True), ("tc", "ip", False)])
+# (TC without pods — bridged frames redirected into the veth rather than its
+# peer — left the suite for time: the bridge node's TC verdicts are
+# test_bridge_datapath's, the plain TC redirect into a veth the router
+# differentials', and `linuxfp bench bridge` runs the whole path.)
+@pytest.mark.parametrize("hook,tool,pods", [("xdp", "ip", False), ("tc", "brctl", True)])
 def test_bridge_forwards_as_linux(require_root, hook, tool, pods):
     seen: list[Counting] = []
     # warmed up again once the controller is current: FORWARD rules reload

@@ -387,10 +387,10 @@ def test_address_and_port_sets_match_as_the_kernel_does():
 
 def test_address_and_interface_sets_name_interfaces_as_rules_do():
     """hash:net,iface: the second direction picks -i (src) or -o (dst); a
-    name ending in + is a wildcard; the classifier looks interfaces up."""
+    wildcard member's name is a prefix; the classifier looks interfaces up."""
     from linuxfp.state.model import IpSet
 
-    sets = (IpSet("nets", "hash:net,iface", ifaces=((0xC6120000, 16, "lan0"), (0xC6130000, 16, "d+"))),)
+    sets = (IpSet("nets", "hash:net,iface", ifaces=((0xC6120000, 16, "lan0", False), (0xC6130000, 16, "d", True))),)
     text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
             "-A FORWARD -m set --match-set nets src,src -j DROP\n"
             "-A FORWARD -m set ! --match-set nets dst,dst -j ACCEPT\n"
@@ -408,8 +408,8 @@ def test_address_and_interface_sets_name_interfaces_as_rules_do():
 
     assert decide("198.18.0.1", "203.0.113.1", 2, 3) == (DROP, 0)      # from 198.18/16 on lan0
     assert decide("198.18.0.1", "203.0.113.1", 3, 2) == (ACCEPT, 1)    # on wan0: not in; dst not either
-    assert decide("203.0.113.1", "198.19.0.1", 3, 4) == (DROP, 2)      # to 198.19/16 via dmz0 (d+)
-    assert decide("203.0.113.1", "198.19.0.1", 3, 5) == (DROP, 2)      # ... docker0 (d+)
+    assert decide("203.0.113.1", "198.19.0.1", 3, 4) == (DROP, 2)      # to 198.19/16 via dmz0 (d*)
+    assert decide("203.0.113.1", "198.19.0.1", 3, 5) == (DROP, 2)      # ... docker0 (d*)
     assert decide("203.0.113.1", "198.19.0.1", 3, 2) == (ACCEPT, 1)
 
 

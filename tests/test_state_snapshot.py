@@ -238,16 +238,21 @@ def test_ipsets_rules_match_are_read(netns):
        "ipset add lfp-pairs 198.18.5.9,icmp:8/0", "ipset add lfp-pairs 198.18.5.10,gre:0",
        "ipset create lfp-sctp hash:net,port", "ipset add lfp-sctp 198.18.0.0/16,sctp:5",
        "ipset create lfp-iface hash:net,iface", "ipset add lfp-iface 198.18.0.0/16,veth+",
+       "ipset add lfp-iface 198.19.0.0/16,veth wildcard",
+       "ipset create lfp-nested hash:net,iface", "ipset add lfp-nested 198.18.0.0/15,a",
+       "ipset add lfp-nested 198.18.64.0/24,b",
        "ipset create lfp-physdev hash:net,iface", "ipset add lfp-physdev 198.18.0.0/16,physdev:eth0",
        "ipset create lfp-unused hash:ip")
     for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs", "lfp-sctp", "lfp-iface",
-                 "lfp-physdev"):
+                 "lfp-physdev", "lfp-nested"):
         sh(f"iptables -A FORWARD -m set --match-set {name} src -j DROP")
     snap = read_snapshot()
     sets = {s.name: s for s in snap.netfilter.ipsets}
-    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-iface", "lfp-mask", "lfp-net", "lfp-pairs",
-                            "lfp-physdev", "lfp-sctp"]
-    assert sets["lfp-iface"].ifaces == ((0xC6120000, 16, "veth+"),)
+    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-iface", "lfp-mask", "lfp-nested", "lfp-net",
+                            "lfp-pairs", "lfp-physdev", "lfp-sctp"]
+    # "+" is a character of the name; `wildcard` makes the name a prefix
+    assert sets["lfp-iface"].ifaces == ((0xC6120000, 16, "veth+", False), (0xC6130000, 16, "veth", True))
+    assert "nested members naming different interfaces" in sets["lfp-nested"].unsupported
     assert "physdev" in sets["lfp-physdev"].unsupported
     assert sets["lfp-net"].prefixes == ((0xC6336400, 24), (0xCB007107, 32)) and sets["lfp-net"].unsupported is None
     assert sets["lfp-mask"].prefixes == ((0xC6120500, 24),)

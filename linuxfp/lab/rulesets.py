@@ -47,7 +47,8 @@ class Coverage:
 # of (address or prefix, protocol:port).
 IPSETS = (("lfp-net", "hash:net"), ("lfp-ip", "hash:ip"), ("lfp-mask", "hash:ip netmask 24"),
           ("lfp-port", "hash:ip,port"), ("lfp-netport", "hash:net,port"), ("lfp-iface", "hash:net,iface"))
-SET_IFACES = ("to-src", "to-sink", "to-+", "lo")      # RouterTopology's DUT interfaces, a wildcard
+# RouterTopology's DUT interfaces, a wildcard, a name with "+" (only itself)
+SET_IFACES = ("to-src", "to-sink", "to- wildcard", "lo", "to-+")
 SET_PORTS = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmp:8/0", "icmp:3/3", "gre:0")
 
 

@@ -6,7 +6,7 @@ Only what the filter node can mirror exactly is decoded into members: IPv4
 sets of types hash:ip and hash:net (a set of prefixes: hash:ip's `netmask`
 is each member's length), hash:ip,port and hash:net,port (prefix, protocol,
 port; an ICMP member's port is type << 8 | code), hash:net,iface (prefix,
-interface name; "eth+" is a wildcard). Everything else is read as a reason
+interface name, whether the name is a `wildcard` prefix). Everything else is read as a reason
 the fast path cannot evaluate the set (`IpSet.unsupported`), so the rules
 that match it go to the kernel:
 * other types and dimensions (list:set, bitmap:*, hash:ip,port,ip, ...), IPv6,
@@ -53,6 +53,7 @@ IPSET_ATTR_NETMASK = 20
 IPSET_ATTR_NAME = 18            # a list:set member
 IPSET_ATTR_IFACE = 23
 IPSET_FLAG_PHYSDEV = 1 << 1
+IPSET_FLAG_IFACE_WILDCARD = 1 << 7
 IPSET_ATTR_IPADDR_IPV4 = 1
 IPSET_FLAG_NOMATCH = 1 << 2
 NFPROTO_IPV4 = 2
@@ -98,11 +99,14 @@ def decode_set(name: str, payloads) -> IpSet:
             kind = nl.cstr(attrs[IPSET_ATTR_TYPENAME])
             family = nl.u8(attrs.get(IPSET_ATTR_FAMILY, b"\0"))
             options = nl.parse_attrs(attrs.get(IPSET_ATTR_DATA, b""))
-        members += _members(attrs.get(IPSET_ATTR_ADT, b""))
+        try:
+            members += _members(attrs.get(IPSET_ATTR_ADT, b""))
+        except ValueError as exc:
+            return IpSet(name, kind, unsupported=f"ipset {name}: {exc}")
     reason = _unsupported(kind, family, options)
     if reason is None:
         if kind.endswith(",port"):
-            ports, reason = _ports(kind, members)
+            ports, reason = _ports(kind, options, members)
             if reason is None:
                 return IpSet(name, kind, ports=ports)
         elif kind.endswith(",iface"):
@@ -131,14 +135,14 @@ def _members(adt: bytes) -> list[dict[int, bytes]]:
     while pos + 4 <= end:
         length, atype = unpack(adt, pos)
         if length < 4 or pos + length > end:
-            break
+            raise ValueError("a malformed member in the kernel's answer")
         if atype & nl.NLA_TYPE_MASK == IPSET_ATTR_DATA:
             member = {}
             at, stop = pos + 4, pos + length
             while at + 4 <= stop:
                 size, kind = unpack(adt, at)
                 if size < 4 or at + size > stop:
-                    break
+                    raise ValueError("a malformed member in the kernel's answer")
                 kind &= nl.NLA_TYPE_MASK
                 if kind == IPSET_ATTR_IP:
                     inner = unpack(adt, at + 4) if size >= 12 else (0, 0)
@@ -173,11 +177,13 @@ def _prefixes(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tupl
     return tuple(sorted(out)), None
 
 
-def _ports(kind: str, members) -> tuple[tuple[tuple[int, int, int, int], ...], str | None]:
-    """(network, length, protocol, port) of each member."""
+def _ports(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tuple[int, int, int, int], ...], str | None]:
+    """(network, length, protocol, port) of each member; hash:ip,port's
+    `netmask` (kernel 6.1 on) is each member's length, as for hash:ip."""
+    netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
     out = set()
     for member in members:
-        prefix, reason = _member_prefix(kind, member, 32)
+        prefix, reason = _member_prefix(kind, member, netmask)
         if reason is not None:
             return (), reason
         proto = nl.u8(member.get(IPSET_ATTR_PROTO, b"\0"))
@@ -190,9 +196,17 @@ def _ports(kind: str, members) -> tuple[tuple[tuple[int, int, int, int], ...], s
     return tuple(sorted(out)), None
 
 
-def _ifaces(kind: str, members) -> tuple[tuple[tuple[int, int, str], ...], str | None]:
-    """(network, length, interface name) of each member; a name ending in
-    "+" matches every interface it begins (the kernel's wildcard)."""
+def _ifaces(kind: str, members) -> tuple[tuple[tuple[int, int, str, bool], ...], str | None]:
+    """(network, length, interface name, wildcard) of each member: a
+    `wildcard` member's name matches every interface it begins; any other
+    name (a "+" included) only itself.
+
+    The kernel looks the address up from its most specific member prefix
+    on and stops at the first prefix that has a member at all, matching or
+    not (hash_netiface4_data_equal counts it before comparing the name): a
+    longest-prefix match. That equals "any member matches" only when each
+    member prefix names at least the interfaces of every prefix around it;
+    a set where a nested prefix names fewer is not mirrored."""
     out = set()
     for member in members:
         prefix, reason = _member_prefix(kind, member, 32)
@@ -201,7 +215,16 @@ def _ifaces(kind: str, members) -> tuple[tuple[tuple[int, int, str], ...], str |
         flags = nl.be32(member[IPSET_ATTR_CADT_FLAGS]) if IPSET_ATTR_CADT_FLAGS in member else 0
         if flags & IPSET_FLAG_PHYSDEV:
             return (), "physdev members (a bridge port's name)"
-        out.add((*prefix, nl.cstr(member.get(IPSET_ATTR_IFACE, b""))))
+        out.add((*prefix, nl.cstr(member.get(IPSET_ATTR_IFACE, b"")), bool(flags & IPSET_FLAG_IFACE_WILDCARD)))
+    names: dict[tuple[int, int], set] = {}
+    for value, length, name, wildcard in out:
+        names.setdefault((value, length), set()).add((name, wildcard))
+    for (value, length), inner in names.items():
+        for shorter in range(length):
+            outer = names.get((value >> (32 - shorter) << (32 - shorter) if shorter else 0, shorter))
+            if outer is not None and not outer <= inner:
+                return (), ("nested members naming different interfaces (the kernel matches the most specific "
+                            "prefix only)")
     return tuple(sorted(out)), None
 
 

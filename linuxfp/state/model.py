@@ -507,8 +507,8 @@ class IpSet(_JsonMixin):
     # hash:ip,port and hash:net,port: (network, length, protocol, port); an
     # ICMP member's port is type << 8 | code
     ports: tuple[tuple[int, int, int, int], ...] = ()
-    # hash:net,iface: (network, length, interface name; "eth+" a wildcard)
-    ifaces: tuple[tuple[int, int, str], ...] = ()
+    # hash:net,iface: (network, length, interface name, name is a wildcard prefix)
+    ifaces: tuple[tuple[int, int, str, bool], ...] = ()
 
     @property
     def dimension(self) -> int:

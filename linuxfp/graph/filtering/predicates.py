@@ -329,7 +329,8 @@ def _set_boxes(ipset, name: str, directions: str, negated: bool, links=()) -> tu
     prefixes of that address field; an address-and-port set becomes one box
     per port (the ports' boxes are disjoint) holding that port's prefixes;
     an address-and-interface set one box per interface (`src`: -i, `dst`:
-    -o) holding the prefixes of the members whose name it has."""
+    -o) holding the prefixes of the members that name it (state/ipset.py
+    mirrors only sets where that equals the kernel's longest-prefix match)."""
     if ipset is None:
         raise Unsupported(f"ipset {name} was not read")
     if ipset.unsupported is not None:
@@ -374,8 +375,8 @@ def _interface_set_boxes(ipset, address: str, field_: str, negated: bool, links)
     decides for its packets."""
     groups = []
     for link in sorted(links, key=lambda l: l.index):
-        prefixes = frozenset((value, length) for value, length, pattern in ipset.ifaces
-                             if (link.name.startswith(pattern[:-1]) if pattern.endswith("+") else link.name == pattern))
+        prefixes = frozenset((value, length) for value, length, pattern, wildcard in ipset.ifaces
+                             if (link.name.startswith(pattern) if wildcard else link.name == pattern))
         if prefixes:
             groups.append(((link.index, 32), prefixes))
     if not negated:

@@ -88,7 +88,7 @@ class Filter(Node):
         else:
             lines.append(f"not evaluated: {plan.problem}")
         mirrored = [s for s in snapshot.netfilter.ipsets if s.unsupported is None]
-        if mirrored:
+        if mirrored and classifier is not None:
             lines.append("ipsets compiled in: " + ", ".join(
                 f"{s.name} ({s.kind}, {len(s.prefixes) + len(s.ports) + len(s.ifaces)} members)" for s in mirrored))
         for rule in program.unsupported:
