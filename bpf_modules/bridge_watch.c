@@ -19,18 +19,9 @@
 #include <bpf/bpf_core_read.h>
 
 #include "bridge_fdb.h"
-
-volatile const __u64 lfp_netns_cookie = 0;
+#include "watch_netns.h"
 
 /* The few kernel fields read, relocated against the running kernel's BTF. */
-struct net {
-	__u64 net_cookie;
-} __attribute__((preserve_access_index));
-
-typedef struct {
-	struct net *net;
-} lfp_possible_net_t;
-
 struct net_device {
 	int ifindex;
 	lfp_possible_net_t nd_net;

@@ -23,11 +23,11 @@
 #include <bpf/bpf_core_read.h>
 
 #include "lease.h"
+#include "watch_netns.h"
 
 #define AF_NETLINK 16
 #define NETLINK_NETFILTER 12
 
-volatile const __u64 lfp_netns_cookie = 0;
 /* The controller's process, as its own pid namespace numbers it (a
  * container's is not the root one). */
 volatile const __u32 lfp_controller_tgid = 0;
@@ -44,14 +44,6 @@ static __always_inline int lfp_is_controller(void)
 }
 
 /* The few kernel fields read, relocated against the running kernel's BTF. */
-struct net {
-	__u64 net_cookie;
-} __attribute__((preserve_access_index));
-
-typedef struct {
-	struct net *net;
-} lfp_possible_net_t;
-
 struct sock_common {
 	unsigned short skc_family;
 	lfp_possible_net_t skc_net;

@@ -167,32 +167,35 @@ def _unsupported(kind: str, family: int, options: dict[int, bytes]) -> str | Non
 
 
 def _prefixes(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tuple[int, int], ...], str | None]:
-    netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
-    out = set()
-    for member in members:
-        prefix, reason = _member_prefix(kind, member, netmask)
-        if reason is not None:
-            return (), reason
-        out.add(prefix)
-    return tuple(sorted(out)), None
+    return _each_member(kind, options, members, lambda member, prefix: (prefix, None))
 
 
 def _ports(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tuple[int, int, int, int], ...], str | None]:
-    """(network, length, protocol, port) of each member; hash:ip,port's
-    `netmask` (kernel 6.1 on) is each member's length, as for hash:ip."""
+    """(network, length, protocol, port) of each member."""
+    def port_of(member, prefix):
+        proto = nl.u8(member.get(IPSET_ATTR_PROTO, b"\0"))
+        port = int.from_bytes(member.get(IPSET_ATTR_PORT, b"\0\0"), "big")
+        if proto == 0 or proto in _UNREAD:
+            return None, f"a member of protocol {proto} (its ports are not read in the fast path)"
+        if proto not in _PORTED and proto != 1 and port:
+            return None, f"a member of protocol {proto} with port {port}"
+        return (*prefix, proto, port), None
+    return _each_member(kind, options, members, port_of)
+
+
+def _each_member(kind: str, options: dict[int, bytes], members, entry) -> tuple[tuple, str | None]:
+    """entry(member, its prefix) -> (what the set holds, or why not) of every
+    member, sorted; the first reason stops it. hash:ip's and hash:ip,port's
+    `netmask` (the latter from kernel 6.1 on) is each member's length."""
     netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
     out = set()
     for member in members:
         prefix, reason = _member_prefix(kind, member, netmask)
+        if reason is None:
+            item, reason = entry(member, prefix)
         if reason is not None:
             return (), reason
-        proto = nl.u8(member.get(IPSET_ATTR_PROTO, b"\0"))
-        port = int.from_bytes(member.get(IPSET_ATTR_PORT, b"\0\0"), "big")
-        if proto == 0 or proto in _UNREAD:
-            return (), f"a member of protocol {proto} (its ports are not read in the fast path)"
-        if proto not in _PORTED and proto != 1 and port:
-            return (), f"a member of protocol {proto} with port {port}"
-        out.add((*prefix, proto, port))
+        out.add(item)
     return tuple(sorted(out)), None
 
 

@@ -1,0 +1,22 @@
+/* What a node's kernel-side watch (a raw tracepoint program) needs to tell
+ * whether a kernel object belongs to the watched namespace: the namespace's
+ * cookie, set by the controller (SO_NETNS_COOKIE: never reused), and the
+ * one field of struct net it compares, relocated against the running
+ * kernel's BTF. Included by bridge_watch.c and filter_watch.c. */
+#ifndef LFP_WATCH_NETNS_H
+#define LFP_WATCH_NETNS_H
+
+#include <linux/types.h>
+
+volatile const __u64 lfp_netns_cookie = 0;
+
+struct net {
+	__u64 net_cookie;
+} __attribute__((preserve_access_index));
+
+/* possible_net_t: a struct net pointer under CONFIG_NET_NS */
+typedef struct {
+	struct net *net;
+} lfp_possible_net_t;
+
+#endif
