@@ -120,6 +120,27 @@ class Controller:
             self._sets_armed = armed
         return armed
 
+    def _follow_sets(self, snapshot):
+        """Called once a re-read of netfilter is applied, before the datapath
+        may act on it: when rules have just begun to match ipsets, arm the
+        watch of their changes, then — the datapath passing meanwhile — read
+        the sets again, so none changed unseen between the first read and
+        the arming; when no rule matches one any more, disarm it."""
+        wanted = bool(snapshot.netfilter.ipsets)
+        if wanted == self._sets_armed:
+            return snapshot
+        if not wanted or not self._arm_set_watch(True):
+            self._arm_set_watch(False)
+            return snapshot
+        self.lease.mark_unsure()
+        seq = self.lease.unsure_seq
+        fresh = kstate.refresh_polled(snapshot, sets=True)
+        if fresh != snapshot:
+            snapshot = fresh
+            self.reconcile(snapshot)
+        self.lease.settle_unsure(seq)
+        return snapshot
+
     def reconcile(self, snapshot, messages=()) -> bool:
         """Bring the datapath in line with `snapshot` (`messages`: the batch
         that led to it); True if anything changed."""
@@ -316,6 +337,8 @@ class Controller:
                             # within one batch took our program with it
                             self.installed = self.installer.forget_defunct(self.installed)
                         worked = self.reconcile(snapshot, batch.messages)
+                        if batch.resync:
+                            snapshot = self._follow_sets(snapshot)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
                         # One line per applied batch: what `ip monitor` users expect,
@@ -335,21 +358,9 @@ class Controller:
                         if polled != snapshot:
                             snapshot = polled
                             self.reconcile(snapshot)
+                        snapshot = self._follow_sets(snapshot)
                         if changed:
                             self.lease.acknowledge(watched)
-                    # Rules now match ipsets: count their changes from here on,
-                    # and until the sets are read again after that, pass.
-                    if bool(snapshot.netfilter.ipsets) != self._sets_armed:
-                        if not snapshot.netfilter.ipsets:
-                            self._arm_set_watch(False)
-                        elif self._arm_set_watch(True):
-                            self.lease.mark_unsure()
-                            seq = self.lease.unsure_seq
-                            polled = kstate.refresh_polled(snapshot, sets=True)
-                            if polled != snapshot:
-                                snapshot = polled
-                                self.reconcile(snapshot)
-                            self.lease.settle_unsure(seq)
                     # nf_tables announced a commit (the datapath has been passing
                     # since): the re-read below sees every commit counted in seq.
                     if self.lease.unsure:
@@ -358,6 +369,7 @@ class Controller:
                         if fresh is not snapshot:
                             snapshot = fresh
                             self.reconcile(snapshot)
+                        snapshot = self._follow_sets(snapshot)
                         self.lease.settle_unsure(seq)
                     # Renewed only here, by the loop itself, once what arrived has
                     # been applied: a stuck loop or a stopped process lets it lapse.
