@@ -223,13 +223,44 @@ static __always_inline struct nf_conn *lfp_ct_lookup(struct lfp_pkt *pkt, struct
  * CHECKSUM_PARTIAL (sent by a local socket, e.g. a container's, whose
  * checksum field holds only the pseudo-header's sum). TC reads the skb's
  * ip_summed; XDP cannot know it, so it sums. */
-#ifdef LFP_HOOK_TC
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
+/* The kernel's view of the packet, read through the context (CO-RE): the
+ * device it arrived on and that device's namespace. */
+struct net_device___lfp {
+	struct {
+		void *net;              /* struct net */
+	} nd_net;
+} __attribute__((preserve_access_index));
+
+#ifdef LFP_HOOK_TC
 struct sk_buff___lfp {
 	__u8 ip_summed:2;
+	struct net_device___lfp *dev;
+} __attribute__((preserve_access_index));
+#else
+struct xdp_rxq_info___lfp {
+	struct net_device___lfp *dev;
+} __attribute__((preserve_access_index));
+
+struct xdp_buff___lfp {
+	struct xdp_rxq_info___lfp *rxq;
 } __attribute__((preserve_access_index));
 #endif
+
+/* The struct net of the namespace the packet is in. */
+static __always_inline void *lfp_kern_net(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	return skb->dev->nd_net.net;
+#else
+	struct xdp_buff___lfp *xdp = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	return xdp->rxq->dev->nd_net.net;
+#endif
+}
 
 static __always_inline int lfp_l4_csum_taken_as_verified(struct lfp_pkt *pkt)
 {

@@ -1,7 +1,10 @@
 /* Router node: IPv4 forwarding decided by the kernel's own FIB.
  *
  * bpf_fib_lookup() consults Linux's routes, policy rules, multipath and
- * neighbours live, so route and neighbour changes need no datapath work. What
+ * neighbours live, so route and neighbour changes need no datapath work; its
+ * answers are served again from a per-CPU cache only while the kernel's own
+ * generation counters, and the watch's neighbour generation, prove nothing
+ * they depend on has changed (fib_cache.h, router_watch.c). What
  * the lookup does not cover is checked here, in the order ip_rcv(),
  * ip_route_input_slow() and ip_forward() check it; anything this node cannot
  * reproduce exactly goes to the kernel with its reason counted. The node only
@@ -15,6 +18,7 @@
 #include "common.h"
 #include "parse.h"
 #include "hint.h"
+#include "fib_cache.h"
 
 #define LFP_COUNTERS_ROUTER(X)                                                            \
 	X(NOT_IPV4,               router, pass, "not IPv4")                                 \
@@ -43,7 +47,10 @@
 	X(FIB_OTHER,              router, pass, "FIB lookup failed otherwise")              \
 	X(MARKED,                 router, pass, "packet carries a mark (fwmark rules)")     \
 	X(SOURCE_CHECK,           router, pass, "source would fail Linux's source validation") \
-	X(HAIRPIN,                router, pass, "egress is the ingress interface")
+	X(HAIRPIN,                router, pass, "egress is the ingress interface")          \
+	X(FIB_CACHE_HIT,          router, event, "FIB answer served from the cache (fib_cache.h)") \
+	X(FIB_CACHE_MISS,         router, event, "FIB looked up: no valid cached answer")    \
+	X(FIB_CACHE_OFF,          router, event, "FIB looked up: nothing may be cached (ip_forward_use_pmtu=1, or no neighbour watch)")
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -132,6 +139,8 @@ static __always_inline __u8 lfp_tos2priority(__u8 tos)
 static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 {
 	struct bpf_fib_lookup fib = {};
+	struct lfp_fib_entry *cached = NULL;
+	struct lfp_fib_probe probe;
 	struct lfp_iface *in;
 	struct ethhdr *eth;
 	struct iphdr *ip;
@@ -224,16 +233,40 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		fib.tot_len = 0;
 	}
 
-	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return lfp_pass(pkt, lfp_fib_reason(rc));
+	if (lfp_fib_probe_init(pkt, &fib, &probe))
+		cached = lfp_fib_cached(&probe, fib.tot_len);
+	else
+		probe.slot = NULL;
+	if (cached) {
+		lfp_count(LFP_CNT_FIB_CACHE_HIT);
+		fib.ifindex = cached->egress;
+		fib.ipv4_dst = cached->nexthop;
+		__builtin_memcpy(fib.dmac, cached->dmac, ETH_ALEN);
+		__builtin_memcpy(fib.smac, cached->smac, ETH_ALEN);
+	} else {
+		__u16 looked_up_len = fib.tot_len;     /* the lookup may overwrite it */
+
+		lfp_count(probe.slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
+		rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
+		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+			return lfp_pass(pkt, lfp_fib_reason(rc));
+		if (probe.slot) {
+			lfp_fib_remember(&probe, &fib, looked_up_len);
+			cached = probe.slot;
+		}
+	}
 	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
 	/* Linux would also send an ICMP redirect when routing back out. */
 	if (fib.ifindex == pkt->l3_ifindex)
 		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
-	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !lfp_source_routable(pkt, ip, &fib, fib.ifindex))
-		return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
+	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !(cached && (cached->flags & LFP_FIB_SRC_OK))) {
+		if (!lfp_source_routable(pkt, ip, &fib, fib.ifindex))
+			return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
+		/* the reverse lookup reads the same FIB: the stamp covers it */
+		if (cached)
+			cached->flags |= LFP_FIB_SRC_OK;
+	}
 
 	/* The lookup left the next hop (gateway or destination) in ipv4_dst and
 	 * found a valid kernel neighbour entry; transmit checks its state. */

@@ -16,6 +16,15 @@ log = logging.getLogger("linuxfp.companion")
 
 RENEW_PROGRAM = "lfp_lease_renew"
 WATCH_PROGRAM = "lfp_watch_setsockopt"
+# A watch's optional SEC("syscall") programs: run once every tracepoint is
+# attached, and before they are detached (e.g. to tell the datapath whether
+# what the watch maintains can be trusted).
+WATCH_START, WATCH_STOP = "lfp_watch_start", "lfp_watch_stop"
+
+
+def _run_if_present(obj, program: str) -> None:
+    if program in obj.program_sections():
+        dp.test_run(obj.program(program).fd, b"")
 
 
 class Companion:
@@ -81,10 +90,14 @@ class Companion:
             self.maps.pin_fresh(obj, fresh)
             for program, section in obj.program_sections().items():
                 kind, _, tracepoint = section.partition("/")
+                if section == "syscall" and program in (WATCH_START, WATCH_STOP):
+                    continue
                 if kind not in ("raw_tp", "raw_tracepoint") or not tracepoint:
                     raise ValueError(f"{node.watch.name}: program {program} is in section {section!r}; "
-                                     "a watch holds raw tracepoints only (SEC(\"raw_tp/NAME\"))")
+                                     "a watch holds raw tracepoints (SEC(\"raw_tp/NAME\")) and its "
+                                     f"{WATCH_START}/{WATCH_STOP} (SEC(\"syscall\")) only")
                 links.append(dp.attach_raw_tracepoint(obj.program(program).fd, tracepoint))
+            _run_if_present(obj, WATCH_START)
         except BaseException:
             for fd in links:
                 fd.close()
@@ -97,6 +110,10 @@ class Companion:
 
     def close(self) -> None:
         for obj, links in self._watches:
+            try:
+                _run_if_present(obj, WATCH_STOP)
+            except dp.BpfError as e:
+                log.warning("%s: %s did not run (%s)", obj.name, WATCH_STOP, e)
             for fd in links:
                 fd.close()
             obj.close()

@@ -210,7 +210,12 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "controller gone": f"<= {term} (lease; --keep pins the datapath)" if keep
         else "none (its programs die with it)",
         "controller stopped or stuck": f"<= {term} (lease)",
-        "routes, rules, next hops": "none (the FIB is read per packet)",
+        "routes, rules, next hops": "none (the FIB is read per packet; a cached answer only while the "
+                                    "kernel's rt_genid and fib_seq are unchanged)",
+        "neighbours, for cached FIB answers": "none (raw tracepoints bump the neighbour generation as the "
+                                              "kernel changes an entry)" + (
+                                                  f"; <= {term} after a SIGKILL with --keep" if keep else "")
+        if "router" in node_watches else "none (not cached: the router's watch is not attached)",
         "facts derived from routes (local sources, route MTUs, multipath)":
             "the response time (a fresh read where a route's group is unknown)",
         "addresses, neighbours, links, sysctls with events, xfrm policies":

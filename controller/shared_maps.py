@@ -11,6 +11,7 @@ from linuxfp import datapath as dp
 from linuxfp.datapath.maps import BPF_MAP_TYPE_ARRAY
 from linuxfp.graph import Graph, Table
 from linuxfp.graph.interfaces import MAX_IFACE_SLOTS
+from linuxfp.graph.nodes import state_maps
 from linuxfp.graph.tables import ARRAY, DEVMAP
 
 from .lease import NAMESPACE_MAPS
@@ -93,7 +94,7 @@ class SharedMaps:
         for name in obj.map_names():
             table = tables.get(name)
             shared = share_all and "." not in name      # not .rodata/.bss
-            if name not in NAMESPACE_MAPS and table is None and not shared:
+            if name not in NAMESPACE_MAPS and name not in state_maps() and table is None and not shared:
                 continue              # the program's own (counters, .rodata)
             if table is not None:
                 declared = obj.map_layout(name)
@@ -191,7 +192,7 @@ class SharedMaps:
         if not os.path.isdir(self.layout.maps_dir):
             return found
         for name in os.listdir(self.layout.maps_dir):
-            if name in NAMESPACE_MAPS or (name.startswith("if") and name.endswith("_counters")):
+            if name in NAMESPACE_MAPS or name in state_maps() or (name.startswith("if") and name.endswith("_counters")):
                 continue
             m = self.get(name)
             if m is None:

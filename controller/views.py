@@ -107,8 +107,12 @@ def stats(layout: NamespaceLayout) -> dict:
         nodes: dict[str, dict] = {}
         for name, value in values.items():
             c = table[name]
-            node = nodes.setdefault(c.node, {"fast_path": 0, "dropped": 0, "fast": {}, "passed": {}, "drops": {}})
-            if c.kind == "fast":
+            node = nodes.setdefault(c.node, {"fast_path": 0, "dropped": 0, "fast": {}, "passed": {}, "drops": {},
+                                             "events": {}})
+            if c.kind == "event":
+                if value:
+                    node["events"][name] = value    # beside the verdicts: e.g. FIB cache hits
+            elif c.kind == "fast":
                 node["fast_path"] += value
                 if value:
                     node["fast"][name] = value      # how: forwarded, into a peer, ...
@@ -162,6 +166,8 @@ def stats_text(data: dict) -> str:
                 lines.append(f"    {node:<8} drop {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
             for reason, value in sorted(n["passed"].items(), key=lambda kv: -kv[1]):
                 lines.append(f"    {node:<8} pass {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
+            for event, value in sorted(n.get("events", {}).items()):
+                lines.append(f"    {node:<8} seen {event:<22} {value:>12}  {descriptions.get(event, '')}")
     rt = data.get("response_time")
     if rt and rt.get("all", {}).get("n"):
         a = rt["all"]

@@ -64,8 +64,14 @@ class Node:
     # kernel's synchronous signal where a node's tables would otherwise lag
     # behind netlink (e.g. invalidating a mirrored entry as the kernel
     # changes it). Includes resolve in bpf_modules/; rodata lfp_netns_cookie
-    # is set to the namespace's cookie.
+    # is set to the namespace's cookie. Optional SEC("syscall") programs
+    # lfp_watch_start and lfp_watch_stop run once all its tracepoints are
+    # attached and before they are detached.
     watch: Path | None = None
+    # Maps holding state only the node's programs and watch write (e.g. a
+    # cache, a generation): one per namespace, shared by every object that
+    # declares them, never synced, read back or erased by the controller.
+    state_maps: tuple[str, ...] = ()
 
     def applies(self, snapshot, link) -> bool:
         """Whether packets arriving on `link` pass through this node."""
@@ -172,3 +178,8 @@ def in_stage_order(nodes: Iterable[Node]) -> tuple[Node, ...]:
 
 
 __all__ = ["Node", "Stage", "register", "registered", "node_named", "in_stage_order"]
+
+
+def state_maps() -> frozenset[str]:
+    """Every registered node's state maps (Node.state_maps)."""
+    return frozenset(name for node in registered() for name in node.state_maps)

@@ -31,6 +31,10 @@ class Router(Node):
     header = modules_dir() / "router.h"
     decides = True
     inputs = ("addresses", "routes")
+    # The neighbour generation of the FIB-answer cache (fib_cache.h): the
+    # kernel versions its routes, rules and links, not its neighbours.
+    watch = modules_dir() / "router_watch.c"
+    state_maps = ("lfp_fib_cache", "lfp_neigh_watch")
 
     def applies(self, snapshot, link) -> bool:
         if link.bridge_port is not None:
@@ -58,6 +62,14 @@ class Router(Node):
         if hook == "xdp" and any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
             return "policy rules match fwmark, which XDP cannot see"
         return None
+
+    def notes(self, snapshot) -> tuple[str, ...]:
+        # (otherwise FIB answers are cached: the datapath checks the same
+        # sysctl per packet, so this note may lag, the cache never does)
+        if snapshot.sysctls.forward_use_pmtu:
+            return ("FIB answers not cached: ip_forward_use_pmtu=1 (learned path MTUs change with no "
+                    "generation the datapath can check)",)
+        return ()
 
     def tables(self, snapshot) -> tuple[Table, ...]:
         local = local_source_addresses(snapshot)

@@ -1,0 +1,211 @@
+/* The router's cache of FIB answers: what bpf_fib_lookup() answered for a
+ * packet, kept per CPU and served again while the kernel's state that the
+ * answer came from is provably unchanged. Part of the router node
+ * (router.h); docs/datapath.md "FIB-answer cache" has the proof.
+ *
+ * An answer is stamped with generations read *before* its lookup, and
+ * served only while every one of them still reads the same:
+ * - net->ipv4.rt_genid: the kernel's own validity stamp for its cached
+ *   routes (rt_cache_flush()), bumped after a change is visible by route
+ *   changes that touch an alias a lookup ever reached (FA_S_ACCESSED: an
+ *   alias no lookup reached changes no answer), by rule, nexthop, address,
+ *   link state, MTU, MAC and forwarding-sysctl changes;
+ * - net->ipv4.fib_seq: every change of the first alias of a prefix;
+ * - the neighbour generation (neigh_watch.h), bumped by the router's watch
+ *   as a neighbour changes: the kernel does not version its neighbours;
+ * - what selects among answers without being versioned: the multipath
+ *   hash policy, its fields, its seed and use_neigh (sysctls).
+ * The key holds every input the lookup can depend on: ingress, source,
+ * destination, TOS, and — where policy rules exist or the multipath hash
+ * reads them — protocol and ports. A lookup's MTU check depends on the
+ * length: an entry serves packets up to the longest length the kernel has
+ * answered success for.
+ * Nothing is cached, and every packet is looked up as before, where the
+ * answer can change with no generation: ip_forward_use_pmtu=1 (learned path
+ * MTUs expire and appear), or the neighbour watch not attached.
+ *
+ * Per CPU and direct-mapped: a packet writes only its own CPU's slots, and
+ * a collision costs one lookup.
+ */
+#ifndef LFP_FIB_CACHE_H
+#define LFP_FIB_CACHE_H
+
+#include "common.h"
+#include "neigh_watch.h"
+
+#ifndef LFP_FIB_CACHE_SLOTS
+#define LFP_FIB_CACHE_SLOTS 16384       /* a power of two; 68 bytes each, per CPU */
+#endif
+
+/* The fields read, relocated against the running kernel's BTF. */
+struct netns_ipv4___lfp_fib {
+	struct {
+		int counter;
+	} rt_genid;
+	unsigned int fib_seq;
+	_Bool fib_has_custom_rules;
+	__u8 sysctl_ip_fwd_use_pmtu;
+	__u8 sysctl_fib_multipath_hash_policy;
+	__u8 sysctl_fib_multipath_use_neigh;
+	__u32 sysctl_fib_multipath_hash_fields;
+	struct {
+		__u32 user_seed;
+		__u32 mp_seed;
+	} sysctl_fib_multipath_hash_seed;
+} __attribute__((preserve_access_index));
+
+struct net___lfp_fib {
+	struct netns_ipv4___lfp_fib ipv4;
+} __attribute__((preserve_access_index));
+
+struct lfp_fib_stamp {
+	__u32 rt_genid;
+	__u32 fib_seq;
+	__u32 neigh_gen;
+	__u32 selectors;        /* multipath policy, use_neigh, custom rules */
+	__u32 mp_seed;
+	__u32 mp_fields;
+};
+
+struct lfp_fib_key {
+	__u32 ifindex;
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;           /* ports and protocol only where rules or the */
+	__be16 dport;           /* multipath hash can read them; else 0 */
+	__u8 tos;
+	__u8 proto;
+	__u16 pad;
+};
+
+#define LFP_FIB_VALID   (1u << 0)
+#define LFP_FIB_SRC_OK  (1u << 1)  /* the reverse lookup of the source passed */
+
+struct lfp_fib_entry {
+	struct lfp_fib_key key;
+	struct lfp_fib_stamp stamp;
+	__u32 egress;
+	__be32 nexthop;
+	__u8 dmac[ETH_ALEN];
+	__u8 smac[ETH_ALEN];
+	__u16 max_len;          /* longest tot_len answered success (0: GSO only) */
+	__u8 flags;
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LFP_FIB_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lfp_fib_entry);
+} lfp_fib_cache SEC(".maps");
+
+/* What a lookup needs to be cached: its key, its stamp and its slot. */
+struct lfp_fib_probe {
+	struct lfp_fib_key key;
+	struct lfp_fib_stamp stamp;
+	struct lfp_fib_entry *slot;
+};
+
+/* Reads the generations and builds the key; 0 when nothing may be cached
+ * (then the lookup is done as if there were no cache). */
+static __always_inline int lfp_fib_probe_init(struct lfp_pkt *pkt, const struct bpf_fib_lookup *fib,
+					      struct lfp_fib_probe *probe)
+{
+	struct net___lfp_fib *net = lfp_kern_net(pkt);
+	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
+	__u32 policy = 0, use_neigh = 0, custom_rules = 0, slot;
+
+	if (!net || !watch || !watch->armed)
+		return 0;
+	if (net->ipv4.sysctl_ip_fwd_use_pmtu)
+		return 0;
+	probe->stamp.neigh_gen = (__u32)watch->generation;
+	probe->stamp.rt_genid = net->ipv4.rt_genid.counter;
+	probe->stamp.fib_seq = net->ipv4.fib_seq;
+	if (bpf_core_field_exists(net->ipv4.fib_has_custom_rules))
+		custom_rules = net->ipv4.fib_has_custom_rules;
+	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_policy)) {
+		policy = net->ipv4.sysctl_fib_multipath_hash_policy;
+		use_neigh = net->ipv4.sysctl_fib_multipath_use_neigh;
+		probe->stamp.mp_seed = net->ipv4.sysctl_fib_multipath_hash_seed.mp_seed;
+		probe->stamp.mp_fields = net->ipv4.sysctl_fib_multipath_hash_fields;
+	} else {
+		probe->stamp.mp_seed = 0;
+		probe->stamp.mp_fields = 0;
+	}
+	probe->stamp.selectors = policy | use_neigh << 8 | custom_rules << 16;
+
+	probe->key.ifindex = fib->ifindex;
+	probe->key.saddr = fib->ipv4_src;
+	probe->key.daddr = fib->ipv4_dst;
+	probe->key.tos = fib->tos;
+	probe->key.pad = 0;
+	if (custom_rules || policy) {
+		probe->key.proto = fib->l4_protocol;
+		probe->key.sport = fib->sport;
+		probe->key.dport = fib->dport;
+	} else {
+		probe->key.proto = 0;
+		probe->key.sport = 0;
+		probe->key.dport = 0;
+	}
+
+	slot = probe->key.saddr * 0x9e3779b1u ^ probe->key.daddr * 0x85ebca77u ^
+	       probe->key.ifindex * 0xc2b2ae3du ^ (probe->key.sport | (__u32)probe->key.dport << 16) * 0x27d4eb2fu ^
+	       probe->key.tos ^ (__u32)probe->key.proto << 8;
+	slot ^= slot >> 15;
+	slot &= LFP_FIB_CACHE_SLOTS - 1;
+	probe->slot = bpf_map_lookup_elem(&lfp_fib_cache, &slot);
+	return probe->slot != NULL;
+}
+
+static __always_inline int lfp_fib_same_key(const struct lfp_fib_key *a, const struct lfp_fib_key *b)
+{
+	const __u32 *x = (const void *)a, *y = (const void *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4];
+}
+
+static __always_inline int lfp_fib_same_stamp(const struct lfp_fib_stamp *a, const struct lfp_fib_stamp *b)
+{
+	return a->rt_genid == b->rt_genid && a->fib_seq == b->fib_seq && a->neigh_gen == b->neigh_gen &&
+	       a->selectors == b->selectors && a->mp_seed == b->mp_seed && a->mp_fields == b->mp_fields;
+}
+
+/* The cached answer for a packet whose lookup would carry `tot_len`, or
+ * NULL. */
+static __always_inline struct lfp_fib_entry *lfp_fib_cached(const struct lfp_fib_probe *probe, __u16 tot_len)
+{
+	struct lfp_fib_entry *e = probe->slot;
+
+	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib_same_key(&e->key, &probe->key) ||
+	    !lfp_fib_same_stamp(&e->stamp, &probe->stamp) || tot_len > e->max_len)
+		return NULL;
+	return e;
+}
+
+/* Keeps the successful answer of a lookup made with `tot_len`. */
+static __always_inline void lfp_fib_remember(struct lfp_fib_probe *probe, const struct bpf_fib_lookup *fib,
+					     __u16 tot_len)
+{
+	struct lfp_fib_entry *e = probe->slot;
+
+	/* the same answer proven again for a longer packet */
+	if ((e->flags & LFP_FIB_VALID) && lfp_fib_same_key(&e->key, &probe->key) &&
+	    lfp_fib_same_stamp(&e->stamp, &probe->stamp) && e->egress == fib->ifindex) {
+		if (tot_len > e->max_len)
+			e->max_len = tot_len;
+		return;
+	}
+	e->key = probe->key;
+	e->stamp = probe->stamp;
+	e->egress = fib->ifindex;
+	e->nexthop = fib->ipv4_dst;
+	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
+	e->max_len = tot_len;
+	e->flags = LFP_FIB_VALID;
+}
+
+#endif

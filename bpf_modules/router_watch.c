@@ -1,0 +1,130 @@
+/* The router node's kernel-side watch: the neighbour generation
+ * (neigh_watch.h), bumped synchronously as the kernel changes a neighbour
+ * entry of this namespace, so that the FIB-answer cache (fib_cache.h) never
+ * serves a next-hop MAC or a neighbour's validity the kernel no longer has.
+ * The kernel versions routes, rules, addresses, links and forwarding
+ * sysctls itself (fib_seq, rt_genid) but not its neighbours.
+ *
+ * A cached answer is stamped with the generation read before its lookup, so
+ * every change must bump it after it is visible: neigh_update fires before
+ * __neigh_update() changes the entry and neigh_update_done after; the
+ * timer's transitions (PROBE -> FAILED), __neigh_event_send()'s, garbage
+ * collection and creation fire after theirs. Any of them bumps: every
+ * cached answer is then a miss once, which is cheap next to a stale MAC.
+ *
+ * Loaded by the controller with every node's watch (controller/companion.py);
+ * declared by linuxfp/graph/nodes/router.py.
+ */
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#include "neigh_watch.h"
+#include "watch_netns.h"
+
+struct net_device {
+	lfp_possible_net_t nd_net;
+} __attribute__((preserve_access_index));
+
+struct neighbour {
+	struct net_device *dev;
+} __attribute__((preserve_access_index));
+
+static __always_inline void lfp_bump(struct net_device *dev)
+{
+	struct lfp_neigh_watch *watch;
+
+	if (BPF_CORE_READ(dev, nd_net.net, net_cookie) != lfp_netns_cookie)
+		return;
+	watch = lfp_neigh_watch_of();
+	if (watch)
+		__sync_fetch_and_add(&watch->generation, 1);
+}
+
+/* Tracepoints whose first argument is the neighbour. */
+static __always_inline int lfp_neighbour_changed(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct neighbour *n = (void *)ctx->args[0];
+
+	lfp_bump(BPF_CORE_READ(n, dev));
+	return 0;
+}
+
+/* neigh_update(n, lladdr, new, flags, nlmsg_pid): before the change */
+SEC("raw_tp/neigh_update")
+int lfp_neigh_update(struct bpf_raw_tracepoint_args *ctx)
+{
+	return lfp_neighbour_changed(ctx);
+}
+
+/* neigh_update_done(n, err): after it */
+SEC("raw_tp/neigh_update_done")
+int lfp_neigh_update_done(struct bpf_raw_tracepoint_args *ctx)
+{
+	return lfp_neighbour_changed(ctx);
+}
+
+/* neigh_timer_handler(n, state): after the timer's transition */
+SEC("raw_tp/neigh_timer_handler")
+int lfp_neigh_timer(struct bpf_raw_tracepoint_args *ctx)
+{
+	return lfp_neighbour_changed(ctx);
+}
+
+/* neigh_event_send_done(n, err), neigh_event_send_dead(n, err) */
+SEC("raw_tp/neigh_event_send_done")
+int lfp_neigh_event_send_done(struct bpf_raw_tracepoint_args *ctx)
+{
+	return lfp_neighbour_changed(ctx);
+}
+
+SEC("raw_tp/neigh_event_send_dead")
+int lfp_neigh_event_send_dead(struct bpf_raw_tracepoint_args *ctx)
+{
+	return lfp_neighbour_changed(ctx);
+}
+
+/* neigh_cleanup_and_release(n, rc): garbage collected or flushed */
+SEC("raw_tp/neigh_cleanup_and_release")
+int lfp_neigh_released(struct bpf_raw_tracepoint_args *ctx)
+{
+	return lfp_neighbour_changed(ctx);
+}
+
+/* neigh_create(tbl, dev, pkey, n, exempt_from_gc): after it is linked */
+SEC("raw_tp/neigh_create")
+int lfp_neigh_created(struct bpf_raw_tracepoint_args *ctx)
+{
+	lfp_bump((struct net_device *)ctx->args[1]);
+	return 0;
+}
+
+/* Run by the controller once every tracepoint above is attached, and
+ * before it detaches them: the cache may be used only in between, and each
+ * edge invalidates what was cached before it. */
+SEC("syscall")
+int lfp_watch_start(void *ctx)
+{
+	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
+
+	if (watch) {
+		__sync_fetch_and_add(&watch->generation, 1);
+		watch->armed = 1;
+	}
+	return 0;
+}
+
+SEC("syscall")
+int lfp_watch_stop(void *ctx)
+{
+	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
+
+	if (watch) {
+		watch->armed = 0;
+		__sync_fetch_and_add(&watch->generation, 1);
+	}
+	return 0;
+}
+
+char _license[] SEC("license") = "GPL";

@@ -1,0 +1,210 @@
+"""The router's FIB-answer cache (bpf_modules/fib_cache.h), through
+BPF_PROG_TEST_RUN in a namespace with real routes and neighbours, and the
+router's real watch (bpf_modules/router_watch.c) attached.
+
+Two proofs: every router fixture case gives the same verdict and bytes when
+its answer comes from the cache; and every kind of change that can alter a
+FIB answer makes the next packet look the FIB up again (never a hit on the
+old answer), while a change that alters no answer leaves the bytes right."""
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Iterator
+
+import pytest
+from scapy.layers.l2 import Ether
+
+from linuxfp import datapath as dp
+from linuxfp.lab.netns import Lab, entered
+from linuxfp.resources import modules_dir
+from linuxfp.state.netlink import netns_cookie
+from linuxfp.synth import compile_source
+
+from fixtures.router_cases import CASES, FORWARD, IN_MAC, NEXT_HOP_MAC, OUT_MAC, ROUTED, STALE_MAC, HAIRPIN_MAC, udp
+from test_router_datapath import SETUP, VERDICTS, LoadedRouter
+
+HIT, MISS, OFF = "fib_cache_hit", "fib_cache_miss", "fib_cache_off"
+KEY0 = struct.pack("<I", 0)
+
+
+@pytest.fixture(scope="module")
+def cache_ns():
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("fc")
+        for cmd in SETUP:
+            ns.run(cmd.format(in_mac=IN_MAC, out_mac=OUT_MAC, nh_mac=NEXT_HOP_MAC, hp_mac=HAIRPIN_MAC, out_mac2=OUT_MAC,
+                              stale_mac=STALE_MAC).split())
+        yield ns
+
+
+@contextlib.contextmanager
+def router_watch(ns, neigh_watch: dp.Map) -> Iterator[None]:
+    """The router node's watch, attached as the controller attaches it
+    (controller/companion.py), against the pipeline's lfp_neigh_watch."""
+    obj = dp.BpfObject.open(compile_source((modules_dir() / "router_watch.c").read_text()).data, name="t_rwatch")
+    links = []
+    try:
+        with entered(ns):
+            cookie = netns_cookie()
+        obj.set_rodata({"lfp_netns_cookie": cookie})
+        obj.reuse_map("lfp_neigh_watch", neigh_watch)
+        obj.load()
+        for program, section in obj.program_sections().items():
+            if section.startswith("raw_tp/"):
+                links.append(dp.attach_raw_tracepoint(obj.program(program).fd, section.partition("/")[2]))
+        dp.test_run(obj.program("lfp_watch_start").fd, b"")
+        yield
+        dp.test_run(obj.program("lfp_watch_stop").fd, b"")
+    finally:
+        for fd in links:
+            fd.close()
+        obj.close()
+
+
+@pytest.fixture(scope="module", params=["xdp", "tc"])
+def router(request, cache_ns):
+    loaded = LoadedRouter(request.param, cache_ns)
+    # per-CPU slots: the test runs stay on one CPU
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        with router_watch(cache_ns, loaded.obj.map("lfp_neigh_watch")):
+            yield loaded
+    finally:
+        os.sched_setaffinity(0, cpus)
+        loaded.obj.close()
+
+
+def counted(router, frame: bytes) -> tuple[object, dict]:
+    before = {name: router.counter(name) for name in (HIT, MISS, OFF)}
+    result = router.run(frame)
+    return result, {name: router.counter(name) - before[name] for name in before}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.description for c in CASES])
+def test_a_cached_answer_is_the_lookups_answer(router, case):
+    """Each case twice: the second time a forwarded frame's answer comes
+    from the cache, with the same verdict and bytes."""
+    frame = case.frame()
+    for attempt in ("first", "again"):
+        before = router.counter(case.counter)
+        result, seen = counted(router, frame)
+        assert result.retval == VERDICTS[router.hook][case.verdict], (case.description, attempt)
+        assert router.counter(case.counter) == before + 1, (case.description, attempt)
+        if case.verdict == FORWARD:
+            assert result.data_out == case.expect(frame), (case.description, attempt)
+            if attempt == "again":
+                assert seen[HIT] == 1, seen
+        else:
+            assert result.data_out == frame
+
+
+def _forwarded_via(router, frame: bytes) -> tuple[str, str, dict]:
+    result, seen = counted(router, frame)
+    if result.retval != VERDICTS[router.hook][FORWARD]:
+        return "passed", "", seen
+    out = Ether(result.data_out)
+    return out.src, out.dst, seen
+
+
+# out0 as SETUP leaves it: a link going down takes its routes and neighbours,
+# a new MAC its neighbours
+OUT0_BACK = ("ip link set out0 up; ip route replace 198.19.0.0/24 via 198.18.2.1; "
+             f"ip neigh replace 198.18.2.1 lladdr {NEXT_HOP_MAC} dev out0 nud permanent; "
+             "ip route replace 198.51.100.0/25 via 198.18.2.2; "
+             f"ip neigh replace 198.18.2.5 lladdr {STALE_MAC} dev out0 nud stale; "
+             "ip route replace 198.51.100.128/25 via 198.18.2.5")
+
+# (what changes, the command, how it is undone). Each must leave no answer
+# cached from before it: the kernel bumps rt_genid or fib_seq, the watch the
+# neighbour generation, or the answer depends on a sysctl read per packet.
+CHANGES = [
+    ("route replaced", "ip route replace 198.19.0.0/24 via 198.18.3.1", "ip route replace 198.19.0.0/24 via 198.18.2.1"),
+    ("route deleted", "ip route del 198.19.0.0/24", "ip route add 198.19.0.0/24 via 198.18.2.1"),
+    ("more specific route", "ip route add 198.19.0.0/28 via 198.18.3.1", "ip route del 198.19.0.0/28"),
+    ("TOS route beside it", "ip route add 198.19.0.0/24 tos 0x10 via 198.18.3.1",
+     "ip route del 198.19.0.0/24 tos 0x10"),
+    ("policy rule", "ip rule add from 198.18.1.0/24 lookup 100 pref 100", "ip rule del pref 100"),
+    ("destination made local", "ip addr add 198.19.0.9/32 dev small0", "ip addr del 198.19.0.9/32 dev small0"),
+    ("ingress forwarding off", "sysctl -qw net.ipv4.conf.in0.forwarding=0",
+     "sysctl -qw net.ipv4.conf.in0.forwarding=1"),
+    ("egress MTU", "ip link set out0 mtu 1300", "ip link set out0 mtu 1500"),
+    ("egress MAC", "ip link set out0 address 02:00:00:00:02:fd", f"ip link set out0 address {OUT_MAC}; {OUT0_BACK}"),
+    ("egress down", "ip link set out0 down", OUT0_BACK),
+    ("neighbour MAC", "ip neigh replace 198.18.2.1 lladdr 02:00:00:00:02:99 dev out0 nud permanent",
+     f"ip neigh replace 198.18.2.1 lladdr {NEXT_HOP_MAC} dev out0 nud permanent"),
+    ("neighbour deleted", "ip neigh del 198.18.2.1 dev out0",
+     f"ip neigh replace 198.18.2.1 lladdr {NEXT_HOP_MAC} dev out0 nud permanent"),
+    ("multipath hash policy", "sysctl -qw net.ipv4.fib_multipath_hash_policy=1",
+     "sysctl -qw net.ipv4.fib_multipath_hash_policy=0"),
+    ("multipath hash seed", "sysctl -qw net.ipv4.fib_multipath_hash_seed=1234",
+     "sysctl -qw net.ipv4.fib_multipath_hash_seed=0"),
+    ("ip_forward_use_pmtu", "sysctl -qw net.ipv4.ip_forward_use_pmtu=1", "sysctl -qw net.ipv4.ip_forward_use_pmtu=0"),
+]
+
+
+def sh(ns, command: str) -> None:
+    ns.run(["sh", "-c", command])
+
+
+@pytest.mark.parametrize("change,command,undo", CHANGES, ids=[c[0] for c in CHANGES])
+def test_every_change_that_can_alter_an_answer_invalidates_it(router, cache_ns, change, command, undo):
+    frame = bytes(udp(dst=ROUTED))
+    _forwarded_via(router, frame)
+    *_, seen = _forwarded_via(router, frame)
+    assert seen[HIT] == 1, f"not cached before the change: {seen}"
+    sh(cache_ns, command)
+    try:
+        *_, seen = _forwarded_via(router, frame)
+        assert seen[HIT] == 0, f"{change}: served from the cache after it"
+        assert seen[MISS] + seen[OFF] == 1, seen
+    finally:
+        sh(cache_ns, undo)
+    # back as before (looked up again, unless the change was only a sysctl
+    # the datapath reads per packet), then cached again
+    _forwarded_via(router, frame)
+    via = _forwarded_via(router, frame)
+    assert via[:2] == (OUT_MAC, NEXT_HOP_MAC) and via[2][HIT] == 1, via
+
+
+def test_a_route_change_is_followed_by_the_next_packet(router, cache_ns):
+    """No window: the next hop a packet gets changes with the kernel's FIB,
+    whatever was cached (no controller runs here)."""
+    frame = bytes(udp(dst=ROUTED))
+    other = "02:00:00:00:03:02"
+    sh(cache_ns, f"ip neigh replace 198.18.3.2 lladdr {other} dev small0 nud permanent")
+    assert _forwarded_via(router, frame)[:2] == (OUT_MAC, NEXT_HOP_MAC)
+    assert _forwarded_via(router, frame)[2][HIT] == 1
+    sh(cache_ns, "ip route replace 198.19.0.0/24 via 198.18.3.2")
+    try:
+        assert _forwarded_via(router, frame)[:2] == (OUT_MAC, other)
+        assert _forwarded_via(router, frame)[:2] == (OUT_MAC, other)
+    finally:
+        sh(cache_ns, "ip route replace 198.19.0.0/24 via 198.18.2.1; ip neigh del 198.18.3.2 dev small0")
+
+
+def test_longer_packets_are_looked_up_until_their_length_is_proven(router):
+    """An entry serves packets up to the longest length the kernel answered
+    success for: a longer one is looked up (the MTU check is the kernel's)."""
+    short, long = bytes(udp(dst=ROUTED, size=10)), bytes(udp(dst=ROUTED, size=1000))
+    _forwarded_via(router, short)
+    assert _forwarded_via(router, short)[2][HIT] == 1
+    assert _forwarded_via(router, long)[2][MISS] == 1
+    assert _forwarded_via(router, long)[2][HIT] == 1
+    assert _forwarded_via(router, short)[2][HIT] == 1
+
+
+def test_nothing_is_cached_without_the_neighbour_watch(router):
+    watch = router.obj.map("lfp_neigh_watch")
+    saved = watch.lookup(KEY0)
+    generation = struct.unpack("<QQ", saved)[0]
+    watch.update(KEY0, struct.pack("<QQ", generation + 1, 0))
+    try:
+        frame = bytes(udp(dst=ROUTED))
+        for _ in range(2):
+            via = _forwarded_via(router, frame)
+            assert via[:2] == (OUT_MAC, NEXT_HOP_MAC) and via[2][OFF] == 1 and via[2][HIT] == 0, via
+    finally:
+        watch.update(KEY0, struct.pack("<QQ", generation + 2, 1))
