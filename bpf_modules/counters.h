@@ -1,8 +1,9 @@
 /* Counter ids: the pipeline's own reasons here, every node's in its header.
  *
  * Each list is an X-macro, X(id, node, kind, description), kind one of fast
- * (handled in the fast path), pass (to the kernel) or drop (dropped as Linux
- * would). linuxfp/synth/counters.py parses these lines from this file and
+ * (handled in the fast path), pass (to the kernel), drop (dropped as Linux
+ * would) — the verdicts, one per packet — or event (something that happened
+ * on the way, counted beside the verdict, e.g. a FIB cache hit). linuxfp/synth/counters.py parses these lines from this file and
  * from every registered node's header, in registration order, and the
  * rendered pipeline defines LFP_COUNTERS(X) as all of them: ids are the same
  * in every shape, and a reason added to a header shows up in `linuxfp stats`

@@ -11,10 +11,12 @@
  *   alias no lookup reached changes no answer), by rule, nexthop, address,
  *   link state, MTU, MAC and forwarding-sysctl changes;
  * - net->ipv4.fib_seq: every change of the first alias of a prefix;
+ * - net->nexthop.seq: every nexthop object added, replaced or removed (a
+ *   group member's replacement flushes nothing);
  * - the neighbour generation (neigh_watch.h), bumped by the router's watch
  *   as a neighbour changes: the kernel does not version its neighbours;
  * - what selects among answers without being versioned: the multipath
- *   hash policy, its fields, its seed and use_neigh (sysctls).
+ *   hash policy, its fields and its seed (sysctls).
  * The key holds every input the lookup can depend on: ingress, source,
  * destination, TOS, and — where policy rules exist or the multipath hash
  * reads them — protocol and ports. A lookup's MTU check depends on the
@@ -22,7 +24,10 @@
  * answered success for.
  * Nothing is cached, and every packet is looked up as before, where the
  * answer can change with no generation: ip_forward_use_pmtu=1 (learned path
- * MTUs expire and appear), or the neighbour watch not attached.
+ * MTUs expire and appear), fib_multipath_use_neigh=1 (a neighbour entry's
+ * mere creation changes the choice), the neighbour watch not attached, or
+ * what the controller says (lfp_fib_policy: routes through nexthop objects,
+ * whose resilient groups move buckets by timer; ignore_routes_with_linkdown).
  *
  * Per CPU and direct-mapped: a packet writes only its own CPU's slots, and
  * a collision costs one lookup.
@@ -34,7 +39,7 @@
 #include "neigh_watch.h"
 
 #ifndef LFP_FIB_CACHE_SLOTS
-#define LFP_FIB_CACHE_SLOTS 16384       /* a power of two; 68 bytes each, per CPU */
+#define LFP_FIB_CACHE_SLOTS 16384       /* a power of two; 80 bytes each, per CPU */
 #endif
 
 /* The fields read, relocated against the running kernel's BTF. */
@@ -54,18 +59,35 @@ struct netns_ipv4___lfp_fib {
 	} sysctl_fib_multipath_hash_seed;
 } __attribute__((preserve_access_index));
 
+struct netns_nexthop___lfp_fib {
+	unsigned int seq;
+} __attribute__((preserve_access_index));
+
 struct net___lfp_fib {
 	struct netns_ipv4___lfp_fib ipv4;
+	struct netns_nexthop___lfp_fib nexthop;
 } __attribute__((preserve_access_index));
 
 struct lfp_fib_stamp {
+	__u64 neigh_gen;
 	__u32 rt_genid;
 	__u32 fib_seq;
-	__u32 neigh_gen;
-	__u32 selectors;        /* multipath policy, use_neigh, custom rules */
+	__u32 nh_seq;           /* nexthop objects: replaced or removed */
+	__u32 selectors;        /* multipath policy, custom rules */
 	__u32 mp_seed;
 	__u32 mp_fields;
 };
+
+/* The controller's word on what the datapath cannot see (router.py,
+ * fib_policy): the cache is off while it holds LFP_FIB_POLICY_OFF. */
+#define LFP_FIB_POLICY_OFF (1u << 0)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} lfp_fib_policy SEC(".maps");
 
 struct lfp_fib_key {
 	__u32 ifindex;
@@ -82,8 +104,8 @@ struct lfp_fib_key {
 #define LFP_FIB_SRC_OK  (1u << 1)  /* the reverse lookup of the source passed */
 
 struct lfp_fib_entry {
-	struct lfp_fib_key key;
 	struct lfp_fib_stamp stamp;
+	struct lfp_fib_key key;
 	__u32 egress;
 	__be32 nexthop;
 	__u8 dmac[ETH_ALEN];
@@ -109,32 +131,58 @@ struct lfp_fib_probe {
 
 /* Reads the generations and builds the key; 0 when nothing may be cached
  * (then the lookup is done as if there were no cache). */
+static __always_inline __u32 lfp_fib_slot(const struct lfp_fib_key *key)
+{
+	const __u32 *w = (const void *)key;
+	__u32 h = w[0] * 0x9e3779b1u;
+
+	/* murmur3's finaliser over a multiplicative fold: every key bit reaches
+	 * the slot (the last octet of the addresses included) */
+	h = (h ^ w[1]) * 0x85ebca6bu;
+	h = (h ^ w[2]) * 0xc2b2ae35u;
+	h = (h ^ w[3]) * 0x27d4eb2fu;
+	h ^= w[4];
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h & (LFP_FIB_CACHE_SLOTS - 1);
+}
+
+/* Reads the generations and builds the key; 0 when nothing may be cached
+ * (then the lookup is done as if there were no cache). */
 static __always_inline int lfp_fib_probe_init(struct lfp_pkt *pkt, const struct bpf_fib_lookup *fib,
 					      struct lfp_fib_probe *probe)
 {
 	struct net___lfp_fib *net = lfp_kern_net(pkt);
 	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
-	__u32 policy = 0, use_neigh = 0, custom_rules = 0, slot;
+	__u32 policy = 0, custom_rules = 0, key = 0, slot, *said;
 
-	if (!net || !watch || !watch->armed)
+	said = bpf_map_lookup_elem(&lfp_fib_policy, &key);
+	if (!net || !watch || !watch->armed || !said || (*said & LFP_FIB_POLICY_OFF))
 		return 0;
 	if (net->ipv4.sysctl_ip_fwd_use_pmtu)
 		return 0;
-	probe->stamp.neigh_gen = (__u32)watch->generation;
+	probe->stamp.neigh_gen = watch->generation;
 	probe->stamp.rt_genid = net->ipv4.rt_genid.counter;
 	probe->stamp.fib_seq = net->ipv4.fib_seq;
+	probe->stamp.nh_seq = bpf_core_field_exists(net->nexthop.seq) ? net->nexthop.seq : 0;
 	if (bpf_core_field_exists(net->ipv4.fib_has_custom_rules))
 		custom_rules = net->ipv4.fib_has_custom_rules;
+	probe->stamp.mp_seed = 0;
+	probe->stamp.mp_fields = 0;
 	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_policy)) {
+		/* with use_neigh, a next hop's neighbour entry merely being
+		 * created (NUD_NONE) changes the choice: no generation covers it */
+		if (net->ipv4.sysctl_fib_multipath_use_neigh)
+			return 0;
 		policy = net->ipv4.sysctl_fib_multipath_hash_policy;
-		use_neigh = net->ipv4.sysctl_fib_multipath_use_neigh;
-		probe->stamp.mp_seed = net->ipv4.sysctl_fib_multipath_hash_seed.mp_seed;
 		probe->stamp.mp_fields = net->ipv4.sysctl_fib_multipath_hash_fields;
-	} else {
-		probe->stamp.mp_seed = 0;
-		probe->stamp.mp_fields = 0;
 	}
-	probe->stamp.selectors = policy | use_neigh << 8 | custom_rules << 16;
+	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_seed))
+		probe->stamp.mp_seed = net->ipv4.sysctl_fib_multipath_hash_seed.mp_seed;
+	probe->stamp.selectors = policy | custom_rules << 16;
 
 	probe->key.ifindex = fib->ifindex;
 	probe->key.saddr = fib->ipv4_src;
@@ -150,12 +198,7 @@ static __always_inline int lfp_fib_probe_init(struct lfp_pkt *pkt, const struct 
 		probe->key.sport = 0;
 		probe->key.dport = 0;
 	}
-
-	slot = probe->key.saddr * 0x9e3779b1u ^ probe->key.daddr * 0x85ebca77u ^
-	       probe->key.ifindex * 0xc2b2ae3du ^ (probe->key.sport | (__u32)probe->key.dport << 16) * 0x27d4eb2fu ^
-	       probe->key.tos ^ (__u32)probe->key.proto << 8;
-	slot ^= slot >> 15;
-	slot &= LFP_FIB_CACHE_SLOTS - 1;
+	slot = lfp_fib_slot(&probe->key);
 	probe->slot = bpf_map_lookup_elem(&lfp_fib_cache, &slot);
 	return probe->slot != NULL;
 }
@@ -169,8 +212,9 @@ static __always_inline int lfp_fib_same_key(const struct lfp_fib_key *a, const s
 
 static __always_inline int lfp_fib_same_stamp(const struct lfp_fib_stamp *a, const struct lfp_fib_stamp *b)
 {
-	return a->rt_genid == b->rt_genid && a->fib_seq == b->fib_seq && a->neigh_gen == b->neigh_gen &&
-	       a->selectors == b->selectors && a->mp_seed == b->mp_seed && a->mp_fields == b->mp_fields;
+	return a->neigh_gen == b->neigh_gen && a->rt_genid == b->rt_genid && a->fib_seq == b->fib_seq &&
+	       a->nh_seq == b->nh_seq && a->selectors == b->selectors && a->mp_seed == b->mp_seed &&
+	       a->mp_fields == b->mp_fields;
 }
 
 /* The cached answer for a packet whose lookup would carry `tot_len`, or
@@ -191,9 +235,11 @@ static __always_inline void lfp_fib_remember(struct lfp_fib_probe *probe, const 
 {
 	struct lfp_fib_entry *e = probe->slot;
 
-	/* the same answer proven again for a longer packet */
+	/* the same answer proven again for a longer packet (any other answer
+	 * replaces the entry) */
 	if ((e->flags & LFP_FIB_VALID) && lfp_fib_same_key(&e->key, &probe->key) &&
-	    lfp_fib_same_stamp(&e->stamp, &probe->stamp) && e->egress == fib->ifindex) {
+	    lfp_fib_same_stamp(&e->stamp, &probe->stamp) && e->egress == fib->ifindex &&
+	    e->nexthop == fib->ipv4_dst && lfp_mac_equal(e->dmac, fib->dmac) && lfp_mac_equal(e->smac, fib->smac)) {
 		if (tot_len > e->max_len)
 			e->max_len = tot_len;
 		return;

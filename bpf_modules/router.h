@@ -120,6 +120,7 @@ static __always_inline int lfp_source_routable(struct lfp_pkt *pkt, const struct
 	rev.sport = fwd->dport;      /* __fib_validate_source swaps the ports */
 	rev.dport = fwd->sport;
 	rev.ifindex = egress;
+	rev.tot_len = sizeof(*ip);   /* a validation, no MTU: no length check on the skb either */
 	rc = bpf_fib_lookup(pkt->ctx, &rev, sizeof(rev), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_BLACKHOLE ||
 	       rc == BPF_FIB_LKUP_RET_UNREACHABLE || rc == BPF_FIB_LKUP_RET_PROHIBIT;

@@ -6,11 +6,17 @@
  * sysctls itself (fib_seq, rt_genid) but not its neighbours.
  *
  * A cached answer is stamped with the generation read before its lookup, so
- * every change must bump it after it is visible: neigh_update fires before
- * __neigh_update() changes the entry and neigh_update_done after; the
- * timer's transitions (PROBE -> FAILED), __neigh_event_send()'s, garbage
- * collection and creation fire after theirs. Any of them bumps: every
- * cached answer is then a miss once, which is cheap next to a stale MAC.
+ * every change must bump it after it is visible; what bpf_fib_lookup()
+ * reads of a neighbour is whether it is NUD_VALID and its address:
+ * - neigh_update_done: after __neigh_update() (ARP, `ip neigh`, deletion);
+ * - neigh_timer_handler: after the timer's transition (PROBE -> FAILED);
+ * - neigh_cleanup_and_release: after an entry is unlinked (garbage
+ *   collection, flush).
+ * Not traced, because they change no answer that is cached:
+ * __neigh_event_send() (NONE/FAILED -> INCOMPLETE, STALE -> DELAY: valid
+ * stays valid, invalid stays invalid) and creation (a NUD_NONE entry reads
+ * as no entry, except to fib_multipath_use_neigh, under which nothing is
+ * cached). Every bump makes every cached answer a miss once.
  *
  * Loaded by the controller with every node's watch (controller/companion.py);
  * declared by linuxfp/graph/nodes/router.py.
@@ -51,14 +57,7 @@ static __always_inline int lfp_neighbour_changed(struct bpf_raw_tracepoint_args 
 	return 0;
 }
 
-/* neigh_update(n, lladdr, new, flags, nlmsg_pid): before the change */
-SEC("raw_tp/neigh_update")
-int lfp_neigh_update(struct bpf_raw_tracepoint_args *ctx)
-{
-	return lfp_neighbour_changed(ctx);
-}
-
-/* neigh_update_done(n, err): after it */
+/* neigh_update_done(n, err): after __neigh_update() */
 SEC("raw_tp/neigh_update_done")
 int lfp_neigh_update_done(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -72,44 +71,28 @@ int lfp_neigh_timer(struct bpf_raw_tracepoint_args *ctx)
 	return lfp_neighbour_changed(ctx);
 }
 
-/* neigh_event_send_done(n, err), neigh_event_send_dead(n, err) */
-SEC("raw_tp/neigh_event_send_done")
-int lfp_neigh_event_send_done(struct bpf_raw_tracepoint_args *ctx)
-{
-	return lfp_neighbour_changed(ctx);
-}
-
-SEC("raw_tp/neigh_event_send_dead")
-int lfp_neigh_event_send_dead(struct bpf_raw_tracepoint_args *ctx)
-{
-	return lfp_neighbour_changed(ctx);
-}
-
-/* neigh_cleanup_and_release(n, rc): garbage collected or flushed */
+/* neigh_cleanup_and_release(n, rc): unlinked (garbage collected, flushed) */
 SEC("raw_tp/neigh_cleanup_and_release")
 int lfp_neigh_released(struct bpf_raw_tracepoint_args *ctx)
 {
 	return lfp_neighbour_changed(ctx);
 }
 
-/* neigh_create(tbl, dev, pkey, n, exempt_from_gc): after it is linked */
-SEC("raw_tp/neigh_create")
-int lfp_neigh_created(struct bpf_raw_tracepoint_args *ctx)
-{
-	lfp_bump((struct net_device *)ctx->args[1]);
-	return 0;
-}
-
 /* Run by the controller once every tracepoint above is attached, and
  * before it detaches them: the cache may be used only in between, and each
- * edge invalidates what was cached before it. */
+ * edge invalidates what was cached before it. A start moves the generation
+ * to the boot clock at least, past any value it held before, even if the
+ * map was zeroed meanwhile (controller/companion.py does that when a watch
+ * cannot be attached). */
 SEC("syscall")
 int lfp_watch_start(void *ctx)
 {
 	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
+	__u64 now = bpf_ktime_get_boot_ns();
 
 	if (watch) {
-		__sync_fetch_and_add(&watch->generation, 1);
+		if (__sync_fetch_and_add(&watch->generation, 1) + 1 < now)
+			watch->generation = now;
 		watch->armed = 1;
 	}
 	return 0;

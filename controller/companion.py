@@ -35,6 +35,7 @@ class Companion:
         self.error: str | None = None
         self._watches: list = []                 # (object, [tracepoint fds]) per node
         self.watch_errors: dict[str, str] = {}   # node -> why its watch is not attached
+        self._state_maps: dict[str, tuple[str, ...]] = {}   # watch object -> its node's state maps
 
     def load(self) -> bool:
         """False (with `error`) where it cannot load: then nothing renews the
@@ -68,6 +69,8 @@ class Companion:
                 self._watches.append(self._load_watch(node))
                 attached.append(node.name)
             except (CompileError, ToolMissing, dp.BpfError, OSError, ValueError) as e:
+                # what a watch keeps means nothing without it, whoever armed it
+                self.maps.reset_state(node.state_maps)
                 self.watch_errors[node.name] = str(e).splitlines()[0] if str(e) else type(e).__name__
                 log.warning("node %s: its kernel watch is not attached (%s); its tables follow netlink only",
                             node.name, self.watch_errors[node.name])
@@ -75,6 +78,7 @@ class Companion:
 
     def _load_watch(self, node):
         obj = dp.BpfObject.open(compile_source(node.watch.read_text()).data, name=f"lfp_watch_{node.name}")
+        self._state_maps[obj.name] = node.state_maps
         links = []
         try:
             rodata = obj.rodata_variables()
@@ -113,7 +117,8 @@ class Companion:
             try:
                 _run_if_present(obj, WATCH_STOP)
             except dp.BpfError as e:
-                log.warning("%s: %s did not run (%s)", obj.name, WATCH_STOP, e)
+                log.warning("%s: %s did not run (%s); resetting its state", obj.name, WATCH_STOP, e)
+                self.maps.reset_state(self._state_maps.get(obj.name, ()))
             for fd in links:
                 fd.close()
             obj.close()

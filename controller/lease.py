@@ -216,6 +216,8 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
                                               "kernel changes an entry)" + (
                                                   f"; <= {term} after a SIGKILL with --keep" if keep else "")
         if "router" in node_watches else "none (not cached: the router's watch is not attached)",
+        "nexthop objects, ignore_routes_with_linkdown (FIB answers not cached while in use)":
+            "the response time (until the cache is off)",
         "facts derived from routes (local sources, route MTUs, multipath)":
             "the response time (a fresh read where a route's group is unknown)",
         "addresses, neighbours, links, sysctls with events, xfrm policies":

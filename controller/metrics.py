@@ -137,6 +137,11 @@ class Collector:
             "fast path, never seen by the kernel's forwarding counters), pass (handed to the kernel, "
             "which then counts them as usual) or drop; reason: the counter (docs/datapath.md)",
             labels=["netns", "interface", "hook", "node", "verdict", "reason"])
+        events = CounterMetricFamily(
+            "linuxfp_packet_events",
+            "what happened to packets on their way to a verdict, counted beside it (e.g. the router's "
+            "fib_cache_hit / _miss / _off): not packets to sum with linuxfp_packets",
+            labels=["netns", "interface", "hook", "node", "event"])
         catalogue = counters()
         for i in state["interfaces"]:
             if i["state"] == "error":
@@ -151,8 +156,12 @@ class Collector:
             for c in catalogue:
                 # Another node's counters on this ingress stay 0: not exported.
                 if nodes is None or c.node == "pipeline" or c.node in nodes:
-                    packets.add_metric([ns, i["ifname"], i["hook"], c.node, c.kind, c.name], values[c.name])
+                    if c.kind == "event":
+                        events.add_metric([ns, i["ifname"], i["hook"], c.node, c.name], values[c.name])
+                    else:
+                        packets.add_metric([ns, i["ifname"], i["hook"], c.node, c.kind, c.name], values[c.name])
         yield packets
+        yield events
 
     # -- the controller ------------------------------------------------------
 

@@ -127,6 +127,21 @@ class SharedMaps:
         for table in sorted(created, key=lambda t: t.summary):
             self.write(table, table.entries)
 
+    def reset_state(self, names) -> None:
+        """Zero a node's pinned state maps (Node.state_maps) that are not per
+        CPU: what its watch kept (e.g. a generation and whether it is armed)
+        when no watch keeps it. Per-CPU ones (caches) are validated by those
+        and stay."""
+        for name in names:
+            m = self.get(name)
+            if m is None or m.is_percpu:
+                continue
+            if m.type == BPF_MAP_TYPE_ARRAY:
+                for index in range(m.max_entries):
+                    m.update(index.to_bytes(4, "little"), bytes(m.value_size))
+            else:
+                m.delete_many(m.keys())
+
     # -- contents ----------------------------------------------------------
 
     def write(self, table: Table, entries) -> None:

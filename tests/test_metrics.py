@@ -73,6 +73,9 @@ def test_stats_prometheus_passes_promtool_and_adds_back_forwarding(router_topolo
         assert fast >= 190          # a fast path, not the kernel's
         assert value(text, "linuxfp_packets_total", interface="to-src", node="router", verdict="pass",
                      reason="fib_blackhole") >= 30
+        # The FIB-answer cache's events, beside the verdicts: the burst's
+        # answers came from it (one lookup per CPU at most, then hits).
+        assert value(text, "linuxfp_packet_events_total", interface="to-src", event="fib_cache_hit") >= 150
         # Only the counters of the nodes on that ingress: no bridge series here.
         assert value(text, "linuxfp_packets_total", node="bridge") is None
 

@@ -447,6 +447,9 @@ class InterfaceSysctls(_JsonMixin):
     # IN_DEV_RX_REDIRECTS: forwarding ? all && dev : all || dev. Accepted ICMP
     # redirects create next-hop exceptions bpf_fib_lookup does not apply.
     accept_redirects: bool = False
+    # IN_DEV_IGNORE_ROUTES_WITH_LINKDOWN: all || dev. The FIB reads it live
+    # and its change flushes nothing.
+    ignore_routes_with_linkdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ combines them (include/linux/inetdevice.h):
     IN_DEV_TX_REDIRECTS(dev)   = conf/all/send_redirects || conf/DEV/send_redirects
     IN_DEV_ROUTE_LOCALNET(dev) = conf/all/route_localnet || conf/DEV/route_localnet
     IN_DEV_RX_REDIRECTS(dev)   = forwarding ? all && dev : all || dev  (accept_redirects)
+    IN_DEV_IGNORE_ROUTES_WITH_LINKDOWN(dev) = all || dev
 
 /proc/sys/net belongs to the network namespace of the thread that opens the
 file, so these readers must run in the namespace being described.
@@ -22,7 +23,8 @@ from .model import InterfaceSysctls, Sysctls
 CONF_ROOT = "/proc/sys/net/ipv4/conf"
 BR_NETFILTER_DIR = "/proc/sys/net/bridge"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
-_KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet", "accept_redirects")
+_KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet", "accept_redirects",
+         "ignore_routes_with_linkdown")
 _NAMESPACE_KEYS = {
     "forward_use_pmtu": ("/proc/sys/net/ipv4/ip_forward_use_pmtu", 0),
     "multipath_hash_policy": ("/proc/sys/net/ipv4/fib_multipath_hash_policy", 0),
@@ -75,6 +77,8 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
             route_localnet=bool(every["route_localnet"] or dev["route_localnet"]),
             accept_redirects=bool(every["accept_redirects"] and dev["accept_redirects"]) if dev["forwarding"]
             else bool(every["accept_redirects"] or dev["accept_redirects"]),
+            ignore_routes_with_linkdown=bool(every["ignore_routes_with_linkdown"]
+                                             or dev["ignore_routes_with_linkdown"]),
         ))
     interfaces.sort(key=lambda s: s.ifindex)
     namespace = {}

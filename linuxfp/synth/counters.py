@@ -18,7 +18,7 @@ class Counter:
     id: int
     name: str         # e.g. "fib_no_neigh"
     node: str         # node that counts it, or "pipeline"
-    kind: str         # "fast" (handled in the fast path), "pass" (to kernel), "drop"
+    kind: str         # "fast" (handled in the fast path), "pass" (to kernel), "drop"; "event" (beside them)
     description: str
 
     @property

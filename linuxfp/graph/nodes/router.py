@@ -7,11 +7,12 @@ import socket
 from linuxfp.resources import modules_dir
 
 from ..interfaces import ARPHRD_ETHER, routing_blocker
-from ..tables import HASH, Table, be32, hint_table
+from ..tables import ARRAY, HASH, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
 LOCAL_TABLE = 255
 LOCAL_SRC, LOCAL_HINT = "lfp_local_src", "lfp_local_hint"
+FIB_POLICY, FIB_POLICY_OFF = "lfp_fib_policy", 1     # fib_cache.h: LFP_FIB_POLICY_OFF
 
 # Route types that make __fib_validate_source() refuse a source when found
 # outside the local table (where lfp_local_src already covers them).
@@ -30,7 +31,7 @@ class Router(Node):
     stage = Stage.ROUTE
     header = modules_dir() / "router.h"
     decides = True
-    inputs = ("addresses", "routes")
+    inputs = ("addresses", "routes", "sysctls")
     # The neighbour generation of the FIB-answer cache (fib_cache.h): the
     # kernel versions its routes, rules and links, not its neighbours.
     watch = modules_dir() / "router_watch.c"
@@ -64,12 +65,13 @@ class Router(Node):
         return None
 
     def notes(self, snapshot) -> tuple[str, ...]:
-        # (otherwise FIB answers are cached: the datapath checks the same
-        # sysctl per packet, so this note may lag, the cache never does)
+        # (otherwise FIB answers are cached; the datapath checks
+        # ip_forward_use_pmtu per packet, so that note may lag, the cache never)
         if snapshot.sysctls.forward_use_pmtu:
             return ("FIB answers not cached: ip_forward_use_pmtu=1 (learned path MTUs change with no "
                     "generation the datapath can check)",)
-        return ()
+        why = fib_cache_off(snapshot)
+        return (f"FIB answers not cached: {why}",) if why else ()
 
     def tables(self, snapshot) -> tuple[Table, ...]:
         local = local_source_addresses(snapshot)
@@ -77,10 +79,25 @@ class Router(Node):
             Table(LOCAL_SRC, self.name, 4, 1, frozenset((socket.inet_aton(a), b"\x01") for a in local),
                   kind=HASH, describe="local addresses: refused as sources"),
             hint_table(LOCAL_HINT, self.name, (be32(a) for a in local), "prefilter of lfp_local_src"),
+            Table(FIB_POLICY, self.name, 4, 4,
+                  frozenset({(u32(0), u32(FIB_POLICY_OFF))} if fib_cache_off(snapshot) else ()), kind=ARRAY,
+                  describe="the FIB-answer cache: off where an answer changes with no generation"),
         )
 
 
 ROUTER = register(Router())
+
+
+def fib_cache_off(snapshot) -> str | None:
+    """Why FIB answers may not be cached though every generation the
+    datapath reads is unchanged (None: they may). The window: from such a
+    configuration's appearance to this table's write (the response time)."""
+    if any(r.nh_id for r in snapshot.routes if r.family == 2):
+        return "routes use nexthop objects (a resilient group moves buckets by timer, and a cache hit " \
+               "does not keep a bucket busy)"
+    if any(s.ignore_routes_with_linkdown for s in snapshot.sysctls.interfaces):
+        return "ignore_routes_with_linkdown is set (read by every lookup; changing it flushes nothing)"
+    return None
 
 
 def local_source_addresses(snapshot) -> frozenset[str]:
