@@ -125,6 +125,46 @@ def linuxfp_cli(netns: str, *args: str, check: bool = True) -> subprocess.Comple
                           capture_output=True, text=True, check=check, env=_env())
 
 
+def _layout_of(netns: str):
+    from linuxfp.datapath import bpffs_root
+    from linuxfp.lab.netns import Namespace, entered
+    from linuxfp.state.netlink import netns_cookie
+
+    from .namespace import NamespaceLayout
+
+    with entered(Namespace(netns)):
+        return NamespaceLayout(bpffs_root(), netns_cookie())
+
+
+def linuxfp_stats(netns: str) -> dict:
+    """What `linuxfp -j stats` prints inside `netns`, read by this process
+    with the command's own function: labs and tests read stats after every
+    step, and a Python start per reading cost them more than the steps."""
+    import json
+
+    from .views import stats
+
+    return json.loads(json.dumps(stats(_layout_of(netns))))
+
+
+def wait_lease_current(netns: str, timeout: float = 5.0) -> bool:
+    """Wait until the controller in `netns` holds the lease and has re-read
+    every watched change (what `linuxfp -j status` shows as lease
+    watched_changes == acknowledged): e.g. after a conntrack dump, which the
+    filter node's watch counts while rules match ipsets. False on timeout."""
+    from .views import lease_state
+
+    layout = _layout_of(netns)
+    deadline = time.monotonic() + timeout
+    while True:
+        state = lease_state(layout)
+        if state and state["held"] and state["watched_changes"] == state["acknowledged"]:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
 def accelerator(hook: str = "auto"):
     """An `accelerate(topology)` factory for the differential harness: the
     controller running in the topology's DUT."""

@@ -48,7 +48,7 @@ def status(layout: NamespaceLayout) -> dict:
         interfaces.append(entry)
     return {"version": version(), "namespace": layout.name, "controller_pid": pid, "interfaces": interfaces,
             "kernel_path": runtime_files.load_json(layout.kernel_path_file) or [],
-            "lease": _lease(layout), "windows": runtime_files.load_json(layout.windows_file) if pid else None}
+            "lease": lease_state(layout), "windows": runtime_files.load_json(layout.windows_file) if pid else None}
 
 
 def _origin(origins: dict, pipeline) -> str | None:
@@ -61,7 +61,7 @@ def _origin(origins: dict, pipeline) -> str | None:
     return record.get("origin")
 
 
-def _lease(layout: NamespaceLayout) -> dict | None:
+def lease_state(layout: NamespaceLayout) -> dict | None:
     """The pinned lease: whether the datapath may act."""
     path = layout.shared_map_pin(lease.LEASE_MAP)
     if not os.path.exists(path):

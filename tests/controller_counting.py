@@ -1,12 +1,11 @@
 """The differential harness's handle for Linux + LinuxFP: a controller in the
-DUT whose counters are read after every step (`linuxfp -j stats`; they are
+DUT whose counters are read after every step (what `linuxfp -j stats` prints; they are
 cumulative per interface), and the pass/drop reasons summed from them."""
 from __future__ import annotations
 
 import contextlib
-import json
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, linuxfp_stats, wait_lease_current
 
 
 class Counting:
@@ -16,7 +15,10 @@ class Counting:
 
     def settled(self) -> None:
         self.controller.settled()
-        self.stats.append(json.loads(linuxfp_cli(self.dut, "-j", "stats").stdout))
+        # and the fast path may act: a watched table's change (legacy
+        # iptables, ipsets) is re-read before the lease says so
+        wait_lease_current(self.dut)
+        self.stats.append(linuxfp_stats(self.dut))
         if self.then is not None:
             self.then()
 

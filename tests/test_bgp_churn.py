@@ -21,7 +21,6 @@ controller:
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from ipaddress import IPv4Address
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, linuxfp_stats
 from linuxfp.lab import Capture, Lab, RouterTopology, inject, ip_forw_datagrams
 from linuxfp.lab.bgp import BgpFeed, addresses_in
 from linuxfp.lab.differential import InterfaceFrames, StepObservation, compare
@@ -181,7 +180,7 @@ def probe(router, name: str, round_: int, targets: list[IPv4Address]) -> StepObs
 
 
 def _fast_path(dut: str, ifname: str = "to-src") -> int:
-    stats = json.loads(linuxfp_cli(dut, "-j", "stats").stdout)
+    stats = linuxfp_stats(dut)
     return next((i["fast_path"] for i in stats["interfaces"] if i["ifname"] == ifname), 0)
 
 

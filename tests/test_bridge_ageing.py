@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
 from linuxfp.lab import Capture, Lab, inject
 from linuxfp.lab.bridged import BridgeTopology, host_ip
 from linuxfp.lab.frames import udp_frame
@@ -59,7 +59,7 @@ def test_steady_flow_keeps_its_entries_and_silence_ages_them_out(require_root):
                 flooded.close()
             assert n > 100
             assert flow_frames == []                                  # nothing flooded
-            stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
+            stats = linuxfp_stats(topology.dut.name)
             fast = sum(i["fast_path"] for i in stats["interfaces"])
             assert fast > n, stats               # most of both directions took the fast path
             # Silence: the kernel ages the entries out (ageing time, plus its

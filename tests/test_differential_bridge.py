@@ -10,12 +10,11 @@ the work: at XDP, the kernel's own tap on the ingress port sees only the
 frames it was handed."""
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, linuxfp_stats
 from controller_counting import Counting, counting, reasons
 from linuxfp.lab import Capture, inject, run_differential, settle, snmp
 from linuxfp.lab.counters import tx_packets
@@ -183,7 +182,7 @@ def test_bridged_flow_takes_the_fast_path(require_root, hook):
             finally:
                 received.close()
                 kernel_tap.close()
-            stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
+            stats = linuxfp_stats(topology.dut.name)
         assert [f for f in got if f in frames[2:]] == frames[2:]
         fast = sum(i["fast_path"] for i in stats["interfaces"])
         assert fast >= 390, stats
@@ -214,7 +213,7 @@ def test_a_pod_that_changed_its_mac_gets_what_linux_gives_it(require_root):
                     for n in range(40)]
 
         def into_peer() -> int:
-            stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
+            stats = linuxfp_stats(topology.dut.name)
             return reasons(stats, ("fast",)).get("into_peer", 0)
 
         with ControllerProcess(topology.dut.name, hook="tc") as controller:

@@ -144,10 +144,9 @@ def test_datagrams_of_local_sockets_keep_their_checksum_state(router_topology, i
     partial checksum wrong, and hands it to the kernel, which forwards it.
     Every datagram arrives either way; TC carries the established ones —
     unless conntrack counts them (nf_conntrack_acct): then the kernel must."""
-    import json
     import socket
 
-    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller.launcher import ControllerProcess, linuxfp_stats
     from linuxfp.lab import entered
 
     r = router_topology
@@ -178,7 +177,7 @@ def test_datagrams_of_local_sockets_keep_their_checksum_state(router_topology, i
             payload = bytes((size + i) & 0xFF for i in range(size))
             a.sendto(payload, (sink_ip, 5001))
             assert b.recvfrom(4096)[0] == payload
-        stats = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)
+        stats = linuxfp_stats(r.dut.name)
     by_name = {entry["ifname"]: entry for entry in stats["interfaces"]}
     passed = by_name["to-src"]["nodes"]["filter"]["passed"]
     kernel_forwarded = ip_forw_datagrams(r.dut) - before

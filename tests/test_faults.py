@@ -22,7 +22,7 @@ import pytest
 
 from controller import lease
 from controller.installer import FAULT_LOAD_ENV
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
 from controller_counting import Counting, reasons
 from linuxfp import datapath as dp
 from linuxfp.lab import Capture, RouterTopology, entered, inject, run_differential, standard_frames
@@ -54,7 +54,7 @@ class Ledger(Counting):
         self.stats.append(self.read())
 
     def read(self) -> dict:
-        return json.loads(linuxfp_cli(self.dut, "-j", "stats").stdout)
+        return linuxfp_stats(self.dut)
 
     def per_step(self) -> list[dict[str, int]]:
         """Per step: fast path and every pass reason its frames caused."""
@@ -458,7 +458,7 @@ def test_interfaces_renamed_deleted_and_recreated_under_traffic(router_topology)
             stream.recapture()
         time.sleep(pause)
         received = stream.received()
-        stats = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)
+        stats = linuxfp_stats(r.dut.name)
         assert controller.proc.poll() is None, controller.stderr()
     assert received == sorted(set(received)), "duplicated or reordered"
     expected = [i for i, at in enumerate(stream.sent) if not any(a <= at <= b for a, b in flux)]
@@ -496,7 +496,7 @@ def test_twenty_sigkills_in_a_row_under_traffic_lose_nothing(router_topology):
                 if kill % LAPSE_EVERY == 0:
                     time.sleep(lease.TERM_NS / 1e9 + 0.1)
             received = stream.received()
-        stats = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)
+        stats = linuxfp_stats(r.dut.name)
     finally:
         linuxfp_cli(r.dut.name, "detach", check=False)
     lost = sorted(set(range(len(stream.sent))) - set(received))

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
 from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
@@ -111,7 +111,7 @@ def test_set_changes_reach_the_fast_path_before_the_command_returns(router_topol
 
 
 def _nodes(r) -> dict:
-    stats = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)
+    stats = linuxfp_stats(r.dut.name)
     return {i["ifname"]: i for i in stats["interfaces"]}["to-src"]["nodes"]
 
 

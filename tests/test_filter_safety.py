@@ -6,14 +6,13 @@ kernel path and returns — no frame of it may be forwarded. A flow every
 ruleset accepts keeps flowing, and the fast path did take part."""
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli
+from controller.launcher import ControllerProcess, linuxfp_stats
 from linuxfp.lab.frames import udp_frame
 from linuxfp.lab.packet_io import Capture, inject, settle
 
@@ -74,7 +73,7 @@ def test_no_frame_linux_drops_is_forwarded_while_rules_change(router_topology, r
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             sent.append(inject(r.src, src.name, frames))
-            stats = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)
+            stats = linuxfp_stats(r.dut.name)
             nodes = {i["ifname"]: i for i in stats["interfaces"]}.get("to-src", {}).get("nodes", {})
             if nodes and nodes["filter"]["drops"].get("filter_dropped", 0) and nodes["transmit"]["fast_path"]:
                 break

@@ -177,7 +177,7 @@ def test_intra_node_udp_is_bridged_in_the_fast_path(flannel: FlannelLab) -> None
     the fast path after iptables' verdict and delivered straight into the
     pods: the kernel's transmit counters of their host-side veths, which
     every frame Linux bridges to them passes, stay (almost) still."""
-    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
     from controller_counting import reasons
 
     client, server = flannel.pods_on("node1")
@@ -194,7 +194,7 @@ def test_intra_node_udp_is_bridged_in_the_fast_path(flannel: FlannelLab) -> None
             sent_before = {pod.name: tx_packets(node, pod.host_veth) for pod in (client, server)}
             done = flannel.namespace(client.name).run(["python3", "-c", UDP_PINGER, server.ip, str(count)])
             sent = {pod.name: tx_packets(node, pod.host_veth) - sent_before[pod.name] for pod in (client, server)}
-            stats = json.loads(linuxfp_cli(node.name, "-j", "stats").stdout)
+            stats = linuxfp_stats(node.name)
     finally:
         os.killpg(echo.pid, 15)
         echo.wait()
@@ -290,7 +290,7 @@ def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flan
     both pods and both underlay ends receive is what Linux alone gives them
     (the same exchange of one connection, run without, then with
     LinuxFP), and the nodes' kernels forward (almost) none of it."""
-    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
     from controller_counting import reasons
     from linuxfp.lab.counters import ip_forw_datagrams
 
@@ -316,7 +316,7 @@ def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flan
             forwarded = [ip_forw_datagrams(node) for node in nodes]
             accelerated = _exchange_frames(flannel, client, server, count)
             by_kernel = [ip_forw_datagrams(node) - before for node, before in zip(nodes, forwarded)]
-            stats = [json.loads(linuxfp_cli(node.name, "-j", "stats").stdout) for node in nodes]
+            stats = [linuxfp_stats(node.name) for node in nodes]
     finally:
         os.killpg(echo.pid, 15)
         echo.wait()
@@ -341,7 +341,7 @@ def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_whe
     program replaced) and its traffic takes the fast path; CNI DEL: its
     program, link and pins go with it. `--hook auto` puts pod veths and
     flannel.1 at TC and status says why."""
-    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
     from controller_counting import reasons
     from linuxfp.datapath.pins import bpffs_root
 
@@ -380,7 +380,7 @@ def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_whe
                 os.killpg(echo.pid, 15)
                 echo.wait()
             assert int(done.stdout) == 100
-            stats = json.loads(linuxfp_cli(node.name, "-j", "stats").stdout)
+            stats = linuxfp_stats(node.name)
             into = {entry["ifname"]: entry["nodes"].get("transmit", {}).get("fast", {}).get("into_peer", 0)
                     for entry in stats["interfaces"]}
             # the answers, bridged from the new pod's veth into the peer's

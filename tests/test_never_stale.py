@@ -14,7 +14,7 @@ import time
 import pytest
 
 from controller import lease
-from controller.launcher import ControllerProcess, accelerator, linuxfp_cli
+from controller.launcher import ControllerProcess, accelerator, linuxfp_cli, linuxfp_stats
 from linuxfp import datapath as dp
 from linuxfp.lab import RouterTopology, run_differential, standard_frames
 from linuxfp.lab.differential import Step
@@ -63,7 +63,7 @@ def orphaning(how: str, lease_expired: list[int]):
         controller.start()
         try:
             yield Orphaned(controller, how)
-            stats = json.loads(linuxfp_cli(topology.dut.name, "-j", "stats").stdout)
+            stats = linuxfp_stats(topology.dut.name)
             lease_expired.append(sum(i["nodes"].get("pipeline", {}).get("passed", {}).get("lease_expired", 0)
                                      for i in stats["interfaces"]))
         finally:
@@ -216,7 +216,7 @@ def test_the_fast_path_resumes_once_the_controller_has_reread_the_table(router_t
 
 
 def _fast_path(router, ifname="to-src") -> int:
-    stats = json.loads(linuxfp_cli(router.dut.name, "-j", "stats").stdout)
+    stats = linuxfp_stats(router.dut.name)
     return next((i["fast_path"] for i in stats["interfaces"] if i["ifname"] == ifname), 0)
 
 

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from controller.launcher import linuxfp_cli
+from controller.launcher import linuxfp_stats, wait_lease_current
 from linuxfp.lab.conntrack import Flow, udp_entries
 from linuxfp.lab.frames import udp_frame
 from linuxfp.lab.packet_io import inject
@@ -159,9 +158,9 @@ class FlowSetup:
 
 
 def datapath_counts(line: Line) -> dict:
-    """LinuxFP's counters in the DUT (`linuxfp -j stats`), summed over its
+    """LinuxFP's counters in the DUT (what `linuxfp -j stats` prints), summed over its
     interfaces: fast path, passed to the kernel, dropped, and the reasons."""
-    stats = json.loads(linuxfp_cli(line.dut.name, "-j", "stats").stdout)
+    stats = linuxfp_stats(line.dut.name)
     totals: dict = {"fast_path": 0, "passed_to_kernel": 0, "dropped": 0, "passed": {}, "drops": {},
                     "interfaces": len(stats["interfaces"])}
     for interface in stats["interfaces"]:
@@ -197,6 +196,10 @@ def observer(stateful: bool) -> throughput.Observer:
         seen: dict = {}
         before = None
         if _uses_controller(system):
+            # the previous measurement's conntrack reading is a netfilter
+            # message the filter's watch counts: the controller re-reads
+            # the sets before the fast path acts again
+            wait_lease_current(rig.line.dut.name)
             try:
                 before = datapath_counts(rig.line)
             except Exception as exc:  # noqa: BLE001 - the measurement stands without its counters
