@@ -69,6 +69,10 @@ def test_router(tmp_path, capsys):
     assert set(result["frame_sizes"]) == {"64", "1518"}
     for per_size in result["frame_sizes"].values():
         check_throughput({**per_size, "repetitions": []}, systems)
+    # the FIB-answer cache's rows: 10 000 destinations, every frame a new flow
+    assert set(result["traffic"]) == {"destinations", "all-new"}
+    for per_traffic in result["traffic"].values():
+        check_throughput({**per_traffic, "repetitions": []}, {"linuxfp-xdp", "reference", "upper-bound"})
     if importlib.util.find_spec("matplotlib") is not None:   # without it: a warning, no plot
         assert (tmp_path / result["files"]["plot"]).stat().st_size > 0
     else:

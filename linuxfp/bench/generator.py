@@ -25,11 +25,16 @@ from linuxfp.datapath import (
 from linuxfp.lab.netns import entered
 
 from . import programs
-from .topology import Line
+from .topology import SOURCE_POOL, Line
 
 STOP_SIGNAL = signal.SIGUSR1
 SENT_TTL = 64
 BENCH_UDP_PORT = 9
+# What the generator sends (generator.c, gen_new_tuples): steady flows, one per
+# prefix; a new 5-tuple per frame; 200 destinations per prefix (10 000 over
+# 50 prefixes); or a new (source, destination) per frame, in a cycle of 4096
+# sources x the destinations, which no per-destination cache holds.
+TRAFFIC = {"steady": 0, "new-tuples": 1, "destinations": 2, "all-new": 3}
 # The kernel's live-frames batch limit; bigger batches amortise the flush.
 BATCH_SIZE = 64
 _REPEAT_FOREVER = (1 << 32) - 1
@@ -84,6 +89,7 @@ class Generator:
             "gen_dst_count": len(line.prefixes),
             "gen_ttl": SENT_TTL,
             "gen_dst_port": BENCH_UDP_PORT,
+            "gen_src_pool": int(SOURCE_POOL.network_address),
         })
         self._prog = self._obj.program("bench_generator")
         self._sent = self._obj.map("gen_sent")
@@ -91,7 +97,11 @@ class Generator:
 
     def set_new_tuples(self, on: bool) -> None:
         """Every frame a new 5-tuple (source port counting), or steady flows."""
-        self._new_tuples.update(b"\0\0\0\0", int(on).to_bytes(4, "little"))
+        self.set_traffic("new-tuples" if on else "steady")
+
+    def set_traffic(self, name: str) -> None:
+        """One of TRAFFIC (generator.c says what each sends)."""
+        self._new_tuples.update(b"\0\0\0\0", TRAFFIC[name].to_bytes(4, "little"))
 
     def flows(self) -> tuple[tuple[str, str, int, int], ...]:
         """The steady flows (new tuples off) as bench_generator writes them:

@@ -5,6 +5,7 @@ upper bound and the reference forwarder measured in the same run, at 64 B and
 1500 B (1518 B frames)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from . import throughput
@@ -24,6 +25,16 @@ PAIRS = (
 )
 # The issue's targets, as (ratio, minimum): shown next to the figures.
 TARGETS = {"linuxfp-xdp/linux": 3.0, "linuxfp-xdp/upper-bound": 0.60}
+# Besides the steady flows (one per prefix): traffic that tests the FIB-answer
+# cache (generator.TRAFFIC), 64 B only, against the two XDP references.
+TRAFFIC_ROWS = {
+    "destinations": "10 000 destinations (200 per prefix)",
+    "all-new": "every frame a new (source, destination): no cached answer",
+}
+TRAFFIC_SYSTEMS = ("linuxfp-xdp", "reference", "upper-bound")
+TRAFFIC_PAIRS = (("linuxfp-xdp", "upper-bound"), ("linuxfp-xdp", "reference"), ("reference", "upper-bound"))
+TRAFFIC_TARGETS = {"destinations": {"linuxfp-xdp/upper-bound": 0.8, "linuxfp-xdp/reference": 1.5},
+                   "all-new": {"linuxfp-xdp/reference": 1.0}}
 HEADLINE = ("linuxfp-xdp/linux", "linuxfp-xdp/upper-bound", "linuxfp-xdp/reference")
 
 
@@ -43,6 +54,13 @@ def run(options: Options) -> dict:
         raw = throughput.run(rig, plan)
         method = throughput.method(plan, rig.placement, PREFIXES)
         method["sample_frame_64"] = rig.generator.sample_frame(FrameSpec(64)).hex()
+        traffic_plan = replace(plan, systems=tuple(SYSTEMS[name] for name in TRAFFIC_SYSTEMS), frame_sizes=(64,))
+        traffic_raw = {}
+        for name, label in TRAFFIC_ROWS.items():
+            throughput.progress(f"router: 64 B, {label}")
+            rig.generator.set_traffic(name)
+            traffic_raw[name] = throughput.run(rig, traffic_plan)
+        rig.generator.set_traffic("steady")
     by_size = {str(size): throughput.summarize(raw["repetitions"], size, SYSTEM_NAMES, PAIRS)
                for size in FRAME_SIZES}
     headline = by_size[str(FRAME_SIZES[0])]
@@ -58,8 +76,12 @@ def run(options: Options) -> dict:
         "ratio_spread": headline["ratio_spread"],
         "regime": headline["regime"],
         "frame_sizes": by_size,
+        "traffic": {name: {"label": TRAFFIC_ROWS[name], "targets": TRAFFIC_TARGETS[name],
+                           **throughput.summarize(r["repetitions"], 64, TRAFFIC_SYSTEMS, TRAFFIC_PAIRS)}
+                    for name, r in traffic_raw.items()},
         "targets": TARGETS,
-        "errors": raw["errors"],
+        "errors": {**raw["errors"], **{f"{name}: {k}": v for name, r in traffic_raw.items()
+                                       for k, v in r["errors"].items()}},
         "repetitions": raw["repetitions"],
     }
 
@@ -69,6 +91,9 @@ def summary_line(result: dict) -> str:
     for size, data in result["frame_sizes"].items():
         shown = ", ".join(f"{key} {data['ratios'][key]:.2f}" for key in HEADLINE if key in data["ratios"])
         parts.append(f"{size} B: {shown or 'no valid ratios'}")
+    for name, data in result.get("traffic", {}).items():
+        shown = ", ".join(f"{key} {value:.2f}" for key, value in data["ratios"].items() if key.startswith("linuxfp"))
+        parts.append(f"64 B {name}: {shown or 'no valid ratios'}")
     errors = f"; errors: {', '.join(result['errors'])}" if result["errors"] else ""
     return "router " + " | ".join(parts) + errors
 
@@ -87,12 +112,15 @@ def markdown(result: dict) -> str:
             if regime != data["regime"]:
                 out.append(f"\n### {size} B, {regime} placement ({other['repetitions_used']} stable repetitions)\n\n")
                 out.append(_tables(other, size))
+    for data in result.get("traffic", {}).values():
+        out.append(f"\n## 64 B frames, {data['label']}\n\nHeadline from the {data['regime']} placement.\n\n")
+        out.append(_tables(data, "64", data["targets"]))
     if result["errors"]:
         out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
     return "".join(out)
 
 
-def _tables(data: dict, size: str) -> str:
+def _tables(data: dict, size: str, targets: dict = TARGETS) -> str:
     rows = []
     for name, s in data["systems"].items():
         rows.append([name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
@@ -100,7 +128,7 @@ def _tables(data: dict, size: str) -> str:
                      f"{s['valid_measurements']}/{s['measurements']}"])
     ratio_rows = []
     for key, spread in data["ratio_spread"].items():
-        target = TARGETS.get(key)
+        target = targets.get(key)
         verdict = "" if target is None or size != "64" else (
             f"≥ {target:g}: {'met' if spread['median'] >= target else 'missed'}")
         ratio_rows.append([key, f"{spread['median']:.2f}", f"{spread['min']:.2f}–{spread['max']:.2f}",

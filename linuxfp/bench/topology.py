@@ -25,6 +25,9 @@ GEN_IP, DUT_IN_IP = "198.18.0.1", "198.18.0.2"
 DUT_OUT_IP, SINK_IP = "198.18.0.5", "198.18.0.6"
 LINK_PREFIXLEN = 30
 ROUTED_NET = ipaddress.ip_network("198.19.0.0/16")
+# Sources the generator cycles through when every frame must be a new flow
+# (generator.c, traffic 3): no address of the line's, and rp_filter is off.
+SOURCE_POOL = ipaddress.ip_network("198.18.16.0/20")
 MAX_PREFIXES = 256
 
 

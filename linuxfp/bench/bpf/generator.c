@@ -21,8 +21,18 @@ struct {
 	__type(value, __u64);
 } gen_sent SEC(".maps");
 
-/* 1: every frame a new 5-tuple (the source port counts through 64 512
- * values), for workloads no flow cache helps; 0: steady flows. */
+/* The traffic (linuxfp/bench/generator.py, TRAFFIC):
+ * 0: steady flows, one per prefix;
+ * 1: every frame a new 5-tuple (the source port counts through 64 512
+ *    values), for workloads no flow cache helps;
+ * 2: GEN_HOSTS destinations in each prefix, one flow each;
+ * 3: every frame a new (source, destination): GEN_SOURCES sources from
+ *    gen_src_pool times the GEN_HOSTS destinations of each prefix, in a
+ *    cycle far longer than any per-destination cache holds. */
+#define GEN_HOSTS 200
+#define GEN_SOURCES 4096
+volatile const __u32 gen_src_pool;      /* host order: first of GEN_SOURCES sources */
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -38,9 +48,10 @@ int bench_generator(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + sizeof(*eth);
 	struct udphdr *udp = (void *)(ip + 1);
-	__u32 key = 0, index, count = gen_dst_count, *new_tuples;
+	__u32 key = 0, index, count = gen_dst_count, *traffic, mode, host = 0;
+	__be32 saddr = gen_src_ip;
 	__u16 sport;
-	__u64 *sent;
+	__u64 *sent, round;
 
 	if ((void *)(udp + 1) > data_end)
 		return XDP_ABORTED;
@@ -48,8 +59,14 @@ int bench_generator(struct xdp_md *ctx)
 	if (!sent)
 		return XDP_ABORTED;
 	index = count ? (__u32)(*sent % count) : 0;
-	new_tuples = bpf_map_lookup_elem(&gen_new_tuples, &key);
-	sport = new_tuples && *new_tuples ? (__u16)(1024 + *sent % 64512) : (__u16)(1024 + (index & 0x3ff));
+	round = count ? *sent / count : 0;
+	traffic = bpf_map_lookup_elem(&gen_new_tuples, &key);
+	mode = traffic ? *traffic : 0;
+	sport = mode == 1 ? (__u16)(1024 + *sent % 64512) : (__u16)(1024 + (index & 0x3ff));
+	if (mode == 2 || mode == 3)
+		host = (__u32)(round % GEN_HOSTS);
+	if (mode == 3)
+		saddr = bpf_htonl(gen_src_pool + (__u32)(round / GEN_HOSTS % GEN_SOURCES));
 	*sent += 1;
 
 	bench_copy_mac(eth->h_dest, gen_dst_mac);
@@ -64,8 +81,8 @@ int bench_generator(struct xdp_md *ctx)
 	ip->frag_off = 0;
 	ip->ttl = gen_ttl;
 	ip->protocol = IPPROTO_UDP;
-	ip->saddr = gen_src_ip;
-	ip->daddr = bpf_htonl(gen_dst_first + index * gen_dst_stride);
+	ip->saddr = saddr;
+	ip->daddr = bpf_htonl(gen_dst_first + index * gen_dst_stride + host);
 	ip->check = 0;
 	ip->check = bench_ipv4_csum(ip);
 
