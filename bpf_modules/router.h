@@ -50,7 +50,7 @@
 	X(HAIRPIN,                router, pass, "egress is the ingress interface")          \
 	X(FIB_CACHE_HIT,          router, event, "FIB answer served from the cache (fib_cache.h)") \
 	X(FIB_CACHE_MISS,         router, event, "FIB looked up: no valid cached answer")    \
-	X(FIB_CACHE_OFF,          router, event, "FIB looked up: nothing may be cached (ip_forward_use_pmtu=1, or no neighbour watch)")
+	X(FIB_CACHE_OFF,          router, event, "FIB looked up: nothing may be cached (ip_forward_use_pmtu or fib_multipath_use_neigh set, no neighbour watch, or the controller says so: linuxfp graph)")
 
 #ifndef AF_INET
 #define AF_INET 2

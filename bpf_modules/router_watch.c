@@ -15,8 +15,10 @@
  * Not traced, because they change no answer that is cached:
  * __neigh_event_send() (NONE/FAILED -> INCOMPLETE, STALE -> DELAY: valid
  * stays valid, invalid stays invalid) and creation (a NUD_NONE entry reads
- * as no entry, except to fib_multipath_use_neigh, under which nothing is
- * cached). Every bump makes every cached answer a miss once.
+ * as no entry to the lookup itself; a nexthop group's choice and
+ * fib_multipath_use_neigh tell it from an absent one, and nothing is cached
+ * under either: fib_cache.h). Every bump makes every cached answer a miss
+ * once.
  *
  * Loaded by the controller with every node's watch (controller/companion.py);
  * declared by linuxfp/graph/nodes/router.py.
@@ -35,7 +37,11 @@ struct net_device {
 
 struct neighbour {
 	struct net_device *dev;
+	__u8 nud_state;
 } __attribute__((preserve_access_index));
+
+/* NUD_PERMANENT | NUD_NOARP | NUD_REACHABLE | NUD_PROBE | NUD_STALE | NUD_DELAY */
+#define LFP_NUD_VALID 0xde
 
 static __always_inline void lfp_bump(struct net_device *dev)
 {
@@ -64,10 +70,16 @@ int lfp_neigh_update_done(struct bpf_raw_tracepoint_args *ctx)
 	return lfp_neighbour_changed(ctx);
 }
 
-/* neigh_timer_handler(n, state): after the timer's transition */
+/* neigh_timer_handler(n, state): after the timer's transition. The timer
+ * never makes an entry valid nor changes its address: only an entry it
+ * leaves invalid (PROBE -> FAILED) can change an answer. */
 SEC("raw_tp/neigh_timer_handler")
 int lfp_neigh_timer(struct bpf_raw_tracepoint_args *ctx)
 {
+	struct neighbour *n = (void *)ctx->args[0];
+
+	if (BPF_CORE_READ(n, nud_state) & LFP_NUD_VALID)
+		return 0;
 	return lfp_neighbour_changed(ctx);
 }
 

@@ -24,8 +24,8 @@ from linuxfp.state.netlink import netns_cookie
 from linuxfp.synth import compile_source
 
 from pipeline_loader import LoadedPipeline
-from fixtures.router_cases import CASES, FORWARD, IN_MAC, NEXT_HOP_MAC, OUT_MAC, ROUTED, STALE_MAC, HAIRPIN_MAC, udp
-from test_router_datapath import SETUP, VERDICTS, LoadedRouter
+from fixtures.router_cases import CASES, FORWARD, NEXT_HOP_MAC, OUT_MAC, ROUTED, STALE_MAC, udp
+from test_router_datapath import VERDICTS, LoadedRouter, configure_router_ns
 
 HIT, MISS, OFF = "fib_cache_hit", "fib_cache_miss", "fib_cache_off"
 KEY0 = struct.pack("<I", 0)
@@ -35,9 +35,7 @@ KEY0 = struct.pack("<I", 0)
 def cache_ns():
     with Lab(prefix="lfp-t") as lab:
         ns = lab.namespace("fc")
-        for cmd in SETUP:
-            ns.run(cmd.format(in_mac=IN_MAC, out_mac=OUT_MAC, nh_mac=NEXT_HOP_MAC, hp_mac=HAIRPIN_MAC, out_mac2=OUT_MAC,
-                              stale_mac=STALE_MAC).split())
+        configure_router_ns(ns)
         yield ns
 
 

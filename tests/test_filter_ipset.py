@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
+from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats, wait_lease_current
 from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
@@ -94,6 +94,7 @@ def test_set_changes_reach_the_fast_path_before_the_command_returns(router_topol
             inject(r.src, r.src_if.name, _frames(r, ALLOWED))
             probed.append(address)
         c.settled()
+        assert wait_lease_current(r.dut.name)
         before = _nodes(r)
         # once the changes are applied, the fast path forwards and drops again
         inject(r.src, r.src_if.name, _frames(r, ALLOWED) + _frames(r, probed[0]))
@@ -139,6 +140,8 @@ def test_the_set_watch_counts_only_while_rules_match_sets(router_topology):
         inject(r.src, r.src_if.name, _frames(r, "198.19.2.77") + _frames(r, "198.19.2.78"))
         c.settled()
         assert "ipsets compiled in: lfp-late (hash:ip, 2 members)" in linuxfp_cli(r.dut.name, "graph").stdout
+        # `linuxfp graph` read the sets over netfilter netlink: the watch counted it
+        assert wait_lease_current(r.dut.name)
         before = _nodes(r)
         inject(r.src, r.src_if.name, _frames(r, "198.19.2.78") + _frames(r, ALLOWED))
         settle([sink], quiet=0.3)

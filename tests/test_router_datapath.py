@@ -53,13 +53,19 @@ SETUP = [
 ]
 
 
+def configure_router_ns(ns) -> None:
+    """SETUP in `ns`: the interfaces, routes and neighbours the router cases
+    (fixtures/router_cases.py) refer to."""
+    for cmd in SETUP:
+        ns.run(cmd.format(in_mac=IN_MAC, out_mac=OUT_MAC, nh_mac=NEXT_HOP_MAC, hp_mac=HAIRPIN_MAC, out_mac2=OUT_MAC,
+                          stale_mac=STALE_MAC).split())
+
+
 @pytest.fixture(scope="module")
 def router_ns():
     with Lab(prefix="lfp-t") as lab:
         ns = lab.namespace("dp")
-        for cmd in SETUP:
-            ns.run(cmd.format(in_mac=IN_MAC, out_mac=OUT_MAC, nh_mac=NEXT_HOP_MAC, hp_mac=HAIRPIN_MAC, out_mac2=OUT_MAC,
-                              stale_mac=STALE_MAC).split())
+        configure_router_ns(ns)
         yield ns
 
 

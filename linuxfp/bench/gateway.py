@@ -199,7 +199,8 @@ def observer(stateful: bool) -> throughput.Observer:
             # the previous measurement's conntrack reading is a netfilter
             # message the filter's watch counts: the controller re-reads
             # the sets before the fast path acts again
-            wait_lease_current(rig.line.dut.name)
+            if not wait_lease_current(rig.line.dut.name):
+                seen["lease_not_current"] = "the controller had not re-read a watched change after 5 s"
             try:
                 before = datapath_counts(rig.line)
             except Exception as exc:  # noqa: BLE001 - the measurement stands without its counters

@@ -70,7 +70,8 @@ class Node:
     watch: Path | None = None
     # Maps holding state only the node's programs and watch write (e.g. a
     # cache, a generation): one per namespace, shared by every object that
-    # declares them, never synced, read back or erased by the controller.
+    # declares them, never synced or read back by the controller, which
+    # only zeroes the ones not per CPU when the node's watch is not attached.
     state_maps: tuple[str, ...] = ()
 
     def applies(self, snapshot, link) -> bool:

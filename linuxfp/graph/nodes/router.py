@@ -88,16 +88,26 @@ class Router(Node):
 ROUTER = register(Router())
 
 
+_fib_cache_off_memo: list = [None, None, None]     # routes, sysctls, the answer for them
+
+
 def fib_cache_off(snapshot) -> str | None:
     """Why FIB answers may not be cached though every generation the
     datapath reads is unchanged (None: they may). The window: from such a
-    configuration's appearance to this table's write (the response time)."""
-    if any(r.nh_id for r in snapshot.routes if r.family == 2):
-        return "routes use nexthop objects (a resilient group moves buckets by timer, and a cache hit " \
-               "does not keep a bucket busy)"
-    if any(s.ignore_routes_with_linkdown for s in snapshot.sysctls.interfaces):
-        return "ignore_routes_with_linkdown is set (read by every lookup; changing it flushes nothing)"
-    return None
+    configuration's appearance to this table's write (the response time).
+    Asked on every graph build: remembered for the same routes and sysctls."""
+    routes, sysctls = snapshot.routes, snapshot.sysctls
+    if _fib_cache_off_memo[0] is routes and _fib_cache_off_memo[1] is sysctls:
+        return _fib_cache_off_memo[2]
+    why = None
+    if any(r.nh_id for r in routes if r.family == 2):
+        why = ("routes use nexthop objects (a group's choice reads its members' neighbour entries, "
+               "whose creation has no generation; a resilient group moves buckets by timer, and a cache "
+               "hit does not keep a bucket busy)")
+    elif any(s.ignore_routes_with_linkdown for s in sysctls.interfaces):
+        why = "ignore_routes_with_linkdown is set (read by every lookup; setting it flushes nothing)"
+    _fib_cache_off_memo[:] = [routes, sysctls, why]
+    return why
 
 
 def local_source_addresses(snapshot) -> frozenset[str]:
