@@ -44,7 +44,10 @@ enum lfp_rc {
  * decision, e.g. the egress interface iptables' -o matches. */
 struct lfp_fwd {
 	__u32 egress;           /* ifindex; 0: nothing decided */
-	__be32 nexthop;         /* IPv4 next hop (gateway or destination) */
+	union {                 /* next hop (gateway or destination) */
+		__be32 nexthop;         /* IPv4 */
+		__be32 nexthop6[4];     /* IPv6, with LFP_FWD_DEC_HOP_LIMIT */
+	};
 	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
 	__u8 flags;             /* LFP_FWD_* */
@@ -57,6 +60,7 @@ struct lfp_fwd {
 #define LFP_FWD_SET_PRIORITY  (1u << 1)   /* set the packet's priority */
 #define LFP_FWD_BRIDGED       (1u << 2)   /* bridged: sent as it came, no next hop, no rewrite */
 #define LFP_FWD_NF_IPV4       (1u << 3)   /* bridged IPv4 that br_netfilter shows iptables (bridge_filter.h) */
+#define LFP_FWD_DEC_HOP_LIMIT (1u << 4)   /* IPv6 forwarding: hop limit - 1, next hop in nexthop6 */
 
 struct lfp_pkt {
 	lfp_ctx_t *ctx;
@@ -83,6 +87,8 @@ struct lfp_pkt {
 #define LFP_IF_SRC_FULL_CHECK  (1u << 6)  /* Linux would run __fib_validate_source */
 #define LFP_IF_SET_PRIORITY    (1u << 7)  /* ip_forward_update_priority=1 */
 #define LFP_IF_BRIDGE_TX       (1u << 8)  /* a bridge port in forwarding state (bridged frames) */
+#define LFP_IF_IPV6            (1u << 9)  /* IPv6 arriving here may be routed by the fast path */
+#define LFP_IF_IPV6_TX         (1u << 10) /* routed IPv6 may leave here (IPv6 on, takes no redirects) */
 
 struct lfp_iface {
 	__u32 flags;
@@ -98,7 +104,10 @@ struct lfp_iface {
 	 * it sends, which a redirected packet, carrying no route, would not.
 	 * Only egresses a TC redirect alone reaches carry one. */
 	__u16 tx_len_cap;
-	__u16 pad;
+	/* Longest IPv6 packet the fast path may forward from this ingress, 0
+	 * for no cap: ip6_forward() honours route MTU metrics that
+	 * bpf_fib_lookup() ignores unless they are locked. */
+	__u16 fwd_len_cap6;
 };
 
 /* An array indexed by ifindex: its lookup is inlined, where a hash lookup
@@ -248,18 +257,27 @@ struct xdp_buff___lfp {
 } __attribute__((preserve_access_index));
 #endif
 
-/* The struct net of the namespace the packet is in. */
-static __always_inline void *lfp_kern_net(struct lfp_pkt *pkt)
+/* The struct net_device the packet arrived on (a node reads the fields it
+ * needs through its own preserve_access_index view of it). */
+static __always_inline void *lfp_kern_dev(struct lfp_pkt *pkt)
 {
 #ifdef LFP_HOOK_TC
 	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
 
-	return skb->dev->nd_net.net;
+	return skb->dev;
 #else
 	struct xdp_buff___lfp *xdp = bpf_cast_to_kern_ctx(pkt->ctx);
 
-	return xdp->rxq->dev->nd_net.net;
+	return xdp->rxq->dev;
 #endif
+}
+
+/* The struct net of the namespace the packet is in. */
+static __always_inline void *lfp_kern_net(struct lfp_pkt *pkt)
+{
+	struct net_device___lfp *dev = lfp_kern_dev(pkt);
+
+	return dev->nd_net.net;
 }
 
 static __always_inline int lfp_l4_csum_taken_as_verified(struct lfp_pkt *pkt)

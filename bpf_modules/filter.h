@@ -397,6 +397,10 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 {
 	if (!pkt->fwd.egress)
 		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
+	/* iptables' IPv4 tables never see other packets; routed IPv6 gets
+	 * here only where no IPv6 table exists (LFP_IF_IPV6, router.py). */
+	if (pkt->l3_proto != bpf_htons(ETH_P_IP))
+		return LFP_NEXT;
 	/* -i: a bridge port's routed packets come in on the bridge */
 	return lfp_flt_forward(pkt, pkt->l3_ifindex, pkt->fwd.egress);
 }

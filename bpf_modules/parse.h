@@ -3,6 +3,7 @@
 #define LFP_PARSE_H
 
 #include "common.h"
+#include <linux/ipv6.h>
 
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8
@@ -40,6 +41,15 @@ static __always_inline struct iphdr *lfp_ipv4(struct lfp_pkt *pkt)
 	if ((void *)(ip + 1) > pkt->data_end)
 		return NULL;
 	return ip;
+}
+
+static __always_inline struct ipv6hdr *lfp_ipv6(struct lfp_pkt *pkt)
+{
+	struct ipv6hdr *ip6 = pkt->data + sizeof(struct ethhdr);
+
+	if ((void *)(ip6 + 1) > pkt->data_end)
+		return NULL;
+	return ip6;
 }
 
 /* RFC 1071 sum over a 20-byte header; 0 when the stored checksum is right. */

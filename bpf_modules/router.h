@@ -1,4 +1,4 @@
-/* Router node: IPv4 forwarding decided by the kernel's own FIB.
+/* Router node: IPv4 and IPv6 forwarding decided by the kernel's own FIB.
  *
  * bpf_fib_lookup() consults Linux's routes, policy rules, multipath and
  * neighbours live, so route and neighbour changes need no datapath work; its
@@ -21,14 +21,14 @@
 #include "fib_cache.h"
 
 #define LFP_COUNTERS_ROUTER(X)                                                            \
-	X(NOT_IPV4,               router, pass, "not IPv4")                                 \
+	X(NOT_IPV4,               router, pass, "neither IPv4 nor IPv6")                    \
 	X(NOT_FOR_US,             router, pass, "destination MAC is not the ingress device's") \
 	X(IP_BAD_HEADER,          router, pass, "IPv4 version/IHL/total length invalid")    \
 	X(IP_OPTIONS,             router, pass, "IPv4 header has options")                  \
 	X(IP_LENGTH_MISMATCH,     router, pass, "frame length differs from IPv4 total length") \
 	X(IP_BAD_CHECKSUM,        router, pass, "IPv4 header checksum invalid")             \
 	X(IP_FRAGMENT,            router, pass, "IPv4 fragment")                            \
-	X(TTL_EXPIRED,            router, pass, "TTL <= 1")                                 \
+	X(TTL_EXPIRED,            router, pass, "TTL or hop limit <= 1")                    \
 	X(MARTIAN,                router, pass, "martian source or destination")            \
 	X(LOCAL_SOURCE,           router, pass, "source is a local address")                \
 	X(ICMP_ERROR,             router, pass, "ICMP error (multipath hashes its inner header)") \
@@ -50,11 +50,26 @@
 	X(HAIRPIN,                router, pass, "egress is the ingress interface")          \
 	X(FIB_CACHE_HIT,          router, event, "FIB answer served from the cache (fib_cache.h)") \
 	X(FIB_CACHE_MISS,         router, event, "FIB looked up: no valid cached answer")    \
-	X(FIB_CACHE_OFF,          router, event, "FIB looked up: nothing may be cached (ip_forward_use_pmtu or fib_multipath_use_neigh set, no neighbour watch, or the controller says so: linuxfp graph)")
+	X(FIB_CACHE_OFF,          router, event, "FIB looked up: nothing may be cached (ip_forward_use_pmtu or fib_multipath_use_neigh set, no neighbour watch, or the controller says so: linuxfp graph)") \
+	X(IPV6_OFF,               router, pass, "IPv6 not routed by the fast path here (linuxfp graph says why)") \
+	X(IPV6_BRIDGED,           router, pass, "IPv6 routed from a bridge port (the bridge's IPv6 settings are not read)") \
+	X(IPV6_DISABLED,          router, pass, "IPv6 disabled on ingress (disable_ipv6)")  \
+	X(IPV6_PROXY_NDP,         router, pass, "proxy_ndp on: the kernel may answer for the destination") \
+	X(IPV6_NEXT_HEADER,       router, pass, "IPv6 extension header, or a protocol other than TCP, UDP, ICMPv6") \
+	X(IPV6_EGRESS,            router, pass, "egress not fit for routed IPv6 (IPv6 off there, or it takes redirects)") \
+	X(FIB6_LOOKUP,            router, event, "IPv6 FIB looked up (the answer cache serves IPv4 only)")
 
 #ifndef AF_INET
 #define AF_INET 2
 #endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#ifndef ETH_P_IPV6
+#define ETH_P_IPV6 0x86DD
+#endif
+#define LFP_NEXTHDR_ICMPV6 58
+#define LFP_IPV6_FLOWINFO_MASK 0x0fffffff   /* traffic class and flow label */
 #define LFP_IP_MF 0x2000
 #define LFP_IP_OFFSET 0x1fff
 
@@ -81,6 +96,43 @@ static __always_inline int lfp_ipv4_is_multicast(__be32 a) { return (a & bpf_hto
 static __always_inline int lfp_ipv4_is_lbcast(__be32 a) { return a == bpf_htonl(0xffffffff); }
 static __always_inline int lfp_ipv4_is_zeronet(__be32 a) { return (a & bpf_htonl(0xff000000)) == 0; }
 static __always_inline int lfp_ipv4_is_loopback(__be32 a) { return (a & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000); }
+
+/* What the flow dissector reads as "ports" (proto_ports_offset()): the
+ * multipath hash (fib_multipath_hash_policy=1) and port-matching policy
+ * rules see them, so the lookup must get them too. -1: none. */
+static __always_inline int lfp_l4_ports_offset(__u8 proto)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+	case IPPROTO_DCCP:
+	case IPPROTO_ESP:       /* the SPI */
+	case IPPROTO_SCTP:
+	case IPPROTO_UDPLITE:
+		return 0;
+	case IPPROTO_AH:        /* the SPI */
+		return 4;
+	default:
+		return -1;
+	}
+}
+
+/* Fills the lookup's ports from the transport header at `l4`; 0 when the
+ * frame is too short to hold them. */
+static __always_inline int lfp_fib_ports(struct lfp_pkt *pkt, struct bpf_fib_lookup *fib, void *l4, __u8 proto)
+{
+	int offset = lfp_l4_ports_offset(proto);
+	__be16 *ports;
+
+	if (offset < 0)
+		return 1;
+	ports = l4 + offset;
+	if ((void *)(ports + 2) > pkt->data_end)
+		return 0;
+	fib->sport = ports[0];
+	fib->dport = ports[1];
+	return 1;
+}
 
 static __always_inline int lfp_icmp_is_error(__u8 type)
 {
@@ -137,6 +189,166 @@ static __always_inline __u8 lfp_tos2priority(__u8 tos)
 	return (run ^ (run >> 1)) << 1;
 }
 
+/* --- IPv6 ------------------------------------------------------------------
+ * ipv6_rcv(), ip6_route_input() and ip6_forward(), in their order. The
+ * switches Linux reads there are read live from the kernel (CO-RE), so a
+ * sysctl write applies to the next packet as it does in Linux: the ingress's
+ * disable_ipv6 and force_forwarding, and the namespace's all/forwarding and
+ * all/proxy_ndp. What Linux keeps only per route (PMTU exceptions, redirects)
+ * is left to bpf_fib_lookup(), or kept off by the controller (LFP_IF_IPV6,
+ * LFP_IF_IPV6_TX: linuxfp/graph/nodes/router.py). */
+struct ipv6_devconf___lfp {
+	int disable_ipv6;
+	int forwarding;
+	int force_forwarding;
+	int proxy_ndp;
+} __attribute__((preserve_access_index));
+
+struct inet6_dev___lfp {
+	struct ipv6_devconf___lfp cnf;
+} __attribute__((preserve_access_index));
+
+struct netns_ipv6___lfp {
+	struct ipv6_devconf___lfp *devconf_all;
+} __attribute__((preserve_access_index));
+
+struct net___lfp_ip6 {
+	struct netns_ipv6___lfp ipv6;
+} __attribute__((preserve_access_index));
+
+struct net_device___lfp_ip6 {
+	struct inet6_dev___lfp *ip6_ptr;
+	struct {
+		struct net___lfp_ip6 *net;
+	} nd_net;
+} __attribute__((preserve_access_index));
+
+/* LFP_CNT_MAX, or why ipv6_rcv() / ip6_forward() would not forward from
+ * the device the packet arrived on. */
+static __always_inline enum lfp_counter lfp_ipv6_ingress_refusal(struct lfp_pkt *pkt)
+{
+	struct net_device___lfp_ip6 *dev = lfp_kern_dev(pkt);
+	struct inet6_dev___lfp *idev = dev->ip6_ptr;
+	struct ipv6_devconf___lfp *all;
+
+	if (!idev || idev->cnf.disable_ipv6)
+		return LFP_CNT_IPV6_DISABLED;
+	all = dev->nd_net.net->ipv6.devconf_all;
+	if (!all)
+		return LFP_CNT_IPV6_DISABLED;
+	/* (bpf_fib_lookup() checks the device's own forwarding besides) */
+	if (!all->forwarding &&
+	    !(bpf_core_field_exists(idev->cnf.force_forwarding) && idev->cnf.force_forwarding))
+		return LFP_CNT_INGRESS_FWD_DISABLED;
+	if (all->proxy_ndp)
+		return LFP_CNT_IPV6_PROXY_NDP;
+	return LFP_CNT_MAX;
+}
+
+static __always_inline int lfp_ipv6_is_multicast(const __be32 *a)
+{
+	return (a[0] & bpf_htonl(0xff000000)) == bpf_htonl(0xff000000);
+}
+
+/* Addresses ip6_forward() refuses or treats apart, and the ones this node
+ * leaves to the kernel rather than reason about: ::/96 (unspecified,
+ * loopback, IPv4-compatible), ::ffff:0:0/96 (IPv4-mapped), link-local
+ * fe80::/10 and site-local fec0::/10. */
+static __always_inline int lfp_ipv6_is_special(const __be32 *a)
+{
+	__be32 scope = a[0] & bpf_htonl(0xffc00000);
+
+	if (scope == bpf_htonl(0xfe800000) || scope == bpf_htonl(0xfec00000))
+		return 1;
+	return a[0] == 0 && a[1] == 0 && (a[2] == 0 || a[2] == bpf_htonl(0x0000ffff));
+}
+
+static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lfp_iface *in)
+{
+	struct bpf_fib_lookup fib = {};
+	struct lfp_iface *out;
+	enum lfp_counter refusal;
+	struct ipv6hdr *ip6;
+	__u16 payload_len;
+	long rc;
+
+	if (!(in->flags & LFP_IF_IPV6))
+		return lfp_pass(pkt, LFP_CNT_IPV6_OFF);
+	if (pkt->l3_ifindex != pkt->ingress_ifindex)
+		return lfp_pass(pkt, LFP_CNT_IPV6_BRIDGED);
+	ip6 = lfp_ipv6(pkt);
+	if (!ip6)
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	refusal = lfp_ipv6_ingress_refusal(pkt);
+	if (refusal != LFP_CNT_MAX)
+		return lfp_pass(pkt, refusal);
+	if (ip6->version != 6)
+		return lfp_pass(pkt, LFP_CNT_IP_BAD_HEADER);
+	payload_len = bpf_ntohs(ip6->payload_len);
+	/* Linux trims link-layer padding; a jumbogram (length 0) carries a
+	 * hop-by-hop option. (A GSO super-packet's header describes its first
+	 * segment.) */
+	if (pkt->len != sizeof(struct ethhdr) + sizeof(*ip6) + payload_len && !lfp_is_gso(pkt))
+		return lfp_pass(pkt, LFP_CNT_IP_LENGTH_MISMATCH);
+	if (lfp_ipv6_is_multicast(ip6->daddr.in6_u.u6_addr32))
+		return lfp_pass(pkt, LFP_CNT_FIB_NOT_FORWARDED);
+	if (lfp_ipv6_is_multicast(ip6->saddr.in6_u.u6_addr32) || lfp_ipv6_is_special(ip6->saddr.in6_u.u6_addr32) ||
+	    lfp_ipv6_is_special(ip6->daddr.in6_u.u6_addr32))
+		return lfp_pass(pkt, LFP_CNT_MARTIAN);
+	if (ip6->hop_limit <= 1)
+		return lfp_pass(pkt, LFP_CNT_TTL_EXPIRED);
+	if (in->fwd_len_cap6 && (lfp_is_gso(pkt) || sizeof(*ip6) + payload_len > in->fwd_len_cap6))
+		return lfp_pass(pkt, LFP_CNT_ROUTE_MTU);
+
+	/* Extension headers (hop-by-hop options, routing, fragments, ...) and
+	 * protocols whose "ports" this node does not read go to the kernel. */
+	if (ip6->nexthdr == LFP_NEXTHDR_ICMPV6) {
+		__u8 *icmp_type = (void *)(ip6 + 1);
+
+		if ((void *)(icmp_type + 1) > pkt->data_end)
+			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+		/* errors (types below 128): the multipath hash reads their inner header */
+		if (*icmp_type < 128)
+			return lfp_pass(pkt, LFP_CNT_ICMP_ERROR);
+	} else if (ip6->nexthdr == IPPROTO_TCP || ip6->nexthdr == IPPROTO_UDP) {
+		if (!lfp_fib_ports(pkt, &fib, ip6 + 1, ip6->nexthdr))
+			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	} else {
+		return lfp_pass(pkt, LFP_CNT_IPV6_NEXT_HEADER);
+	}
+
+	/* ip6_route_input(): the flow's label and traffic class (rules match
+	 * DSCP, the multipath hash reads the label), protocol, ports. */
+	fib.family = AF_INET6;
+	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(LFP_IPV6_FLOWINFO_MASK);
+	fib.l4_protocol = ip6->nexthdr;
+	fib.tot_len = lfp_is_gso(pkt) ? 0 : sizeof(*ip6) + payload_len;
+	__builtin_memcpy(fib.ipv6_src, ip6->saddr.in6_u.u6_addr32, sizeof(fib.ipv6_src));
+	__builtin_memcpy(fib.ipv6_dst, ip6->daddr.in6_u.u6_addr32, sizeof(fib.ipv6_dst));
+	fib.ifindex = pkt->l3_ifindex;
+	lfp_count(LFP_CNT_FIB6_LOOKUP);
+	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return lfp_pass(pkt, lfp_fib_reason(rc));
+	/* ip6_forward(): a GSO packet goes if its segments fit (ip6_pkt_too_big) */
+	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
+		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
+	/* Linux would also send a redirect when routing back out. */
+	if (fib.ifindex == pkt->l3_ifindex)
+		return lfp_pass(pkt, LFP_CNT_HAIRPIN);
+	out = bpf_map_lookup_elem(&lfp_ifaces, &fib.ifindex);
+	if (!out || !(out->flags & LFP_IF_IPV6_TX))
+		return lfp_pass(pkt, LFP_CNT_IPV6_EGRESS);
+
+	pkt->fwd.egress = fib.ifindex;
+	__builtin_memcpy(pkt->fwd.nexthop6, fib.ipv6_dst, sizeof(pkt->fwd.nexthop6));
+	__builtin_memcpy(pkt->fwd.dmac, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(pkt->fwd.smac, fib.smac, ETH_ALEN);
+	/* (ip6_forward() leaves the packet's priority as it is) */
+	pkt->fwd.flags = LFP_FWD_DEC_HOP_LIMIT;
+	return LFP_NEXT;
+}
+
 static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 {
 	struct bpf_fib_lookup fib = {};
@@ -148,24 +360,28 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	__u16 tot_len;
 	long rc;
 
-	if (pkt->l3_proto != bpf_htons(ETH_P_IP))
+	if (pkt->l3_proto != bpf_htons(ETH_P_IP) && pkt->l3_proto != bpf_htons(ETH_P_IPV6))
 		return lfp_pass(pkt, LFP_CNT_NOT_IPV4);
 	eth = lfp_eth(pkt);
-	ip = lfp_ipv4(pkt);
-	if (!eth || !ip)
+	if (!eth)
 		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 
 	/* The device IP sees: a bridge port's frames arrive on the bridge. */
 	in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->l3_ifindex);
 	if (!in)
 		return lfp_pass(pkt, LFP_CNT_INGRESS_UNKNOWN);
-	/* ip_rcv() drops PACKET_OTHERHOST; group addresses are never routed here.
-	 * A frame a bridge handed up was addressed to the bridge (bridge.h): its
-	 * port's own pkt_type does not say so. */
+	/* ip_rcv() and ipv6_rcv() drop PACKET_OTHERHOST; group addresses are
+	 * never routed here. A frame a bridge handed up was addressed to the
+	 * bridge (bridge.h): its port's own pkt_type does not say so. */
 	if (pkt->l3_ifindex == pkt->ingress_ifindex && !lfp_for_this_host(pkt, eth->h_dest, in->mac))
 		return lfp_pass(pkt, LFP_CNT_NOT_FOR_US);
 	if (lfp_has_mark(pkt))
 		return lfp_pass(pkt, LFP_CNT_MARKED);
+	if (pkt->l3_proto == bpf_htons(ETH_P_IPV6))
+		return lfp_route_ipv6(pkt, in);
+	ip = lfp_ipv4(pkt);
+	if (!ip)
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 
 	if (ip->version != 4 || ip->ihl < 5)
 		return lfp_pass(pkt, LFP_CNT_IP_BAD_HEADER);
@@ -208,15 +424,9 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	fib.ipv4_src = ip->saddr;
 	fib.ipv4_dst = ip->daddr;
 	fib.ifindex = pkt->l3_ifindex;
-	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) {
-		/* Ports feed the multipath hash when fib_multipath_hash_policy=1. */
-		__be16 *ports = (void *)(ip + 1);
-
-		if ((void *)(ports + 2) > pkt->data_end)
-			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
-		fib.sport = ports[0];
-		fib.dport = ports[1];
-	} else if (ip->protocol == IPPROTO_ICMP) {
+	if (!lfp_fib_ports(pkt, &fib, ip + 1, ip->protocol))
+		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	if (ip->protocol == IPPROTO_ICMP) {
 		__u8 *icmp_type = (void *)(ip + 1);
 
 		if ((void *)(icmp_type + 1) > pkt->data_end)

@@ -45,8 +45,44 @@ struct {
 	__type(value, __u8);
 } lfp_neigh SEC(".maps");
 
-/* Next hops that may be in lfp_neigh with a state other than CONFIRMED. */
+/* IPv6 next hops (NDP keeps the same states). */
+struct lfp_neigh6_key {
+	__u32 ifindex;
+	__be32 addr[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct lfp_neigh6_key);
+	__type(value, __u8);
+} lfp_neigh6 SEC(".maps");
+
+/* Next hops that may be in lfp_neigh or lfp_neigh6 with a state other than
+ * CONFIRMED, by lfp_neigh_fold(). */
 LFP_HINT_MAP(lfp_neigh_hint);
+
+static __always_inline __u32 lfp_neigh_fold(const struct lfp_fwd *fwd)
+{
+	if (fwd->flags & LFP_FWD_DEC_HOP_LIMIT)
+		return fwd->egress ^ fwd->nexthop6[0] ^ fwd->nexthop6[1] ^ fwd->nexthop6[2] ^ fwd->nexthop6[3];
+	return fwd->egress ^ fwd->nexthop;
+}
+
+/* The next hop's entry: NULL when it has none (CONFIRMED, if the hint was clear). */
+static __always_inline __u8 *lfp_neigh_state(const struct lfp_fwd *fwd)
+{
+	if (fwd->flags & LFP_FWD_DEC_HOP_LIMIT) {
+		struct lfp_neigh6_key key = { .ifindex = fwd->egress };
+
+		__builtin_memcpy(key.addr, fwd->nexthop6, sizeof(key.addr));
+		return bpf_map_lookup_elem(&lfp_neigh6, &key);
+	} else {
+		struct lfp_neigh_key key = { .ifindex = fwd->egress, .addr = fwd->nexthop };
+
+		return bpf_map_lookup_elem(&lfp_neigh, &key);
+	}
+}
 
 /* Veths whose peer, in another namespace, receives what they send exactly
  * as the peer redirect delivers it: indexed by ifindex, all zeros for the
@@ -98,8 +134,8 @@ static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
 
 static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 {
-	struct lfp_neigh_key neigh;
 	__u8 *neigh_state = NULL;
+	struct ipv6hdr *ip6 = NULL;
 	struct iphdr *ip = NULL;
 	struct ethhdr *eth;
 
@@ -113,10 +149,8 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		lfp_count(eth ? lfp_transmit_into_peer(pkt, pkt->fwd.egress, eth->h_dest) : LFP_CNT_FORWARDED);
 		return LFP_REDIRECT;
 	}
-	neigh.ifindex = pkt->fwd.egress;
-	neigh.addr = pkt->fwd.nexthop;
-	if (lfp_hint_set(lfp_hint_of(&lfp_neigh_hint), neigh.ifindex ^ neigh.addr)) {
-		neigh_state = bpf_map_lookup_elem(&lfp_neigh, &neigh);
+	if (lfp_hint_set(lfp_hint_of(&lfp_neigh_hint), lfp_neigh_fold(&pkt->fwd))) {
+		neigh_state = lfp_neigh_state(&pkt->fwd);
 		if (!neigh_state)
 			return lfp_pass(pkt, LFP_CNT_NEIGH_UNCONFIRMED);
 	}
@@ -139,6 +173,10 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		ip = lfp_ipv4(pkt);
 		if (!ip)
 			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+	} else if (pkt->fwd.flags & LFP_FWD_DEC_HOP_LIMIT) {
+		ip6 = lfp_ipv6(pkt);
+		if (!ip6)
+			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 	}
 	/* Out of a bridge egress through the port its FDB names (bridge_tx.h). */
 	if (pkt->fwd.port ? !lfp_arm_bridged_redirect(pkt, pkt->fwd.port) : !lfp_arm_redirect(pkt, pkt->fwd.egress))
@@ -148,6 +186,8 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		lfp_set_priority(pkt, pkt->fwd.priority);
 	if (ip)
 		lfp_ipv4_decrease_ttl(ip);
+	if (ip6)
+		ip6->hop_limit--;       /* no header checksum in IPv6 */
 	__builtin_memcpy(eth->h_dest, pkt->fwd.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, pkt->fwd.smac, ETH_ALEN);
 	lfp_count(lfp_transmit_into_peer(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac));

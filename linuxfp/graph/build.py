@@ -4,7 +4,7 @@ the snapshot (and remembers each node's tables while its inputs are the
 same objects, so an event recomputes only the tables it concerns)."""
 from __future__ import annotations
 
-from .interfaces import ARPHRD_ETHER, iface_facts, interface_tables
+from .interfaces import ARPHRD_ETHER, forward_length_cap6, iface_facts, interface_tables
 from .model import Graph, Pipeline, Skipped
 from .nodes import Node, Stage, in_stage_order, registered
 from .nodes.router import forward_length_cap, needs_full_source_check
@@ -23,7 +23,8 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     if hook not in HOOK_CHOICES:
         raise ValueError(f"unknown hook {hook!r} (expected one of {', '.join(HOOK_CHOICES)})")
     nodes = registered()
-    facts = _remembered("pipeline", ("links", "sysctls", "routes", "rules"), snapshot, _facts)
+    facts = _remembered("pipeline", ("links", "sysctls", "routes", "rules", "netfilter", "route_mtus6"), snapshot,
+                        _facts)
     shared = namespace_obstacles(snapshot)
     pipelines, skipped = [], []
     for link in snapshot.links:
@@ -46,8 +47,8 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
 
 def _facts(snapshot):
     full_check = needs_full_source_check(snapshot)
-    cap = forward_length_cap(snapshot)
-    return tuple(iface_facts(link, snapshot, full_check, cap)
+    cap, cap6 = forward_length_cap(snapshot), forward_length_cap6(snapshot)
+    return tuple(iface_facts(link, snapshot, full_check, cap, cap6)
                  for link in snapshot.links if link.link_type == ARPHRD_ETHER)
 
 

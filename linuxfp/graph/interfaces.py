@@ -7,8 +7,8 @@ import struct
 
 from linuxfp.state.model import BR_STATE_FORWARDING
 
-from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_RP_FILTER, IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX,
-                    IF_XDP_TX, IfaceFacts)
+from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_RP_FILTER, IF_SET_PRIORITY,
+                    IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
 from .tables import ARRAY, DEVMAP, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
@@ -26,24 +26,35 @@ PLAIN_KINDS = frozenset({"", "veth"})
 # bypasses the egress qdisc, is then indistinguishable from Linux's output.
 PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
 
-_IFACE_VALUE = struct.Struct("<II6sHH2x")     # struct lfp_iface
+_IFACE_VALUE = struct.Struct("<II6sHHH")     # struct lfp_iface
 
 
 def pack_iface(f: IfaceFacts) -> bytes:
-    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap, f.tx_len_cap)
+    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap, f.tx_len_cap, f.fwd_len_cap6)
 
 
 def unpack_iface(ifindex: int, raw: bytes) -> IfaceFacts:
-    flags, mtu, mac, cap, tx_cap = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
-    return IfaceFacts(ifindex, flags, mtu, mac, cap, tx_cap)
+    flags, mtu, mac, cap, tx_cap, cap6 = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
+    return IfaceFacts(ifindex, flags, mtu, mac, cap, tx_cap, cap6)
 
 
-def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> IfaceFacts:
+def forward_length_cap6(snapshot) -> int:
+    """The smallest IPv6 route MTU metric (0 when none): ip6_forward()
+    honours them, bpf_fib_lookup() only when locked, so longer packets go to
+    the kernel. No IPv6 MTU is below 1280."""
+    mtus = [mtu for _identity, mtu in snapshot.route_mtus6]
+    return min(max(min(mtus), IPV6_MIN_MTU), 0xFFFF) if mtus else 0
+
+
+def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_cap6: int = 0) -> IfaceFacts:
     conf = snapshot.sysctls.for_ifindex(link.index)
     flags = 0
     if conf is not None:
         flags |= IF_FORWARDING if conf.forwarding else 0
         flags |= IF_RP_FILTER if conf.rp_filter else 0
+        if conf.ipv6:
+            flags |= IF_IPV6 if ipv6_routing_blocker(snapshot) is None else 0
+            flags |= IF_IPV6_TX if not conf.ipv6_accept_redirects else 0
     if full_check:
         flags |= IF_SRC_FULL_CHECK
     if snapshot.sysctls.forward_update_priority:
@@ -65,7 +76,31 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0) -> Iface
         if (link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress
                 and not tx_len_cap):
             flags |= IF_XDP_TX
-    return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap)
+    return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap, fwd_len_cap6)
+
+
+_ipv6_memo: list = [None, None, None, None]     # netfilter, sysctls, rules, the answer for them
+
+
+def ipv6_routing_blocker(snapshot) -> str | None:
+    """Why no IPv6 may be routed by the fast path in this namespace (None:
+    it may, packet by packet as router.h decides). Asked per interface:
+    remembered for the same netfilter state, sysctls and rules."""
+    nf, sysctls, rules = snapshot.netfilter, snapshot.sysctls, snapshot.rules
+    if _ipv6_memo[0] is nf and _ipv6_memo[1] is sysctls and _ipv6_memo[2] is rules:
+        return _ipv6_memo[3]
+    why = None
+    tables = [t for t in nf.tables if t.startswith(("nft:ip6 ", "nft:inet "))]
+    tables += [f"legacy:ip6 {t}" for t in nf.legacy_ip6_tables]
+    if tables:
+        why = f"netfilter has IPv6 tables ({', '.join(tables)}): the fast path evaluates iptables' IPv4 rules only"
+    elif sysctls.ipv6_multipath_hash_policy not in (0, 1):
+        why = (f"net.ipv6.fib_multipath_hash_policy={sysctls.ipv6_multipath_hash_policy} hashes fields "
+               "bpf_fib_lookup does not see")
+    elif any(r.family == 10 and (r.fwmark or r.fwmask) for r in rules):
+        why = "IPv6 policy rules match fwmark, which XDP cannot see (and TC sees only before netfilter sets it)"
+    _ipv6_memo[:] = [nf, sysctls, rules, why]
+    return why
 
 
 def routing_blocker(link, snapshot) -> str | None:

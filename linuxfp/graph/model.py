@@ -17,6 +17,8 @@ IF_TC_TX = 1 << 3
 IF_SRC_FULL_CHECK = 1 << 6
 IF_SET_PRIORITY = 1 << 7
 IF_BRIDGE_TX = 1 << 8       # a bridge port in forwarding state: bridged frames may leave here
+IF_IPV6 = 1 << 9            # IPv6 arriving here may be routed (nothing in the namespace forbids it)
+IF_IPV6_TX = 1 << 10        # routed IPv6 may leave here: IPv6 on, takes no redirects
 
 FLAG_NAMES = {
     IF_FORWARDING: "forwarding",
@@ -26,6 +28,8 @@ FLAG_NAMES = {
     IF_SRC_FULL_CHECK: "src_full_check",
     IF_SET_PRIORITY: "set_priority",
     IF_BRIDGE_TX: "bridge_tx",
+    IF_IPV6: "ipv6",
+    IF_IPV6_TX: "ipv6_tx",
 }
 
 
@@ -43,6 +47,7 @@ class IfaceFacts:
     mac: bytes
     fwd_len_cap: int = 0     # longest IPv4 packet forwarded in the fast path; 0 = no cap
     tx_len_cap: int = 0      # longest IPv4 packet sent out of this egress in the fast path; 0 = no cap
+    fwd_len_cap6: int = 0    # longest IPv6 packet forwarded in the fast path; 0 = no cap
 
     def to_dict(self) -> dict:
         return {
@@ -51,6 +56,7 @@ class IfaceFacts:
             "mtu": self.mtu,
             "mac": ":".join(f"{b:02x}" for b in self.mac),
             "fwd_len_cap": self.fwd_len_cap,
+            "fwd_len_cap6": self.fwd_len_cap6,
             "tx_len_cap": self.tx_len_cap,
         }
 

@@ -17,6 +17,7 @@ from .netns import Lab, LabError, Namespace, entered
 from .packet_io import Capture, CapturedFrame, inject, settle
 from .probe import ping
 from .standard import standard_frames, standard_steps
+from .standard6 import standard6_frames, standard6_steps
 from .topology import (
     Interface,
     LinkSpec,
@@ -52,6 +53,8 @@ __all__ = [
     "run_differential",
     "settle",
     "snmp",
+    "standard6_frames",
+    "standard6_steps",
     "standard_frames",
     "standard_steps",
 ]

@@ -1,7 +1,8 @@
 """Kernel counters of a namespace, read from its /proc/net/snmp (and an
 interface's own, from `ip -s link`).
 
-``Ip: ForwDatagrams`` counts packets the *kernel* forwarded; packets an XDP
+``Ip: ForwDatagrams`` (and snmp6's ``Ip6OutForwDatagrams``) counts packets
+the *kernel* forwarded; packets an XDP
 or TC fast path redirects never reach ip_forward(), so a counter that does
 not grow while traffic flows is the proof that the fast path carried it.
 """
@@ -33,6 +34,19 @@ def snmp(ns: Namespace) -> Mapping[str, Mapping[str, int]]:
 def ip_forw_datagrams(ns: Namespace) -> int:
     """How many IPv4 packets the kernel of `ns` has forwarded."""
     return snmp(ns)["Ip"]["ForwDatagrams"]
+
+
+def ip6_forw_datagrams(ns: Namespace) -> int:
+    """How many IPv6 packets the kernel of `ns` has forwarded (0 without IPv6)."""
+    try:
+        text = ns.read_proc_net("snmp6")
+    except FileNotFoundError:
+        return 0
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "Ip6OutForwDatagrams":
+            return int(value)
+    return 0
 
 
 def tx_packets(ns: Namespace, ifname: str) -> int:

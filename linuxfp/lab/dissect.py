@@ -82,6 +82,24 @@ def describe_flow(key: FlowKey) -> str:
     return " ".join(describe_flow(part) if isinstance(part, tuple) else str(part) for part in key)
 
 
+MLD_V2_REPORTS = bytes.fromhex("ff020000000000000000000000000016")   # ff02::16
+ICMPV6_MLD2_REPORT = 143
+
+
+def is_mld_report(frame: bytes) -> bool:
+    """An MLDv2 report (IPv6 hop-by-hop, then ICMPv6 143, to ff02::16): what a
+    host sends on the kernel's timers as it joins and leaves groups, e.g.
+    all-routers when IPv6 forwarding is switched."""
+    ethertype, offset, _ = _ethertype_and_offset(frame)
+    if ethertype != ETH_P_IPV6 or len(frame) < offset + 48:
+        return False
+    header = frame[offset:]
+    if header[24:40] != MLD_V2_REPORTS or header[6] != 0:
+        return False
+    options_end = 40 + (header[41] + 1) * 8
+    return len(header) > options_end and header[40] == 58 and header[options_end] == ICMPV6_MLD2_REPORT
+
+
 def normalise_ip_id(frame: bytes, dut_addresses: Collection[ipaddress.IPv4Address]) -> tuple[bytes, bool]:
     """Zero IP ID + header checksum of a DUT-originated IPv4 packet; returns (frame, changed)."""
     ethertype, offset, _ = _ethertype_and_offset(frame)

@@ -183,6 +183,73 @@ def icmp_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, icmp_type: 
     return ethernet(dst_mac, src_mac, ETH_P_IP, ipv4(src_ip, dst_ip, IPPROTO_ICMP, message, **ip_fields))
 
 
+# IPv6 next headers the lab builds.
+NEXTHDR_HOP, NEXTHDR_ROUTING, NEXTHDR_FRAGMENT, NEXTHDR_ICMPV6, NEXTHDR_NONE, NEXTHDR_DEST = 0, 43, 44, 58, 59, 60
+
+
+def _sum6(src: str, dst: str, next_header: int, segment: bytes) -> int:
+    """The upper-layer checksum over the IPv6 pseudo-header."""
+    pseudo = (ipaddress.IPv6Address(src).packed + ipaddress.IPv6Address(dst).packed
+              + struct.pack("!I3xB", len(segment), next_header))
+    return internet_checksum(pseudo + segment)
+
+
+def udp6(src: str, dst: str, sport: int, dport: int, payload: bytes) -> bytes:
+    segment = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+    checksum = _sum6(src, dst, IPPROTO_UDP, segment) or 0xFFFF
+    return segment[:6] + struct.pack("!H", checksum) + segment[8:]
+
+
+def tcp6(src: str, dst: str, sport: int, dport: int, payload: bytes = b"", flags: int = 0x02) -> bytes:
+    segment = struct.pack("!HHIIBBHHH", sport, dport, 1, 0, 5 << 4, flags, 65535, 0, 0) + payload
+    return segment[:16] + struct.pack("!H", _sum6(src, dst, IPPROTO_TCP, segment)) + segment[18:]
+
+
+def icmpv6(src: str, dst: str, icmp_type: int, code: int = 0, rest: bytes = b"") -> bytes:
+    message = struct.pack("!BBH", icmp_type, code, 0) + rest
+    return message[:2] + struct.pack("!H", _sum6(src, dst, NEXTHDR_ICMPV6, message)) + message[4:]
+
+
+def ipv6_extension(next_header: int, body: bytes = b"") -> bytes:
+    """A hop-by-hop, destination options or routing header: `body` after its
+    two-byte head, padded with PadN to a multiple of 8 bytes."""
+    raw = bytes([next_header, 0]) + body
+    pad = -len(raw) % 8
+    if pad == 1:
+        raw += b"\0"                       # Pad1
+    elif pad:
+        raw += bytes([1, pad - 2]) + bytes(pad - 2)
+    return raw[:1] + bytes([len(raw) // 8 - 1]) + raw[2:]
+
+
+def ipv6_fragment_header(next_header: int, offset: int = 0, more: bool = False, ident: int = 1) -> bytes:
+    return struct.pack("!BBHI", next_header, 0, (offset << 3) | int(more), ident)
+
+
+def ipv6_frame(
+    src_mac: str,
+    dst_mac: str,
+    src_ip: str,
+    dst_ip: str,
+    next_header: int,
+    payload: bytes,
+    *,
+    hop_limit: int = 64,
+    tclass: int = 0,
+    flow_label: int = 0,
+    payload_length: int | None = None,
+    version: int = 6,
+    vlan: int | None = None,
+) -> bytes:
+    """Ethernet/IPv6 around `payload` (extension headers and upper layer,
+    already summed); `payload_length` overrides the header's length field."""
+    first = (version << 28) | (tclass << 20) | flow_label
+    length = len(payload) if payload_length is None else payload_length
+    header = (struct.pack("!IHBB", first, length, next_header, hop_limit)
+              + ipaddress.IPv6Address(src_ip).packed + ipaddress.IPv6Address(dst_ip).packed)
+    return ethernet(dst_mac, src_mac, ETH_P_IPV6, header + payload, vlan=vlan)
+
+
 def ipv6_udp_frame(
     src_mac: str,
     dst_mac: str,
@@ -193,15 +260,13 @@ def ipv6_udp_frame(
     dport: int = 9,
     hop_limit: int = 64,
     payload: bytes = b"linuxfp-lab-v6",
+    size: int | None = None,
+    **ip_fields,
 ) -> bytes:
-    src6, dst6 = ipaddress.IPv6Address(src_ip).packed, ipaddress.IPv6Address(dst_ip).packed
-    length = 8 + len(payload)
-    pseudo = src6 + dst6 + struct.pack("!I3xB", length, IPPROTO_UDP)
-    segment = struct.pack("!HHHH", sport, dport, length, 0) + payload
-    checksum = internet_checksum(pseudo + segment) or 0xFFFF
-    segment = segment[:6] + struct.pack("!H", checksum) + segment[8:]
-    header = struct.pack("!IHBB", 0x60000000, length, IPPROTO_UDP, hop_limit) + src6 + dst6
-    return ethernet(dst_mac, src_mac, ETH_P_IPV6, header + segment)
+    """`size`: the whole frame's length (Ethernet header included)."""
+    body = _payload_for(size, 14 + 40 + 8, payload)
+    return ipv6_frame(src_mac, dst_mac, src_ip, dst_ip, IPPROTO_UDP, udp6(src_ip, dst_ip, sport, dport, body),
+                      hop_limit=hop_limit, **ip_fields)
 
 
 def arp_frame(

@@ -18,32 +18,45 @@ from .frames import icmp_echo
 from .netns import Namespace, entered
 
 
+ICMPV6_ECHO_REQUEST, ICMPV6_ECHO_REPLY = 128, 129
+
+
 def ping(ns: Namespace, destination: str, count: int = 1, timeout: float = 2.0) -> int:
-    """Send `count` echo requests from `ns` to `destination`; returns replies received."""
-    ipaddress.IPv4Address(destination)  # fail early on a typo
+    """Send `count` echo requests from `ns` to `destination` (IPv4 or IPv6);
+    returns replies received."""
+    v6 = ipaddress.ip_address(destination).version == 6  # fails early on a typo
     with entered(ns):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        if v6:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     ident = os.getpid() & 0xFFFF
     replies = 0
     with sock:
         for seq in range(1, count + 1):
-            sock.sendto(icmp_echo(ident, seq, b"linuxfp-lab-ping"), (destination, 0))
-            if _await_reply(sock, destination, ident, seq, timeout):
+            if v6:      # the kernel sums ICMPv6 (it covers the pseudo-header)
+                echo = struct.pack("!BBHHH", ICMPV6_ECHO_REQUEST, 0, 0, ident, seq) + b"linuxfp-lab-ping"
+            else:
+                echo = icmp_echo(ident, seq, b"linuxfp-lab-ping")
+            sock.sendto(echo, (destination, 0))
+            if _await_reply(sock, destination, ident, seq, timeout, v6):
                 replies += 1
     return replies
 
 
-def _await_reply(sock: socket.socket, source: str, ident: int, seq: int, timeout: float) -> bool:
+def _await_reply(sock: socket.socket, source: str, ident: int, seq: int, timeout: float, v6: bool) -> bool:
     deadline = time.monotonic() + timeout
+    reply = ICMPV6_ECHO_REPLY if v6 else 0
     while (remaining := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select([sock], [], [], remaining)
         if not ready:
             return False
-        packet, (sender, _) = sock.recvfrom(65535)
-        ihl = (packet[0] & 0x0F) * 4
-        if sender != source or len(packet) < ihl + 8:
+        packet, address = sock.recvfrom(65535)
+        # an ICMPv6 raw socket delivers no IP header
+        offset = 0 if v6 else (packet[0] & 0x0F) * 4
+        if ipaddress.ip_address(address[0]) != ipaddress.ip_address(source) or len(packet) < offset + 8:
             continue
-        kind, _code, _csum, got_ident, got_seq = struct.unpack_from("!BBHHH", packet, ihl)
-        if kind == 0 and got_ident == ident and got_seq == seq:
+        kind, _code, _csum, got_ident, got_seq = struct.unpack_from("!BBHHH", packet, offset)
+        if kind == reply and got_ident == ident and got_seq == seq:
             return True
     return False

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, fields
-from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network, IPv6Network
 
 from .netns import Lab, LabError, Namespace
 from .probe import ping
@@ -41,6 +41,39 @@ LAB_INTERFACE_SYSCTLS: tuple[tuple[str, object], ...] = (
     # covers any created before that default was set.
     ("net/ipv6/conf/{ifname}/disable_ipv6", 1),
 )
+
+
+# IPv6 on a lab interface (IPV6_INTERFACE_SYSCTLS, then disable_ipv6=0):
+# nothing it sends on its own may depend on timing. No duplicate address
+# detection, no router solicitations or advertisements taken, MLD reports
+# repeated within a millisecond rather than a second; neighbour timers as
+# long as IPv4's. Its link-local address (EUI-64 of the deterministic MAC)
+# stays: a router solicits a forwarded packet's next hop from it.
+IPV6_INTERFACE_SYSCTLS: tuple[tuple[str, object], ...] = (
+    ("net/ipv6/conf/{ifname}/accept_dad", 0),
+    ("net/ipv6/conf/{ifname}/accept_ra", 0),
+    ("net/ipv6/conf/{ifname}/router_solicitations", 0),
+    ("net/ipv6/conf/{ifname}/mldv1_unsolicited_report_interval", 1),
+    ("net/ipv6/conf/{ifname}/mldv2_unsolicited_report_interval", 1),
+    ("net/ipv6/neigh/{ifname}/base_reachable_time_ms", 3_600_000),
+    ("net/ipv6/neigh/{ifname}/delay_first_probe_time", 3600),
+    ("net/ipv6/conf/{ifname}/disable_ipv6", 0),
+)
+# ... and in its namespace: ICMPv6 errors are not rate limited (as
+# LAB_SYSCTLS does for IPv4), loopback has IPv6.
+IPV6_HOST_SYSCTLS: tuple[tuple[str, object], ...] = (
+    ("net.ipv6.icmp.ratelimit", 0),
+    ("net.ipv6.icmp.ratemask", "255"),
+    ("net/ipv6/conf/lo/disable_ipv6", 0),
+)
+
+
+def ipv6_sysctls(host: str, ifnames: tuple[str, ...]) -> tuple[tuple[str, str, object], ...]:
+    """TopologySpec.sysctls turning IPv6 on, quietly, for `ifnames` of `host`."""
+    out = [(host, key, value) for key, value in IPV6_HOST_SYSCTLS]
+    for ifname in ifnames:
+        out += [(host, key.format(ifname=ifname), value) for key, value in IPV6_INTERFACE_SYSCTLS]
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -258,6 +291,10 @@ class Router(Topology):
     source_pool: IPv4Network
     lazy_gateway: IPv4Address
     lazy_prefix: IPv4Network
+    # With RouterTopology(ipv6=True): the same plan in IPv6 (empty otherwise).
+    prefixes6: tuple[IPv6Network, ...] = ()
+    source_pool6: IPv6Network | None = None
+    lazy_prefix6: IPv6Network | None = None
 
     @property
     def src(self) -> Namespace:
@@ -310,6 +347,8 @@ class RouterTopology:
     prefixes: int = 50
     resolve_neighbours: bool = True
     containers: bool = False     # src and sink keep veth defaults, as pods do (TopologySpec.containers)
+    # Dual stack: the same line in 2001:db8::/32 besides (IPv6 stays off otherwise).
+    ipv6: bool = False
 
     SRC_IP = "198.18.1.1"
     DUT_LEFT_IP = "198.18.1.254"
@@ -318,6 +357,14 @@ class RouterTopology:
     LAZY_GATEWAY = "198.18.2.3"
     LAZY_PREFIX = "198.18.200.0/24"
     SOURCE_POOL = "198.18.64.0/18"
+    # IPv6 (ipv6=True): the same roles, 2001:db8:100:i::/64 routed via the sink.
+    SRC_IP6 = "2001:db8:1::1"
+    DUT_LEFT_IP6 = "2001:db8:1::fe"
+    DUT_RIGHT_IP6 = "2001:db8:2::fe"
+    SINK_IP6 = "2001:db8:2::1"
+    LAZY_GATEWAY6 = "2001:db8:2::3"
+    LAZY_PREFIX6 = "2001:db8:200::/64"
+    SOURCE_POOL6 = "2001:db8:4000::/48"
 
     def __post_init__(self) -> None:
         if not 1 <= self.prefixes <= 256:
@@ -325,6 +372,32 @@ class RouterTopology:
 
     def routed_prefixes(self) -> tuple[IPv4Network, ...]:
         return tuple(IPv4Network(f"198.19.{i}.0/24") for i in range(self.prefixes))
+
+    def routed_prefixes6(self) -> tuple[IPv6Network, ...]:
+        return tuple(IPv6Network(f"2001:db8:100:{i:x}::/64") for i in range(self.prefixes)) if self.ipv6 else ()
+
+    def _ipv6_plan(self) -> dict[str, tuple]:
+        """The IPv6 half of the spec: addresses, routes, sysctls, warm-up."""
+        routes = tuple(("dut", f"route add {p} via {self.SINK_IP6}") for p in self.routed_prefixes6())
+        routes += (
+            ("dut", f"route add {self.LAZY_PREFIX6} via {self.LAZY_GATEWAY6}"),
+            ("dut", f"route add {self.SOURCE_POOL6} via {self.SRC_IP6}"),
+            ("src", f"route add default via {self.DUT_LEFT_IP6}"),
+            ("sink", f"route add default via {self.DUT_RIGHT_IP6}"),
+        )
+        return {
+            "addresses": (
+                ("src", "to-dut", f"{self.SRC_IP6}/64"),
+                ("dut", "to-src", f"{self.DUT_LEFT_IP6}/64"),
+                ("dut", "to-sink", f"{self.DUT_RIGHT_IP6}/64"),
+                ("sink", "to-dut", f"{self.SINK_IP6}/64"),
+                ("sink", "to-dut", f"{self.LAZY_GATEWAY6}/64"),
+            ),
+            "routes": routes,
+            "sysctls": (ipv6_sysctls("src", ("to-dut",)) + ipv6_sysctls("dut", ("to-src", "to-sink"))
+                        + ipv6_sysctls("sink", ("to-dut",)) + (("dut", "net.ipv6.conf.all.forwarding", 1),)),
+            "warmup": (("dut", self.SRC_IP6), ("dut", self.SINK_IP6), ("src", self.SINK_IP6)),
+        }
 
     def spec(self) -> TopologySpec:
         routes = tuple(("dut", f"route add {p} via {self.SINK_IP}") for p in self.routed_prefixes())
@@ -341,6 +414,7 @@ class RouterTopology:
             ("dut", self.SINK_IP),
             ("src", self.SINK_IP),
         )
+        six = self._ipv6_plan() if self.ipv6 else {"addresses": (), "routes": (), "sysctls": (), "warmup": ()}
         return TopologySpec(
             hosts=("src", "dut", "sink"),
             links=(LinkSpec("src", "to-dut", "dut", "to-src"), LinkSpec("dut", "to-sink", "sink", "to-dut")),
@@ -352,10 +426,10 @@ class RouterTopology:
                 ("dut", "to-sink", f"{self.DUT_RIGHT_IP}/24"),
                 ("sink", "to-dut", f"{self.SINK_IP}/24"),
                 ("sink", "to-dut", f"{self.LAZY_GATEWAY}/24"),
-            ),
-            routes=routes,
-            sysctls=(("dut", "net.ipv4.ip_forward", 1),),
-            warmup=warmup if self.resolve_neighbours else (),
+            ) + six["addresses"],
+            routes=routes + six["routes"],
+            sysctls=(("dut", "net.ipv4.ip_forward", 1),) + six["sysctls"],
+            warmup=(warmup + six["warmup"]) if self.resolve_neighbours else (),
             containers=("src", "sink") if self.containers else (),
         )
 
@@ -367,10 +441,14 @@ class RouterTopology:
             source_pool=IPv4Network(self.SOURCE_POOL),
             lazy_gateway=IPv4Address(self.LAZY_GATEWAY),
             lazy_prefix=IPv4Network(self.LAZY_PREFIX),
+            prefixes6=self.routed_prefixes6(),
+            source_pool6=IPv6Network(self.SOURCE_POOL6) if self.ipv6 else None,
+            lazy_prefix6=IPv6Network(self.LAZY_PREFIX6) if self.ipv6 else None,
         )
 
 
 __all__ = [
+    "IPV6_INTERFACE_SYSCTLS",
     "LAB_INTERFACE_SYSCTLS",
     "LAB_SYSCTLS",
     "Interface",
@@ -381,6 +459,7 @@ __all__ = [
     "TopologySpec",
     "build",
     "default_mac",
+    "ipv6_sysctls",
     "read_interfaces",
     "wait_links_settled",
 ]

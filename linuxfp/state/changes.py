@@ -102,6 +102,15 @@ class PlainRouteRemoved:
 
 
 @dataclass(frozen=True, slots=True)
+class Route6Mtu:
+    """An IPv6 route was added, replaced (its MTU metric, 0 for none) or
+    removed (mtu 0): what Snapshot.route_mtus6 keeps of IPv6 routes."""
+    identity: tuple
+    mtu: int
+    kind = "route"
+
+
+@dataclass(frozen=True, slots=True)
 class RuleUpdate:
     rule: Rule
     kind = "rule"
@@ -277,7 +286,7 @@ class XfrmReplaced:
 Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
     | PlainRouteReplaced | PlainRouteRemoved
-    | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
+    | Route6Mtu | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
     | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
     | RoutesMayBeFlushed | RulesReplaced | SysctlsReplaced
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
@@ -475,7 +484,17 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     xfrm = snapshot.xfrm
 
     kept_identities: set | None = None   # of `routes`, while no kept route changes
+    route_mtus6: dict | None = None      # a copy of snapshot.route_mtus6 once one changes
     for msg in messages:
+        if type(msg) is Route6Mtu:
+            known = dict(snapshot.route_mtus6) if route_mtus6 is None else route_mtus6
+            if known.get(msg.identity, 0) != msg.mtu:
+                route_mtus6 = known
+                if msg.mtu:
+                    known[msg.identity] = msg.mtu
+                else:
+                    del known[msg.identity]
+            continue
         if type(msg) is PlainRouteReplaced or type(msg) is PlainRouteRemoved:
             # A BGP burst is thousands of these, almost never about a kept
             # identity: answer that in O(1) before any search.
@@ -575,6 +594,9 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         ours = {(link.peer_netnsid, link.peer) for link in new_links if has_far_end(link)}
         peers.remove_where(lambda p: (p.nsid, p.index) not in ours)
     new_peers = peers.result()
+    new_route_mtus6 = snapshot.route_mtus6 if route_mtus6 is None else tuple(sorted(route_mtus6.items()))
+    if new_route_mtus6 == snapshot.route_mtus6:
+        new_route_mtus6 = snapshot.route_mtus6
     if sysctls == snapshot.sysctls:
         sysctls = snapshot.sysctls
     if netfilter == snapshot.netfilter:
@@ -584,7 +606,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     if (new_links is snapshot.links and new_addresses is snapshot.addresses
             and new_routes is snapshot.routes and new_rules is snapshot.rules
             and new_neighbours is snapshot.neighbours and new_fdb is snapshot.fdb
-            and new_peers is snapshot.peers
+            and new_peers is snapshot.peers and new_route_mtus6 is snapshot.route_mtus6
             and sysctls is snapshot.sysctls
             and netfilter is snapshot.netfilter and xfrm is snapshot.xfrm):
         return snapshot
@@ -593,5 +615,5 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     return Snapshot(
         links=new_links, addresses=new_addresses, routes=new_routes, rules=new_rules,
         neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter, xfrm=xfrm,
-        netns_inode=snapshot.netns_inode, fdb=new_fdb, peers=new_peers,
+        netns_inode=snapshot.netns_inode, fdb=new_fdb, peers=new_peers, route_mtus6=new_route_mtus6,
     ).inherit_hashes(snapshot)

@@ -1,7 +1,7 @@
 """Decode rtnetlink / generic-netlink / nfnetlink messages into model objects.
 
-Only IPv4 objects are kept (AF_INET addresses, routes, rules, neighbours);
-links are family-independent. Every decoder is pure: bytes in, value out.
+IPv4 addresses and routes are kept; rules and neighbours of IPv4 and IPv6
+(IPv6's routes are read live by the datapath); links are family-independent. Every decoder is pure: bytes in, value out.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ from .changes import (
     RouteRemoved,
     RouteUpdate,
     RuleRemoved,
+    Route6Mtu,
     RuleUpdate,
     XdpFeaturesUpdate,
 )
 from .model import (
     AF_INET,
+    AF_INET6,
     IF_OPER_UNKNOWN,
     IF_OPER_UP,
     IFF_LOWER_UP,
@@ -103,7 +105,7 @@ RTEXT_FILTER_SKIP_STATS = 1 << 3
 IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 3, 4, 8
 
 # RTA_*
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 4, 5, 6, 7
+RTA_DST, RTA_SRC, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 2, 4, 5, 6, 7
 RTA_METRICS, RTA_MULTIPATH, RTA_FLOW, RTA_TABLE, RTA_VIA, RTA_NH_ID = 8, 9, 11, 15, 18, 30
 RTA_ENCAP_TYPE, RTA_ENCAP = 21, 22
 RTAX_MTU = 2
@@ -663,7 +665,7 @@ _RULE_MODELLED = {
 def decode_rule(payload: bytes) -> Rule | None:
     (family, dst_len, src_len, tos, table, _res1, _res2, action,
      flags) = _FIB_RULE_HDR.unpack_from(payload)
-    if family != AF_INET:
+    if family != AF_INET and family != AF_INET6:
         return None
     a = nl.parse_attrs(payload, _FIB_RULE_HDR.size)
     if FRA_TABLE in a:
@@ -702,7 +704,8 @@ def decode_rule(payload: bytes) -> Rule | None:
     )
 
 
-def rule_dump_request(family: int = AF_INET) -> bytes:
+def rule_dump_request(family: int = AF_UNSPEC) -> bytes:
+    """Every family's rules by default (the decoder keeps IPv4's and IPv6's)."""
     return _FIB_RULE_HDR.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
@@ -710,7 +713,7 @@ def rule_dump_request(family: int = AF_INET) -> bytes:
 
 def decode_neighbour(payload: bytes) -> Neighbour | None:
     family, ifindex, state, flags, _type = _NDMSG.unpack_from(payload)
-    if family != AF_INET or flags & NTF_PROXY:
+    if (family != AF_INET and family != AF_INET6) or flags & NTF_PROXY:
         return None
     a = nl.parse_attrs(payload, _NDMSG.size)
     if NDA_DST not in a:
@@ -738,7 +741,8 @@ def neighbour_is_tracked(n: Neighbour) -> bool:
     return n.state not in (0, NUD_INCOMPLETE) and not n.state & NUD_NOARP
 
 
-def neighbour_dump_request(family: int = AF_INET) -> bytes:
+def neighbour_dump_request(family: int = AF_UNSPEC) -> bytes:
+    """ARP's and NDP's entries by default (AF_BRIDGE asks for the FDB)."""
     return _NDMSG.pack(family, 0, 0, 0, 0)
 
 
@@ -797,10 +801,33 @@ def decode_netdev_dev(payload: bytes) -> tuple[int, int, int, int] | None:
 
 # --- event dispatch --------------------------------------------------------------
 
+def route6_mtu(payload: bytes) -> tuple[tuple, int] | None:
+    """(Route.identity, MTU metric or 0) of an IPv6 route message; None for
+    other families and cloned routes (exceptions)."""
+    family, dst_len, src_len, tos, table, *_rest, flags = _RTMSG.unpack_from(payload)
+    if family != AF_INET6 or flags & RTM_F_CLONED:
+        return None
+    a = nl.parse_attrs(payload, _RTMSG.size)
+    mtu = 0
+    if RTA_METRICS in a:
+        metrics = nl.parse_attrs(a[RTA_METRICS])
+        if RTAX_MTU in metrics:
+            mtu = nl.u32(metrics[RTAX_MTU])
+    # as Route.identity, with the source prefix IPv6 routes may also have
+    identity = (family, nl.u32(a[RTA_TABLE]) if RTA_TABLE in a else table,
+                f"{ip_str(family, a.get(RTA_DST, bytes(16)))}/{dst_len}", tos,
+                nl.u32(a[RTA_PRIORITY]) if RTA_PRIORITY in a else 0,
+                f"{ip_str(family, a.get(RTA_SRC, bytes(16)))}/{src_len}")
+    return identity, mtu
+
+
 def _route_event(t: int, flags: int, payload: bytes) -> Message | None:
     """A plain route costs one attribute walk: a burst of BGP updates must be
     absorbed at the rate it arrives. Only what could touch a kept route is
-    passed on (see changes._apply_plain_*)."""
+    passed on (see changes._apply_plain_*). Of IPv6 routes, their MTU metric."""
+    if payload[0] == AF_INET6:
+        found = route6_mtu(payload)
+        return None if found is None else Route6Mtu(found[0], 0 if t == RTM_DELROUTE else found[1])
     plain = plain_route_key(payload)
     if plain is None:
         route = decode_route(payload)
@@ -864,7 +891,7 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
     if t == RTM_NEWNEXTHOP or t == RTM_DELNEXTHOP:
         return NexthopChanged()
     if t == RTM_NEWNETCONF or t == RTM_DELNETCONF:
-        if msg.payload[0] != AF_INET:
+        if msg.payload[0] != AF_INET and msg.payload[0] != AF_INET6:
             return None
         a = nl.parse_attrs(msg.payload, 4)
         ifindex = nl.s32(a[NETCONFA_IFINDEX]) if NETCONFA_IFINDEX in a else 0

@@ -450,6 +450,13 @@ class InterfaceSysctls(_JsonMixin):
     # IN_DEV_IGNORE_ROUTES_WITH_LINKDOWN: all || dev. The FIB reads it live
     # and its change flushes nothing.
     ignore_routes_with_linkdown: bool = False
+    # IPv6 (net.ipv6.conf.DEV): IPv6 is on (disable_ipv6=0; False where the
+    # kernel has no IPv6 configuration for it), and whether the device
+    # accepts redirects (rt6_do_redirect(): forwarding=0 and
+    # accept_redirects=1), which create route exceptions with another
+    # gateway that bpf_fib_lookup() does not apply.
+    ipv6: bool = False
+    ipv6_accept_redirects: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +468,7 @@ class Sysctls(_JsonMixin):
     multipath_hash_policy: int = 0        # fib_multipath_hash_policy
     forward_update_priority: bool = True  # ip_forward_update_priority
     route_min_pmtu: int = 552             # route/min_pmtu: no learned IPv4 path MTU is lower
+    ipv6_multipath_hash_policy: int = 0   # net.ipv6.fib_multipath_hash_policy
     # br_netfilter (net.bridge.bridge-nf-call-*): bridged IPv4 / IPv6 / ARP
     # frames pass the iptables / ip6tables / arptables hooks. Absent (False)
     # without br_netfilter.
@@ -612,10 +620,14 @@ class Snapshot(_JsonMixin):
     xfrm: XfrmState = XfrmState()
     fdb: tuple[FdbEntry, ...] = ()     # every bridge's FDB, in fdb_order
     peers: tuple[VethPeer, ...] = ()   # far ends of our veths in other namespaces, in peer_order
+    # IPv6 routes carrying an MTU metric, as (Route.identity, MTU), sorted:
+    # ip6_forward() honours them, bpf_fib_lookup() only when locked. Every
+    # other IPv6 route is left to the live FIB.
+    route_mtus6: tuple[tuple[tuple, int], ...] = ()
     _field_hashes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     _FIELDS = ("links", "addresses", "routes", "rules", "neighbours", "sysctls",
-               "netfilter", "netns_inode", "xfrm", "fdb", "peers")
+               "netfilter", "netns_inode", "xfrm", "fdb", "peers", "route_mtus6")
 
     def __hash__(self) -> int:
         # Hashing 10k routes costs milliseconds, so each field's hash is
@@ -715,6 +727,8 @@ class Snapshot(_JsonMixin):
             "netfilter": self.netfilter.to_dict(),
             "xfrm": self.xfrm.to_dict(),
             "fdb": [x.to_dict() for x in self.fdb],
+            "route_mtus6": [{"table": i[1], "dst": i[2], "from": i[5], "metric": i[4], "mtu": mtu}
+                            for i, mtu in self.route_mtus6],
             "peers": [x.to_dict() for x in self.peers],
             "default_rules": self.default_rules,
         }

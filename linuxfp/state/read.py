@@ -92,6 +92,13 @@ def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
     return tuple(sorted(routes, key=route_order))
 
 
+def dump_route_mtus6(sock: nl.NetlinkSocket) -> tuple[tuple[tuple, int], ...]:
+    """Snapshot.route_mtus6: the IPv6 routes with an MTU metric."""
+    found = (decode.route6_mtu(msg.payload)
+             for msg in sock.dump(decode.RTM_GETROUTE, decode.route_dump_request(decode.AF_INET6)))
+    return tuple(sorted(entry for entry in found if entry is not None and entry[1]))
+
+
 def read_routes() -> tuple[Route, ...]:
     """dump_routes() on a socket of the calling thread's namespace."""
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
@@ -121,6 +128,7 @@ def read_snapshot() -> Snapshot:
         addresses = _decoded(sock.dump(decode.RTM_GETADDR, decode.address_dump_request()),
                              decode.decode_address)
         routes = dump_routes(sock)
+        route_mtus6 = dump_route_mtus6(sock)
         rules = dump_rules(sock)
         neighbours = [n for n in _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request()),
                                           decode.decode_neighbour)
@@ -147,6 +155,7 @@ def read_snapshot() -> Snapshot:
         netns_inode=inode,
         fdb=fdb,
         peers=peers,
+        route_mtus6=route_mtus6,
     )
 
 

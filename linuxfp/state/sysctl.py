@@ -1,5 +1,6 @@
-"""IPv4 forwarding sysctls, combined the way the kernel's forwarding path
-combines them (include/linux/inetdevice.h):
+"""Forwarding sysctls, combined the way the kernel's forwarding path
+combines them (IPv4: include/linux/inetdevice.h; of IPv6 only what the
+controller decides on — the datapath reads IPv6's forwarding switches live):
 
     IN_DEV_FORWARD(dev)        = conf/DEV/forwarding
     IN_DEV_RPFILTER(dev)       = max(conf/all/rp_filter, conf/DEV/rp_filter)
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 from .model import InterfaceSysctls, Sysctls
 
 CONF_ROOT = "/proc/sys/net/ipv4/conf"
+CONF6_ROOT = "/proc/sys/net/ipv6/conf"
 BR_NETFILTER_DIR = "/proc/sys/net/bridge"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 _KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet", "accept_redirects",
@@ -30,6 +32,7 @@ _NAMESPACE_KEYS = {
     "multipath_hash_policy": ("/proc/sys/net/ipv4/fib_multipath_hash_policy", 0),
     "forward_update_priority": ("/proc/sys/net/ipv4/ip_forward_update_priority", 1),
     "route_min_pmtu": ("/proc/sys/net/ipv4/route/min_pmtu", 552),
+    "ipv6_multipath_hash_policy": ("/proc/sys/net/ipv6/fib_multipath_hash_policy", 0),
     # br_netfilter's switches; the directory exists only with br_netfilter.
     "bridge_nf_call_iptables": ("/proc/sys/net/bridge/bridge-nf-call-iptables", 0),
     "bridge_nf_call_ip6tables": ("/proc/sys/net/bridge/bridge-nf-call-ip6tables", 0),
@@ -55,6 +58,17 @@ def _read_conf(dev: str) -> dict[str, int] | None:
     return values
 
 
+def _read_conf6(dev: str) -> tuple[bool, bool]:
+    """(IPv6 on, accepts redirects) for a device; both False where the
+    kernel keeps no IPv6 configuration for it."""
+    disabled = _read_int(f"{CONF6_ROOT}/{dev}/disable_ipv6")
+    forwarding = _read_int(f"{CONF6_ROOT}/{dev}/forwarding")
+    redirects = _read_int(f"{CONF6_ROOT}/{dev}/accept_redirects")
+    if disabled is None or forwarding is None or redirects is None:
+        return False, False
+    return not disabled, not forwarding and bool(redirects)
+
+
 def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
     """Effective IPv4 forwarding sysctls for (ifindex, name) pairs."""
     every = _read_conf("all")
@@ -68,6 +82,7 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
         dev = _read_conf(name)
         if dev is None:
             continue
+        ipv6, ipv6_redirects = _read_conf6(name)
         interfaces.append(InterfaceSysctls(
             ifindex=ifindex,
             forwarding=bool(dev["forwarding"]),
@@ -79,6 +94,8 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
             else bool(every["accept_redirects"] or dev["accept_redirects"]),
             ignore_routes_with_linkdown=bool(every["ignore_routes_with_linkdown"]
                                              or dev["ignore_routes_with_linkdown"]),
+            ipv6=ipv6,
+            ipv6_accept_redirects=ipv6_redirects,
         ))
     interfaces.sort(key=lambda s: s.ifindex)
     namespace = {}
@@ -90,6 +107,7 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
                    multipath_hash_policy=namespace["multipath_hash_policy"],
                    forward_update_priority=bool(namespace["forward_update_priority"]),
                    route_min_pmtu=namespace["route_min_pmtu"],
+                   ipv6_multipath_hash_policy=namespace["ipv6_multipath_hash_policy"],
                    bridge_nf_call_iptables=bool(namespace["bridge_nf_call_iptables"]),
                    bridge_nf_call_ip6tables=bool(namespace["bridge_nf_call_ip6tables"]),
                    bridge_nf_call_arptables=bool(namespace["bridge_nf_call_arptables"]),

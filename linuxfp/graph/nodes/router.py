@@ -1,12 +1,14 @@
-"""The router node (bpf_modules/router.h): IPv4 forwarding decided by the
-kernel's FIB, read live; it owns the local-source set and its prefilter."""
+"""The router node (bpf_modules/router.h): IPv4 and IPv6 forwarding decided
+by the kernel's FIB, read live; it owns the local-source set and its
+prefilter. Whether IPv6 may be routed at all is an interface fact
+(interfaces.ipv6_routing_blocker)."""
 from __future__ import annotations
 
 import socket
 
 from linuxfp.resources import modules_dir
 
-from ..interfaces import ARPHRD_ETHER, routing_blocker
+from ..interfaces import ARPHRD_ETHER, ipv6_routing_blocker, routing_blocker
 from ..tables import ARRAY, HASH, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
@@ -67,11 +69,15 @@ class Router(Node):
     def notes(self, snapshot) -> tuple[str, ...]:
         # (otherwise FIB answers are cached; the datapath checks
         # ip_forward_use_pmtu per packet, so that note may lag, the cache never)
+        notes = []
         if snapshot.sysctls.forward_use_pmtu:
-            return ("FIB answers not cached: ip_forward_use_pmtu=1 (learned path MTUs change with no "
-                    "generation the datapath can check)",)
-        why = fib_cache_off(snapshot)
-        return (f"FIB answers not cached: {why}",) if why else ()
+            notes.append("FIB answers not cached: ip_forward_use_pmtu=1 (learned path MTUs change with no "
+                         "generation the datapath can check)")
+        elif why := fib_cache_off(snapshot):
+            notes.append(f"FIB answers not cached: {why}")
+        if why := ipv6_routing_blocker(snapshot):
+            notes.append(f"IPv6 not routed: {why}")
+        return tuple(notes)
 
     def tables(self, snapshot) -> tuple[Table, ...]:
         local = local_source_addresses(snapshot)

@@ -13,7 +13,7 @@ from ..interfaces import mac_bytes
 from ..tables import ARRAY, HASH, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
-NEIGH, NEIGH_HINT, PEERS = "lfp_neigh", "lfp_neigh_hint", "lfp_peers"
+NEIGH, NEIGH6, NEIGH_HINT, PEERS = "lfp_neigh", "lfp_neigh6", "lfp_neigh_hint", "lfp_peers"
 _PEER_VALUE = struct.Struct("<6sHI")     # struct lfp_peer
 
 _NUD_CONFIRMED = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
@@ -36,13 +36,18 @@ class Transmit(Node):
         if self._neighbours_memo is not None and self._neighbours_memo[0] is neighbours:
             return self._neighbours_memo[1]
         states = neighbour_states(neighbours)
+        ipv4 = [n for n in states if ":" not in n.address]
+        ipv6 = [n for n in states if ":" in n.address]
         tables = (
             Table(NEIGH, self.name, 8, 1, frozenset((neigh_key(n.ifindex, n.address), bytes([n.state]))
-                                                    for n in states),
-                  kind=HASH, describe="next hops' neighbour states (1 confirmed, 2 stale, 3 probing)"),
-            hint_table(NEIGH_HINT, self.name, (n.ifindex ^ be32(n.address) for n in states
+                                                    for n in ipv4),
+                  kind=HASH, describe="IPv4 next hops' neighbour states (1 confirmed, 2 stale, 3 probing)"),
+            Table(NEIGH6, self.name, 20, 1, frozenset((neigh_key(n.ifindex, n.address), bytes([n.state]))
+                                                      for n in ipv6),
+                  kind=HASH, describe="IPv6 next hops' neighbour states (1 confirmed, 2 stale, 3 probing)"),
+            hint_table(NEIGH_HINT, self.name, (neigh_fold(n.ifindex, n.address) for n in states
                                                if n.state != NEIGH_CONFIRMED),
-                       "prefilter of lfp_neigh: next hops not confirmed"),
+                       "prefilter of lfp_neigh and lfp_neigh6: next hops not confirmed"),
         )
         self._neighbours_memo = (neighbours, tables)
         return tables
@@ -61,18 +66,31 @@ class Transmit(Node):
         # announces again must reset it even though our copy says STALE.
         from linuxfp.state import NeighbourUpdate
 
-        if table != NEIGH:
+        family = {NEIGH: socket.AF_INET, NEIGH6: socket.AF_INET6}.get(table)
+        if family is None:
             return frozenset()
         return frozenset(neigh_key(m.neighbour.ifindex, m.neighbour.dst) for m in messages
-                         if isinstance(m, NeighbourUpdate) and m.neighbour.family == 2)
+                         if isinstance(m, NeighbourUpdate) and m.neighbour.family == family)
 
 
 TRANSMIT = register(Transmit())
 
 
 def neigh_key(ifindex: int, address: str) -> bytes:
-    """struct lfp_neigh_key."""
+    """struct lfp_neigh_key, or struct lfp_neigh6_key for an IPv6 address."""
+    if ":" in address:
+        return u32(ifindex) + socket.inet_pton(socket.AF_INET6, address)
     return u32(ifindex) + socket.inet_aton(address)
+
+
+def neigh_fold(ifindex: int, address: str) -> int:
+    """lfp_neigh_fold() in transmit.h: what lfp_neigh_hint is keyed by."""
+    if ":" not in address:
+        return ifindex ^ be32(address)
+    folded = ifindex
+    for (word,) in struct.iter_unpack("<I", socket.inet_pton(socket.AF_INET6, address)):
+        folded ^= word
+    return folded
 
 
 # The egress's own qdisc does nothing a frame handed straight to the peer
@@ -101,7 +119,7 @@ def neighbour_states(neighbours) -> frozenset[NeighbourFacts]:
     """lfp_neigh entries: what the next packet to each next hop may do."""
     out = set()
     for n in neighbours:
-        if n.family != 2 or not n.lladdr:
+        if n.family not in (socket.AF_INET, socket.AF_INET6) or not n.lladdr:
             continue
         if n.state & _NUD_CONFIRMED:
             state = NEIGH_CONFIRMED
