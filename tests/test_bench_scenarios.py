@@ -84,6 +84,20 @@ def test_router(tmp_path, capsys):
         assert repetition["measurements"]["linux"]["kernel_forwarded"] > 0
 
 
+def test_router6(tmp_path, capsys):
+    result = bench("router6", tmp_path, capsys)
+    systems = {"linux", "linuxfp-xdp", "linuxfp-tc", "upper-bound", "reference"}
+    assert result["errors"] == {}
+    check_throughput(result, systems)
+    assert set(result["frame_sizes"]) == {"78"}      # quick: the small frames only
+    assert bytes.fromhex(result["method"]["sample_frame_78"])[12:14] == b"\x86\xdd"   # IPv6
+    # The fast path carried the IPv6 traffic; Linux forwarded it alone.
+    for repetition in result["repetitions"]:
+        for name in ("linuxfp-xdp", "linuxfp-tc", "upper-bound", "reference"):
+            assert repetition["measurements"][name]["kernel_forwarded"] == 0, name
+        assert repetition["measurements"]["linux"]["kernel_forwarded"] > 0
+
+
 def test_chain(tmp_path, capsys):
     result = bench("chain", tmp_path, capsys, as_json=False)
     assert result["errors"] == {}
@@ -224,7 +238,7 @@ def test_flannel(tmp_path, capsys):
 
 
 def test_every_scenario_is_tested():
-    tested = {"router", "chain", "response", "latency", "scale", "gateway", "rules", "bridge", "hooks", "breakdown",
+    tested = {"router", "router6", "chain", "response", "latency", "scale", "gateway", "rules", "bridge", "hooks", "breakdown",
               "watch", "flannel"}
     assert set(SCENARIOS) == tested
 

@@ -36,6 +36,7 @@ def _unsupported_scenario(name: str) -> Callable[[], Scenario]:
 # In the order; each loads lazily so `bench router` never imports the others.
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "router": _module_scenario("router"),
+    "router6": _module_scenario("router6"),
     "gateway": _module_scenario("gateway"),
     "rules": _module_scenario("rules"),
     "bridge": _module_scenario("bridge"),

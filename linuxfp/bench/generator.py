@@ -25,7 +25,7 @@ from linuxfp.datapath import (
 from linuxfp.lab.netns import entered
 
 from . import programs
-from .topology import SOURCE_POOL, Line
+from .topology import GEN_IP6, SOURCE_POOL, Line, routed_prefix6
 
 STOP_SIGNAL = signal.SIGUSR1
 SENT_TTL = 64
@@ -71,6 +71,13 @@ def _install_stop_handler() -> None:
         signal.signal(STOP_SIGNAL, lambda *_: None)
 
 
+def _ipv6_rodata(line: Line) -> dict:
+    """IPv6 frames (generator.c): from the generator's address to host 1 of
+    each routed_prefix6."""
+    first = ipaddress.ip_network(routed_prefix6(0)).network_address + 1
+    return {"gen_ipv6": 1, "gen_src6": ipaddress.IPv6Address(GEN_IP6).packed, "gen_dst6": first.packed}
+
+
 class Generator:
     """Loads the generator program once; `running()` pushes frames until the block ends."""
 
@@ -90,6 +97,7 @@ class Generator:
             "gen_ttl": SENT_TTL,
             "gen_dst_port": BENCH_UDP_PORT,
             "gen_src_pool": int(SOURCE_POOL.network_address),
+            **(_ipv6_rodata(line) if line.ipv6 else {}),
         })
         self._prog = self._obj.program("bench_generator")
         self._sent = self._obj.map("gen_sent")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from linuxfp.lab.counters import ip6_forw_datagrams
+
 from . import placement as cpu_placement
 from .accounting import CpuAccounting, CpuSample
 from .generator import FrameSpec, Generator
@@ -60,10 +62,14 @@ class Measurement:
 
 
 def ip_forwarded(line: Line) -> int:
-    """The DUT kernel's IpForwDatagrams (fast-pathed frames do not count)."""
+    """The DUT kernel's IpForwDatagrams, and Ip6OutForwDatagrams on a
+    dual-stack line (fast-pathed frames do not count)."""
     lines = [row.split() for row in line.dut.read_proc_net("snmp").splitlines() if row.startswith("Ip:")]
     header, values = lines[0], lines[1]
-    return int(values[header.index("ForwDatagrams")])
+    forwarded = int(values[header.index("ForwDatagrams")])
+    if line.ipv6:
+        forwarded += ip6_forw_datagrams(line.dut)
+    return forwarded
 
 
 def sink_bad(sink: SinkSample, expect: str) -> int:

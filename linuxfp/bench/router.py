@@ -120,7 +120,7 @@ def markdown(result: dict) -> str:
     return "".join(out)
 
 
-def _tables(data: dict, size: str, targets: dict = TARGETS) -> str:
+def _tables(data: dict, size: str, targets: dict = TARGETS, headline_size: str = "64") -> str:
     rows = []
     for name, s in data["systems"].items():
         rows.append([name, fmt_mpps(s["pps_median"]), f"{fmt_mpps(s['pps_min'])}–{fmt_mpps(s['pps_max'])}",
@@ -129,7 +129,7 @@ def _tables(data: dict, size: str, targets: dict = TARGETS) -> str:
     ratio_rows = []
     for key, spread in data["ratio_spread"].items():
         target = targets.get(key)
-        verdict = "" if target is None or size != "64" else (
+        verdict = "" if target is None or size != headline_size else (
             f"≥ {target:g}: {'met' if spread['median'] >= target else 'missed'}")
         ratio_rows.append([key, f"{spread['median']:.2f}", f"{spread['min']:.2f}–{spread['max']:.2f}",
                            str(spread["n"]), verdict])

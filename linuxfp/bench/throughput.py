@@ -79,13 +79,14 @@ def exclusive_machine() -> Iterator[None]:
 
 @contextlib.contextmanager
 def rig(prefixes: int = 50, configure: Callable[[Line], None] | None = None,
-        lab_prefix: str = "lfpb", bridged: bool = False) -> Iterator[Rig]:
+        lab_prefix: str = "lfpb", bridged: bool = False, ipv6: bool = False) -> Iterator[Rig]:
     """The measurement topology with everything attached; removed on exit.
-    bridged: the DUT is a Linux bridge rather than a router."""
+    bridged: the DUT is a Linux bridge rather than a router; ipv6: the
+    generator sends IPv6 across a dual-stack router."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(exclusive_machine())
         lab = stack.enter_context(Lab(lab_prefix))
-        line = build_line(lab, prefixes, bridged=bridged)
+        line = build_line(lab, prefixes, bridged=bridged, ipv6=ipv6)
         if configure:
             configure(line)
         placed = cpu_placement.configure(line)

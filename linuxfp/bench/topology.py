@@ -29,6 +29,10 @@ ROUTED_NET = ipaddress.ip_network("198.19.0.0/16")
 # (generator.c, traffic 3): no address of the line's, and rp_filter is off.
 SOURCE_POOL = ipaddress.ip_network("198.18.16.0/20")
 MAX_PREFIXES = 256
+# The dual-stack line (bench router6): the same roles in IPv6, prefix i
+# routed as 2001:db8:100:i::/64.
+GEN_IP6, DUT_IN_IP6 = "2001:db8:b::1", "2001:db8:b::2"
+DUT_OUT_IP6, SINK_IP6 = "2001:db8:c::1", "2001:db8:c::2"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Line:
     snk: Port        # the sink's veth, peer of dut_out
     prefixes: tuple[str, ...]
     bridged: bool = False
+    ipv6: bool = False      # dual stack: prefixes6 routed too
 
     @property
     def frame_dst_mac(self) -> str:
@@ -71,6 +76,10 @@ class Line:
         return str(network.network_address + host)
 
 
+def routed_prefix6(index: int) -> str:
+    return f"2001:db8:100:{index:x}::/64"
+
+
 def routed_prefixes(count: int) -> tuple[str, ...]:
     if not 1 <= count <= MAX_PREFIXES:
         raise ValueError(f"prefixes must be 1..{MAX_PREFIXES}, not {count}")
@@ -82,9 +91,10 @@ def _port(ns: Namespace, ifname: str, ip: str) -> Port:
     return Port(ns, ifname, int(shown["ifindex"]), shown["address"], ip)
 
 
-def build_line(lab: Lab, prefixes: int = 50, tag: str | None = None, bridged: bool = False) -> Line:
+def build_line(lab: Lab, prefixes: int = 50, tag: str | None = None, bridged: bool = False,
+               ipv6: bool = False) -> Line:
     """Create the namespaces, veths, addresses and routes (or the bridge);
-    the Lab removes them."""
+    the Lab removes them. ipv6: a dual-stack router (routed_prefix6 too)."""
     tag = tag or secrets.token_hex(2)
     names = {role: f"b{role}{tag}" for role in ("g", "i", "o", "s")}
     src, dut, sink = lab.namespace("bsrc"), lab.namespace("bdut"), lab.namespace("bsnk")
@@ -127,7 +137,29 @@ def build_line(lab: Lab, prefixes: int = 50, tag: str | None = None, bridged: bo
     dut.run(["ip", "neigh", "replace", GEN_IP, "lladdr", gen.mac, "dev", dut_in.ifname, "nud", "permanent"])
     src.run(["ip", "neigh", "replace", DUT_IN_IP, "lladdr", dut_in.mac, "dev", gen.ifname, "nud", "permanent"])
     sink.run(["ip", "neigh", "replace", DUT_OUT_IP, "lladdr", dut_out.mac, "dev", snk.ifname, "nud", "permanent"])
-    return Line(src, dut, sink, gen, dut_in, dut_out, snk, line_prefixes)
+    if ipv6:
+        _add_ipv6(src, dut, sink, gen, dut_in, dut_out, snk, len(line_prefixes))
+    return Line(src, dut, sink, gen, dut_in, dut_out, snk, line_prefixes, ipv6=ipv6)
+
+
+def _add_ipv6(src, dut, sink, gen: Port, dut_in: Port, dut_out: Port, snk: Port, prefixes: int) -> None:
+    """IPv6 beside IPv4 on the routed line: addresses, forwarding, the
+    prefixes via the sink, resolved neighbours."""
+    from linuxfp.lab.topology import IPV6_HOST_SYSCTLS, IPV6_INTERFACE_SYSCTLS
+
+    for port, address in ((gen, GEN_IP6), (dut_in, DUT_IN_IP6), (dut_out, DUT_OUT_IP6), (snk, SINK_IP6)):
+        for key, value in IPV6_HOST_SYSCTLS:
+            port.ns.sysctl(key, value)
+        for key, value in IPV6_INTERFACE_SYSCTLS:
+            port.ns.sysctl(key.format(ifname=port.ifname), value)
+        port.ns.run(["ip", "addr", "add", f"{address}/64", "dev", port.ifname])
+    dut.sysctl("net.ipv6.conf.all.forwarding", 1)
+    batch = "".join(f"route add {routed_prefix6(i)} via {SINK_IP6} dev {dut_out.ifname}\n" for i in range(prefixes))
+    dut.run(["ip", "-batch", "-"], input=batch)
+    dut.run(["ip", "neigh", "replace", SINK_IP6, "lladdr", snk.mac, "dev", dut_out.ifname, "nud", "permanent"])
+    dut.run(["ip", "neigh", "replace", GEN_IP6, "lladdr", gen.mac, "dev", dut_in.ifname, "nud", "permanent"])
+    src.run(["ip", "neigh", "replace", DUT_IN_IP6, "lladdr", dut_in.mac, "dev", gen.ifname, "nud", "permanent"])
+    sink.run(["ip", "neigh", "replace", DUT_OUT_IP6, "lladdr", dut_out.mac, "dev", snk.ifname, "nud", "permanent"])
 
 
 def _bridged_line(src: Namespace, dut: Namespace, sink: Namespace, names: dict, prefixes: tuple[str, ...]) -> Line:

@@ -5,6 +5,7 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/udp.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
@@ -12,6 +13,12 @@
 
 #ifndef AF_INET
 #define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#ifndef ETH_P_IPV6
+#define ETH_P_IPV6 0x86DD
 #endif
 
 /* Copying from a `volatile const` with memcpy drops the volatile and lets

@@ -33,6 +33,13 @@ struct {
 #define GEN_SOURCES 4096
 volatile const __u32 gen_src_pool;      /* host order: first of GEN_SOURCES sources */
 
+/* IPv6 frames instead (bench router6): the source, and the first
+ * destination whose second word counts the prefix (2001:db8:100:i::/64)
+ * and whose last word the host; the pool counts in the source's last word. */
+volatile const __u8 gen_ipv6;
+volatile const __u32 gen_src6[4];       /* network byte order */
+volatile const __u32 gen_dst6[4];       /* network byte order */
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -71,6 +78,33 @@ int bench_generator(struct xdp_md *ctx)
 
 	bench_copy_mac(eth->h_dest, gen_dst_mac);
 	bench_copy_mac(eth->h_source, gen_src_mac);
+	if (gen_ipv6) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		struct udphdr *udp6 = (void *)(ip6 + 1);
+		__u32 pool = mode == 3 ? (__u32)(round / GEN_HOSTS % GEN_SOURCES) : 0;
+
+		if ((void *)(udp6 + 1) > data_end)
+			return XDP_ABORTED;
+		eth->h_proto = bpf_htons(ETH_P_IPV6);
+		*(__be32 *)ip6 = bpf_htonl(0x60000000);
+		ip6->payload_len = bpf_htons((__u16)(data_end - (void *)udp6));
+		ip6->nexthdr = IPPROTO_UDP;
+		ip6->hop_limit = gen_ttl;
+		ip6->saddr.in6_u.u6_addr32[0] = gen_src6[0];
+		ip6->saddr.in6_u.u6_addr32[1] = gen_src6[1];
+		ip6->saddr.in6_u.u6_addr32[2] = gen_src6[2];
+		ip6->saddr.in6_u.u6_addr32[3] = bpf_htonl(bpf_ntohl(gen_src6[3]) + pool);
+		ip6->daddr.in6_u.u6_addr32[0] = gen_dst6[0];
+		ip6->daddr.in6_u.u6_addr32[1] = bpf_htonl(bpf_ntohl(gen_dst6[1]) + index);
+		ip6->daddr.in6_u.u6_addr32[2] = gen_dst6[2];
+		ip6->daddr.in6_u.u6_addr32[3] = bpf_htonl(bpf_ntohl(gen_dst6[3]) + host);
+		/* (no UDP checksum: forwarding reads none, the sink neither) */
+		udp6->source = bpf_htons(sport);
+		udp6->dest = bpf_htons(gen_dst_port);
+		udp6->len = ip6->payload_len;
+		udp6->check = 0;
+		return XDP_TX;
+	}
 	eth->h_proto = bpf_htons(ETH_P_IP);
 
 	ip->version = 4;

@@ -1,5 +1,5 @@
 /* Reference forwarder: the plain bpf_fib_lookup XDP router a user would write
- * by hand — parse Ethernet/IPv4, ask the kernel FIB, decrement TTL, rewrite
+ * by hand — parse Ethernet/IPv4 (or IPv6), ask the kernel FIB, decrement TTL, rewrite
  * MACs, redirect through a devmap; everything else to the kernel. */
 
 struct {
@@ -18,6 +18,34 @@ static __always_inline void ref_decrease_ttl(struct iphdr *ip)
 	ip->ttl--;
 }
 
+/* The same for IPv6: hop limit instead of TTL, no checksum. */
+static __always_inline int ref_forward6(struct xdp_md *ctx, struct ethhdr *eth)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	struct bpf_fib_lookup fib = {};
+	long rc;
+
+	if ((void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1)
+		return XDP_PASS;
+	fib.family = AF_INET6;
+	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+	fib.l4_protocol = ip6->nexthdr;
+	fib.tot_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, sizeof(fib.ipv6_src));
+	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, sizeof(fib.ipv6_dst));
+	fib.ifindex = ctx->ingress_ifindex;
+
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDP_PASS;
+
+	ip6->hop_limit--;
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	return bpf_redirect_map(&ref_egress, fib.ifindex, XDP_PASS);
+}
+
 SEC("xdp")
 int bench_reference(struct xdp_md *ctx)
 {
@@ -30,6 +58,8 @@ int bench_reference(struct xdp_md *ctx)
 
 	if ((void *)(ip + 1) > data_end)
 		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		return ref_forward6(ctx, eth);
 	if (eth->h_proto != bpf_htons(ETH_P_IP))
 		return XDP_PASS;
 	if (ip->ttl <= 1)

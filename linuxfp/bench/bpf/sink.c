@@ -107,6 +107,29 @@ static __always_inline int mac_is(const __u8 *mac, const volatile __u8 *want)
 	return same;
 }
 
+/* Benchmark frames over IPv6 (bench router6): UDP to sink_dst_port. */
+static __always_inline int count_ipv6(struct xdp_md *ctx, struct ethhdr *eth)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	struct udphdr *udp = (void *)(ip6 + 1);
+
+	if ((void *)(udp + 1) > data_end || ip6->nexthdr != IPPROTO_UDP || udp->dest != bpf_htons(sink_dst_port)) {
+		bench_count(&sink_counters, SINK_OTHER);
+		return XDP_PASS;
+	}
+	bench_count(&sink_counters, SINK_FRAMES);
+	if (!mac_is(eth->h_dest, sink_own_mac) || !mac_is(eth->h_source, sink_peer_mac))
+		bench_count(&sink_counters, SINK_BAD_MAC);
+	else if (ip6->hop_limit == (__u8)(sink_sent_ttl - 1))
+		bench_count(&sink_counters, SINK_GOOD);
+	else if (ip6->hop_limit == sink_sent_ttl)
+		bench_count(&sink_counters, SINK_TTL_UNCHANGED);
+	else
+		bench_count(&sink_counters, SINK_BAD_TTL);
+	return XDP_DROP;
+}
+
 SEC("xdp")
 int bench_sink(struct xdp_md *ctx)
 {
@@ -116,6 +139,8 @@ int bench_sink(struct xdp_md *ctx)
 	struct iphdr *ip = data + sizeof(*eth);
 	struct udphdr *udp = (void *)(ip + 1);
 
+	if ((void *)(eth + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IPV6))
+		return count_ipv6(ctx, eth);
 	if ((void *)(udp + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP) &&
 	    ip->ihl == 5 && ip->protocol == IPPROTO_UDP && udp->dest == bpf_htons(sink_probe_port)) {
 		record_probe(eth, ip);

@@ -1,0 +1,94 @@
+"""`linuxfp bench router6`: the virtual router forwarding IPv6 (issue 11).
+
+The router line of `bench router`, dual stack: 50 prefixes 2001:db8:100:i::/64
+routed via the sink, and the generator sending IPv6 UDP. Linux, LinuxFP (XDP
+and TC), the upper bound (MAC rewrite and redirect: no parsing, any family)
+and the reference forwarder (its IPv6 branch: the plain bpf_fib_lookup
+forwarder) measured in the same run, at 78 B (the smallest IPv6/UDP frame
+with a 12-byte payload) and 1518 B."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import throughput
+from .generator import FrameSpec
+from .machine import machine
+from .options import Options
+from .results import timestamp
+from .router import PAIRS, SYSTEM_NAMES, _tables
+from .router import plot as _plot_router
+from .systems import SYSTEMS
+
+FRAME_SIZES = (78, 1518)
+PREFIXES = 50
+# The issue's targets, as (ratio, minimum).
+TARGETS = {"linuxfp-xdp/linux": 2.0, "linuxfp-xdp/upper-bound": 0.70, "linuxfp-tc/linux": 1.5}
+HEADLINE = ("linuxfp-xdp/linux", "linuxfp-xdp/upper-bound", "linuxfp-xdp/reference", "linuxfp-tc/linux")
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    # (a quick run, which only proves the harness, measures the small frames)
+    sizes = FRAME_SIZES[:1] if options.quick else FRAME_SIZES
+    plan = throughput.Plan(
+        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
+        frame_sizes=sizes,
+        repetitions=options.reps(full=20),
+        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
+        retries=0 if options.quick else 1,
+        sentinel=SYSTEMS["upper-bound"],
+    )
+    with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix, ipv6=True) as rig:
+        throughput.progress(f"router6: {len(SYSTEM_NAMES)} systems x {len(sizes)} frame sizes "
+                            f"x {plan.repetitions} repetitions")
+        raw = throughput.run(rig, plan)
+        method = throughput.method(plan, rig.placement, PREFIXES)
+        method["sample_frame_78"] = rig.generator.sample_frame(FrameSpec(78)).hex()
+    by_size = {str(size): throughput.summarize(raw["repetitions"], size, SYSTEM_NAMES, PAIRS)
+               for size in sizes}
+    headline = by_size[str(FRAME_SIZES[0])]
+    return {
+        "scenario": "router6",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": method,
+        "systems": headline["systems"],
+        "ratios": headline["ratios"],
+        "ratio_spread": headline["ratio_spread"],
+        "regime": headline["regime"],
+        "frame_sizes": by_size,
+        "targets": TARGETS,
+        "errors": raw["errors"],
+        "repetitions": raw["repetitions"],
+    }
+
+
+def summary_line(result: dict) -> str:
+    parts = []
+    for size, data in result["frame_sizes"].items():
+        shown = ", ".join(f"{key} {data['ratios'][key]:.2f}" for key in HEADLINE if key in data["ratios"])
+        parts.append(f"{size} B: {shown or 'no valid ratios'}")
+    errors = f"; errors: {', '.join(result['errors'])}" if result["errors"] else ""
+    return "router6 " + " | ".join(parts) + errors
+
+
+def markdown(result: dict) -> str:
+    headline_size = str(FRAME_SIZES[0])
+    out = [f"# router6 benchmark (IPv6), {result['timestamp']}\n",
+           (f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
+            f"({result['machine']['cpu_model']}); {result['method']['repetitions']} repetitions"
+            f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity (DUT frames per DUT CPU-second).\n")]
+    for size, data in result["frame_sizes"].items():
+        out.append(f"\n## {size} B frames\n\nHeadline from the {data['regime']} placement "
+                   f"({data.get('repetitions_used', 0)} stable repetitions; "
+                   f"{data['unstable_repetitions']} unstable ones not used).\n\n")
+        out.append(_tables(data, size, TARGETS, headline_size))
+    if result["errors"]:
+        out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
+    return "".join(out)
+
+
+def plot(result: dict, path: Path, plt) -> None:
+    _plot_router(result, path, plt)
