@@ -245,6 +245,7 @@ struct net_device___lfp {
 #ifdef LFP_HOOK_TC
 struct sk_buff___lfp {
 	__u8 ip_summed:2;
+	__u8 l4_hash:1;
 	struct net_device___lfp *dev;
 } __attribute__((preserve_access_index));
 #else
@@ -290,6 +291,37 @@ static __always_inline int lfp_l4_csum_taken_as_verified(struct lfp_pkt *pkt)
 #else
 	(void)pkt;
 	return 0;
+#endif
+}
+
+/* Whether the skb carries a hash of its L4 flow (the NIC's RSS hash, a
+ * local socket's txhash), which fib_multipath_hash_policy=1 uses instead
+ * of hashing the headers. XDP: no skb yet (the controller keeps XDP off
+ * where that matters: router.py). */
+static __always_inline int lfp_has_l4_hash(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, l4_hash);
+#else
+	(void)pkt;
+	return 0;
+#endif
+}
+
+/* A header word at `word` changes from `from` to `to` after the fact: an
+ * skb whose checksum covers the packet (CHECKSUM_COMPLETE) must follow, or
+ * the receiver's verification fails (ip6_forward() would drop the
+ * checksum: skb_forward_csum()). XDP builds the skb afterwards. */
+static __always_inline void lfp_csum_changed(struct lfp_pkt *pkt, __be32 from, __be32 to)
+{
+#ifdef LFP_HOOK_TC
+	bpf_csum_update(pkt->ctx, bpf_csum_diff(&from, sizeof(from), &to, sizeof(to), 0));
+#else
+	(void)pkt;
+	(void)from;
+	(void)to;
 #endif
 }
 

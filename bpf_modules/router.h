@@ -55,9 +55,11 @@
 	X(IPV6_BRIDGED,           router, pass, "IPv6 routed from a bridge port (the bridge's IPv6 settings are not read)") \
 	X(IPV6_DISABLED,          router, pass, "IPv6 disabled on ingress (disable_ipv6)")  \
 	X(IPV6_PROXY_NDP,         router, pass, "proxy_ndp on: the kernel may answer for the destination") \
-	X(IPV6_NEXT_HEADER,       router, pass, "IPv6 extension header, or a protocol other than TCP, UDP, ICMPv6") \
+	X(IPV6_NEXT_HEADER,       router, pass, "IPv6 extension header, a protocol other than TCP, UDP, ICMPv6, or neighbour discovery") \
 	X(IPV6_EGRESS,            router, pass, "egress not fit for routed IPv6 (IPv6 off there, or it takes redirects)") \
-	X(FIB6_LOOKUP,            router, event, "IPv6 FIB looked up (the answer cache serves IPv4 only)")
+	X(FIB6_LOOKUP,            router, event, "IPv6 FIB looked up (the answer cache serves IPv4 only)") \
+	X(L4_HASH,                router, pass, "fib_multipath_hash_policy=1 would hash the skb's own L4 hash") \
+	X(IPV6_GSO_UNKNOWN,       router, pass, "IPv6 GSO packet of a kind whose segment length is not read")
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -189,18 +191,28 @@ static __always_inline __u8 lfp_tos2priority(__u8 tos)
 	return (run ^ (run >> 1)) << 1;
 }
 
+/* fib_multipath_hash_policy=1, read live: Linux then hashes an skb's L4
+ * hash where it has one (fib_multipath_hash(), rt6_multipath_hash()),
+ * which bpf_fib_lookup() does not see. */
+static __always_inline int lfp_multipath_hashes_l4(struct lfp_pkt *pkt)
+{
+	struct net___lfp_fib *net = lfp_kern_net(pkt);
+
+	return bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_policy) &&
+	       net->ipv4.sysctl_fib_multipath_hash_policy == 1;
+}
+
 /* --- IPv6 ------------------------------------------------------------------
  * ipv6_rcv(), ip6_route_input() and ip6_forward(), in their order. The
  * switches Linux reads there are read live from the kernel (CO-RE), so a
  * sysctl write applies to the next packet as it does in Linux: the ingress's
- * disable_ipv6 and force_forwarding, and the namespace's all/forwarding and
- * all/proxy_ndp. What Linux keeps only per route (PMTU exceptions, redirects)
+ * disable_ipv6, and the namespace's all/forwarding, all/proxy_ndp and
+ * multipath hash policy. What Linux keeps only per route (PMTU exceptions, redirects)
  * is left to bpf_fib_lookup(), or kept off by the controller (LFP_IF_IPV6,
  * LFP_IF_IPV6_TX: linuxfp/graph/nodes/router.py). */
 struct ipv6_devconf___lfp {
 	int disable_ipv6;
 	int forwarding;
-	int force_forwarding;
 	int proxy_ndp;
 } __attribute__((preserve_access_index));
 
@@ -208,7 +220,12 @@ struct inet6_dev___lfp {
 	struct ipv6_devconf___lfp cnf;
 } __attribute__((preserve_access_index));
 
+struct netns_sysctl_ipv6___lfp {
+	__u8 multipath_hash_policy;
+} __attribute__((preserve_access_index));
+
 struct netns_ipv6___lfp {
+	struct netns_sysctl_ipv6___lfp sysctl;
 	struct ipv6_devconf___lfp *devconf_all;
 } __attribute__((preserve_access_index));
 
@@ -228,17 +245,26 @@ struct net_device___lfp_ip6 {
 static __always_inline enum lfp_counter lfp_ipv6_ingress_refusal(struct lfp_pkt *pkt)
 {
 	struct net_device___lfp_ip6 *dev = lfp_kern_dev(pkt);
-	struct inet6_dev___lfp *idev = dev->ip6_ptr;
+	struct inet6_dev___lfp *idev;
 	struct ipv6_devconf___lfp *all;
 
+	/* (a kernel without IPv6 has neither field) */
+	if (!bpf_core_field_exists(dev->ip6_ptr) || !bpf_core_field_exists(dev->nd_net.net->ipv6))
+		return LFP_CNT_IPV6_DISABLED;
+	idev = dev->ip6_ptr;
 	if (!idev || idev->cnf.disable_ipv6)
 		return LFP_CNT_IPV6_DISABLED;
 	all = dev->nd_net.net->ipv6.devconf_all;
 	if (!all)
 		return LFP_CNT_IPV6_DISABLED;
-	/* (bpf_fib_lookup() checks the device's own forwarding besides) */
-	if (!all->forwarding &&
-	    !(bpf_core_field_exists(idev->cnf.force_forwarding) && idev->cnf.force_forwarding))
+	/* any hash policy but 0 reads what the lookup does not see (1: the
+	 * skb's L4 hash); the controller says so too, but polls the sysctl */
+	if (dev->nd_net.net->ipv6.sysctl.multipath_hash_policy)
+		return LFP_CNT_IPV6_OFF;
+	/* Linux also forwards from a device with force_forwarding, but then
+	 * looks routes up as a host does (RT6_LOOKUP_F_REACHABLE), which the
+	 * lookup does not; it checks the device's own forwarding besides. */
+	if (!all->forwarding)
 		return LFP_CNT_INGRESS_FWD_DISABLED;
 	if (all->proxy_ndp)
 		return LFP_CNT_IPV6_PROXY_NDP;
@@ -261,6 +287,32 @@ static __always_inline int lfp_ipv6_is_special(const __be32 *a)
 	if (scope == bpf_htonl(0xfe800000) || scope == bpf_htonl(0xfec00000))
 		return 1;
 	return a[0] == 0 && a[1] == 0 && (a[2] == 0 || a[2] == bpf_htonl(0x0000ffff));
+}
+
+/* The network length of a GSO packet's segments: 40 + the TCP header
+ * (with its options) or the UDP header + gso_size; 0 when unknown. */
+static __always_inline __u32 lfp_ipv6_gso_segment_len(struct lfp_pkt *pkt, struct ipv6hdr *ip6)
+{
+#ifdef LFP_HOOK_TC
+	__u32 l4 = 0;
+
+	if (ip6->nexthdr == IPPROTO_TCP) {
+		__u8 *doff = (__u8 *)(ip6 + 1) + 12;
+
+		if ((void *)(doff + 1) > pkt->data_end)
+			return 0;
+		l4 = (*doff >> 4) * 4;
+	} else if (ip6->nexthdr == IPPROTO_UDP) {
+		l4 = 8;
+	}
+	if (!l4)
+		return 0;
+	return sizeof(*ip6) + l4 + pkt->ctx->gso_size;
+#else
+	(void)pkt;
+	(void)ip6;
+	return 0;
+#endif
 }
 
 static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lfp_iface *in)
@@ -307,9 +359,13 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 
 		if ((void *)(icmp_type + 1) > pkt->data_end)
 			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
-		/* errors (types below 128): the multipath hash reads their inner header */
+		/* errors (types below 128): the multipath hash reads their inner
+		 * header; neighbour discovery (133-137): a bridge egress may
+		 * answer it itself (neigh_suppress) */
 		if (*icmp_type < 128)
 			return lfp_pass(pkt, LFP_CNT_ICMP_ERROR);
+		if (*icmp_type >= 133 && *icmp_type <= 137)
+			return lfp_pass(pkt, LFP_CNT_IPV6_NEXT_HEADER);
 	} else if (ip6->nexthdr == IPPROTO_TCP || ip6->nexthdr == IPPROTO_UDP) {
 		if (!lfp_fib_ports(pkt, &fib, ip6 + 1, ip6->nexthdr))
 			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
@@ -322,7 +378,17 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 	fib.family = AF_INET6;
 	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(LFP_IPV6_FLOWINFO_MASK);
 	fib.l4_protocol = ip6->nexthdr;
-	fib.tot_len = lfp_is_gso(pkt) ? 0 : sizeof(*ip6) + payload_len;
+	fib.tot_len = sizeof(*ip6) + payload_len;
+	if (lfp_is_gso(pkt)) {
+		/* ip6_forward() checks each segment against the egress's IPv6 MTU
+		 * (and the output path against a learned path MTU): the lookup
+		 * checks the longest segment's length the same way. */
+		__u32 segment = lfp_ipv6_gso_segment_len(pkt, ip6);
+
+		if (!segment)
+			return lfp_pass(pkt, LFP_CNT_IPV6_GSO_UNKNOWN);
+		fib.tot_len = segment;
+	}
 	__builtin_memcpy(fib.ipv6_src, ip6->saddr.in6_u.u6_addr32, sizeof(fib.ipv6_src));
 	__builtin_memcpy(fib.ipv6_dst, ip6->daddr.in6_u.u6_addr32, sizeof(fib.ipv6_dst));
 	fib.ifindex = pkt->l3_ifindex;
@@ -435,6 +501,9 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_ICMP_ERROR);
 	}
 
+	if (lfp_has_l4_hash(pkt) && lfp_multipath_hashes_l4(pkt))
+		return lfp_pass(pkt, LFP_CNT_L4_HASH);
+
 	if (lfp_is_gso(pkt)) {
 		/* A GSO super-packet (TSO from a local peer, GRO): Linux forwards it
 		 * if every segment fits (skb_gso_validate_network_len), checked
@@ -461,6 +530,9 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
 		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 			return lfp_pass(pkt, lfp_fib_reason(rc));
+		/* a route via an IPv6 gateway (RFC 5549) answers in IPv6 */
+		if (fib.family != AF_INET)
+			return lfp_pass(pkt, LFP_CNT_FIB_OTHER);
 		if (probe.slot) {
 			lfp_fib_remember(&probe, &fib, looked_up_len);
 			cached = probe.slot;

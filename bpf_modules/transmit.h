@@ -186,8 +186,15 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		lfp_set_priority(pkt, pkt->fwd.priority);
 	if (ip)
 		lfp_ipv4_decrease_ttl(ip);
-	if (ip6)
-		ip6->hop_limit--;       /* no header checksum in IPv6 */
+	if (ip6) {
+		/* no header checksum in IPv6; the skb's own sum at TC follows
+		 * (the aligned word holding payload length, next header, hop limit) */
+		__be32 *word = (__be32 *)ip6 + 1;
+		__be32 before = *word;
+
+		ip6->hop_limit--;
+		lfp_csum_changed(pkt, before, *word);
+	}
 	__builtin_memcpy(eth->h_dest, pkt->fwd.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, pkt->fwd.smac, ETH_ALEN);
 	lfp_count(lfp_transmit_into_peer(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac));

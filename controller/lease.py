@@ -218,6 +218,9 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         if "router" in node_watches else "none (not cached: the router's watch is not attached)",
         "nexthop objects, ignore_routes_with_linkdown (FIB answers not cached while in use)":
             "the response time (until the cache is off)",
+        "IPv6 forwarding switches (disable_ipv6, forwarding, proxy_ndp)": "none (read from the kernel per packet)",
+        "IPv6 route MTU metrics, redirects accepted, hash policy, ip6/inet tables":
+            "the response time (polled sysctls: <= 1 s; legacy ip6tables: the watch)",
         "facts derived from routes (local sources, route MTUs, multipath)":
             "the response time (a fresh read where a route's group is unknown)",
         "addresses, neighbours, links, sysctls with events, xfrm policies":

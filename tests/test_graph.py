@@ -286,3 +286,35 @@ def test_presentations():
     d = g.to_dict()
     assert d["pipelines"][0]["shape"] == "xdp:router+transmit" and "ifaces" in d
     assert {t["name"]: t["owner"] for t in d["tables"]}["lfp_neigh"] == "transmit"
+
+
+def test_ipv6_facts_follow_what_bpf_fib_lookup_cannot_see():
+    from linuxfp.graph.model import IF_IPV6, IF_IPV6_TX
+    from linuxfp.state.model import InterfaceSysctls
+    on = lambda i, **kw: replace(sysctl(i), ipv6=True, **kw)   # noqa: E731
+    snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(on(1), on(2), on(3, ipv6_accept_redirects=True))))
+    g = build_graph(snap)
+    assert facts(g, 2).flags & IF_IPV6 and facts(g, 2).flags & IF_IPV6_TX
+    assert not facts(g, 3).flags & IF_IPV6_TX          # takes redirects: exceptions with another gateway
+    assert facts(g, 2).fwd_len_cap6 == 0
+    capped = replace(snap, route_mtus6=(((10, 254, "2001:db8::/64", 0, 1024, "::/0"), 1000),))
+    assert facts(build_graph(capped), 2).fwd_len_cap6 == 1000      # no 1280 floor: the output path honours it
+    for rule in (Rule(family=10, priority=5, table=254, action="to_tbl", suppress_prefixlen=0),
+                 Rule(family=10, priority=5, table=100, action="to_tbl", fwmark=1),
+                 Rule(family=10, priority=5, table=100, action="to_tbl", uid_range=(1000, 2000))):
+        assert not facts(build_graph(replace(snap, rules=snap.rules + (rule,))), 2).flags & IF_IPV6, rule
+    hashed = replace(snap, sysctls=replace(snap.sysctls, ipv6_multipath_hash_policy=1))
+    assert not facts(build_graph(hashed), 2).flags & IF_IPV6
+    tables = replace(snap, netfilter=replace(snap.netfilter, active=True, tables=("nft:ip6 filter",)))
+    assert not facts(build_graph(tables), 2).flags & IF_IPV6
+    assert InterfaceSysctls(1, True, 0, False, True, False).ipv6 is False    # unread: off
+
+
+def test_multipath_l4_hash_policy_keeps_xdp_off():
+    from linuxfp.state.model import NextHop
+    snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=tuple(sysctl(i) for i in (1, 2, 3)),
+                                           multipath_hash_policy=1))
+    assert {p.shape.hook for p in build_graph(snap).pipelines} == {"xdp"}      # no multipath route
+    multi = replace(snap.routes[-1], nexthops=(NextHop("198.18.2.1", 3), NextHop("198.18.2.2", 3)))
+    g = build_graph(replace(snap, routes=snap.routes + (multi,)))
+    assert {p.shape.hook for p in g.pipelines} == {"tc"}

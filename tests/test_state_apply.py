@@ -299,3 +299,16 @@ def test_an_xfrm_state_the_kernel_would_not_tell_counts_as_policies():
     from linuxfp.state.model import XfrmState
 
     assert XfrmState(unreadable=True).active and not XfrmState().active
+
+
+def test_ipv6_route_mtus_are_kept_and_an_ambiguous_change_is_read_again():
+    from linuxfp.state.changes import Route6Mtu
+    snap = base_snapshot()
+    identity = (10, 254, "2001:db8:1::/64", 0, 1024, "::/0")
+    added = apply_messages(snap, [Route6Mtu(identity, 1400)])
+    assert added.route_mtus6 == ((identity, 1400),)
+    assert apply_messages(added, [Route6Mtu(identity, 1400)]) is added
+    assert apply_messages(snap, [Route6Mtu(identity, 0)]) is snap          # a route without a metric
+    for mtu in (0, 1300):    # removed or changed: an ECMP sibling may still hold a metric
+        with pytest.raises(ResyncRequired):
+            apply_messages(added, [Route6Mtu(identity, mtu)])

@@ -39,11 +39,13 @@ def unpack_iface(ifindex: int, raw: bytes) -> IfaceFacts:
 
 
 def forward_length_cap6(snapshot) -> int:
-    """The smallest IPv6 route MTU metric (0 when none): ip6_forward()
-    honours them, bpf_fib_lookup() only when locked, so longer packets go to
-    the kernel. No IPv6 MTU is below 1280."""
+    """The smallest IPv6 route MTU metric (0 when none): the output path
+    after ip6_forward() honours it (ip6_finish_output() fragments, i.e.
+    sends Packet Too Big, by the route's MTU, locked or not, and below
+    1280 too), bpf_fib_lookup() only when locked, so longer packets go to
+    the kernel."""
     mtus = [mtu for _identity, mtu in snapshot.route_mtus6]
-    return min(max(min(mtus), IPV6_MIN_MTU), 0xFFFF) if mtus else 0
+    return min(min(mtus), 0xFFFF) if mtus else 0
 
 
 def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_cap6: int = 0) -> IfaceFacts:
@@ -94,11 +96,15 @@ def ipv6_routing_blocker(snapshot) -> str | None:
     tables += [f"legacy:ip6 {t}" for t in nf.legacy_ip6_tables]
     if tables:
         why = f"netfilter has IPv6 tables ({', '.join(tables)}): the fast path evaluates iptables' IPv4 rules only"
-    elif sysctls.ipv6_multipath_hash_policy not in (0, 1):
-        why = (f"net.ipv6.fib_multipath_hash_policy={sysctls.ipv6_multipath_hash_policy} hashes fields "
-               "bpf_fib_lookup does not see")
+    elif sysctls.ipv6_multipath_hash_policy != 0:
+        why = (f"net.ipv6.fib_multipath_hash_policy={sysctls.ipv6_multipath_hash_policy} hashes what "
+               "bpf_fib_lookup does not see (policy 1: the skb's L4 hash where the NIC or a socket set one)")
     elif any(r.family == 10 and (r.fwmark or r.fwmask) for r in rules):
         why = "IPv6 policy rules match fwmark, which XDP cannot see (and TC sees only before netfilter sets it)"
+    elif any(r.family == 10 and (r.suppress_prefixlen != -1 or r.suppress_ifgroup != -1) for r in rules):
+        why = "IPv6 policy rules suppress answers (suppress_prefixlength/ifgroup), which bpf_fib_lookup ignores"
+    elif any(r.family == 10 and r.uid_range not in (None, (0, 0xFFFFFFFF)) for r in rules):
+        why = "IPv6 policy rules match a uid range (bpf_fib_lookup looks up as the namespace's uid 0)"
     _ipv6_memo[:] = [nf, sysctls, rules, why]
     return why
 

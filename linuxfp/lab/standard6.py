@@ -216,6 +216,7 @@ def standard6_steps() -> tuple[Step[Router], ...]:
         Step("route-multipath", lambda r: run(
             r, f"ip -6 route replace {_prefix(r, MULTIPATH)} nexthop via {sink_ip} nexthop via {lazy}")),
         Step("multipath-hash-l4", lambda r: run(r, "sysctl -qw net.ipv6.fib_multipath_hash_policy=1")),
+        Step("multipath-hash-l3", lambda r: run(r, "sysctl -qw net.ipv6.fib_multipath_hash_policy=0")),
         Step("policy-rule", lambda r: run(
             r,
             f"ip -6 route add unreachable {_prefix(r, POLICY)} table 100",

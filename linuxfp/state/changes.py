@@ -488,12 +488,15 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     for msg in messages:
         if type(msg) is Route6Mtu:
             known = dict(snapshot.route_mtus6) if route_mtus6 is None else route_mtus6
-            if known.get(msg.identity, 0) != msg.mtu:
+            held = known.get(msg.identity, 0)
+            if held and held != msg.mtu:
+                # Several routes can share an identity (ECMP siblings, an
+                # append on another device), each with its metrics: a
+                # removal or a change there is read again, never guessed.
+                raise ResyncRequired(f"IPv6 route {msg.identity[2]} with an MTU metric changed")
+            if msg.mtu and not held:
                 route_mtus6 = known
-                if msg.mtu:
-                    known[msg.identity] = msg.mtu
-                else:
-                    del known[msg.identity]
+                known[msg.identity] = msg.mtu
             continue
         if type(msg) is PlainRouteReplaced or type(msg) is PlainRouteRemoved:
             # A BGP burst is thousands of these, almost never about a kept

@@ -94,9 +94,12 @@ def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
 
 def dump_route_mtus6(sock: nl.NetlinkSocket) -> tuple[tuple[tuple, int], ...]:
     """Snapshot.route_mtus6: the IPv6 routes with an MTU metric."""
-    found = (decode.route6_mtu(msg.payload)
-             for msg in sock.dump(decode.RTM_GETROUTE, decode.route_dump_request(decode.AF_INET6)))
-    return tuple(sorted(entry for entry in found if entry is not None and entry[1]))
+    smallest: dict[tuple, int] = {}     # per identity (siblings share one)
+    for msg in sock.dump(decode.RTM_GETROUTE, decode.route_dump_request(decode.AF_INET6)):
+        entry = decode.route6_mtu(msg.payload)
+        if entry is not None and entry[1]:
+            smallest[entry[0]] = min(entry[1], smallest.get(entry[0], entry[1]))
+    return tuple(sorted(smallest.items()))
 
 
 def read_routes() -> tuple[Route, ...]:

@@ -62,8 +62,15 @@ class Router(Node):
         return routing_blocker(link, snapshot)
 
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
-        if hook == "xdp" and any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
+        if hook != "xdp":
+            return None
+        if any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
             return "policy rules match fwmark, which XDP cannot see"
+        if snapshot.sysctls.multipath_hash_policy == 1 and any(len(r.nexthops) > 1 or r.nh_id
+                                                                for r in snapshot.routes if r.family == 2):
+            # (TC reads the skb's l4_hash and passes such packets: router.h)
+            return ("fib_multipath_hash_policy=1 with multipath routes: Linux hashes the skb's L4 hash "
+                    "(the NIC's RSS hash, a socket's txhash), which XDP cannot see")
         return None
 
     def notes(self, snapshot) -> tuple[str, ...]:
