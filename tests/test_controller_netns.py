@@ -372,23 +372,18 @@ def test_iface_slots():
     assert iface_slots([700]) == 1024
 
 
-@pytest.mark.parametrize("egress_mtu", [1500, 1280])
-def test_tcp_bulk_transfer_through_tc_takes_the_fast_path(router_topology, ip_forw_datagrams, egress_mtu):
-    """A veth peer with TSO hands the DUT 64 KB GSO super-packets; Linux
-    forwards them when every segment fits the egress MTU, and so must TC.
-    With a smaller egress MTU the first segments are too big: the kernel
-    answers with "fragmentation needed", the sender lowers its MSS, and the
-    rest is fast-pathed."""
+def tcp_bulk_transfer(r, address: str, size: int = 4 << 20) -> None:
+    """`size` bytes over one TCP connection from src to a server in sink at
+    `address` (IPv4 or IPv6), all of which must arrive. The veths' TSO hands
+    the DUT GSO super-packets."""
     import socket as pysocket
     import threading
 
     from linuxfp.lab import entered
 
-    r = router_topology
-    r.dut.run(["ip", "link", "set", "to-sink", "mtu", str(egress_mtu)])
-    payload = b"x" * (4 << 20)
+    family = pysocket.AF_INET6 if ":" in address else pysocket.AF_INET
     with entered(r.sink):
-        server = pysocket.create_server((RouterTopology.SINK_IP, 5001))
+        server = pysocket.create_server((address, 5001), family=family)
     received = []
 
     def serve():
@@ -399,21 +394,58 @@ def test_tcp_bulk_transfer_through_tc_takes_the_fast_path(router_topology, ip_fo
                 total += len(chunk)
             received.append(total)
 
-    with ControllerProcess(r.dut.name, hook="tc"), server:
+    with server:
         thread = threading.Thread(target=serve)
         thread.start()
-        before = ip_forw_datagrams(r.dut)
         with entered(r.src):
-            client = pysocket.create_connection((RouterTopology.SINK_IP, 5001))
+            client = pysocket.create_connection((address, 5001))
         with client:
-            client.sendall(payload)
+            client.sendall(b"x" * size)
         thread.join(30)
-        assert received == [len(payload)]
+    assert received == [size]
+
+
+@pytest.mark.parametrize("egress_mtu", [1500, 1280])
+def test_tcp_bulk_transfer_through_tc_takes_the_fast_path(router_topology, ip_forw_datagrams, egress_mtu):
+    """A veth peer with TSO hands the DUT 64 KB GSO super-packets; Linux
+    forwards them when every segment fits the egress MTU, and so must TC.
+    With a smaller egress MTU the first segments are too big: the kernel
+    answers with "fragmentation needed", the sender lowers its MSS, and the
+    rest is fast-pathed."""
+    r = router_topology
+    r.dut.run(["ip", "link", "set", "to-sink", "mtu", str(egress_mtu)])
+    with ControllerProcess(r.dut.name, hook="tc"):
+        before = ip_forw_datagrams(r.dut)
+        tcp_bulk_transfer(r, RouterTopology.SINK_IP)
         fast = fast_path_count(r)
         kernel = ip_forw_datagrams(r.dut) - before
         assert fast > 0 and fast > kernel, (fast, kernel)
         passed = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]["router"]["passed"]
         assert (passed.get("fib_frag_needed", 0) > 0) == (egress_mtu < 1500)
+
+
+@pytest.mark.parametrize("smaller", [None, "link", "mtu6"])
+def test_ipv6_tcp_bulk_transfer_through_tc_takes_the_fast_path(lab, smaller):
+    """IPv6 over TC: the sender's GSO super-packets are forwarded when every
+    segment fits what ip6_forward() checks — the egress's IPv6 MTU, which
+    `net.ipv6.conf.DEV.mtu` may set below the link's — and otherwise left to
+    the kernel, which answers "packet too big"; the sender lowers its MSS and
+    the rest is fast-pathed."""
+    from linuxfp.lab.counters import ip6_forw_datagrams
+
+    r = RouterTopology(prefixes=8, ipv6=True)(lab)
+    if smaller == "link":
+        r.dut.run(["ip", "link", "set", "to-sink", "mtu", "1280"])
+    elif smaller == "mtu6":
+        r.dut.sysctl("net/ipv6/conf/to-sink/mtu", 1280)
+    with ControllerProcess(r.dut.name, hook="tc"):
+        before = ip6_forw_datagrams(r.dut)
+        tcp_bulk_transfer(r, RouterTopology.SINK_IP6)
+        fast = fast_path_count(r)
+        kernel = ip6_forw_datagrams(r.dut) - before
+        assert fast > 0 and fast > kernel, (fast, kernel)
+        passed = {i["ifname"]: i for i in stats(r)["interfaces"]}["to-src"]["nodes"]["router"]["passed"]
+        assert (passed.get("fib_frag_needed", 0) > 0) == (smaller is not None), passed
 
 
 def test_one_controller_per_namespace(router_topology):

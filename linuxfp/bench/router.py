@@ -38,34 +38,26 @@ TRAFFIC_TARGETS = {"destinations": {"linuxfp-xdp/upper-bound": 0.8, "linuxfp-xdp
 HEADLINE = ("linuxfp-xdp/linux", "linuxfp-xdp/upper-bound", "linuxfp-xdp/reference")
 
 
-def run(options: Options) -> dict:
-    started = timestamp()
-    plan = throughput.Plan(
+def plan(options: Options, frame_sizes: tuple[int, ...]) -> throughput.Plan:
+    """The five systems at `frame_sizes` (router and router6)."""
+    return throughput.Plan(
         systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
-        frame_sizes=FRAME_SIZES,
+        frame_sizes=frame_sizes,
         repetitions=options.reps(full=20),
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
         retries=0 if options.quick else 1,
         sentinel=SYSTEMS["upper-bound"],
     )
-    with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
-        throughput.progress(f"router: {len(SYSTEM_NAMES)} systems x {len(FRAME_SIZES)} frame sizes "
-                            f"x {plan.repetitions} repetitions")
-        raw = throughput.run(rig, plan)
-        method = throughput.method(plan, rig.placement, PREFIXES)
-        method["sample_frame_64"] = rig.generator.sample_frame(FrameSpec(64)).hex()
-        traffic_plan = replace(plan, systems=tuple(SYSTEMS[name] for name in TRAFFIC_SYSTEMS), frame_sizes=(64,))
-        traffic_raw = {}
-        for name, label in TRAFFIC_ROWS.items():
-            throughput.progress(f"router: 64 B, {label}")
-            rig.generator.set_traffic(name)
-            traffic_raw[name] = throughput.run(rig, traffic_plan)
-        rig.generator.set_traffic("steady")
+
+
+def result(scenario: str, options: Options, started: str, method: dict, raw: dict,
+           frame_sizes: tuple[int, ...], targets: dict) -> dict:
+    """The results file of a router run: the first frame size is the headline."""
     by_size = {str(size): throughput.summarize(raw["repetitions"], size, SYSTEM_NAMES, PAIRS)
-               for size in FRAME_SIZES}
-    headline = by_size[str(FRAME_SIZES[0])]
+               for size in frame_sizes}
+    headline = by_size[str(frame_sizes[0])]
     return {
-        "scenario": "router",
+        "scenario": scenario,
         "supported": True,
         "quick": options.quick,
         "timestamp": started,
@@ -76,14 +68,34 @@ def run(options: Options) -> dict:
         "ratio_spread": headline["ratio_spread"],
         "regime": headline["regime"],
         "frame_sizes": by_size,
-        "traffic": {name: {"label": TRAFFIC_ROWS[name], "targets": TRAFFIC_TARGETS[name],
-                           **throughput.summarize(r["repetitions"], 64, TRAFFIC_SYSTEMS, TRAFFIC_PAIRS)}
-                    for name, r in traffic_raw.items()},
-        "targets": TARGETS,
-        "errors": {**raw["errors"], **{f"{name}: {k}": v for name, r in traffic_raw.items()
-                                       for k, v in r["errors"].items()}},
+        "targets": targets,
+        "errors": dict(raw["errors"]),
         "repetitions": raw["repetitions"],
     }
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    steady = plan(options, FRAME_SIZES)
+    with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix) as rig:
+        throughput.progress(f"router: {len(SYSTEM_NAMES)} systems x {len(FRAME_SIZES)} frame sizes "
+                            f"x {steady.repetitions} repetitions")
+        raw = throughput.run(rig, steady)
+        method = throughput.method(steady, rig.placement, PREFIXES)
+        method["sample_frame_64"] = rig.generator.sample_frame(FrameSpec(64)).hex()
+        traffic_plan = replace(steady, systems=tuple(SYSTEMS[name] for name in TRAFFIC_SYSTEMS), frame_sizes=(64,))
+        traffic_raw = {}
+        for name, label in TRAFFIC_ROWS.items():
+            throughput.progress(f"router: 64 B, {label}")
+            rig.generator.set_traffic(name)
+            traffic_raw[name] = throughput.run(rig, traffic_plan)
+        rig.generator.set_traffic("steady")
+    out = result("router", options, started, method, raw, FRAME_SIZES, TARGETS)
+    out["traffic"] = {name: {"label": TRAFFIC_ROWS[name], "targets": TRAFFIC_TARGETS[name],
+                             **throughput.summarize(r["repetitions"], 64, TRAFFIC_SYSTEMS, TRAFFIC_PAIRS)}
+                      for name, r in traffic_raw.items()}
+    out["errors"].update({f"{name}: {k}": v for name, r in traffic_raw.items() for k, v in r["errors"].items()})
+    return out
 
 
 def summary_line(result: dict) -> str:
@@ -151,7 +163,7 @@ def plot(result: dict, path: Path, plt) -> None:
         axis.bar(names, medians, yerr=[low, high], capsize=4, color=colors)
         for x, value in enumerate(medians):
             axis.text(x, value, f"{value:.2f}", ha="center", va="bottom", fontsize=8)
-        axis.set_title(f"router, {size} B frames ({result['frame_sizes'][size]['regime']} placement)")
+        axis.set_title(f"{result['scenario']}, {size} B frames ({result['frame_sizes'][size]['regime']} placement)")
         axis.set_ylabel("DUT capacity (Mpps)")
         axis.tick_params(axis="x", rotation=20)
     fig.tight_layout()

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import throughput
+from . import router, throughput
 from .generator import FrameSpec
-from .machine import machine
 from .options import Options
 from .results import timestamp
-from .router import PAIRS, SYSTEM_NAMES, _tables
-from .router import plot as _plot_router
-from .systems import SYSTEMS
+from .router import SYSTEM_NAMES, _tables
 
 FRAME_SIZES = (78, 1518)
 PREFIXES = 50
@@ -30,39 +27,14 @@ def run(options: Options) -> dict:
     started = timestamp()
     # (a quick run, which only proves the harness, measures the small frames)
     sizes = FRAME_SIZES[:1] if options.quick else FRAME_SIZES
-    plan = throughput.Plan(
-        systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
-        frame_sizes=sizes,
-        repetitions=options.reps(full=20),
-        window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
-        retries=0 if options.quick else 1,
-        sentinel=SYSTEMS["upper-bound"],
-    )
+    steady = router.plan(options, sizes)
     with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix, ipv6=True) as rig:
         throughput.progress(f"router6: {len(SYSTEM_NAMES)} systems x {len(sizes)} frame sizes "
-                            f"x {plan.repetitions} repetitions")
-        raw = throughput.run(rig, plan)
-        method = throughput.method(plan, rig.placement, PREFIXES)
+                            f"x {steady.repetitions} repetitions")
+        raw = throughput.run(rig, steady)
+        method = throughput.method(steady, rig.placement, PREFIXES)
         method["sample_frame_78"] = rig.generator.sample_frame(FrameSpec(78)).hex()
-    by_size = {str(size): throughput.summarize(raw["repetitions"], size, SYSTEM_NAMES, PAIRS)
-               for size in sizes}
-    headline = by_size[str(FRAME_SIZES[0])]
-    return {
-        "scenario": "router6",
-        "supported": True,
-        "quick": options.quick,
-        "timestamp": started,
-        "machine": machine(),
-        "method": method,
-        "systems": headline["systems"],
-        "ratios": headline["ratios"],
-        "ratio_spread": headline["ratio_spread"],
-        "regime": headline["regime"],
-        "frame_sizes": by_size,
-        "targets": TARGETS,
-        "errors": raw["errors"],
-        "repetitions": raw["repetitions"],
-    }
+    return router.result("router6", options, started, method, raw, sizes, TARGETS)
 
 
 def summary_line(result: dict) -> str:
@@ -91,4 +63,4 @@ def markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: Path, plt) -> None:
-    _plot_router(result, path, plt)
+    router.plot(result, path, plt)
