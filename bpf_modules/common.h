@@ -105,8 +105,8 @@ struct lfp_iface {
 	 * Only egresses a TC redirect alone reaches carry one. */
 	__u16 tx_len_cap;
 	/* Longest IPv6 packet the fast path may forward from this ingress, 0
-	 * for no cap: ip6_forward() honours route MTU metrics that
-	 * bpf_fib_lookup() ignores unless they are locked. */
+	 * for no cap: the output path after ip6_forward() fragments by route
+	 * MTU metrics that bpf_fib_lookup() ignores unless they are locked. */
 	__u16 fwd_len_cap6;
 };
 
@@ -310,7 +310,7 @@ static __always_inline int lfp_has_l4_hash(struct lfp_pkt *pkt)
 #endif
 }
 
-/* A header word at `word` changes from `from` to `to` after the fact: an
+/* A 32-bit word of the network header changed from `from` to `to`: an
  * skb whose checksum covers the packet (CHECKSUM_COMPLETE) must follow, or
  * the receiver's verification fails (ip6_forward() would drop the
  * checksum: skb_forward_csum()). XDP builds the skb afterwards. */

@@ -342,6 +342,10 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 	 * segment.) */
 	if (pkt->len != sizeof(struct ethhdr) + sizeof(*ip6) + payload_len && !lfp_is_gso(pkt))
 		return lfp_pass(pkt, LFP_CNT_IP_LENGTH_MISMATCH);
+	/* the lookup's length is 16 bits: a packet past 65535 bytes (a device
+	 * MTU that large) is measured by the kernel */
+	if (sizeof(*ip6) + payload_len > 0xffff)
+		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
 	if (lfp_ipv6_is_multicast(ip6->daddr.in6_u.u6_addr32))
 		return lfp_pass(pkt, LFP_CNT_FIB_NOT_FORWARDED);
 	if (lfp_ipv6_is_multicast(ip6->saddr.in6_u.u6_addr32) || lfp_ipv6_is_special(ip6->saddr.in6_u.u6_addr32) ||
