@@ -52,7 +52,6 @@
 	X(FIB_CACHE_MISS,         router, event, "FIB looked up: no valid cached answer")    \
 	X(FIB_CACHE_OFF,          router, event, "FIB looked up: nothing may be cached (ip_forward_use_pmtu or fib_multipath_use_neigh set, no neighbour watch, or the controller says so: linuxfp graph)") \
 	X(IPV6_OFF,               router, pass, "IPv6 not routed by the fast path here (linuxfp graph says why)") \
-	X(IPV6_BRIDGED,           router, pass, "IPv6 routed from a bridge port (the bridge's IPv6 settings are not read)") \
 	X(IPV6_DISABLED,          router, pass, "IPv6 disabled on ingress (disable_ipv6)")  \
 	X(IPV6_PROXY_NDP,         router, pass, "proxy_ndp on: the kernel may answer for the destination") \
 	X(IPV6_NEXT_HEADER,       router, pass, "IPv6 extension header, a protocol other than TCP, UDP, ICMPv6, or neighbour discovery") \
@@ -206,8 +205,8 @@ static __always_inline int lfp_multipath_hashes_l4(struct lfp_pkt *pkt)
  * ipv6_rcv(), ip6_route_input() and ip6_forward(), in their order. The
  * switches Linux reads there are read live from the kernel (CO-RE), so a
  * sysctl write applies to the next packet as it does in Linux: the ingress's
- * disable_ipv6, and the namespace's all/forwarding, all/proxy_ndp and
- * multipath hash policy. What Linux keeps only per route (PMTU exceptions, redirects)
+ * disable_ipv6 (or, for a packet a bridge handed up, the bridge's), and the
+ * namespace's all/forwarding, all/proxy_ndp and multipath hash policy. What Linux keeps only per route (PMTU exceptions, redirects)
  * is left to bpf_fib_lookup(), or kept off by the controller (LFP_IF_IPV6,
  * LFP_IF_IPV6_TX: linuxfp/graph/nodes/router.py). */
 struct ipv6_devconf___lfp {
@@ -238,21 +237,45 @@ struct net_device___lfp_ip6 {
 	struct {
 		struct net___lfp_ip6 *net;
 	} nd_net;
+	void *rx_handler_data;  /* a bridge port's: its struct net_bridge_port */
 } __attribute__((preserve_access_index));
+
+struct net_bridge___lfp_ip6 {
+	struct net_device___lfp_ip6 *dev;
+} __attribute__((preserve_access_index));
+
+struct net_bridge_port___lfp_ip6 {
+	struct net_bridge___lfp_ip6 *br;
+} __attribute__((preserve_access_index));
+
+/* Whether IPv6 is off on the device IP sees the packet arrive on: the
+ * ingress itself, or the bridge a port handed it up to (bridge.h), reached
+ * through the port's rx_handler_data (untyped: read with probes). */
+static __always_inline int lfp_ipv6_off_on_l3(struct lfp_pkt *pkt, struct net_device___lfp_ip6 *dev)
+{
+	struct net_bridge_port___lfp_ip6 *port;
+	struct inet6_dev___lfp *idev;
+
+	if (pkt->l3_ifindex == pkt->ingress_ifindex) {
+		idev = dev->ip6_ptr;
+		return !idev || idev->cnf.disable_ipv6;
+	}
+	port = BPF_CORE_READ(dev, rx_handler_data);
+	idev = BPF_CORE_READ(port, br, dev, ip6_ptr);
+	return !idev || BPF_CORE_READ(idev, cnf.disable_ipv6);
+}
 
 /* LFP_CNT_MAX, or why ipv6_rcv() / ip6_forward() would not forward from
  * the device the packet arrived on. */
 static __always_inline enum lfp_counter lfp_ipv6_ingress_refusal(struct lfp_pkt *pkt)
 {
 	struct net_device___lfp_ip6 *dev = lfp_kern_dev(pkt);
-	struct inet6_dev___lfp *idev;
 	struct ipv6_devconf___lfp *all;
 
 	/* (a kernel without IPv6 has neither field) */
 	if (!bpf_core_field_exists(dev->ip6_ptr) || !bpf_core_field_exists(dev->nd_net.net->ipv6))
 		return LFP_CNT_IPV6_DISABLED;
-	idev = dev->ip6_ptr;
-	if (!idev || idev->cnf.disable_ipv6)
+	if (lfp_ipv6_off_on_l3(pkt, dev))
 		return LFP_CNT_IPV6_DISABLED;
 	all = dev->nd_net.net->ipv6.devconf_all;
 	if (!all)
@@ -326,8 +349,6 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 
 	if (!(in->flags & LFP_IF_IPV6))
 		return lfp_pass(pkt, LFP_CNT_IPV6_OFF);
-	if (pkt->l3_ifindex != pkt->ingress_ifindex)
-		return lfp_pass(pkt, LFP_CNT_IPV6_BRIDGED);
 	ip6 = lfp_ipv6(pkt);
 	if (!ip6)
 		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);

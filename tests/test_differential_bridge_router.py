@@ -106,3 +106,27 @@ def test_bridge_and_router_forward_as_linux(require_root, hook, source):
         for reason in ("fib_not_forwarded", "hairpin", "br_dest_unknown", "br_port_not_forwarding", "filter_kernel"):
             assert passed.get(reason), (reason, passed)
     assert dropped.get("filter_dropped"), dropped
+
+
+def _bridge_ipv6_off(topology) -> None:
+    topology.dut.run(["sysctl", "-qw", f"net.ipv6.conf.{BRIDGE}.disable_ipv6=1"])
+
+
+@pytest.mark.parametrize("hook,source", [("xdp", "a"), ("tc", "u")])
+def test_bridge_and_router_forward_ipv6_as_linux(require_root, hook, source):
+    """IPv6 handed up by the bridge is routed with the bridge's own IPv6
+    switch read live (through the port), and routed IPv6 leaves through the
+    port the FDB names; IPv6 turned off on the bridge is the kernel's at once."""
+    from linuxfp.lab.bridged import routed_frames6
+
+    seen: list[Counting] = []
+    topology = BridgeTopology(tool="ip", uplink=True, ipv6=True, inject_from=source, containers=hook == "tc")
+    steps = (Step("learned", _run()), Step("again", _run()), Step("bridge-ipv6-off", _bridge_ipv6_off))
+    report = run_differential(topology, steps, counting(seen, hook, _warm_up), routed_frames6, prefix="lfp-brr6")
+    assert report.ok, report.render()
+    stats = seen[0].stats[-1]
+    fast = sum(i["fast_path"] for i in stats["interfaces"])
+    assert fast >= 20, (fast, reasons(stats, ("passed",)))
+    kernel = sum(o.forwarded_by_kernel for o in report.kernel[:2])
+    accelerated = sum(o.forwarded_by_kernel for o in report.accelerated[:2])
+    assert accelerated < kernel / 2, (accelerated, kernel)

@@ -28,7 +28,8 @@ from .frames import (
     with_bad_ip_checksum,
 )
 from .netns import Lab
-from .topology import LAB_INTERFACE_SYSCTLS, LinkSpec, Topology, TopologySpec, build, read_interfaces
+from .topology import (IPV6_INTERFACE_SYSCTLS, LAB_INTERFACE_SYSCTLS, LinkSpec, Topology, TopologySpec, build,
+                       ipv6_sysctls, read_interfaces)
 
 HOSTS = ("a", "b", "c")
 BRIDGE = "br0"
@@ -39,6 +40,13 @@ NEW_MAC = "02:00:00:00:77:77"
 C_MTU = 1400
 UPLINK = "u"
 UPLINK_IP, UPLINK_DUT_IP = "198.18.11.1", "198.18.11.254"
+# With ipv6 (and uplink): the DUT routes IPv6 too — the bridge's address,
+# its uplink, what lies beyond u, and addresses on the bridge whose
+# permanent neighbours are the hosts' MACs (the hosts keep IPv6 off and drop
+# what reaches them silently; no neighbour discovery at all).
+BRIDGE_IP6, UPLINK_IP6, UPLINK_DUT_IP6 = "2001:db8:10::fe", "2001:db8:11::1", "2001:db8:11::fe"
+BEYOND_UPLINK6 = "2001:db8:12::"
+ON_BRIDGE6 = {h: f"2001:db8:10::1{i + 1:02x}" for i, h in enumerate(HOSTS)}
 
 
 def host_ip(host: str) -> str:
@@ -76,6 +84,7 @@ class BridgeTopology:
     uplink: bool = False
     inject_from: str = "a"
     containers: bool = False    # a, b, c keep veth defaults, as pods do (see TopologySpec.containers)
+    ipv6: bool = False          # with uplink: the DUT routes IPv6 as well (BRIDGE_IP6, ...)
 
     def commands(self) -> list[list[str]]:
         """What the operator runs in the DUT to make the bridge."""
@@ -111,6 +120,11 @@ class BridgeTopology:
             # rate-limited by time: two runs would differ by when they ran.
             sysctls = (("dut", "net.ipv4.ip_forward", 1), ("dut", "net.ipv4.conf.all.send_redirects", 0),
                        ("dut", "net.ipv4.conf.default.send_redirects", 0))
+        if self.ipv6:
+            if not self.uplink:
+                raise ValueError("BridgeTopology(ipv6=True) routes IPv6: it needs uplink=True")
+            addresses += (("dut", f"to-{UPLINK}", f"{UPLINK_DUT_IP6}/64"),)
+            sysctls += ipv6_sysctls("dut", (f"to-{UPLINK}",))
         if self.inject_from not in hosts or self.inject_from == "dut":
             raise ValueError(f"frames cannot enter at {self.inject_from!r}")
         return TopologySpec(hosts=hosts, links=links, dut="dut", inject=(self.inject_from, "to-dut"),
@@ -125,6 +139,14 @@ class BridgeTopology:
         # lab's too (no re-probing at times that depend on a run's speed).
         for key, value in LAB_INTERFACE_SYSCTLS:
             built.dut.sysctl(key.format(ifname=BRIDGE), value)
+        if self.ipv6:
+            for key, value in IPV6_INTERFACE_SYSCTLS:
+                built.dut.sysctl(key.format(ifname=BRIDGE), value)
+            built.dut.run(["ip", "address", "add", f"{BRIDGE_IP6}/64", "dev", BRIDGE])
+            # (after the bridge exists: the write reaches every device)
+            built.dut.sysctl("net.ipv6.conf.all.forwarding", 1)
+            for cmd in _uplink_commands6(built):
+                built.dut.run(cmd)
         built.wait_links_settled()
         # The bridge learns every host (and every host its neighbours):
         # the same FDB in every build.
@@ -203,6 +225,39 @@ def _uplink_commands(topology: Topology) -> list[list[str]]:
     return cmds
 
 
+def _uplink_commands6(topology: Topology) -> list[list[str]]:
+    """IPv6 of an uplinked lab: the route beyond u, and permanent neighbours
+    (u, and ON_BRIDGE6 on the bridge)."""
+    cmds = [["ip", "-6", "route", "add", f"{BEYOND_UPLINK6}/64", "via", UPLINK_IP6]]
+    cmds.append(["ip", "-6", "neigh", "replace", UPLINK_IP6, "lladdr", topology.iface(UPLINK, "to-dut").mac,
+                 "dev", f"to-{UPLINK}", "nud", "permanent"])
+    cmds += [["ip", "-6", "neigh", "replace", address, "lladdr", topology.iface(h, "to-dut").mac, "dev", BRIDGE,
+              "nud", "permanent"] for h, address in ON_BRIDGE6.items()]
+    return cmds
+
+
+def routed_frames6(topology: Bridged, step: int = 0) -> list[bytes]:
+    """IPv6 across the bridge and the router (BridgeTopology(ipv6=True)):
+    from a host to the bridge's MAC and beyond u, or from u to addresses on
+    the bridge, out of the port its FDB names."""
+    source = topology.spec.inject[0]
+    mac, dut_mac, _, _ = routed_ends(topology)
+    if source == UPLINK:
+        ip, targets = "2001:db8:11::1", list(ON_BRIDGE6.values())
+    else:
+        ip, targets = f"2001:db8:10::{HOSTS.index(source) + 1}", [f"{BEYOND_UPLINK6}{n}" for n in (1, 2, 3)]
+    out = [ipv6_udp_frame(mac, dut_mac, ip, target, sport=41000 + n, size=80 + 400 * n)
+           for n, target in enumerate(targets)]
+    out.append(ipv6_udp_frame(mac, dut_mac, ip, targets[0], sport=43000, hop_limit=1))
+    if source != UPLINK:
+        out.append(ipv6_udp_frame(mac, dut_mac, ip, BRIDGE_IP6, sport=40100))           # local
+        out.append(ipv6_udp_frame(mac, dut_mac, ip, ON_BRIDGE6["b"], sport=40101))      # back out of br0
+    # a steady flow: after the first, these take the fast path
+    out.extend(ipv6_udp_frame(mac, dut_mac, ip, targets[1], sport=47000, payload=bytes([n]) * 32)
+               for n in range(16))
+    return out
+
+
 def routed_ends(topology: Bridged) -> tuple[str, str, str, list[str]]:
     """Where routed frames start (source MAC, the DUT's MAC they are sent
     to, source address) and the addresses they go to, from the host that
@@ -252,4 +307,5 @@ def routed_frames(topology: Bridged, step: int = 0) -> list[bytes]:
 
 __all__ = ["BridgeTopology", "Bridged", "bridge_frames", "host_ip", "BRIDGE", "BRIDGE_IP",
            "STATIC_MAC", "UNKNOWN_MAC", "NEW_MAC",
-           "UPLINK", "UPLINK_IP", "ON_BRIDGE", "UNKNOWN_ON_BRIDGE", "BEYOND_UPLINK", "routed_ends", "routed_frames"]
+           "UPLINK", "UPLINK_IP", "ON_BRIDGE", "UNKNOWN_ON_BRIDGE", "BEYOND_UPLINK", "routed_ends", "routed_frames",
+           "BRIDGE_IP6", "ON_BRIDGE6", "routed_frames6"]
