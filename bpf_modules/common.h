@@ -246,6 +246,7 @@ struct net_device___lfp {
 struct sk_buff___lfp {
 	__u8 ip_summed:2;
 	__u8 l4_hash:1;
+	__u8 encapsulation:1;
 	struct net_device___lfp *dev;
 } __attribute__((preserve_access_index));
 #else
@@ -304,6 +305,19 @@ static __always_inline int lfp_has_l4_hash(struct lfp_pkt *pkt)
 	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
 
 	return BPF_CORE_READ_BITFIELD(skb, l4_hash);
+#else
+	(void)pkt;
+	return 0;
+#endif
+}
+
+/* Whether the skb is a tunnel's (its inner headers follow the outer ones). */
+static __always_inline int lfp_is_encapsulated(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, encapsulation);
 #else
 	(void)pkt;
 	return 0;

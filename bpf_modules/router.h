@@ -240,12 +240,17 @@ struct net_device___lfp_ip6 {
 	void *rx_handler_data;  /* a bridge port's: its struct net_bridge_port */
 } __attribute__((preserve_access_index));
 
+struct net_device___lfp_ifindex {
+	int ifindex;
+} __attribute__((preserve_access_index));
+
 struct net_bridge___lfp_ip6 {
 	struct net_device___lfp_ip6 *dev;
 } __attribute__((preserve_access_index));
 
 struct net_bridge_port___lfp_ip6 {
 	struct net_bridge___lfp_ip6 *br;
+	struct net_device___lfp_ip6 *dev;
 } __attribute__((preserve_access_index));
 
 /* Whether IPv6 is off on the device IP sees the packet arrive on: the
@@ -256,12 +261,24 @@ static __always_inline int lfp_ipv6_off_on_l3(struct lfp_pkt *pkt, struct net_de
 	struct net_bridge_port___lfp_ip6 *port;
 	struct inet6_dev___lfp *idev;
 
+	struct net_device___lfp_ip6 *bridge;
+
 	if (pkt->l3_ifindex == pkt->ingress_ifindex) {
 		idev = dev->ip6_ptr;
 		return !idev || idev->cnf.disable_ipv6;
 	}
+	/* (where the bridge is a module its types may be unknown: off; a
+	 * constant, so the verifier drops what follows) */
+	if (!bpf_core_type_exists(struct net_bridge_port___lfp_ip6))
+		return 1;
+	/* the port's handler data must still be this port of that bridge */
 	port = BPF_CORE_READ(dev, rx_handler_data);
-	idev = BPF_CORE_READ(port, br, dev, ip6_ptr);
+	if (!port || (void *)BPF_CORE_READ(port, dev) != (void *)dev)
+		return 1;
+	bridge = BPF_CORE_READ(port, br, dev);
+	if (!bridge || BPF_CORE_READ((struct net_device___lfp_ifindex *)bridge, ifindex) != (int)pkt->l3_ifindex)
+		return 1;
+	idev = BPF_CORE_READ(bridge, ip6_ptr);
 	return !idev || BPF_CORE_READ(idev, cnf.disable_ipv6);
 }
 
@@ -318,6 +335,10 @@ static __always_inline __u32 lfp_ipv6_gso_segment_len(struct lfp_pkt *pkt, struc
 {
 #ifdef LFP_HOOK_TC
 	__u32 l4 = 0;
+
+	/* a tunnel's GSO packet: its segments carry inner headers besides */
+	if (lfp_is_encapsulated(pkt))
+		return 0;
 
 	if (ip6->nexthdr == IPPROTO_TCP) {
 		__u8 *doff = (__u8 *)(ip6 + 1) + 12;
@@ -526,7 +547,8 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_ICMP_ERROR);
 	}
 
-	if (lfp_has_l4_hash(pkt) && lfp_multipath_hashes_l4(pkt))
+	/* (a frame a bridge hands up may get its hash there: RPS on the bridge) */
+	if ((lfp_has_l4_hash(pkt) || pkt->l3_ifindex != pkt->ingress_ifindex) && lfp_multipath_hashes_l4(pkt))
 		return lfp_pass(pkt, LFP_CNT_L4_HASH);
 
 	if (lfp_is_gso(pkt)) {

@@ -219,8 +219,10 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "nexthop objects, ignore_routes_with_linkdown (FIB answers not cached while in use)":
             "the response time (until the cache is off)",
         "IPv6 forwarding switches (disable_ipv6, forwarding, proxy_ndp)": "none (read from the kernel per packet)",
-        "IPv6 route MTU metrics, redirects accepted, hash policy, ip6/inet tables":
+        "IPv6 route MTU metrics, redirects accepted, ip6/inet tables":
             "the response time (polled sysctls: <= 1 s; legacy ip6tables: the watch)",
+        "IPv4 multipath hash policy 1 or 2/3 set while multipath routes exist (XDP given up, the namespace "
+        "left to the kernel)": "<= 1 s (polled; TC reads policy 1 and the skb's L4 hash live)",
         "facts derived from routes (local sources, route MTUs, multipath)":
             "the response time (a fresh read where a route's group is unknown)",
         "addresses, neighbours, links, sysctls with events, xfrm policies":
