@@ -111,7 +111,10 @@ def summary_line(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    out = [f"# router benchmark, {result['timestamp']}\n",
+    """router's and router6's: the first frame size is the one targets hold for."""
+    headline_size = next(iter(result["frame_sizes"]), "64")
+    targets = result.get("targets", TARGETS)
+    out = [f"# {result['scenario']} benchmark, {result['timestamp']}\n",
            (f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
             f"({result['machine']['cpu_model']}); {result['method']['repetitions']} repetitions"
             f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity (DUT frames per DUT CPU-second).\n")]
@@ -119,11 +122,11 @@ def markdown(result: dict) -> str:
         out.append(f"\n## {size} B frames\n\nHeadline from the {data['regime']} placement "
                    f"({data.get('repetitions_used', 0)} stable repetitions; "
                    f"{data['unstable_repetitions']} unstable ones not used).\n\n")
-        out.append(_tables(data, size))
+        out.append(_tables(data, size, targets, headline_size))
         for regime, other in data["by_regime"].items():
             if regime != data["regime"]:
                 out.append(f"\n### {size} B, {regime} placement ({other['repetitions_used']} stable repetitions)\n\n")
-                out.append(_tables(other, size))
+                out.append(_tables(other, size, targets, headline_size))
     for data in result.get("traffic", {}).values():
         out.append(f"\n## 64 B frames, {data['label']}\n\nHeadline from the {data['regime']} placement.\n\n")
         out.append(_tables(data, "64", data["targets"]))

@@ -14,7 +14,7 @@ from . import router, throughput
 from .generator import FrameSpec
 from .options import Options
 from .results import timestamp
-from .router import SYSTEM_NAMES, _tables
+from .router import SYSTEM_NAMES
 
 FRAME_SIZES = (78, 1518)
 PREFIXES = 50
@@ -47,19 +47,7 @@ def summary_line(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    headline_size = str(FRAME_SIZES[0])
-    out = [f"# router6 benchmark (IPv6), {result['timestamp']}\n",
-           (f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
-            f"({result['machine']['cpu_model']}); {result['method']['repetitions']} repetitions"
-            f"{' (quick run)' if result['quick'] else ''}. pps = DUT capacity (DUT frames per DUT CPU-second).\n")]
-    for size, data in result["frame_sizes"].items():
-        out.append(f"\n## {size} B frames\n\nHeadline from the {data['regime']} placement "
-                   f"({data.get('repetitions_used', 0)} stable repetitions; "
-                   f"{data['unstable_repetitions']} unstable ones not used).\n\n")
-        out.append(_tables(data, size, TARGETS, headline_size))
-    if result["errors"]:
-        out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
-    return "".join(out)
+    return router.markdown(result)
 
 
 def plot(result: dict, path: Path, plt) -> None:
