@@ -63,24 +63,40 @@ struct netns_nexthop___lfp_fib {
 	unsigned int seq;
 } __attribute__((preserve_access_index));
 
+struct rt6_statistics___lfp_fib {
+	__u32 fib_discarded_routes;
+} __attribute__((preserve_access_index));
+
+struct netns_ipv6___lfp_fib {
+	struct rt6_statistics___lfp_fib *rt6_stats;
+	struct {
+		int counter;
+	} fib6_sernum;
+	_Bool fib6_has_custom_rules;
+} __attribute__((preserve_access_index));
+
 struct net___lfp_fib {
 	struct netns_ipv4___lfp_fib ipv4;
+	struct netns_ipv6___lfp_fib ipv6;
 	struct netns_nexthop___lfp_fib nexthop;
 } __attribute__((preserve_access_index));
 
+/* One stamp for both families; where they differ, the field says which
+ * generation it holds. */
 struct lfp_fib_stamp {
 	__u64 neigh_gen;
-	__u32 rt_genid;
-	__u32 fib_seq;
+	__u32 rt_genid;         /* IPv6 too: device events (MAC, MTU, link) */
+	__u32 fib_seq;          /* IPv4: net->ipv4.fib_seq; IPv6: fib6_sernum */
 	__u32 nh_seq;           /* nexthop objects: replaced or removed */
 	__u32 selectors;        /* multipath policy, custom rules */
 	__u32 mp_seed;
-	__u32 mp_fields;
+	__u32 family_seq;       /* IPv4: multipath hash fields; IPv6: routes deleted */
 };
 
 /* The controller's word on what the datapath cannot see (router.py,
- * fib_policy): the cache is off while it holds LFP_FIB_POLICY_OFF. */
-#define LFP_FIB_POLICY_OFF (1u << 0)
+ * fib_policy): each family's cache is off while it holds its bit. */
+#define LFP_FIB_POLICY_OFF  (1u << 0)
+#define LFP_FIB6_POLICY_OFF (1u << 1)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -171,14 +187,14 @@ static __always_inline int lfp_fib_probe_init(struct lfp_pkt *pkt, const struct 
 	if (bpf_core_field_exists(net->ipv4.fib_has_custom_rules))
 		custom_rules = net->ipv4.fib_has_custom_rules;
 	probe->stamp.mp_seed = 0;
-	probe->stamp.mp_fields = 0;
+	probe->stamp.family_seq = 0;
 	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_policy)) {
 		/* with use_neigh, a next hop's neighbour entry merely being
 		 * created (NUD_NONE) changes the choice: no generation covers it */
 		if (net->ipv4.sysctl_fib_multipath_use_neigh)
 			return 0;
 		policy = net->ipv4.sysctl_fib_multipath_hash_policy;
-		probe->stamp.mp_fields = net->ipv4.sysctl_fib_multipath_hash_fields;
+		probe->stamp.family_seq = net->ipv4.sysctl_fib_multipath_hash_fields;
 	}
 	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_seed))
 		probe->stamp.mp_seed = net->ipv4.sysctl_fib_multipath_hash_seed.mp_seed;
@@ -214,7 +230,7 @@ static __always_inline int lfp_fib_same_stamp(const struct lfp_fib_stamp *a, con
 {
 	return a->neigh_gen == b->neigh_gen && a->rt_genid == b->rt_genid && a->fib_seq == b->fib_seq &&
 	       a->nh_seq == b->nh_seq && a->selectors == b->selectors && a->mp_seed == b->mp_seed &&
-	       a->mp_fields == b->mp_fields;
+	       a->family_seq == b->family_seq;
 }
 
 /* The cached answer for a packet whose lookup would carry `tot_len`, or
@@ -248,6 +264,166 @@ static __always_inline void lfp_fib_remember(struct lfp_fib_probe *probe, const 
 	e->stamp = probe->stamp;
 	e->egress = fib->ifindex;
 	e->nexthop = fib->ipv4_dst;
+	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
+	e->max_len = tot_len;
+	e->flags = LFP_FIB_VALID;
+}
+
+/* --- IPv6 ------------------------------------------------------------------
+ * The same discipline, with IPv6's generations: net->ipv6.fib6_sernum, which
+ * every route added or replaced moves (fib6_add()), and rule changes and
+ * nexthop deaths (fib6_flush_trees(), fib6_update_sernum()); the count of
+ * routes deleted (rt6_stats->fib_discarded_routes), because a deletion moves
+ * no sernum (a socket's cached route learns of it from its own unlinked
+ * node); net->ipv4.rt_genid, which device events move (MAC, MTU, carrier,
+ * up and down), and which IPv6 does not version; the neighbour generation.
+ * Only the hash policy 0 reaches here (router.h), whose inputs are all in
+ * the key: addresses, flow label, protocol; and the seed.
+ * Length: IPv6 keeps learned path MTUs as route exceptions whose MTU can be
+ * lowered in place without a generation, but never below 1280 (the kernel's
+ * minimum, and ip6_forward() never refuses a shorter packet), so an entry
+ * serves packets up to 1280 bytes at most, longer ones are looked up.
+ * What the datapath cannot see (routes that expire, nexthop objects,
+ * ignore_routes_with_linkdown): the controller's LFP_FIB6_POLICY_OFF. */
+#ifndef LFP_FIB6_CACHE_SLOTS
+#define LFP_FIB6_CACHE_SLOTS 4096       /* a power of two; 120 bytes each, per CPU */
+#endif
+#define LFP_FIB6_CACHE_MAX_LEN 1280     /* IPV6_MIN_MTU */
+
+struct lfp_fib6_key {
+	__u32 ifindex;
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be32 flowinfo;        /* traffic class and flow label */
+	__be16 sport;           /* ports only where rules can read them; else 0 */
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct lfp_fib6_entry {
+	struct lfp_fib_stamp stamp;
+	struct lfp_fib6_key key;
+	__be32 nexthop[4];
+	__u32 egress;
+	__u8 dmac[ETH_ALEN];
+	__u8 smac[ETH_ALEN];
+	__u16 max_len;          /* longest length answered success, at most 1280 */
+	__u8 flags;
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LFP_FIB6_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lfp_fib6_entry);
+} lfp_fib6_cache SEC(".maps");
+
+struct lfp_fib6_probe {
+	struct lfp_fib6_key key;
+	struct lfp_fib_stamp stamp;
+	struct lfp_fib6_entry *slot;
+};
+
+#define LFP_FIB6_KEY_WORDS (sizeof(struct lfp_fib6_key) / 4)
+
+static __always_inline __u32 lfp_fib6_slot(const struct lfp_fib6_key *key)
+{
+	const __u32 *w = (const void *)key;
+	__u32 h = w[0] * 0x9e3779b1u;
+
+#pragma unroll
+	for (int i = 1; i < LFP_FIB6_KEY_WORDS; i++)
+		h = (h ^ w[i]) * (i & 1 ? 0x85ebca6bu : 0xc2b2ae35u);
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h & (LFP_FIB6_CACHE_SLOTS - 1);
+}
+
+/* As lfp_fib_probe_init(), for an IPv6 lookup. */
+static __always_inline int lfp_fib6_probe_init(struct lfp_pkt *pkt, const struct bpf_fib_lookup *fib,
+					       struct lfp_fib6_probe *probe)
+{
+	struct net___lfp_fib *net = lfp_kern_net(pkt);
+	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
+	struct rt6_statistics___lfp_fib *stats;
+	__u32 custom_rules = 0, key = 0, slot, *said;
+
+	said = bpf_map_lookup_elem(&lfp_fib_policy, &key);
+	if (!net || !watch || !watch->armed || !said || (*said & LFP_FIB6_POLICY_OFF))
+		return 0;
+	if (!bpf_core_field_exists(net->ipv6.fib6_sernum) || !bpf_core_field_exists(net->ipv6.rt6_stats))
+		return 0;
+	stats = net->ipv6.rt6_stats;
+	if (!stats)
+		return 0;
+	probe->stamp.neigh_gen = watch->generation;
+	probe->stamp.rt_genid = net->ipv4.rt_genid.counter;
+	probe->stamp.fib_seq = net->ipv6.fib6_sernum.counter;
+	probe->stamp.family_seq = stats->fib_discarded_routes;
+	probe->stamp.nh_seq = bpf_core_field_exists(net->nexthop.seq) ? net->nexthop.seq : 0;
+	if (bpf_core_field_exists(net->ipv6.fib6_has_custom_rules))
+		custom_rules = net->ipv6.fib6_has_custom_rules;
+	probe->stamp.selectors = custom_rules << 16;
+	probe->stamp.mp_seed = 0;
+	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_seed))
+		probe->stamp.mp_seed = net->ipv4.sysctl_fib_multipath_hash_seed.mp_seed;
+
+	probe->key.ifindex = fib->ifindex;
+	__builtin_memcpy(probe->key.saddr, fib->ipv6_src, sizeof(probe->key.saddr));
+	__builtin_memcpy(probe->key.daddr, fib->ipv6_dst, sizeof(probe->key.daddr));
+	probe->key.flowinfo = fib->flowinfo;
+	probe->key.proto = fib->l4_protocol;
+	probe->key.pad[0] = probe->key.pad[1] = probe->key.pad[2] = 0;
+	probe->key.sport = custom_rules ? fib->sport : 0;
+	probe->key.dport = custom_rules ? fib->dport : 0;
+	slot = lfp_fib6_slot(&probe->key);
+	probe->slot = bpf_map_lookup_elem(&lfp_fib6_cache, &slot);
+	return probe->slot != NULL;
+}
+
+static __always_inline int lfp_fib6_same_key(const struct lfp_fib6_key *a, const struct lfp_fib6_key *b)
+{
+	const __u64 *x = (const void *)a, *y = (const void *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4] && x[5] == y[5];
+}
+
+static __always_inline struct lfp_fib6_entry *lfp_fib6_cached(const struct lfp_fib6_probe *probe, __u16 tot_len)
+{
+	struct lfp_fib6_entry *e = probe->slot;
+
+	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib6_same_key(&e->key, &probe->key) ||
+	    !lfp_fib_same_stamp(&e->stamp, &probe->stamp) || tot_len > e->max_len)
+		return NULL;
+	return e;
+}
+
+static __always_inline void lfp_fib6_remember(struct lfp_fib6_probe *probe, const struct bpf_fib_lookup *fib,
+					      __u16 tot_len)
+{
+	struct lfp_fib6_entry *e = probe->slot;
+
+	if (tot_len > LFP_FIB6_CACHE_MAX_LEN)
+		tot_len = LFP_FIB6_CACHE_MAX_LEN;
+	if ((e->flags & LFP_FIB_VALID) && lfp_fib6_same_key(&e->key, &probe->key) &&
+	    lfp_fib_same_stamp(&e->stamp, &probe->stamp) && e->egress == fib->ifindex &&
+	    e->nexthop[0] == fib->ipv6_dst[0] && e->nexthop[1] == fib->ipv6_dst[1] &&
+	    e->nexthop[2] == fib->ipv6_dst[2] && e->nexthop[3] == fib->ipv6_dst[3] && lfp_mac_equal(e->dmac, fib->dmac) &&
+	    lfp_mac_equal(e->smac, fib->smac)) {
+		if (tot_len > e->max_len)
+			e->max_len = tot_len;
+		return;
+	}
+	e->key = probe->key;
+	e->stamp = probe->stamp;
+	e->egress = fib->ifindex;
+	__builtin_memcpy(e->nexthop, fib->ipv6_dst, sizeof(e->nexthop));
 	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
 	e->max_len = tot_len;

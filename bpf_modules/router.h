@@ -56,7 +56,6 @@
 	X(IPV6_PROXY_NDP,         router, pass, "proxy_ndp on: the kernel may answer for the destination") \
 	X(IPV6_NEXT_HEADER,       router, pass, "IPv6 extension header, a protocol other than TCP, UDP, ICMPv6, or neighbour discovery") \
 	X(IPV6_EGRESS,            router, pass, "egress not fit for routed IPv6 (IPv6 off there, or it takes redirects)") \
-	X(FIB6_LOOKUP,            router, event, "IPv6 FIB looked up (the answer cache serves IPv4 only)") \
 	X(L4_HASH,                router, pass, "fib_multipath_hash_policy=1 would hash the skb's own L4 hash") \
 	X(IPV6_GSO_UNKNOWN,       router, pass, "IPv6 GSO packet of a kind whose segment length is not read")
 
@@ -253,10 +252,13 @@ struct net_bridge_port___lfp_ip6 {
 	struct net_device___lfp_ip6 *dev;
 } __attribute__((preserve_access_index));
 
-/* Whether IPv6 is off on the device IP sees the packet arrive on: the
+/* Why the device IP sees the packet arrive on refuses to route it: the
  * ingress itself, or the bridge a port handed it up to (bridge.h), reached
- * through the port's rx_handler_data (untyped: read with probes). */
-static __always_inline int lfp_ipv6_off_on_l3(struct lfp_pkt *pkt, struct net_device___lfp_ip6 *dev)
+ * through the port's rx_handler_data (untyped: read with probes). IPv6 off
+ * there (disable_ipv6: ipv6_rcv() drops), or its forwarding off, which
+ * bpf_fib_lookup() checks first and a cached answer must check too.
+ * LFP_CNT_MAX: neither. */
+static __always_inline enum lfp_counter lfp_ipv6_l3_refusal(struct lfp_pkt *pkt, struct net_device___lfp_ip6 *dev)
 {
 	struct net_bridge_port___lfp_ip6 *port;
 	struct inet6_dev___lfp *idev;
@@ -265,21 +267,25 @@ static __always_inline int lfp_ipv6_off_on_l3(struct lfp_pkt *pkt, struct net_de
 
 	if (pkt->l3_ifindex == pkt->ingress_ifindex) {
 		idev = dev->ip6_ptr;
-		return !idev || idev->cnf.disable_ipv6;
+		if (!idev || idev->cnf.disable_ipv6)
+			return LFP_CNT_IPV6_DISABLED;
+		return idev->cnf.forwarding ? LFP_CNT_MAX : LFP_CNT_FIB_FWD_DISABLED;
 	}
 	/* (where the bridge is a module its types may be unknown: off; a
 	 * constant, so the verifier drops what follows) */
 	if (!bpf_core_type_exists(struct net_bridge_port___lfp_ip6))
-		return 1;
+		return LFP_CNT_IPV6_DISABLED;
 	/* the port's handler data must still be this port of that bridge */
 	port = BPF_CORE_READ(dev, rx_handler_data);
 	if (!port || (void *)BPF_CORE_READ(port, dev) != (void *)dev)
-		return 1;
+		return LFP_CNT_IPV6_DISABLED;
 	bridge = BPF_CORE_READ(port, br, dev);
 	if (!bridge || BPF_CORE_READ((struct net_device___lfp_ifindex *)bridge, ifindex) != (int)pkt->l3_ifindex)
-		return 1;
+		return LFP_CNT_IPV6_DISABLED;
 	idev = BPF_CORE_READ(bridge, ip6_ptr);
-	return !idev || BPF_CORE_READ(idev, cnf.disable_ipv6);
+	if (!idev || BPF_CORE_READ(idev, cnf.disable_ipv6))
+		return LFP_CNT_IPV6_DISABLED;
+	return BPF_CORE_READ(idev, cnf.forwarding) ? LFP_CNT_MAX : LFP_CNT_FIB_FWD_DISABLED;
 }
 
 /* LFP_CNT_MAX, or why ipv6_rcv() / ip6_forward() would not forward from
@@ -288,12 +294,14 @@ static __always_inline enum lfp_counter lfp_ipv6_ingress_refusal(struct lfp_pkt 
 {
 	struct net_device___lfp_ip6 *dev = lfp_kern_dev(pkt);
 	struct ipv6_devconf___lfp *all;
+	enum lfp_counter refusal;
 
 	/* (a kernel without IPv6 has neither field) */
 	if (!bpf_core_field_exists(dev->ip6_ptr) || !bpf_core_field_exists(dev->nd_net.net->ipv6))
 		return LFP_CNT_IPV6_DISABLED;
-	if (lfp_ipv6_off_on_l3(pkt, dev))
-		return LFP_CNT_IPV6_DISABLED;
+	refusal = lfp_ipv6_l3_refusal(pkt, dev);
+	if (refusal != LFP_CNT_MAX)
+		return refusal;
 	all = dev->nd_net.net->ipv6.devconf_all;
 	if (!all)
 		return LFP_CNT_IPV6_DISABLED;
@@ -362,6 +370,8 @@ static __always_inline __u32 lfp_ipv6_gso_segment_len(struct lfp_pkt *pkt, struc
 static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lfp_iface *in)
 {
 	struct bpf_fib_lookup fib = {};
+	struct lfp_fib6_entry *cached = NULL;
+	struct lfp_fib6_probe probe;
 	struct lfp_iface *out;
 	enum lfp_counter refusal;
 	struct ipv6hdr *ip6;
@@ -438,10 +448,26 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 	__builtin_memcpy(fib.ipv6_src, ip6->saddr.in6_u.u6_addr32, sizeof(fib.ipv6_src));
 	__builtin_memcpy(fib.ipv6_dst, ip6->daddr.in6_u.u6_addr32, sizeof(fib.ipv6_dst));
 	fib.ifindex = pkt->l3_ifindex;
-	lfp_count(LFP_CNT_FIB6_LOOKUP);
-	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return lfp_pass(pkt, lfp_fib_reason(rc));
+	if (lfp_fib6_probe_init(pkt, &fib, &probe))
+		cached = lfp_fib6_cached(&probe, fib.tot_len);
+	else
+		probe.slot = NULL;
+	if (cached) {
+		lfp_count(LFP_CNT_FIB_CACHE_HIT);
+		fib.ifindex = cached->egress;
+		__builtin_memcpy(fib.ipv6_dst, cached->nexthop, sizeof(fib.ipv6_dst));
+		__builtin_memcpy(fib.dmac, cached->dmac, ETH_ALEN);
+		__builtin_memcpy(fib.smac, cached->smac, ETH_ALEN);
+	} else {
+		__u16 looked_up_len = fib.tot_len;     /* the lookup may overwrite it */
+
+		lfp_count(probe.slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
+		rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
+		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+			return lfp_pass(pkt, lfp_fib_reason(rc));
+		if (probe.slot)
+			lfp_fib6_remember(&probe, &fib, looked_up_len);
+	}
 	/* ip6_forward(): a GSO packet goes if its segments fit (ip6_pkt_too_big) */
 	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);

@@ -359,3 +359,237 @@ def test_the_controller_turns_the_cache_off_for_what_no_generation_covers(router
     finally:
         policy.update(KEY0, bytes(4))
         sh(cache_ns, undo)
+
+
+# -- IPv6 -------------------------------------------------------------------
+
+SETUP6 = [
+    "sysctl -qw net.ipv6.conf.default.disable_ipv6=0",
+    "ip link add in0 address 02:00:00:00:01:fe type veth peer name in0p",
+    "ip link add out0 address 02:00:00:00:02:fe type veth peer name out0p",
+    "ip link add out1 address 02:00:00:00:03:fe type veth peer name out1p",
+    "sysctl -qw net.ipv6.conf.all.keep_addr_on_down=1",
+    "sysctl -qw net.ipv6.conf.default.accept_dad=0",
+    "ip link set in0p up", "ip link set out0p up", "ip link set out1p up",
+    "ip link set in0 up", "ip link set out0 up", "ip link set out1 up",
+    "ethtool -K out0p gro on", "ethtool -K out1p gro on",
+    "ip -6 addr add 2001:db8:1::fe/64 dev in0 nodad",
+    "ip -6 addr add 2001:db8:2::fe/64 dev out0 nodad",
+    "ip -6 addr add 2001:db8:3::fe/64 dev out1 nodad",
+    "ip -6 neigh replace 2001:db8:2::1 lladdr 02:00:00:00:02:01 dev out0 nud permanent",
+    "ip -6 neigh replace 2001:db8:3::1 lladdr 02:00:00:00:03:01 dev out1 nud permanent",
+    "ip -6 route add 2001:db8:10::/48 via 2001:db8:3::1 table 200",
+    "sysctl -qw net.ipv6.conf.all.forwarding=1",
+    "sysctl -qw net.ipv4.ip_forward=1",     # (XDP egresses are IPv4-forwarding ones: interfaces.py)
+] + [f"ip -6 route add 2001:db8:10:{i}::/64 via 2001:db8:{2 + i % 2}::1" for i in range(6)]
+GATEWAYS6 = {"A": ("2001:db8:2::1", "out0"), "B": ("2001:db8:3::1", "out1")}
+OUT0_MAC6, GW0_MAC6 = "02:00:00:00:02:fe", "02:00:00:00:02:01"
+
+
+def udp6(dst: str, *, src: str = "2001:db8:1::1", size: int = 0, label: int = 0, sport: int = 4000) -> bytes:
+    from scapy.layers.inet6 import IPv6
+    return bytes(Ether(src="02:00:00:00:01:01", dst="02:00:00:00:01:fe")
+                 / IPv6(src=src, dst=dst, hlim=64, fl=label) / UDP(sport=sport, dport=5000) / (b"x" * size))
+
+
+@pytest.fixture(scope="module")
+def cache6_ns():
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("fc6")
+        for cmd in SETUP6:
+            sh(ns, cmd)
+        yield ns
+
+
+@pytest.fixture(scope="module", params=["xdp", "tc"])
+def router6(request, cache6_ns):
+    loaded = LoadedPipeline(cache6_ns, "in0", request.param, ("router", "transmit"), f"t_c6_{request.param}")
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        with router_watch(cache6_ns, loaded.obj.map("lfp_neigh_watch")):
+            yield loaded
+    finally:
+        os.sched_setaffinity(0, cpus)
+        loaded.close()
+
+
+ROUTED6 = "2001:db8:10:0::9"     # via 2001:db8:2::1 on out0
+# out0 as SETUP6 leaves it: a link going down takes its routes and
+# neighbours, a new MAC its neighbours
+OUT0_BACK6 = ("ip link set out0 up; ip -6 route replace 2001:db8:10:0::/64 via 2001:db8:2::1; "
+              f"ip -6 route replace 2001:db8:10:2::/64 via 2001:db8:2::1; "
+              f"ip -6 route replace 2001:db8:10:4::/64 via 2001:db8:2::1; "
+              f"ip -6 neigh replace 2001:db8:2::1 lladdr {GW0_MAC6} dev out0 nud permanent")
+
+# (what changes, the command, how it is undone): each must leave no IPv6
+# answer cached from before it.
+CHANGES6 = [
+    ("route replaced", "ip -6 route replace 2001:db8:10:0::/64 via 2001:db8:3::1",
+     "ip -6 route replace 2001:db8:10:0::/64 via 2001:db8:2::1"),
+    ("route deleted (a shorter prefix answers)", "ip -6 route del 2001:db8:10:0::/64; "
+     "ip -6 route add 2001:db8:10::/48 via 2001:db8:2::1",
+     "ip -6 route del 2001:db8:10::/48; ip -6 route add 2001:db8:10:0::/64 via 2001:db8:2::1"),
+    ("more specific route", "ip -6 route add 2001:db8:10:0::/96 via 2001:db8:3::1",
+     "ip -6 route del 2001:db8:10:0::/96"),
+    ("more specific route deleted", "ip -6 route del 2001:db8:10:0::/64; "
+     "ip -6 route add 2001:db8:10:0::/64 via 2001:db8:3::1; ip -6 route add 2001:db8:10:0::/96 via 2001:db8:2::1",
+     "ip -6 route del 2001:db8:10:0::/96; ip -6 route replace 2001:db8:10:0::/64 via 2001:db8:2::1"),
+    ("policy rule", "ip -6 rule add to 2001:db8:10::/48 lookup 200 pref 100", "ip -6 rule del pref 100"),
+    ("destination made local", "ip -6 addr add 2001:db8:10:0::9/128 dev out1 nodad",
+     "ip -6 addr del 2001:db8:10:0::9/128 dev out1"),
+    ("ingress forwarding off", "sysctl -qw net.ipv6.conf.in0.forwarding=0",
+     "sysctl -qw net.ipv6.conf.in0.forwarding=1"),
+    ("egress MAC", "ip link set out0 address 02:00:00:00:02:fd", f"ip link set out0 address {OUT0_MAC6}; {OUT0_BACK6}"),
+    ("egress down", "ip link set out0 down", OUT0_BACK6),
+    ("neighbour MAC", "ip -6 neigh replace 2001:db8:2::1 lladdr 02:00:00:00:02:99 dev out0 nud permanent",
+     f"ip -6 neigh replace 2001:db8:2::1 lladdr {GW0_MAC6} dev out0 nud permanent"),
+    ("neighbour deleted", "ip -6 neigh del 2001:db8:2::1 dev out0",
+     f"ip -6 neigh replace 2001:db8:2::1 lladdr {GW0_MAC6} dev out0 nud permanent"),
+    ("multipath hash seed", "sysctl -qw net.ipv4.fib_multipath_hash_seed=1234",
+     "sysctl -qw net.ipv4.fib_multipath_hash_seed=0"),
+    ("multipath hash policy", "sysctl -qw net.ipv6.fib_multipath_hash_policy=2",
+     "sysctl -qw net.ipv6.fib_multipath_hash_policy=0"),
+]
+
+
+def _forwarded6(router, frame: bytes) -> tuple[str, str, dict]:
+    return _forwarded_via(router, frame)
+
+
+@pytest.mark.parametrize("change,command,undo", CHANGES6, ids=[c[0] for c in CHANGES6])
+def test_every_change_that_can_alter_an_ipv6_answer_invalidates_it(router6, cache6_ns, change, command, undo):
+    frame = udp6(ROUTED6)
+    _forwarded6(router6, frame)
+    via = _forwarded6(router6, frame)
+    assert via[:2] == (OUT0_MAC6, GW0_MAC6) and via[2][HIT] == 1, f"not cached before the change: {via}"
+    sh(cache6_ns, command)
+    try:
+        *_, seen = _forwarded6(router6, frame)
+        assert seen[HIT] == 0, f"{change}: served from the cache after it"
+    finally:
+        sh(cache6_ns, undo)
+    _forwarded6(router6, frame)
+    via = _forwarded6(router6, frame)
+    assert via[:2] == (OUT0_MAC6, GW0_MAC6) and via[2][HIT] == 1, via
+
+
+def test_ipv6_answers_are_cached_per_flow_label_and_up_to_1280_bytes(router6):
+    """The flow label is in the key (the multipath hash reads it); a packet
+    past 1280 bytes is always looked up (a learned path MTU may shrink in
+    place, never below 1280)."""
+    frame = udp6(ROUTED6)
+    _forwarded6(router6, frame)
+    assert _forwarded6(router6, frame)[2][HIT] == 1
+    assert _forwarded6(router6, udp6(ROUTED6, label=0x12345))[2][MISS] == 1
+    big = udp6(ROUTED6, size=1300)
+    for _ in range(3):
+        via = _forwarded6(router6, big)
+        assert via[:2] == (OUT0_MAC6, GW0_MAC6) and via[2][MISS] == 1, via
+    assert _forwarded6(router6, udp6(ROUTED6, size=1200))[2][HIT] == 1
+
+
+@pytest.mark.parametrize("setup,undo,why", [
+    ("ip -6 route add 2001:db8:77::/64 via 2001:db8:2::1 expires 300", "ip -6 route del 2001:db8:77::/64",
+     "routes expire"),
+    ("ip nexthop add id 61 via 2001:db8:2::1 dev out0; ip -6 route add 2001:db8:78::/64 nhid 61",
+     "ip -6 route del 2001:db8:78::/64; ip nexthop del id 61", "routes use nexthop objects"),
+    ("sysctl -qw net.ipv6.conf.out1.ignore_routes_with_linkdown=1",
+     "sysctl -qw net.ipv6.conf.out1.ignore_routes_with_linkdown=0", "ignore_routes_with_linkdown"),
+], ids=["routes that expire", "nexthop objects", "ignore_routes_with_linkdown"])
+def test_the_controller_turns_the_ipv6_cache_off_for_what_no_generation_covers(router6, cache6_ns, setup, undo,
+                                                                              why):
+    """IPv6's own bit of lfp_fib_policy, with the reason in `linuxfp graph`."""
+    from linuxfp.graph import build_graph, to_text
+    from linuxfp.state import read_snapshot
+
+    policy = router6.obj.map("lfp_fib_policy")
+    sh(cache6_ns, setup)
+    try:
+        with entered(cache6_ns):
+            graph = build_graph(read_snapshot(), router6.hook)
+        table = next(t for t in graph.tables if t.name == "lfp_fib_policy")
+        assert table.entries == frozenset({(KEY0, struct.pack("<I", 2))}), table
+        assert f"IPv6 FIB answers not cached: {why}" in to_text(graph)
+        for key, value in table.entries:
+            policy.update(key, value)
+        for _ in range(2):
+            via = _forwarded6(router6, udp6(ROUTED6))
+            assert via[:2] == (OUT0_MAC6, GW0_MAC6) and via[2][OFF] == 1 and via[2][HIT] == 0, via
+    finally:
+        policy.update(KEY0, bytes(4))
+        sh(cache6_ns, undo)
+
+
+def _churn6_step(rng) -> str:
+    i = rng.randrange(6)
+    gw, dev = GATEWAYS6[rng.choice("AB")]
+    prefix = f"2001:db8:10:{i}::"
+    return rng.choice([
+        f"ip -6 route replace {prefix}/64 via {gw}",
+        f"ip -6 route del {prefix}/64",
+        f"ip -6 route replace {prefix}/96 via {gw}",
+        f"ip -6 route del {prefix}/96",
+        f"ip -6 route replace {prefix}/64 from 2001:db8:1::2/128 via {gw}",
+        f"ip -6 neigh replace {gw} lladdr {rng.choice(NEIGH_MACS)} dev {dev} nud permanent",
+        f"ip -6 neigh del {gw} dev {dev}",
+        f"ip -6 neigh replace {gw} lladdr {rng.choice(NEIGH_MACS)} dev {dev} nud reachable",
+        f"ip link set {dev} mtu {rng.choice((1500, 1280))}",
+        f"ip -6 addr replace {prefix}9/128 dev {dev} nodad",
+        f"ip -6 addr del {prefix}9/128 dev {dev}",
+        f"ip -6 rule add to {prefix}/64 lookup 200 pref {100 + i}",
+        f"ip -6 rule del pref {100 + i}",
+        f"ip -6 route replace {prefix}/64 table 200 via {gw}",
+        f"ip -6 route replace {prefix}/64 nexthop via 2001:db8:2::1 dev out0 nexthop via 2001:db8:3::1 dev out1",
+        f"sysctl -qw net.ipv4.fib_multipath_hash_seed={rng.choice((0, 7))}",
+        f"sysctl -qw net.ipv6.conf.in0.forwarding={rng.choice((0, 1, 1))}",
+        f"ip link set {dev} address {rng.choice(('02:00:00:00:0c:01', '02:00:00:00:0c:02'))}",
+        f"ip link set {dev} down; ip link set {dev} up; "
+        f"ip -6 neigh replace {gw} lladdr 02:00:00:00:0b:01 dev {dev} nud permanent",
+    ])
+
+
+def _churn6_frames() -> list[bytes]:
+    return [udp6(f"2001:db8:10:{i}::9", src=src, size=size, label=label)
+            for i in range(6) for src in ("2001:db8:1::1", "2001:db8:1::2")
+            for size, label in ((0, 0), (900, 0x11), (1240, 0))]
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_cached_and_live_ipv6_answers_agree_under_seeded_churn(hook):
+    """As the IPv4 churn test, for IPv6: routes, more specific and
+    source-specific routes, multipath, rules, neighbours, addresses, MTUs,
+    MACs, link flaps, forwarding and the seed, in a seeded random loop."""
+    import random
+
+    rng = random.Random(1106)
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("fcc6")
+        for cmd in SETUP6:
+            sh(ns, cmd)
+        cached = LoadedPipeline(ns, "in0", hook, ("router", "transmit"), f"t_cached6_{hook}")
+        live = LoadedPipeline(ns, "in0", hook, ("router", "transmit"), f"t_live6_{hook}")
+        cpus = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(cpus)})
+        frames = _churn6_frames()
+        differences, hits, forwarded = [], 0, 0
+        try:
+            with router_watch(ns, cached.obj.map("lfp_neigh_watch")):
+                for step in range(120):
+                    command = _churn6_step(rng)
+                    ns.run(["sh", "-c", command], check=False)
+                    for attempt in range(2):
+                        before = cached.counter(HIT)
+                        for frame in frames:
+                            a, b = cached.run(frame), live.run(frame)
+                            forwarded += a.retval == VERDICTS[hook][FORWARD]
+                            if (a.retval, a.data_out) != (b.retval, b.data_out):
+                                differences.append((step, command, attempt, len(frame), a.retval, b.retval))
+                        hits += cached.counter(HIT) - before
+                live_hits = live.counter(HIT)
+        finally:
+            os.sched_setaffinity(0, cpus)
+            cached.close()
+            live.close()
+    assert not differences, differences[:10]
+    assert hits > 0 and live_hits == 0 and forwarded > 0, (hits, live_hits, forwarded)

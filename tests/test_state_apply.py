@@ -312,3 +312,16 @@ def test_ipv6_route_mtus_are_kept_and_an_ambiguous_change_is_read_again():
     for mtu in (0, 1300):    # removed or changed: an ECMP sibling may still hold a metric
         with pytest.raises(ResyncRequired):
             apply_messages(added, [Route6Mtu(identity, mtu)])
+
+
+def test_ipv6_routes_that_stop_cached_answers_are_kept_and_their_change_is_read_again():
+    from linuxfp.state.changes import Route6Mtu
+    snap = base_snapshot()
+    identity = (10, 254, "2001:db8:1::/64", 0, 1024, "::/0")
+    why = "routes expire"
+    added = apply_messages(snap, [Route6Mtu(identity, 0, why)])
+    assert added.routes6_uncached == ((identity, why),) and added.changed_fields(snap) == {"routes6_uncached"}
+    assert apply_messages(added, [Route6Mtu(identity, 0, why)]) is added
+    assert apply_messages(snap, [Route6Mtu(identity, 0)]) is snap
+    with pytest.raises(ResyncRequired):
+        apply_messages(added, [Route6Mtu(identity, 0)])    # removed, or replaced by one that does not expire

@@ -258,3 +258,24 @@ def test_ambiguous_replace_falls_back_to_a_fresh_read(netns):
             apply_messages(snap, batch.messages)
         snap = advance(snap, batch)
         assert_converges(stream, snap)
+
+
+def test_ipv6_routes_that_stop_cached_answers_are_followed(netns):
+    """IPv6 routes that expire or use nexthop objects, which the router's
+    FIB-answer cache must not serve (Snapshot.routes6_uncached), from
+    events as from a fresh read."""
+    basic_topology()
+    sh("ip -6 addr add 2001:db8:5::1/64 dev a0 nodad")
+    with EventStream() as stream:
+        snap = assert_converges(stream, read_snapshot())
+        for command in ("ip -6 route add 2001:db8:6::/64 via 2001:db8:5::2 expires 300",
+                        "ip nexthop add id 6 via 2001:db8:5::2 dev a0",
+                        "ip -6 route add 2001:db8:7::/64 nhid 6",
+                        "ip -6 route add 2001:db8:8::/64 via 2001:db8:5::2"):
+            snap, _ = step(stream, snap, command)
+            snap = assert_converges(stream, snap)
+        assert sorted((i[2], why.split(" (")[0]) for i, why in snap.routes6_uncached) == [
+            ("2001:db8:6::/64", "routes expire"), ("2001:db8:7::/64", "routes use nexthop objects")]
+        snap, _ = step(stream, snap, "ip -6 route del 2001:db8:6::/64")     # (read again)
+        snap = assert_converges(stream, snap)
+        assert [i[2] for i, _why in snap.routes6_uncached] == ["2001:db8:7::/64"]

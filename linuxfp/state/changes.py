@@ -103,10 +103,13 @@ class PlainRouteRemoved:
 
 @dataclass(frozen=True, slots=True)
 class Route6Mtu:
-    """An IPv6 route was added, replaced (its MTU metric, 0 for none) or
-    removed (mtu 0): what Snapshot.route_mtus6 keeps of IPv6 routes."""
+    """An IPv6 route was added, replaced (its MTU metric, 0 for none, and
+    why its answers may not be cached, "" for none) or removed (0, ""):
+    what Snapshot.route_mtus6 and Snapshot.routes6_uncached keep of IPv6
+    routes."""
     identity: tuple
     mtu: int
+    uncached: str = ""
     kind = "route"
 
 
@@ -485,8 +488,17 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
 
     kept_identities: set | None = None   # of `routes`, while no kept route changes
     route_mtus6: dict | None = None      # a copy of snapshot.route_mtus6 once one changes
+    routes6_uncached: dict | None = None  # likewise
     for msg in messages:
         if type(msg) is Route6Mtu:
+            uncached = dict(snapshot.routes6_uncached) if routes6_uncached is None else routes6_uncached
+            held_why = uncached.get(msg.identity, "")
+            if held_why and held_why != msg.uncached:
+                # (as for MTUs below: an identity may be several routes)
+                raise ResyncRequired(f"IPv6 route {msg.identity[2]} that stops cached answers changed")
+            if msg.uncached and not held_why:
+                routes6_uncached = uncached
+                uncached[msg.identity] = msg.uncached
             known = dict(snapshot.route_mtus6) if route_mtus6 is None else route_mtus6
             held = known.get(msg.identity, 0)
             if held and held != msg.mtu:
@@ -600,6 +612,10 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     new_route_mtus6 = snapshot.route_mtus6 if route_mtus6 is None else tuple(sorted(route_mtus6.items()))
     if new_route_mtus6 == snapshot.route_mtus6:
         new_route_mtus6 = snapshot.route_mtus6
+    new_routes6_uncached = (snapshot.routes6_uncached if routes6_uncached is None
+                            else tuple(sorted(routes6_uncached.items())))
+    if new_routes6_uncached == snapshot.routes6_uncached:
+        new_routes6_uncached = snapshot.routes6_uncached
     if sysctls == snapshot.sysctls:
         sysctls = snapshot.sysctls
     if netfilter == snapshot.netfilter:
@@ -610,6 +626,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             and new_routes is snapshot.routes and new_rules is snapshot.rules
             and new_neighbours is snapshot.neighbours and new_fdb is snapshot.fdb
             and new_peers is snapshot.peers and new_route_mtus6 is snapshot.route_mtus6
+            and new_routes6_uncached is snapshot.routes6_uncached
             and sysctls is snapshot.sysctls
             and netfilter is snapshot.netfilter and xfrm is snapshot.xfrm):
         return snapshot
@@ -619,4 +636,5 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         links=new_links, addresses=new_addresses, routes=new_routes, rules=new_rules,
         neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter, xfrm=xfrm,
         netns_inode=snapshot.netns_inode, fdb=new_fdb, peers=new_peers, route_mtus6=new_route_mtus6,
+        routes6_uncached=new_routes6_uncached,
     ).inherit_hashes(snapshot)

@@ -108,6 +108,7 @@ IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 3, 4, 8
 RTA_DST, RTA_SRC, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 2, 4, 5, 6, 7
 RTA_METRICS, RTA_MULTIPATH, RTA_FLOW, RTA_TABLE, RTA_VIA, RTA_NH_ID = 8, 9, 11, 15, 18, 30
 RTA_ENCAP_TYPE, RTA_ENCAP = 21, 22
+RTA_CACHEINFO = 12
 RTAX_MTU = 2
 RTM_F_CLONED = 0x200
 RTNH_FLAGS_MASK = 0xFF  # rtm_flags low byte mirrors rtnh_flags for one nexthop
@@ -801,9 +802,10 @@ def decode_netdev_dev(payload: bytes) -> tuple[int, int, int, int] | None:
 
 # --- event dispatch --------------------------------------------------------------
 
-def route6_mtu(payload: bytes) -> tuple[tuple, int] | None:
-    """(Route.identity, MTU metric or 0) of an IPv6 route message; None for
-    other families and cloned routes (exceptions)."""
+def route6_mtu(payload: bytes) -> tuple[tuple, int, str] | None:
+    """(Route.identity, MTU metric or 0, why its answers may not be cached
+    or "") of an IPv6 route message; None for other families and cloned
+    routes (exceptions)."""
     family, dst_len, src_len, tos, table, *_rest, flags = _RTMSG.unpack_from(payload)
     if family != AF_INET6 or flags & RTM_F_CLONED:
         return None
@@ -818,7 +820,14 @@ def route6_mtu(payload: bytes) -> tuple[tuple, int] | None:
                 f"{ip_str(family, a.get(RTA_DST, bytes(16)))}/{dst_len}", tos,
                 nl.u32(a[RTA_PRIORITY]) if RTA_PRIORITY in a else 0,
                 f"{ip_str(family, a.get(RTA_SRC, bytes(16)))}/{src_len}")
-    return identity, mtu
+    uncached = ""
+    if RTA_NH_ID in a:
+        uncached = "routes use nexthop objects"
+    elif RTA_CACHEINFO in a and struct.unpack_from("=i", a[RTA_CACHEINFO], 8)[0]:
+        # rta_expires: a route that expires (from a router advertisement,
+        # or `expires`) stops answering with no generation moving
+        uncached = "routes expire (learned from router advertisements, or added with expires)"
+    return identity, mtu, uncached
 
 
 def _route_event(t: int, flags: int, payload: bytes) -> Message | None:
@@ -827,7 +836,9 @@ def _route_event(t: int, flags: int, payload: bytes) -> Message | None:
     passed on (see changes._apply_plain_*). Of IPv6 routes, their MTU metric."""
     if payload[0] == AF_INET6:
         found = route6_mtu(payload)
-        return None if found is None else Route6Mtu(found[0], 0 if t == RTM_DELROUTE else found[1])
+        if found is None:
+            return None
+        return Route6Mtu(found[0], 0, "") if t == RTM_DELROUTE else Route6Mtu(*found)
     plain = plain_route_key(payload)
     if plain is None:
         route = decode_route(payload)

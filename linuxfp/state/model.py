@@ -457,6 +457,9 @@ class InterfaceSysctls(_JsonMixin):
     # gateway that bpf_fib_lookup() does not apply.
     ipv6: bool = False
     ipv6_accept_redirects: bool = False
+    # net.ipv6.conf.{all,DEV}.ignore_routes_with_linkdown: read by every
+    # IPv6 lookup; its change moves no generation.
+    ipv6_ignore_routes_with_linkdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -624,10 +627,14 @@ class Snapshot(_JsonMixin):
     # ip6_forward() honours them, bpf_fib_lookup() only when locked. Every
     # other IPv6 route is left to the live FIB.
     route_mtus6: tuple[tuple[tuple, int], ...] = ()
+    # IPv6 routes whose answers no generation versions, as (Route.identity,
+    # why), sorted: the FIB-answer cache is off for IPv6 while any exists.
+    routes6_uncached: tuple[tuple[tuple, str], ...] = ()
     _field_hashes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     _FIELDS = ("links", "addresses", "routes", "rules", "neighbours", "sysctls",
-               "netfilter", "netns_inode", "xfrm", "fdb", "peers", "route_mtus6")
+               "netfilter", "netns_inode", "xfrm", "fdb", "peers", "route_mtus6",
+               "routes6_uncached")
 
     def __hash__(self) -> int:
         # Hashing 10k routes costs milliseconds, so each field's hash is
@@ -729,6 +736,8 @@ class Snapshot(_JsonMixin):
             "fdb": [x.to_dict() for x in self.fdb],
             "route_mtus6": [{"table": i[1], "dst": i[2], "from": i[5], "metric": i[4], "mtu": mtu}
                             for i, mtu in self.route_mtus6],
+            "routes6_uncached": [{"table": i[1], "dst": i[2], "from": i[5], "metric": i[4], "why": why}
+                                 for i, why in self.routes6_uncached],
             "peers": [x.to_dict() for x in self.peers],
             "default_rules": self.default_rules,
         }

@@ -92,14 +92,21 @@ def dump_routes(sock: nl.NetlinkSocket) -> tuple[Route, ...]:
     return tuple(sorted(routes, key=route_order))
 
 
-def dump_route_mtus6(sock: nl.NetlinkSocket) -> tuple[tuple[tuple, int], ...]:
-    """Snapshot.route_mtus6: the IPv6 routes with an MTU metric."""
+def dump_routes6(sock: nl.NetlinkSocket) -> tuple[tuple[tuple[tuple, int], ...], tuple[tuple[tuple, str], ...]]:
+    """Snapshot.route_mtus6 and Snapshot.routes6_uncached: the IPv6 routes
+    with an MTU metric, and those whose answers may not be cached."""
     smallest: dict[tuple, int] = {}     # per identity (siblings share one)
+    uncached: dict[tuple, str] = {}
     for msg in sock.dump(decode.RTM_GETROUTE, decode.route_dump_request(decode.AF_INET6)):
         entry = decode.route6_mtu(msg.payload)
-        if entry is not None and entry[1]:
-            smallest[entry[0]] = min(entry[1], smallest.get(entry[0], entry[1]))
-    return tuple(sorted(smallest.items()))
+        if entry is None:
+            continue
+        identity, mtu, why = entry
+        if mtu:
+            smallest[identity] = min(mtu, smallest.get(identity, mtu))
+        if why:
+            uncached.setdefault(identity, why)
+    return tuple(sorted(smallest.items())), tuple(sorted(uncached.items()))
 
 
 def read_routes() -> tuple[Route, ...]:
@@ -131,7 +138,7 @@ def read_snapshot() -> Snapshot:
         addresses = _decoded(sock.dump(decode.RTM_GETADDR, decode.address_dump_request()),
                              decode.decode_address)
         routes = dump_routes(sock)
-        route_mtus6 = dump_route_mtus6(sock)
+        route_mtus6, routes6_uncached = dump_routes6(sock)
         rules = dump_rules(sock)
         neighbours = [n for n in _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request()),
                                           decode.decode_neighbour)
@@ -159,6 +166,7 @@ def read_snapshot() -> Snapshot:
         fdb=fdb,
         peers=peers,
         route_mtus6=route_mtus6,
+        routes6_uncached=routes6_uncached,
     )
 
 

@@ -14,7 +14,8 @@ from . import Node, Stage, register
 
 LOCAL_TABLE = 255
 LOCAL_SRC, LOCAL_HINT = "lfp_local_src", "lfp_local_hint"
-FIB_POLICY, FIB_POLICY_OFF = "lfp_fib_policy", 1     # fib_cache.h: LFP_FIB_POLICY_OFF
+# fib_cache.h: LFP_FIB_POLICY_OFF, LFP_FIB6_POLICY_OFF
+FIB_POLICY, FIB_POLICY_OFF, FIB6_POLICY_OFF = "lfp_fib_policy", 1, 2
 
 # Route types that make __fib_validate_source() refuse a source when found
 # outside the local table (where lfp_local_src already covers them).
@@ -33,11 +34,11 @@ class Router(Node):
     stage = Stage.ROUTE
     header = modules_dir() / "router.h"
     decides = True
-    inputs = ("addresses", "routes", "sysctls")
+    inputs = ("addresses", "routes", "sysctls", "routes6_uncached")
     # The neighbour generation of the FIB-answer cache (fib_cache.h): the
     # kernel versions its routes, rules and links, not its neighbours.
     watch = modules_dir() / "router_watch.c"
-    state_maps = ("lfp_fib_cache", "lfp_neigh_watch")
+    state_maps = ("lfp_fib_cache", "lfp_fib6_cache", "lfp_neigh_watch")
 
     def applies(self, snapshot, link) -> bool:
         if link.bridge_port is not None:
@@ -84,6 +85,8 @@ class Router(Node):
             notes.append(f"FIB answers not cached: {why}")
         if why := ipv6_routing_blocker(snapshot):
             notes.append(f"IPv6 not routed: {why}")
+        elif why := fib6_cache_off(snapshot):
+            notes.append(f"IPv6 FIB answers not cached: {why}")
         return tuple(notes)
 
     def tables(self, snapshot) -> tuple[Table, ...]:
@@ -92,9 +95,8 @@ class Router(Node):
             Table(LOCAL_SRC, self.name, 4, 1, frozenset((socket.inet_aton(a), b"\x01") for a in local),
                   kind=HASH, describe="local addresses: refused as sources"),
             hint_table(LOCAL_HINT, self.name, (be32(a) for a in local), "prefilter of lfp_local_src"),
-            Table(FIB_POLICY, self.name, 4, 4,
-                  frozenset({(u32(0), u32(FIB_POLICY_OFF))} if fib_cache_off(snapshot) else ()), kind=ARRAY,
-                  describe="the FIB-answer cache: off where an answer changes with no generation"),
+            Table(FIB_POLICY, self.name, 4, 4, fib_policy_entries(snapshot), kind=ARRAY,
+                  describe="the FIB-answer cache, per family: off where an answer changes with no generation"),
         )
 
 
@@ -121,6 +123,23 @@ def fib_cache_off(snapshot) -> str | None:
         why = "ignore_routes_with_linkdown is set (read by every lookup; setting it flushes nothing)"
     _fib_cache_off_memo[:] = [routes, sysctls, why]
     return why
+
+
+def fib6_cache_off(snapshot) -> str | None:
+    """fib_cache_off() for IPv6 (None: answers may be cached), with the same
+    window. Routes that expire stop answering when their time is up, and
+    nothing moves a generation until the garbage collector deletes them."""
+    if snapshot.routes6_uncached:
+        return snapshot.routes6_uncached[0][1]
+    if any(s.ipv6_ignore_routes_with_linkdown for s in snapshot.sysctls.interfaces):
+        return "ignore_routes_with_linkdown is set for IPv6 (read by every lookup; setting it flushes nothing)"
+    return None
+
+
+def fib_policy_entries(snapshot) -> frozenset:
+    """lfp_fib_policy's one entry: a bit per family whose cache is off."""
+    bits = (FIB_POLICY_OFF if fib_cache_off(snapshot) else 0) | (FIB6_POLICY_OFF if fib6_cache_off(snapshot) else 0)
+    return frozenset({(u32(0), u32(bits))} if bits else ())
 
 
 def local_source_addresses(snapshot) -> frozenset[str]:
