@@ -379,6 +379,7 @@ SETUP6 = [
     "ip -6 neigh replace 2001:db8:2::1 lladdr 02:00:00:00:02:01 dev out0 nud permanent",
     "ip -6 neigh replace 2001:db8:3::1 lladdr 02:00:00:00:03:01 dev out1 nud permanent",
     "ip -6 route add 2001:db8:10::/48 via 2001:db8:3::1 table 200",
+    "ip -6 route add 2001:db8:10::/48 via 2001:db8:3::1",
     "sysctl -qw net.ipv6.conf.all.forwarding=1",
     "sysctl -qw net.ipv4.ip_forward=1",     # (XDP egresses are IPv4-forwarding ones: interfaces.py)
 ] + [f"ip -6 route add 2001:db8:10:{i}::/64 via 2001:db8:{2 + i % 2}::1" for i in range(6)]
@@ -427,14 +428,10 @@ OUT0_BACK6 = ("ip link set out0 up; ip -6 route replace 2001:db8:10:0::/64 via 2
 CHANGES6 = [
     ("route replaced", "ip -6 route replace 2001:db8:10:0::/64 via 2001:db8:3::1",
      "ip -6 route replace 2001:db8:10:0::/64 via 2001:db8:2::1"),
-    ("route deleted (a shorter prefix answers)", "ip -6 route del 2001:db8:10:0::/64; "
-     "ip -6 route add 2001:db8:10::/48 via 2001:db8:2::1",
-     "ip -6 route del 2001:db8:10::/48; ip -6 route add 2001:db8:10:0::/64 via 2001:db8:2::1"),
+    ("route deleted (a shorter prefix answers)", "ip -6 route del 2001:db8:10:0::/64",
+     "ip -6 route add 2001:db8:10:0::/64 via 2001:db8:2::1"),
     ("more specific route", "ip -6 route add 2001:db8:10:0::/96 via 2001:db8:3::1",
      "ip -6 route del 2001:db8:10:0::/96"),
-    ("more specific route deleted", "ip -6 route del 2001:db8:10:0::/64; "
-     "ip -6 route add 2001:db8:10:0::/64 via 2001:db8:3::1; ip -6 route add 2001:db8:10:0::/96 via 2001:db8:2::1",
-     "ip -6 route del 2001:db8:10:0::/96; ip -6 route replace 2001:db8:10:0::/64 via 2001:db8:2::1"),
     ("policy rule", "ip -6 rule add to 2001:db8:10::/48 lookup 200 pref 100", "ip -6 rule del pref 100"),
     ("destination made local", "ip -6 addr add 2001:db8:10:0::9/128 dev out1 nodad",
      "ip -6 addr del 2001:db8:10:0::9/128 dev out1"),
@@ -455,6 +452,20 @@ CHANGES6 = [
 
 def _forwarded6(router, frame: bytes) -> tuple[str, str, dict]:
     return _forwarded_via(router, frame)
+
+
+def test_an_ipv6_route_deletion_is_followed_by_the_next_packet(router6, cache6_ns):
+    """A deletion moves no fib6_sernum: the count of deleted routes must
+    make the next packet take the shorter prefix (via out1)."""
+    frame = udp6(ROUTED6)
+    _forwarded6(router6, frame)
+    assert _forwarded6(router6, frame)[:2] == (OUT0_MAC6, GW0_MAC6)
+    sh(cache6_ns, "ip -6 route del 2001:db8:10:0::/64")
+    try:
+        for _ in range(2):
+            assert _forwarded6(router6, frame)[:2] == ("02:00:00:00:03:fe", "02:00:00:00:03:01")
+    finally:
+        sh(cache6_ns, "ip -6 route add 2001:db8:10:0::/64 via 2001:db8:2::1")
 
 
 @pytest.mark.parametrize("change,command,undo", CHANGES6, ids=[c[0] for c in CHANGES6])
@@ -494,9 +505,13 @@ def test_ipv6_answers_are_cached_per_flow_label_and_up_to_1280_bytes(router6):
      "routes expire"),
     ("ip nexthop add id 61 via 2001:db8:2::1 dev out0; ip -6 route add 2001:db8:78::/64 nhid 61",
      "ip -6 route del 2001:db8:78::/64; ip nexthop del id 61", "routes use nexthop objects"),
+    ("ip -6 route add 2001:db8:79::/64 nexthop via 2001:db8:2::1 dev out0 nexthop via 2001:db8:3::1 dev out1",
+     "ip -6 route del 2001:db8:79::/64", "multipath routes"),
     ("sysctl -qw net.ipv6.conf.out1.ignore_routes_with_linkdown=1",
      "sysctl -qw net.ipv6.conf.out1.ignore_routes_with_linkdown=0", "ignore_routes_with_linkdown"),
-], ids=["routes that expire", "nexthop objects", "ignore_routes_with_linkdown"])
+    ("sysctl -qw net.ipv6.conf.out1.accept_ra=2", "sysctl -qw net.ipv6.conf.out1.accept_ra=1",
+     "an interface accepts router advertisements"),
+], ids=["routes that expire", "nexthop objects", "multipath", "ignore_routes_with_linkdown", "accept_ra"])
 def test_the_controller_turns_the_ipv6_cache_off_for_what_no_generation_covers(router6, cache6_ns, setup, undo,
                                                                               why):
     """IPv6's own bit of lfp_fib_policy, with the reason in `linuxfp graph`."""

@@ -279,3 +279,7 @@ def test_ipv6_routes_that_stop_cached_answers_are_followed(netns):
         snap, _ = step(stream, snap, "ip -6 route del 2001:db8:6::/64")     # (read again)
         snap = assert_converges(stream, snap)
         assert [i[2] for i, _why in snap.routes6_uncached] == ["2001:db8:7::/64"]
+        # an address's new lifetime reaches its prefix route with no route event
+        snap, kinds = step(stream, snap, "ip -6 addr change 2001:db8:5::1/64 dev a0 valid_lft 600 preferred_lft 600")
+        assert "2001:db8:5::/64" in [i[2] for i, _why in snap.routes6_uncached], kinds
+        snap = assert_converges(stream, snap)

@@ -256,6 +256,22 @@ class RoutesReplaced:
 
 
 @dataclass(frozen=True, slots=True)
+class Routes6MayExpire:
+    """An IPv6 address got a finite lifetime: the kernel sets its prefix
+    route to expire in place, with no route event (modify_prefix_route()).
+    A marker: advance() reads the IPv6 routes again (Routes6Replaced)."""
+    kind = "addr"
+
+
+@dataclass(frozen=True, slots=True)
+class Routes6Replaced:
+    """A fresh read of what Snapshot.route_mtus6 and routes6_uncached keep."""
+    route_mtus6: tuple
+    routes6_uncached: tuple
+    kind = "routes6_dump"
+
+
+@dataclass(frozen=True, slots=True)
 class RulesReplaced:
     rules: tuple[Rule, ...]
     kind = "rules_dump"
@@ -291,7 +307,7 @@ Message = (
     | PlainRouteReplaced | PlainRouteRemoved
     | Route6Mtu | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
     | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
-    | RoutesMayBeFlushed | RulesReplaced | SysctlsReplaced
+    | RoutesMayBeFlushed | Routes6MayExpire | Routes6Replaced | RulesReplaced | SysctlsReplaced
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
     | PeerLinkUpdate | PeerLinkRemoved
 )
@@ -583,6 +599,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         elif isinstance(msg, RoutesReplaced):
             kept_identities = None
             routes.reset(msg.routes)
+        elif isinstance(msg, Routes6Replaced):
+            route_mtus6, routes6_uncached = dict(msg.route_mtus6), dict(msg.routes6_uncached)
         elif isinstance(msg, RulesReplaced):
             rules.reset(msg.rules)
         elif isinstance(msg, SysctlsReplaced):
@@ -592,7 +610,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         elif isinstance(msg, XfrmReplaced):
             xfrm = msg.xfrm
         elif isinstance(msg, (NetconfChanged, NftablesChanged, XfrmChanged, QdiscChanged, NexthopChanged,
-                              BridgePortChanged, RoutesMayBeFlushed)):
+                              BridgePortChanged, RoutesMayBeFlushed, Routes6MayExpire)):
             pass  # markers; the state follows in a *Replaced message
         else:
             raise TypeError(f"apply_messages: unsupported message {msg!r}")

@@ -34,6 +34,7 @@ from .changes import (
     RouteUpdate,
     RuleRemoved,
     Route6Mtu,
+    Routes6MayExpire,
     RuleUpdate,
     XdpFeaturesUpdate,
 )
@@ -102,7 +103,8 @@ IFLA_XDP_DRV_PROG_ID, IFLA_XDP_SKB_PROG_ID, IFLA_XDP_HW_PROG_ID = 5, 6, 7
 RTEXT_FILTER_SKIP_STATS = 1 << 3
 
 # IFA_*
-IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 3, 4, 8
+IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_BROADCAST, IFA_CACHEINFO, IFA_FLAGS = 1, 2, 3, 4, 6, 8
+INFINITY_LIFE_TIME = 0xFFFFFFFF
 
 # RTA_*
 RTA_DST, RTA_SRC, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 2, 4, 5, 6, 7
@@ -333,6 +335,12 @@ def decode_address(payload: bytes) -> Address | None:
         flags=nl.u32(a[IFA_FLAGS]) if IFA_FLAGS in a else flags,
         label=nl.cstr(a[IFA_LABEL]) if IFA_LABEL in a else "",
     )
+
+
+def ipv6_address_expires(payload: bytes) -> bool:
+    """Whether an IPv6 address message gives a finite valid lifetime."""
+    a = nl.parse_attrs(payload, _IFADDRMSG.size)
+    return IFA_CACHEINFO in a and struct.unpack_from("=I", a[IFA_CACHEINFO], 4)[0] != INFINITY_LIFE_TIME
 
 
 def address_dump_request(family: int = AF_INET) -> bytes:
@@ -823,6 +831,11 @@ def route6_mtu(payload: bytes) -> tuple[tuple, int, str] | None:
     uncached = ""
     if RTA_NH_ID in a:
         uncached = "routes use nexthop objects"
+    elif RTA_MULTIPATH in a:
+        # fib6_del_route() counts a sibling deleted before unlinking it from
+        # the others and rebalancing them: a lookup between the two would
+        # be cached under the new count
+        uncached = "multipath routes (a sibling's deletion is counted before its siblings forget it)"
     elif RTA_CACHEINFO in a and struct.unpack_from("=i", a[RTA_CACHEINFO], 8)[0]:
         # rta_expires: a route that expires (from a router advertisement,
         # or `expires`) stops answering with no generation moving
@@ -864,6 +877,8 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
     t = msg.type
     if t == RTM_NEWROUTE or t == RTM_DELROUTE:
         return _route_event(t, msg.flags, msg.payload)
+    if t == RTM_NEWADDR and msg.payload[0] == AF_INET6:
+        return Routes6MayExpire() if ipv6_address_expires(msg.payload) else None
     if t == RTM_NEWADDR or t == RTM_DELADDR:
         address = decode_address(msg.payload)
         if address is None:

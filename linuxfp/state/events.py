@@ -35,6 +35,9 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
   ingress/clsact qdisc -> `LinkUpdate`, `TcIngressUpdate`.
 * A nexthop object changed: routes using it are not re-announced
   -> `RoutesReplaced`.
+* An IPv6 address given a finite lifetime: its prefix route is set to
+  expire in place, unannounced -> `Routes6MayExpire`; `advance()` reads the
+  IPv6 routes again (`Routes6Replaced`).
 * RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsReplaced`.
 * Any nf_tables message -> `NetfilterReplaced`.
 * Any xfrm policy message (XFRMNLGRP_POLICY: policies and their defaults)
@@ -72,6 +75,8 @@ from .changes import (
     PeerLinkUpdate,
     QdiscChanged,
     ResyncRequired,
+    Routes6MayExpire,
+    Routes6Replaced,
     RoutesMayBeFlushed,
     RoutesReplaced,
     RulesReplaced,
@@ -94,6 +99,7 @@ from .read import (
     netns_inode,
     read_peers,
     read_routes,
+    read_routes6,
     read_snapshot,
 )
 from .sysctl import read_sysctls
@@ -107,6 +113,7 @@ RTNLGRP_NEIGH = 3
 RTNLGRP_IPV4_IFADDR = 5
 RTNLGRP_IPV4_ROUTE = 7
 RTNLGRP_IPV4_RULE = 8
+RTNLGRP_IPV6_IFADDR = 9
 RTNLGRP_TC = 4
 RTNLGRP_IPV6_ROUTE = 11
 RTNLGRP_IPV6_RULE = 19
@@ -116,7 +123,7 @@ RTNLGRP_NEXTHOP = 32
 NFNLGRP_NFTABLES = 7
 
 _RTNL_GROUPS = (RTNLGRP_LINK, RTNLGRP_NEIGH, RTNLGRP_TC, RTNLGRP_IPV4_IFADDR,
-                RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_IPV4_RULE, RTNLGRP_IPV6_RULE, RTNLGRP_IPV4_NETCONF,
+                RTNLGRP_IPV6_IFADDR, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_IPV4_RULE, RTNLGRP_IPV6_RULE, RTNLGRP_IPV4_NETCONF,
                 RTNLGRP_IPV6_NETCONF, RTNLGRP_NEXTHOP)
 _LINK_STATE_FLAGS = IFF_UP | IFF_LOWER_UP
 
@@ -437,4 +444,6 @@ def advance(snapshot: Snapshot, batch: EventBatch) -> Snapshot:
         # Read after every message of the batch: events that arrive meanwhile
         # are replayed by the next batch, which is harmless.
         applied = apply_messages(applied, [RoutesReplaced(read_routes())])
+    if any(type(m) is Routes6MayExpire for m in batch.messages):
+        applied = apply_messages(applied, [Routes6Replaced(*read_routes6())])
     return applied

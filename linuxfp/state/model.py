@@ -460,6 +460,9 @@ class InterfaceSysctls(_JsonMixin):
     # net.ipv6.conf.{all,DEV}.ignore_routes_with_linkdown: read by every
     # IPv6 lookup; its change moves no generation.
     ipv6_ignore_routes_with_linkdown: bool = False
+    # Router advertisements are processed (ipv6_accept_ra()): they change
+    # routes' lifetimes and preferences in place, with no route event.
+    ipv6_accept_ra: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,12 @@ def dump_routes6(sock: nl.NetlinkSocket) -> tuple[tuple[tuple[tuple, int], ...],
     return tuple(sorted(smallest.items())), tuple(sorted(uncached.items()))
 
 
+def read_routes6() -> tuple[tuple[tuple[tuple, int], ...], tuple[tuple[tuple, str], ...]]:
+    """dump_routes6() on a socket of the calling thread's namespace."""
+    with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
+        return dump_routes6(sock)
+
+
 def read_routes() -> tuple[Route, ...]:
     """dump_routes() on a socket of the calling thread's namespace."""
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:

@@ -58,18 +58,21 @@ def _read_conf(dev: str) -> dict[str, int] | None:
     return values
 
 
-def _read_conf6(dev: str) -> tuple[bool, bool, bool]:
-    """(IPv6 on, accepts redirects, ignores routes with link down) for a
-    device; all False where the kernel keeps no IPv6 configuration for it.
-    (fib6_ignore_linkdown(): all || dev.)"""
+def _read_conf6(dev: str) -> tuple[bool, bool, bool, bool]:
+    """(IPv6 on, accepts redirects, ignores routes with link down, accepts
+    router advertisements) for a device; all False where the kernel keeps
+    no IPv6 configuration for it. (fib6_ignore_linkdown(): all || dev;
+    ipv6_accept_ra(): forwarding ? accept_ra == 2 : accept_ra.)"""
     disabled = _read_int(f"{CONF6_ROOT}/{dev}/disable_ipv6")
     forwarding = _read_int(f"{CONF6_ROOT}/{dev}/forwarding")
     redirects = _read_int(f"{CONF6_ROOT}/{dev}/accept_redirects")
     linkdown = _read_int(f"{CONF6_ROOT}/{dev}/ignore_routes_with_linkdown")
     linkdown_all = _read_int(f"{CONF6_ROOT}/all/ignore_routes_with_linkdown")
+    accept_ra = _read_int(f"{CONF6_ROOT}/{dev}/accept_ra")
     if disabled is None or forwarding is None or redirects is None:
-        return False, False, False
-    return not disabled, not forwarding and bool(redirects), bool(linkdown or linkdown_all)
+        return False, False, False, False
+    return (not disabled, not forwarding and bool(redirects), bool(linkdown or linkdown_all),
+            bool(accept_ra == 2 if forwarding else accept_ra))
 
 
 def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
@@ -85,7 +88,7 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
         dev = _read_conf(name)
         if dev is None:
             continue
-        ipv6, ipv6_redirects, ipv6_linkdown = _read_conf6(name)
+        ipv6, ipv6_redirects, ipv6_linkdown, ipv6_ra = _read_conf6(name)
         interfaces.append(InterfaceSysctls(
             ifindex=ifindex,
             forwarding=bool(dev["forwarding"]),
@@ -100,6 +103,7 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
             ipv6=ipv6,
             ipv6_accept_redirects=ipv6_redirects,
             ipv6_ignore_routes_with_linkdown=ipv6_linkdown,
+            ipv6_accept_ra=ipv6 and ipv6_ra,
         ))
     interfaces.sort(key=lambda s: s.ifindex)
     namespace = {}

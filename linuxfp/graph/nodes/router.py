@@ -127,12 +127,16 @@ def fib_cache_off(snapshot) -> str | None:
 
 def fib6_cache_off(snapshot) -> str | None:
     """fib_cache_off() for IPv6 (None: answers may be cached), with the same
-    window. Routes that expire stop answering when their time is up, and
-    nothing moves a generation until the garbage collector deletes them."""
+    window (accept_ra: polled, ≤ 1 s). Routes that expire stop answering
+    when their time is up, and nothing moves a generation until the garbage
+    collector deletes them; multipath routes: Snapshot.routes6_uncached."""
     if snapshot.routes6_uncached:
         return snapshot.routes6_uncached[0][1]
     if any(s.ipv6_ignore_routes_with_linkdown for s in snapshot.sysctls.interfaces):
         return "ignore_routes_with_linkdown is set for IPv6 (read by every lookup; setting it flushes nothing)"
+    if any(s.ipv6_accept_ra for s in snapshot.sysctls.interfaces):
+        return ("an interface accepts router advertisements (they change routes' lifetimes and preferences "
+                "in place, with no route event)")
     return None
 
 
