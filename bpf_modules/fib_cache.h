@@ -145,8 +145,17 @@ struct lfp_fib_probe {
 	struct lfp_fib_entry *slot;
 };
 
-/* Reads the generations and builds the key; 0 when nothing may be cached
- * (then the lookup is done as if there were no cache). */
+/* murmur3's finaliser: every bit of the fold reaches the slot's bits */
+static __always_inline __u32 lfp_fib_mix(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
 static __always_inline __u32 lfp_fib_slot(const struct lfp_fib_key *key)
 {
 	const __u32 *w = (const void *)key;
@@ -158,12 +167,20 @@ static __always_inline __u32 lfp_fib_slot(const struct lfp_fib_key *key)
 	h = (h ^ w[2]) * 0xc2b2ae35u;
 	h = (h ^ w[3]) * 0x27d4eb2fu;
 	h ^= w[4];
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
-	h ^= h >> 16;
-	return h & (LFP_FIB_CACHE_SLOTS - 1);
+	return lfp_fib_mix(h) & (LFP_FIB_CACHE_SLOTS - 1);
+}
+
+/* The namespace, if the family's answers may be cached at all: the watch
+ * armed, the controller not against it (`off`: the family's policy bit). */
+static __always_inline struct net___lfp_fib *lfp_fib_cacheable(struct lfp_pkt *pkt, __u32 off,
+								struct lfp_neigh_watch **watch)
+{
+	__u32 key = 0, *said = bpf_map_lookup_elem(&lfp_fib_policy, &key);
+
+	*watch = lfp_neigh_watch_of();
+	if (!*watch || !(*watch)->armed || !said || (*said & off))
+		return NULL;
+	return lfp_kern_net(pkt);
 }
 
 /* Reads the generations and builds the key; 0 when nothing may be cached
@@ -171,12 +188,11 @@ static __always_inline __u32 lfp_fib_slot(const struct lfp_fib_key *key)
 static __always_inline int lfp_fib_probe_init(struct lfp_pkt *pkt, const struct bpf_fib_lookup *fib,
 					      struct lfp_fib_probe *probe)
 {
-	struct net___lfp_fib *net = lfp_kern_net(pkt);
-	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
-	__u32 policy = 0, custom_rules = 0, key = 0, slot, *said;
+	struct lfp_neigh_watch *watch;
+	struct net___lfp_fib *net = lfp_fib_cacheable(pkt, LFP_FIB_POLICY_OFF, &watch);
+	__u32 policy = 0, custom_rules = 0, slot;
 
-	said = bpf_map_lookup_elem(&lfp_fib_policy, &key);
-	if (!net || !watch || !watch->armed || !said || (*said & LFP_FIB_POLICY_OFF))
+	if (!net)
 		return 0;
 	if (net->ipv4.sysctl_ip_fwd_use_pmtu)
 		return 0;
@@ -337,25 +353,19 @@ static __always_inline __u32 lfp_fib6_slot(const struct lfp_fib6_key *key)
 #pragma unroll
 	for (int i = 1; i < LFP_FIB6_KEY_WORDS; i++)
 		h = (h ^ w[i]) * (i & 1 ? 0x85ebca6bu : 0xc2b2ae35u);
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
-	h ^= h >> 16;
-	return h & (LFP_FIB6_CACHE_SLOTS - 1);
+	return lfp_fib_mix(h) & (LFP_FIB6_CACHE_SLOTS - 1);
 }
 
 /* As lfp_fib_probe_init(), for an IPv6 lookup. */
 static __always_inline int lfp_fib6_probe_init(struct lfp_pkt *pkt, const struct bpf_fib_lookup *fib,
 					       struct lfp_fib6_probe *probe)
 {
-	struct net___lfp_fib *net = lfp_kern_net(pkt);
-	struct lfp_neigh_watch *watch = lfp_neigh_watch_of();
+	struct lfp_neigh_watch *watch;
+	struct net___lfp_fib *net = lfp_fib_cacheable(pkt, LFP_FIB6_POLICY_OFF, &watch);
 	struct rt6_statistics___lfp_fib *stats;
-	__u32 custom_rules = 0, key = 0, slot, *said;
+	__u32 custom_rules = 0, slot;
 
-	said = bpf_map_lookup_elem(&lfp_fib_policy, &key);
-	if (!net || !watch || !watch->armed || !said || (*said & LFP_FIB6_POLICY_OFF))
+	if (!net)
 		return 0;
 	if (!bpf_core_field_exists(net->ipv6.fib6_sernum) || !bpf_core_field_exists(net->ipv6.rt6_stats))
 		return 0;

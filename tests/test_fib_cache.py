@@ -268,47 +268,53 @@ def _churn_frames() -> list[bytes]:
     return frames
 
 
-@pytest.mark.parametrize("hook", ["xdp", "tc"])
-def test_cached_and_live_answers_agree_under_seeded_churn(hook):
-    """A seeded random loop of configuration changes (routes, TOS routes,
-    more specific routes, multipath, policy rules, neighbours, addresses,
-    MTUs, link flaps, sysctls); after each, the same frames through the
+def churn_compare(hook: str, seed: int, setup: list[str], step, frames: list[bytes]) -> tuple[list, int, int, int]:
+    """A seeded random loop of configuration changes (`step(rng)`: one
+    command) in a fresh namespace; after each, the same frames through the
     program with the cache armed (twice: filled, then served) and through
-    the same program with it off (every answer looked up live) give the
-    same verdict and bytes. The cache must have served answers."""
+    the same program with it off (every answer looked up live). Returns the
+    differences, the hits of each, and the frames the cached one forwarded."""
     import random
 
-    rng = random.Random(1100)
+    rng = random.Random(seed)
     with Lab(prefix="lfp-t") as lab:
         ns = lab.namespace("fcc")
-        for cmd in CHURN_SETUP:
+        for cmd in setup:
             sh(ns, cmd)
         cached = LoadedPipeline(ns, "in0", hook, ("router", "transmit"), f"t_cached_{hook}")
         live = LoadedPipeline(ns, "in0", hook, ("router", "transmit"), f"t_live_{hook}")
         cpus = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {min(cpus)})
-        frames = _churn_frames()
-        differences, hits = [], 0
+        differences, hits, forwarded = [], 0, 0
         try:
             with router_watch(ns, cached.obj.map("lfp_neigh_watch")):
-                for step in range(120):
-                    command = _churn_step(rng)
+                for number in range(120):
+                    command = step(rng)
                     ns.run(["sh", "-c", command], check=False)
                     for attempt in range(2):
                         before = cached.counter(HIT)
                         for frame in frames:
                             a, b = cached.run(frame), live.run(frame)
+                            forwarded += a.retval == VERDICTS[hook][FORWARD]
                             if (a.retval, a.data_out) != (b.retval, b.data_out):
-                                differences.append((step, command, attempt, Ether(frame)[IP].dst,
-                                                    a.retval, b.retval))
+                                differences.append((number, command, attempt, len(frame), a.retval, b.retval))
                         hits += cached.counter(HIT) - before
                 live_hits = live.counter(HIT)
         finally:
             os.sched_setaffinity(0, cpus)
             cached.close()
             live.close()
+    return differences, hits, live_hits, forwarded
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_cached_and_live_answers_agree_under_seeded_churn(hook):
+    """Routes, TOS routes, more specific routes, multipath, policy rules,
+    neighbours, addresses, MTUs, link flaps, sysctls (churn_compare): the
+    same verdict and bytes, and the cache served answers."""
+    differences, hits, live_hits, forwarded = churn_compare(hook, 1100, CHURN_SETUP, _churn_step, _churn_frames())
     assert not differences, differences[:10]
-    assert hits > 0 and live_hits == 0, (hits, live_hits)
+    assert hits > 0 and live_hits == 0 and forwarded > 0, (hits, live_hits, forwarded)
 
 
 def test_a_group_members_replacement_is_followed(router, cache_ns):
@@ -574,37 +580,7 @@ def _churn6_frames() -> list[bytes]:
 def test_cached_and_live_ipv6_answers_agree_under_seeded_churn(hook):
     """As the IPv4 churn test, for IPv6: routes, more specific and
     source-specific routes, multipath, rules, neighbours, addresses, MTUs,
-    MACs, link flaps, forwarding and the seed, in a seeded random loop."""
-    import random
-
-    rng = random.Random(1106)
-    with Lab(prefix="lfp-t") as lab:
-        ns = lab.namespace("fcc6")
-        for cmd in SETUP6:
-            sh(ns, cmd)
-        cached = LoadedPipeline(ns, "in0", hook, ("router", "transmit"), f"t_cached6_{hook}")
-        live = LoadedPipeline(ns, "in0", hook, ("router", "transmit"), f"t_live6_{hook}")
-        cpus = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {min(cpus)})
-        frames = _churn6_frames()
-        differences, hits, forwarded = [], 0, 0
-        try:
-            with router_watch(ns, cached.obj.map("lfp_neigh_watch")):
-                for step in range(120):
-                    command = _churn6_step(rng)
-                    ns.run(["sh", "-c", command], check=False)
-                    for attempt in range(2):
-                        before = cached.counter(HIT)
-                        for frame in frames:
-                            a, b = cached.run(frame), live.run(frame)
-                            forwarded += a.retval == VERDICTS[hook][FORWARD]
-                            if (a.retval, a.data_out) != (b.retval, b.data_out):
-                                differences.append((step, command, attempt, len(frame), a.retval, b.retval))
-                        hits += cached.counter(HIT) - before
-                live_hits = live.counter(HIT)
-        finally:
-            os.sched_setaffinity(0, cpus)
-            cached.close()
-            live.close()
+    MACs, link flaps, forwarding and the seed."""
+    differences, hits, live_hits, forwarded = churn_compare(hook, 1106, SETUP6, _churn6_step, _churn6_frames())
     assert not differences, differences[:10]
     assert hits > 0 and live_hits == 0 and forwarded > 0, (hits, live_hits, forwarded)
