@@ -63,18 +63,24 @@ def router_watch(ns, neigh_watch: dp.Map) -> Iterator[None]:
         obj.close()
 
 
-@pytest.fixture(scope="module", params=["xdp", "tc"])
-def router(request, cache_ns):
-    loaded = LoadedRouter(request.param, cache_ns)
-    # per-CPU slots: the test runs stay on one CPU
+@contextlib.contextmanager
+def armed(ns, loaded) -> Iterator[object]:
+    """A loaded pipeline with the router's watch attached, the test runs on
+    one CPU (the cache's slots are per CPU); closed afterwards."""
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})
     try:
-        with router_watch(cache_ns, loaded.obj.map("lfp_neigh_watch")):
+        with router_watch(ns, loaded.obj.map("lfp_neigh_watch")):
             yield loaded
     finally:
         os.sched_setaffinity(0, cpus)
         loaded.obj.close()
+
+
+@pytest.fixture(scope="module", params=["xdp", "tc"])
+def router(request, cache_ns):
+    with armed(cache_ns, LoadedRouter(request.param, cache_ns)) as loaded:
+        yield loaded
 
 
 def counted(router, frame: bytes) -> tuple[object, dict]:
@@ -410,15 +416,9 @@ def cache6_ns():
 
 @pytest.fixture(scope="module", params=["xdp", "tc"])
 def router6(request, cache6_ns):
-    loaded = LoadedPipeline(cache6_ns, "in0", request.param, ("router", "transmit"), f"t_c6_{request.param}")
-    cpus = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cpus)})
-    try:
-        with router_watch(cache6_ns, loaded.obj.map("lfp_neigh_watch")):
-            yield loaded
-    finally:
-        os.sched_setaffinity(0, cpus)
-        loaded.close()
+    hook = request.param
+    with armed(cache6_ns, LoadedPipeline(cache6_ns, "in0", hook, ("router", "transmit"), f"t_c6_{hook}")) as loaded:
+        yield loaded
 
 
 ROUTED6 = "2001:db8:10:0::9"     # via 2001:db8:2::1 on out0
