@@ -30,7 +30,8 @@
  * whose resilient groups move buckets by timer; ignore_routes_with_linkdown).
  *
  * Per CPU and direct-mapped: a packet writes only its own CPU's slots, and
- * a collision costs one lookup.
+ * a collision costs one lookup. An entry keeps its stamp as an epoch
+ * (lfp_fib_epochs): 56 bytes where the whole stamp made 80.
  */
 #ifndef LFP_FIB_CACHE_H
 #define LFP_FIB_CACHE_H
@@ -39,7 +40,7 @@
 #include "neigh_watch.h"
 
 #ifndef LFP_FIB_CACHE_SLOTS
-#define LFP_FIB_CACHE_SLOTS 16384       /* a power of two; 80 bytes each, per CPU */
+#define LFP_FIB_CACHE_SLOTS 16384       /* a power of two; 56 bytes each, per CPU */
 #endif
 
 /* The fields read, relocated against the running kernel's BTF. */
@@ -120,7 +121,7 @@ struct lfp_fib_key {
 #define LFP_FIB_SRC_OK  (1u << 1)  /* the reverse lookup of the source passed */
 
 struct lfp_fib_entry {
-	struct lfp_fib_stamp stamp;
+	__u64 epoch;            /* lfp_fib_epochs': the stamp it was looked up under */
 	struct lfp_fib_key key;
 	__u32 egress;
 	__be32 nexthop;
@@ -142,8 +143,52 @@ struct {
 struct lfp_fib_probe {
 	struct lfp_fib_key key;
 	struct lfp_fib_stamp stamp;
+	__u64 epoch;
 	struct lfp_fib_entry *slot;
 };
+
+/* Per CPU and family, the stamp last seen and its epoch: an entry holds the
+ * epoch, 8 bytes, where it would hold the 32-byte stamp, and the packet
+ * compares the stamp it reads with this one hot line. Every packet reads
+ * the generations and moves the epoch when they moved, before any entry
+ * is trusted, so an entry of an older epoch is never served. A fresh map
+ * starts from the boot clock: no entry of an earlier map can match. */
+struct lfp_fib_epoch {
+	struct lfp_fib_stamp stamp;
+	__u64 epoch;
+};
+
+#define LFP_FIB_EPOCH_IPV4 0
+#define LFP_FIB_EPOCH_IPV6 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct lfp_fib_epoch);
+} lfp_fib_epochs SEC(".maps");
+
+static __always_inline int lfp_fib_same_stamp(const struct lfp_fib_stamp *a, const struct lfp_fib_stamp *b)
+{
+	return a->neigh_gen == b->neigh_gen && a->rt_genid == b->rt_genid && a->fib_seq == b->fib_seq &&
+	       a->nh_seq == b->nh_seq && a->selectors == b->selectors && a->mp_seed == b->mp_seed &&
+	       a->family_seq == b->family_seq;
+}
+
+/* The epoch of the stamp just read; 0 when the map is missing. */
+static __always_inline int lfp_fib_epoch_now(__u32 family, const struct lfp_fib_stamp *now, __u64 *epoch)
+{
+	struct lfp_fib_epoch *e = bpf_map_lookup_elem(&lfp_fib_epochs, &family);
+
+	if (!e)
+		return 0;
+	if (!lfp_fib_same_stamp(&e->stamp, now)) {
+		e->stamp = *now;
+		e->epoch = e->epoch ? e->epoch + 1 : bpf_ktime_get_boot_ns();
+	}
+	*epoch = e->epoch;
+	return 1;
+}
 
 /* murmur3's finaliser: every bit of the fold reaches the slot's bits */
 static __always_inline __u32 lfp_fib_mix(__u32 h)
@@ -215,6 +260,8 @@ static __always_inline int lfp_fib_probe_init(struct lfp_pkt *pkt, const struct 
 	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_seed))
 		probe->stamp.mp_seed = net->ipv4.sysctl_fib_multipath_hash_seed.mp_seed;
 	probe->stamp.selectors = policy | custom_rules << 16;
+	if (!lfp_fib_epoch_now(LFP_FIB_EPOCH_IPV4, &probe->stamp, &probe->epoch))
+		return 0;
 
 	probe->key.ifindex = fib->ifindex;
 	probe->key.saddr = fib->ipv4_src;
@@ -242,13 +289,6 @@ static __always_inline int lfp_fib_same_key(const struct lfp_fib_key *a, const s
 	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4];
 }
 
-static __always_inline int lfp_fib_same_stamp(const struct lfp_fib_stamp *a, const struct lfp_fib_stamp *b)
-{
-	return a->neigh_gen == b->neigh_gen && a->rt_genid == b->rt_genid && a->fib_seq == b->fib_seq &&
-	       a->nh_seq == b->nh_seq && a->selectors == b->selectors && a->mp_seed == b->mp_seed &&
-	       a->family_seq == b->family_seq;
-}
-
 /* The cached answer for a packet whose lookup would carry `tot_len`, or
  * NULL. */
 static __always_inline struct lfp_fib_entry *lfp_fib_cached(const struct lfp_fib_probe *probe, __u16 tot_len)
@@ -256,7 +296,7 @@ static __always_inline struct lfp_fib_entry *lfp_fib_cached(const struct lfp_fib
 	struct lfp_fib_entry *e = probe->slot;
 
 	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib_same_key(&e->key, &probe->key) ||
-	    !lfp_fib_same_stamp(&e->stamp, &probe->stamp) || tot_len > e->max_len)
+	    e->epoch != probe->epoch || tot_len > e->max_len)
 		return NULL;
 	return e;
 }
@@ -270,14 +310,14 @@ static __always_inline void lfp_fib_remember(struct lfp_fib_probe *probe, const 
 	/* the same answer proven again for a longer packet (any other answer
 	 * replaces the entry) */
 	if ((e->flags & LFP_FIB_VALID) && lfp_fib_same_key(&e->key, &probe->key) &&
-	    lfp_fib_same_stamp(&e->stamp, &probe->stamp) && e->egress == fib->ifindex &&
+	    e->epoch == probe->epoch && e->egress == fib->ifindex &&
 	    e->nexthop == fib->ipv4_dst && lfp_mac_equal(e->dmac, fib->dmac) && lfp_mac_equal(e->smac, fib->smac)) {
 		if (tot_len > e->max_len)
 			e->max_len = tot_len;
 		return;
 	}
 	e->key = probe->key;
-	e->stamp = probe->stamp;
+	e->epoch = probe->epoch;
 	e->egress = fib->ifindex;
 	e->nexthop = fib->ipv4_dst;
 	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
@@ -303,7 +343,7 @@ static __always_inline void lfp_fib_remember(struct lfp_fib_probe *probe, const 
  * What the datapath cannot see (routes that expire, nexthop objects,
  * ignore_routes_with_linkdown): the controller's LFP_FIB6_POLICY_OFF. */
 #ifndef LFP_FIB6_CACHE_SLOTS
-#define LFP_FIB6_CACHE_SLOTS 4096       /* a power of two; 120 bytes each, per CPU */
+#define LFP_FIB6_CACHE_SLOTS 4096       /* a power of two; 96 bytes each, per CPU */
 #endif
 #define LFP_FIB6_CACHE_MAX_LEN 1280     /* IPV6_MIN_MTU */
 
@@ -319,7 +359,7 @@ struct lfp_fib6_key {
 };
 
 struct lfp_fib6_entry {
-	struct lfp_fib_stamp stamp;
+	__u64 epoch;
 	struct lfp_fib6_key key;
 	__be32 nexthop[4];
 	__u32 egress;
@@ -340,6 +380,7 @@ struct {
 struct lfp_fib6_probe {
 	struct lfp_fib6_key key;
 	struct lfp_fib_stamp stamp;
+	__u64 epoch;
 	struct lfp_fib6_entry *slot;
 };
 
@@ -383,6 +424,8 @@ static __always_inline int lfp_fib6_probe_init(struct lfp_pkt *pkt, const struct
 	probe->stamp.mp_seed = 0;
 	if (bpf_core_field_exists(net->ipv4.sysctl_fib_multipath_hash_seed))
 		probe->stamp.mp_seed = net->ipv4.sysctl_fib_multipath_hash_seed.mp_seed;
+	if (!lfp_fib_epoch_now(LFP_FIB_EPOCH_IPV6, &probe->stamp, &probe->epoch))
+		return 0;
 
 	probe->key.ifindex = fib->ifindex;
 	__builtin_memcpy(probe->key.saddr, fib->ipv6_src, sizeof(probe->key.saddr));
@@ -409,7 +452,7 @@ static __always_inline struct lfp_fib6_entry *lfp_fib6_cached(const struct lfp_f
 	struct lfp_fib6_entry *e = probe->slot;
 
 	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib6_same_key(&e->key, &probe->key) ||
-	    !lfp_fib_same_stamp(&e->stamp, &probe->stamp) || tot_len > e->max_len)
+	    e->epoch != probe->epoch || tot_len > e->max_len)
 		return NULL;
 	return e;
 }
@@ -422,7 +465,7 @@ static __always_inline void lfp_fib6_remember(struct lfp_fib6_probe *probe, cons
 	if (tot_len > LFP_FIB6_CACHE_MAX_LEN)
 		tot_len = LFP_FIB6_CACHE_MAX_LEN;
 	if ((e->flags & LFP_FIB_VALID) && lfp_fib6_same_key(&e->key, &probe->key) &&
-	    lfp_fib_same_stamp(&e->stamp, &probe->stamp) && e->egress == fib->ifindex &&
+	    e->epoch == probe->epoch && e->egress == fib->ifindex &&
 	    e->nexthop[0] == fib->ipv6_dst[0] && e->nexthop[1] == fib->ipv6_dst[1] &&
 	    e->nexthop[2] == fib->ipv6_dst[2] && e->nexthop[3] == fib->ipv6_dst[3] && lfp_mac_equal(e->dmac, fib->dmac) &&
 	    lfp_mac_equal(e->smac, fib->smac)) {
@@ -431,7 +474,7 @@ static __always_inline void lfp_fib6_remember(struct lfp_fib6_probe *probe, cons
 		return;
 	}
 	e->key = probe->key;
-	e->stamp = probe->stamp;
+	e->epoch = probe->epoch;
 	e->egress = fib->ifindex;
 	__builtin_memcpy(e->nexthop, fib->ipv6_dst, sizeof(e->nexthop));
 	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);

@@ -38,7 +38,7 @@ class Router(Node):
     # The neighbour generation of the FIB-answer cache (fib_cache.h): the
     # kernel versions its routes, rules and links, not its neighbours.
     watch = modules_dir() / "router_watch.c"
-    state_maps = ("lfp_fib_cache", "lfp_fib6_cache", "lfp_neigh_watch")
+    state_maps = ("lfp_fib_cache", "lfp_fib6_cache", "lfp_fib_epochs", "lfp_neigh_watch")
 
     def applies(self, snapshot, link) -> bool:
         if link.bridge_port is not None:
