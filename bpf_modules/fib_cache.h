@@ -151,8 +151,11 @@ struct lfp_fib_probe {
  * epoch, 8 bytes, where it would hold the 32-byte stamp, and the packet
  * compares the stamp it reads with this one hot line. Every packet reads
  * the generations and moves the epoch when they moved, before any entry
- * is trusted, so an entry of an older epoch is never served. A fresh map
- * starts from the boot clock: no entry of an earlier map can match. */
+ * is trusted, so an entry of an older epoch is never served. A fresh (or
+ * zeroed) record starts from the boot clock: no entry stored under an
+ * earlier record can match. An epoch means something only against the
+ * record that issued it: the cache maps and this one are created and
+ * dropped together (the router's state_maps, one layout digest). */
 struct lfp_fib_epoch {
 	struct lfp_fib_stamp stamp;
 	__u64 epoch;
@@ -175,14 +178,14 @@ static __always_inline int lfp_fib_same_stamp(const struct lfp_fib_stamp *a, con
 	       a->family_seq == b->family_seq;
 }
 
-/* The epoch of the stamp just read; 0 when the map is missing. */
+/* The epoch of the stamp just read (never 0); 0 when the map is missing. */
 static __always_inline int lfp_fib_epoch_now(__u32 family, const struct lfp_fib_stamp *now, __u64 *epoch)
 {
 	struct lfp_fib_epoch *e = bpf_map_lookup_elem(&lfp_fib_epochs, &family);
 
 	if (!e)
 		return 0;
-	if (!lfp_fib_same_stamp(&e->stamp, now)) {
+	if (!e->epoch || !lfp_fib_same_stamp(&e->stamp, now)) {
 		e->stamp = *now;
 		e->epoch = e->epoch ? e->epoch + 1 : bpf_ktime_get_boot_ns();
 	}

@@ -619,8 +619,10 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	if ((in->flags & LFP_IF_SRC_FULL_CHECK) && !(cached && (cached->flags & LFP_FIB_SRC_OK))) {
 		if (!lfp_source_routable(pkt, ip, &fib, fib.ifindex))
 			return lfp_pass(pkt, LFP_CNT_SOURCE_CHECK);
-		/* the reverse lookup reads the same FIB: the stamp covers it */
-		if (cached)
+		/* the reverse lookup reads the same FIB: the stamp covers it
+		 * (the slot still this key's and epoch's: a run nested on this
+		 * CPU, as a test run can be, may have replaced it) */
+		if (cached && cached->epoch == probe.epoch && lfp_fib_same_key(&cached->key, &probe.key))
 			cached->flags |= LFP_FIB_SRC_OK;
 	}
 

@@ -202,6 +202,19 @@ def test_longer_packets_are_looked_up_until_their_length_is_proven(router):
     assert _forwarded_via(router, short)[2][HIT] == 1
 
 
+def test_a_fresh_epoch_record_matches_no_entry_stored_before(router):
+    """lfp_fib_epochs recreated or zeroed under a kept cache: its first
+    epoch comes from the boot clock, past every epoch issued before."""
+    frame = bytes(udp(dst=ROUTED))
+    _forwarded_via(router, frame)
+    assert _forwarded_via(router, frame)[2][HIT] == 1
+    epochs = router.obj.map("lfp_fib_epochs")
+    for family in (0, 1):
+        epochs.update_percpu(struct.pack("<I", family), bytes(40))
+    assert _forwarded_via(router, frame)[2][MISS] == 1
+    assert _forwarded_via(router, frame)[2][HIT] == 1
+
+
 def test_nothing_is_cached_without_the_neighbour_watch(router):
     watch = router.obj.map("lfp_neigh_watch")
     saved = watch.lookup(KEY0)
