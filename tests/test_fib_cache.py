@@ -364,26 +364,35 @@ def test_a_group_members_replacement_is_followed(router, cache_ns):
 def test_the_controller_turns_the_cache_off_for_what_no_generation_covers(router, cache_ns, setup, undo):
     """The router's lfp_fib_policy table, as the graph derives it: off, with
     the reason in `linuxfp graph`; every packet then looked up."""
-    from linuxfp.graph import build_graph, to_text
-    from linuxfp.state import read_snapshot
-
-    policy = router.obj.map("lfp_fib_policy")
-    sh(cache_ns, setup)
-    try:
-        with entered(cache_ns):
-            graph = build_graph(read_snapshot(), router.hook)
-        table = next(t for t in graph.tables if t.name == "lfp_fib_policy")
-        assert table.entries == frozenset({(KEY0, struct.pack("<I", 1))}), table
-        assert "FIB answers not cached" in to_text(graph)
-        for key, value in table.entries:
-            policy.update(key, value)
+    with policy_from_graph(router, cache_ns, setup, undo, bits=1, note="FIB answers not cached"):
         frame = bytes(udp(dst=ROUTED))
         for _ in range(2):
             via = _forwarded_via(router, frame)
             assert via[:2] == (OUT_MAC, NEXT_HOP_MAC) and via[2][OFF] == 1, via
+
+
+@contextlib.contextmanager
+def policy_from_graph(router, ns, setup: str, undo: str, *, bits: int, note: str) -> Iterator[None]:
+    """After `setup`, the graph's lfp_fib_policy holds `bits` and `linuxfp
+    graph` shows `note`; the table written into the loaded pipeline as the
+    controller writes it; cleared and `undo` run afterwards."""
+    from linuxfp.graph import build_graph, to_text
+    from linuxfp.state import read_snapshot
+
+    policy = router.obj.map("lfp_fib_policy")
+    sh(ns, setup)
+    try:
+        with entered(ns):
+            graph = build_graph(read_snapshot(), router.hook)
+        table = next(t for t in graph.tables if t.name == "lfp_fib_policy")
+        assert table.entries == frozenset({(KEY0, struct.pack("<I", bits))}), table
+        assert note in to_text(graph)
+        for key, value in table.entries:
+            policy.update(key, value)
+        yield
     finally:
         policy.update(KEY0, bytes(4))
-        sh(cache_ns, undo)
+        sh(ns, undo)
 
 
 # -- IPv6 -------------------------------------------------------------------
@@ -534,25 +543,10 @@ def test_ipv6_answers_are_cached_per_flow_label_and_up_to_1280_bytes(router6):
 def test_the_controller_turns_the_ipv6_cache_off_for_what_no_generation_covers(router6, cache6_ns, setup, undo,
                                                                               why):
     """IPv6's own bit of lfp_fib_policy, with the reason in `linuxfp graph`."""
-    from linuxfp.graph import build_graph, to_text
-    from linuxfp.state import read_snapshot
-
-    policy = router6.obj.map("lfp_fib_policy")
-    sh(cache6_ns, setup)
-    try:
-        with entered(cache6_ns):
-            graph = build_graph(read_snapshot(), router6.hook)
-        table = next(t for t in graph.tables if t.name == "lfp_fib_policy")
-        assert table.entries == frozenset({(KEY0, struct.pack("<I", 2))}), table
-        assert f"IPv6 FIB answers not cached: {why}" in to_text(graph)
-        for key, value in table.entries:
-            policy.update(key, value)
+    with policy_from_graph(router6, cache6_ns, setup, undo, bits=2, note=f"IPv6 FIB answers not cached: {why}"):
         for _ in range(2):
             via = _forwarded6(router6, udp6(ROUTED6))
             assert via[:2] == (OUT0_MAC6, GW0_MAC6) and via[2][OFF] == 1 and via[2][HIT] == 0, via
-    finally:
-        policy.update(KEY0, bytes(4))
-        sh(cache6_ns, undo)
 
 
 def _churn6_step(rng) -> str:
