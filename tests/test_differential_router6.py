@@ -40,3 +40,24 @@ def test_an_ip6tables_rule_takes_ipv6_back_to_the_kernel(require_root, backend):
     prefix = RouterTopology(prefixes=8, ipv6=True).routed_prefixes6()[ORDINARY].network_address.packed[:8]
     assert not any(f[38:46] == prefix for f in dropped.at("sink:to-dut")), report.render()
     assert dropped.forwarded_by_kernel > 0
+
+
+def test_a_steady_ipv6_flow_is_served_from_the_answer_cache(lab):
+    """With the real controller (its watch arms the cache): a repeated IPv6
+    flow is forwarded by the fast path, its answers served from the cache —
+    so the differential above, which runs the same controller, compares the
+    cached path with Linux, not only the live lookup."""
+    from controller.launcher import ControllerProcess, linuxfp_stats
+    from linuxfp.lab import inject
+    from linuxfp.lab.frames import ipv6_frame, udp6
+    from linuxfp.lab.standard6 import round_sources6
+
+    r = RouterTopology(prefixes=8, ipv6=True)(lab)
+    src, dst = next(round_sources6(r, 0)), str(r.prefixes6[0][1])
+    frame = ipv6_frame(r.src_if.mac, r.dut_left.mac, src, dst, 17, udp6(src, dst, 1000, 9, bytes(32)))
+    with ControllerProcess(r.dut.name, hook="xdp"):
+        inject(r.src, r.src_if.name, [frame] * 200)
+        stats = linuxfp_stats(r.dut.name)
+    ingress = next(i for i in stats["interfaces"] if i["ifname"] == r.dut_left.name)
+    assert ingress["fast_path"] >= 190, stats
+    assert ingress["nodes"]["router"]["events"].get("fib_cache_hit", 0) >= 150, stats
