@@ -487,11 +487,81 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 	return LFP_NEXT;
 }
 
+/* LFP_CNT_MAX, or why ip_rcv() would not take the packet from the device
+ * IP sees (`*in`, its facts): not prepared, not addressed to this host, or
+ * marked (fwmark rules, which XDP cannot see). */
+static __always_inline enum lfp_counter lfp_l3_ingress_refusal(struct lfp_pkt *pkt, struct ethhdr *eth,
+								struct lfp_iface **in)
+{
+	/* The device IP sees: a bridge port's frames arrive on the bridge. */
+	*in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->l3_ifindex);
+	if (!*in)
+		return LFP_CNT_INGRESS_UNKNOWN;
+	/* ip_rcv() and ipv6_rcv() drop PACKET_OTHERHOST; group addresses are
+	 * never routed here. A frame a bridge handed up was addressed to the
+	 * bridge (bridge.h): its port's own pkt_type does not say so. */
+	if (pkt->l3_ifindex == pkt->ingress_ifindex && !lfp_for_this_host(pkt, eth->h_dest, (*in)->mac))
+		return LFP_CNT_NOT_FOR_US;
+	if (lfp_has_mark(pkt))
+		return LFP_CNT_MARKED;
+	return LFP_CNT_MAX;
+}
+
+/* LFP_CNT_MAX, or why ip_rcv() and ip_route_input_slow() would not route
+ * this IPv4 header as it is. */
+static __always_inline enum lfp_counter lfp_ipv4_header_refusal(struct lfp_pkt *pkt, struct iphdr *ip)
+{
+	__u16 tot_len;
+
+	if (ip->version != 4 || ip->ihl < 5)
+		return LFP_CNT_IP_BAD_HEADER;
+	if (ip->ihl != 5)
+		return LFP_CNT_IP_OPTIONS;
+	tot_len = bpf_ntohs(ip->tot_len);
+	if (tot_len < sizeof(*ip))
+		return LFP_CNT_IP_BAD_HEADER;
+	/* Linux trims link-layer padding before forwarding; we would not.
+	 * (A GSO super-packet's header describes its first segment.) */
+	if (pkt->len != sizeof(struct ethhdr) + tot_len && !lfp_is_gso(pkt))
+		return LFP_CNT_IP_LENGTH_MISMATCH;
+	if (lfp_ipv4_csum_check(ip))
+		return LFP_CNT_IP_BAD_CHECKSUM;
+	if (ip->frag_off & bpf_htons(LFP_IP_MF | LFP_IP_OFFSET))
+		return LFP_CNT_IP_FRAGMENT;
+
+	if (lfp_ipv4_is_multicast(ip->daddr) || lfp_ipv4_is_lbcast(ip->daddr))
+		return LFP_CNT_FIB_NOT_FORWARDED;
+	if (lfp_ipv4_is_multicast(ip->saddr) || lfp_ipv4_is_lbcast(ip->saddr) ||
+	    lfp_ipv4_is_zeronet(ip->saddr) || lfp_ipv4_is_zeronet(ip->daddr) ||
+	    lfp_ipv4_is_loopback(ip->saddr) || lfp_ipv4_is_loopback(ip->daddr))
+		return LFP_CNT_MARTIAN;
+	return LFP_CNT_MAX;
+}
+
+/* LFP_CNT_MAX, or why ip_forward() would not forward a valid IPv4 packet
+ * of `tot_len` bytes from `in`, before any lookup: forwarding off, rp_filter
+ * (left to the kernel), TTL, a local source, a route MTU metric. */
+static __always_inline enum lfp_counter lfp_ipv4_forward_refusal(struct lfp_iface *in, struct iphdr *ip, __u16 tot_len)
+{
+	if (!(in->flags & LFP_IF_FORWARDING))
+		return LFP_CNT_INGRESS_FWD_DISABLED;
+	if (in->flags & LFP_IF_RP_FILTER)
+		return LFP_CNT_RP_FILTER;
+	if (ip->ttl <= 1)
+		return LFP_CNT_TTL_EXPIRED;
+	if (lfp_source_is_local(ip->saddr))
+		return LFP_CNT_LOCAL_SOURCE;
+	if (in->fwd_len_cap && tot_len > in->fwd_len_cap)
+		return LFP_CNT_ROUTE_MTU;
+	return LFP_CNT_MAX;
+}
+
 static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 {
 	struct bpf_fib_lookup fib = {};
 	struct lfp_fib_entry *cached = NULL;
 	struct lfp_fib_probe probe;
+	enum lfp_counter refusal;
 	struct lfp_iface *in;
 	struct ethhdr *eth;
 	struct iphdr *ip;
@@ -503,57 +573,21 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	eth = lfp_eth(pkt);
 	if (!eth)
 		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
-
-	/* The device IP sees: a bridge port's frames arrive on the bridge. */
-	in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->l3_ifindex);
-	if (!in)
-		return lfp_pass(pkt, LFP_CNT_INGRESS_UNKNOWN);
-	/* ip_rcv() and ipv6_rcv() drop PACKET_OTHERHOST; group addresses are
-	 * never routed here. A frame a bridge handed up was addressed to the
-	 * bridge (bridge.h): its port's own pkt_type does not say so. */
-	if (pkt->l3_ifindex == pkt->ingress_ifindex && !lfp_for_this_host(pkt, eth->h_dest, in->mac))
-		return lfp_pass(pkt, LFP_CNT_NOT_FOR_US);
-	if (lfp_has_mark(pkt))
-		return lfp_pass(pkt, LFP_CNT_MARKED);
+	refusal = lfp_l3_ingress_refusal(pkt, eth, &in);
+	if (refusal != LFP_CNT_MAX)
+		return lfp_pass(pkt, refusal);
 	if (pkt->l3_proto == bpf_htons(ETH_P_IPV6))
 		return lfp_route_ipv6(pkt, in);
 	ip = lfp_ipv4(pkt);
 	if (!ip)
 		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
-
-	if (ip->version != 4 || ip->ihl < 5)
-		return lfp_pass(pkt, LFP_CNT_IP_BAD_HEADER);
-	if (ip->ihl != 5)
-		return lfp_pass(pkt, LFP_CNT_IP_OPTIONS);
+	refusal = lfp_ipv4_header_refusal(pkt, ip);
+	if (refusal != LFP_CNT_MAX)
+		return lfp_pass(pkt, refusal);
 	tot_len = bpf_ntohs(ip->tot_len);
-	if (tot_len < sizeof(*ip))
-		return lfp_pass(pkt, LFP_CNT_IP_BAD_HEADER);
-	/* Linux trims link-layer padding before forwarding; we would not.
-	 * (A GSO super-packet's header describes its first segment.) */
-	if (pkt->len != sizeof(*eth) + tot_len && !lfp_is_gso(pkt))
-		return lfp_pass(pkt, LFP_CNT_IP_LENGTH_MISMATCH);
-	if (lfp_ipv4_csum_check(ip))
-		return lfp_pass(pkt, LFP_CNT_IP_BAD_CHECKSUM);
-	if (ip->frag_off & bpf_htons(LFP_IP_MF | LFP_IP_OFFSET))
-		return lfp_pass(pkt, LFP_CNT_IP_FRAGMENT);
-
-	if (lfp_ipv4_is_multicast(ip->daddr) || lfp_ipv4_is_lbcast(ip->daddr))
-		return lfp_pass(pkt, LFP_CNT_FIB_NOT_FORWARDED);
-	if (lfp_ipv4_is_multicast(ip->saddr) || lfp_ipv4_is_lbcast(ip->saddr) ||
-	    lfp_ipv4_is_zeronet(ip->saddr) || lfp_ipv4_is_zeronet(ip->daddr) ||
-	    lfp_ipv4_is_loopback(ip->saddr) || lfp_ipv4_is_loopback(ip->daddr))
-		return lfp_pass(pkt, LFP_CNT_MARTIAN);
-
-	if (!(in->flags & LFP_IF_FORWARDING))
-		return lfp_pass(pkt, LFP_CNT_INGRESS_FWD_DISABLED);
-	if (in->flags & LFP_IF_RP_FILTER)
-		return lfp_pass(pkt, LFP_CNT_RP_FILTER);
-	if (ip->ttl <= 1)
-		return lfp_pass(pkt, LFP_CNT_TTL_EXPIRED);
-	if (lfp_source_is_local(ip->saddr))
-		return lfp_pass(pkt, LFP_CNT_LOCAL_SOURCE);
-	if (in->fwd_len_cap && tot_len > in->fwd_len_cap)
-		return lfp_pass(pkt, LFP_CNT_ROUTE_MTU);
+	refusal = lfp_ipv4_forward_refusal(in, ip, tot_len);
+	if (refusal != LFP_CNT_MAX)
+		return lfp_pass(pkt, refusal);
 
 	fib.family = AF_INET;
 	fib.tos = ip->tos;

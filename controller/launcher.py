@@ -125,7 +125,7 @@ def linuxfp_cli(netns: str, *args: str, check: bool = True) -> subprocess.Comple
                           capture_output=True, text=True, check=check, env=_env())
 
 
-def _layout_of(netns: str):
+def layout_of(netns: str):
     from linuxfp.datapath import bpffs_root
     from linuxfp.lab.netns import Namespace, entered
     from linuxfp.state.netlink import netns_cookie
@@ -144,7 +144,7 @@ def linuxfp_stats(netns: str) -> dict:
 
     from .views import stats
 
-    return json.loads(json.dumps(stats(_layout_of(netns))))
+    return json.loads(json.dumps(stats(layout_of(netns))))
 
 
 def wait_lease_current(netns: str, timeout: float = 5.0) -> bool:
@@ -154,7 +154,7 @@ def wait_lease_current(netns: str, timeout: float = 5.0) -> bool:
     filter node's watch counts while rules match ipsets. False on timeout."""
     from .views import lease_state
 
-    layout = _layout_of(netns)
+    layout = layout_of(netns)
     deadline = time.monotonic() + timeout
     while True:
         state = lease_state(layout)

@@ -108,10 +108,30 @@ def test_chain(tmp_path, capsys):
 def test_breakdown(tmp_path, capsys):
     result = bench("breakdown", tmp_path, capsys, as_json=False)
     assert result["errors"] == {}
-    check_throughput(result, {"rung-1", "rung-3", "rung-10", "linuxfp-xdp"})
-    assert [step["to"] for step in result["steps"]] == ["rung-3", "rung-10", "linuxfp-xdp"]
+    check_throughput(result, {"xdp-rung-1", "xdp-rung-5", "xdp-rung-9", "linuxfp-xdp",
+                              "tc-rung-1", "tc-rung-9", "linuxfp-tc", "reference"})
+    # each hook's ladder climbs to its datapath; the reference forwarder is
+    # measured beside them, not as a step
+    assert [step["to"] for step in result["steps"]] == ["xdp-rung-5", "xdp-rung-9", "linuxfp-xdp",
+                                                        "tc-rung-9", "linuxfp-tc"]
     for repetition in result["repetitions"]:   # every rung forwards by itself, none falls back
         assert all(m["kernel_forwarded"] == 0 for m in repetition["measurements"].values())
+
+
+def test_every_ladder_rung_verifies_at_both_hooks():
+    """The quick run climbs only some rungs: every one must still build
+    against the datapath's current headers, and each adds code."""
+    from linuxfp.bench.breakdown import HOOKS, RUNGS, ladder_source
+    from linuxfp.datapath import BpfObject
+    from linuxfp.synth import compile_source
+
+    for hook in HOOKS:
+        sizes = []
+        for rung, _ in RUNGS:
+            with BpfObject.open(compile_source(ladder_source(hook, rung)).data, name="bench_ladder") as obj:
+                obj.load()
+                sizes.append(obj.insn_count("bench_ladder"))
+        assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), (hook, sizes)
 
 
 def test_hooks(tmp_path, capsys):

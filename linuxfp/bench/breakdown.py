@@ -1,92 +1,141 @@
 """`linuxfp bench breakdown`: where the router's nanoseconds go.
 
-Climbs from the upper bound (rewrite MACs, redirect) to a LinuxFP-like
-router one feature at a time (bpf/ladder.c), then the real LinuxFP XDP
-datapath, all in the same run with the router's method. The cost of each
-feature is the difference in DUT ns/packet between neighbouring rungs,
-taken within each repetition."""
+Climbs from the upper bound (rewrite MACs, redirect) to LinuxFP's XDP
+router one step of the real datapath at a time (bpf/ladder.c calls the
+datapath's own functions, against the maps of a controller running in the
+DUT and on its XDP link), then the real LinuxFP XDP datapath, all in the
+same run with the router's method; the plain bpf_fib_lookup forwarder is
+measured beside them. The cost of each step is the difference in DUT
+ns/packet between neighbouring rungs, taken within each repetition."""
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import itertools
 import statistics
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from linuxfp.lab.netns import entered
+from controller.launcher import ControllerProcess, layout_of
+from controller.shared_maps import SharedMaps
+from controller.views import status
+from linuxfp.datapath import BpfObject, Link, Map, Program
+from linuxfp.synth import compile_source
+from linuxfp.synth.render import counters_define
 
 from . import programs, throughput
 from .machine import machine
 from .options import Options
 from .results import table, timestamp
-from .systems import SYSTEMS, System, on_dut_ingress
-from .topology import DUT_IN_IP, DUT_OUT_IP, GEN_IP, SINK_IP, Line
+from .systems import SYSTEMS, System
+from .topology import Line
 
 RUNGS = (
-    (1, "MAC rewrite + devmap redirect (upper bound)"),
-    (2, "+ parse Ethernet/IPv4, TTL check and decrement"),
-    (3, "+ bpf_fib_lookup, MACs from the FIB (reference forwarder)"),
-    (4, "+ bpf_redirect(ifindex) instead of a devmap"),
-    (5, "+ per-interface facts: 2 hash lookups (ingress MAC/flags, egress flags)"),
-    (6, "+ local-source hash lookup"),
-    (7, "+ IPv4 header validation (checksum, lengths, fragments, martians)"),
-    (8, "+ per-CPU counter increment"),
-    (9, "+ L4 ports in the FIB lookup"),
-    (10, "+ next-hop neighbour state: hash lookup keyed by (ifindex, address)"),
+    (1, "MAC rewrite + redirect (XDP: the controller's devmap): the upper bound"),
+    (2, "+ the pipeline's parse (context, Ethernet, IPv4), TTL check and decrement"),
+    (3, "+ the lease check"),
+    (4, "+ the ingress's facts: addressed to this host, no mark"),
+    (5, "+ IPv4 header validation (lengths, checksum, fragments) and martians"),
+    (6, "+ forwarding switches, local source (prefilter, then hash), route MTU cap"),
+    (7, "+ the FIB cache's probe: kernel generations (CO-RE), per-CPU epoch, slot"),
+    (8, "+ the answer served from the FIB cache, hit counted"),
+    (9, "+ the transmit node: neighbour state, TTL, rewrite, redirect, counted"),
 )
-QUICK_RUNGS = (1, 3, 10)
+QUICK_RUNGS = {"xdp": (1, 5, 9), "tc": (1, 9)}
+HOOKS = ("xdp", "tc")
 FRAME_SIZE = 64
-_IFACE = struct.Struct("<II6s2s")
-_FORWARDING, _XDP_TX = 1 << 0, 1 << 2
+# What the rungs read from the controller's maps: without one of them the
+# ladder would measure an empty map, not the router.
+_REQUIRED_MAPS = ("lfp_ifaces", "lfp_lease", "lfp_nfnl_sent", "lfp_local_src", "lfp_local_hint",
+                  "lfp_fib_policy", "lfp_fib_cache", "lfp_fib_epochs", "lfp_neigh_watch", "lfp_neigh",
+                  "lfp_neigh_hint")
+_REQUIRED_AT = {"xdp": ("lfp_tx_ports",), "tc": ()}
 
 
-def rung_name(rung: int) -> str:
-    return f"rung-{rung}"
+def rung_name(hook: str, rung: int) -> str:
+    return f"{hook}-rung-{rung}"
 
 
-def _install(rung: int):
+def ladder_source(hook: str, rung: int) -> str:
+    """bpf/ladder.c for `rung` at `hook`, behind the datapath's own headers
+    and counter ids, as that hook's pipeline sees them."""
+    return (f"#define LADDER {rung}\n#define LFP_HOOK_{hook.upper()} 1\n{counters_define()}\n"
+            '#include "router.h"\n#include "transmit.h"\n#line 1 "ladder.c"\n'
+            + (programs.BPF_DIR / "ladder.c").read_text())
+
+
+def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str) -> list[Map]:
+    """Make `obj` use the maps the controller keeps (its counters: the
+    ingress's); returns them, to be closed by the caller."""
+    shared, held = SharedMaps(layout), []
+    missing = [name for name in _REQUIRED_MAPS + _REQUIRED_AT[hook] if shared.get(name) is None]
+    if missing:
+        shared.close()
+        raise RuntimeError(f"breakdown: the controller in {line.dut.name} has not pinned {', '.join(missing)}")
+    for name in obj.map_names():
+        if name == "lfp_counters":
+            m = Map.from_pinned(layout.counters_pin(line.dut_in.ifindex))
+        else:
+            m = shared.get(name)
+            if m is None:
+                continue          # .rodata, and maps no rung reads
+            m = Map.from_fd(m.fd)  # (a duplicate: the SharedMaps closes its own)
+        held.append(m)
+        obj.reuse_map(name, m)
+    shared.close()
+    return held
+
+
+def _controller_link(layout, line: Line, hook: str) -> Link:
+    """The link (XDP, or tcx at TC) the controller holds on the DUT's ingress."""
+    for entry in status(layout)["interfaces"]:
+        if entry["ifindex"] == line.dut_in.ifindex and entry["hook"] == hook and entry["state"] == "active":
+            return Link.from_id(entry["link_id"])
+    raise RuntimeError(f"breakdown: the controller in {line.dut.name} has no {hook} program on "
+                       f"{line.dut_in.ifname}")
+
+
+def _install(hook: str, rung: int):
     @contextlib.contextmanager
     def install(line: Line) -> Iterator[None]:
-        obj = programs.load("ladder", defines={"LADDER": rung}, rodata={
-            "ladder_dst_mac": programs.mac_bytes(line.snk.mac),
-            "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
-            "ladder_egress": line.dut_out.ifindex,
-        })
-        held: list = []
-        try:
-            devmap, ifaces, local = obj.map("ladder_devmap"), obj.map("ladder_ifaces"), obj.map("ladder_local_src")
-            held += [devmap, ifaces, local]
-            u32 = lambda value: value.to_bytes(4, "little")
-            with entered(line.dut):  # devmap ifindexes resolve in the caller's namespace
-                devmap.update(u32(line.dut_out.ifindex), u32(line.dut_out.ifindex))
-            for port in (line.dut_in, line.dut_out):
-                ifaces.update(u32(port.ifindex), _IFACE.pack(_FORWARDING | _XDP_TX, 1500,
-                                                             programs.mac_bytes(port.mac), b"\0\0"))
-            for address in (DUT_IN_IP, DUT_OUT_IP):
-                local.update(ipaddress.ip_address(address).packed, b"\1")
-            neigh = obj.map("ladder_neigh")
-            held.append(neigh)
-            for port, address in ((line.dut_out, SINK_IP), (line.dut_in, GEN_IP)):
-                neigh.update(u32(port.ifindex) + ipaddress.ip_address(address).packed, b"\1")
-            prog = obj.program("bench_ladder")
-            held.append(prog)
-            with on_dut_ingress(line, prog):
-                yield
-        finally:
-            for item in held:
-                item.close()
-            obj.close()
+        with ControllerProcess(line.dut.name, hook=hook):
+            layout = layout_of(line.dut.name)
+            obj = BpfObject.open(compile_source(ladder_source(hook, rung)).data, name="bench_ladder")
+            held: list = []
+            try:
+                held += _share_controller_maps(obj, line, layout, hook)
+                obj.set_rodata({
+                    "lfp_ingress_ifindex": line.dut_in.ifindex,
+                    "ladder_dst_mac": programs.mac_bytes(line.snk.mac),
+                    "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
+                    "ladder_egress": line.dut_out.ifindex,
+                })
+                obj.load()
+                prog = obj.program("bench_ladder")
+                link = _controller_link(layout, line, hook)
+                original = Program.from_id(link.prog_id)
+                held += [prog, original, link]
+                # On the controller's own link: no second attachment, and the
+                # controller's program is back before the controller stops.
+                link.update(prog)
+                try:
+                    yield
+                finally:
+                    link.update(original)
+            finally:
+                for item in reversed(held):
+                    item.close()
+                obj.close()
 
     return install
 
 
-def breakdown_systems(rungs: tuple[int, ...]) -> tuple[System, ...]:
+def climb(hook: str, rungs: tuple[int, ...]) -> tuple[System, ...]:
+    """One hook's ladder, then the real datapath it climbs to."""
     described = dict(RUNGS)
-    ladder = tuple(System(rung_name(r), described[r], "ttl_unchanged" if r == 1 else "good", _install(r))
+    ladder = tuple(System(rung_name(hook, r), f"{hook}: {described[r]}", "ttl_unchanged" if r == 1 else "good",
+                          _install(hook, r))
                    for r in rungs)
-    return ladder + (SYSTEMS["linuxfp-xdp"],)
+    return ladder + (SYSTEMS[f"linuxfp-{hook}"],)
 
 
 def headline_repetitions(repetitions: list[dict], regime: str) -> list[dict]:
@@ -111,8 +160,10 @@ def steps(repetitions: list[dict], names: list[str]) -> list[dict]:
 
 def run(options: Options) -> dict:
     started = timestamp()
-    rungs = QUICK_RUNGS if options.quick else tuple(r for r, _ in RUNGS)
-    systems = breakdown_systems(rungs)
+    rungs = {hook: QUICK_RUNGS[hook] if options.quick else tuple(r for r, _ in RUNGS) for hook in HOOKS}
+    climbs = {hook: climb(hook, rungs[hook]) for hook in HOOKS}
+    # the reference forwarder is measured beside the ladders, not as a step
+    systems = tuple(s for hook in HOOKS for s in climbs[hook]) + (SYSTEMS["reference"],)
     plan = throughput.Plan(systems=systems, frame_sizes=(FRAME_SIZE,), repetitions=options.reps(full=20),
                            window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
                            retries=0 if options.quick else 1,
@@ -122,21 +173,26 @@ def run(options: Options) -> dict:
         raw = throughput.run(rig, plan)
         method = throughput.method(plan, rig.placement, len(rig.line.prefixes))
     names = [s.name for s in systems]
-    pairs = [(name, rung_name(rungs[0])) for name in names[1:]] + [("linuxfp-xdp", rung_name(rungs[-1]))]
+    pairs = [("linuxfp-xdp", "reference"), ("linuxfp-tc", "linuxfp-xdp"),
+             (rung_name("tc", rungs["tc"][0]), rung_name("xdp", rungs["xdp"][0]))]
+    for hook in HOOKS:
+        bottom, top = rung_name(hook, rungs[hook][0]), rung_name(hook, rungs[hook][-1])
+        pairs += [(s.name, bottom) for s in climbs[hook][1:]] + [(f"linuxfp-{hook}", top)]
     summary = throughput.summarize(raw["repetitions"], FRAME_SIZE, names, pairs)
+    chosen = headline_repetitions(raw["repetitions"], summary["regime"])
     return {
         "scenario": "breakdown",
         "supported": True,
         "quick": options.quick,
         "timestamp": started,
         "machine": machine(),
-        "method": {**method, "rungs": {rung_name(r): d for r, d in RUNGS if r in rungs}},
+        "method": {**method, "rungs": {s.name: s.description for hook in HOOKS for s in climbs[hook][:-1]}},
         "systems": summary["systems"],
         "ratios": summary["ratios"],
         "ratio_spread": summary["ratio_spread"],
         "regime": summary["regime"],
         "by_regime": summary["by_regime"],
-        "steps": steps(headline_repetitions(raw["repetitions"], summary["regime"]), names),
+        "steps": [step for hook in HOOKS for step in steps(chosen, [s.name for s in climbs[hook]])],
         "errors": raw["errors"],
         "repetitions": raw["repetitions"],
     }
@@ -153,7 +209,8 @@ def markdown(result: dict) -> str:
     rows = []
     for name, s in result["systems"].items():
         step = added.get(name)
-        rows.append([name, described.get(name, "the real LinuxFP XDP datapath"), f"{s['ns_per_packet_median']:.0f}",
+        what = described.get(name) or SYSTEMS[name].description
+        rows.append([name, what, f"{s['ns_per_packet_median']:.0f}",
                      f"{s['pps_median'] / 1e6:.2f}",
                      f"{step['added_ns_median']:+.1f} ({step['min']:+.0f}…{step['max']:+.0f})"
                      if step and step["added_ns_median"] is not None else "",

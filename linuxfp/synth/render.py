@@ -32,6 +32,13 @@ def _include(node) -> str:
     return header.name if header.parent == modules_dir().resolve() else str(header)
 
 
+def counters_define() -> str:
+    """`#define LFP_COUNTERS(X)`: every registered node's counters, in the
+    order that gives them the same ids in every program (counters.py)."""
+    rows = "".join(f'\tX({c.c_name}, {c.node}, {c.kind}, "{c.description}") \\\n' for c in counters())
+    return f"#define LFP_COUNTERS(X) \\\n{rows}"
+
+
 def render(shape: Shape, headroom: int = MINIMUM) -> str:
     """C source of the program for `shape`; a device-bound one carries
     `headroom` instructions of dead code (headroom.py)."""
@@ -41,7 +48,7 @@ def render(shape: Shape, headroom: int = MINIMUM) -> str:
     template = _environment().get_template("pipeline.c.j2")
     return template.render(
         shape=str(shape), hook=shape.hook, section=shape.section, entry=shape.entry,
-        vlan_kfunc=shape.device_bound, headroom=headroom, counters=counters(),
+        vlan_kfunc=shape.device_bound, headroom=headroom, counters_define=counters_define(),
         stages=[(stage.name, int(any(n.stage is stage for n in nodes))) for stage in Stage],
         nodes=[{"name": n.name, "include": _include(n), "ip_only": bridging and n.stage.is_ip}
                for n in nodes],

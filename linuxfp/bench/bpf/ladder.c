@@ -1,127 +1,107 @@
-/* The breakdown ladder: from the upper bound to a LinuxFP-like router one
- * feature at a time, so the cost of each feature is the difference between
- * two neighbouring rungs measured in the same run. LADDER (1..9) selects how
- * many rungs are climbed:
- *   1 rewrite MACs, devmap redirect (the upper bound)
- *   2 + parse Ethernet/IPv4, TTL check and decrement
- *   3 + bpf_fib_lookup, MACs from its answer (the reference forwarder)
- *   4 + bpf_redirect(ifindex) instead of the devmap
- *   5 + per-interface facts from a hash map (ingress MAC/flags, egress flags)
- *   6 + local-source lookup in a hash map
- *   7 + IPv4 header validation (checksum, lengths, fragments, martians)
- *   8 + a per-CPU counter per forwarded packet
- *   9 + L4 ports in the FIB lookup (multipath hash input)
- *  10 + next-hop neighbour state from a hash map keyed by (ifindex, address) */
+/* The breakdown ladder: from the upper bound to LinuxFP's router one step
+ * of the real datapath at a time, at XDP or at TC (LFP_HOOK_*), so the cost of each step is the
+ * difference between two neighbouring rungs measured in the same run.
+ *
+ * Every rung calls the datapath's own functions (router.h, fib_cache.h,
+ * transmit.h: the loader puts them in front of this file, with the
+ * pipeline's counter ids) and runs against the maps a running controller
+ * keeps for the namespace, on the controller's own link
+ * (linuxfp/bench/breakdown.py): a rung costs what that step costs in the
+ * router, and the ladder follows the router as it changes. LADDER (1..9)
+ * selects how many rungs are climbed:
+ *   1 rewrite MACs, redirect (XDP: through the controller's devmap; TC:
+ *     bpf_redirect()): the upper bound
+ *   2 + the pipeline's parse (context, Ethernet, IPv4), TTL check and decrement
+ *   3 + the lease check (lease.h)
+ *   4 + the device IP sees (lfp_ifaces): addressed to this host, no mark
+ *   5 + IPv4 header validation (lengths, checksum, fragments) and martians
+ *   6 + forwarding switches, local source (prefilter, then hash), route MTU cap
+ *   7 + the FIB cache's probe: the kernel's generations through
+ *       bpf_cast_to_kern_ctx(), the per-CPU epoch, the slot
+ *   8 + the answer served from the cache (looked up and kept on a miss, as
+ *       the router does) in place of rung 1's constants, hits counted
+ *   9 + transmit (neighbour state, TTL, rewrite, redirect, counted) in place
+ *       of the rungs' own rewrite
+ * The real pipeline then adds what no rung has: the VLAN metadata kfunc
+ * (XDP) or the skb's VLAN and mark checks (TC), ports and ICMP checks, the
+ * multipath L4-hash check, GSO, hairpin and source checks, priority. */
 #ifndef LADDER
 #error "LADDER must be defined"
 #endif
 
-volatile const __u8 ladder_dst_mac[ETH_ALEN];  /* rung 1-2: the sink's MAC */
-volatile const __u8 ladder_src_mac[ETH_ALEN];  /* rung 1-2: the DUT egress MAC */
-volatile const __u32 ladder_egress = 0;        /* rung 1-2: egress ifindex */
+volatile const __u8 ladder_dst_mac[ETH_ALEN];  /* the sink's MAC */
+volatile const __u8 ladder_src_mac[ETH_ALEN];  /* the DUT egress MAC */
+volatile const __u32 ladder_egress = 0;        /* egress ifindex */
 
-struct ladder_iface {
-	__u32 flags;
-	__u32 mtu;
-	__u8 mac[ETH_ALEN];
-	__u8 pad[2];
-};
-
-#define LADDER_IF_FORWARDING (1u << 0)
-#define LADDER_IF_XDP_TX     (1u << 2)
-
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP);
-	__uint(max_entries, 256);
-	__type(key, __u32);
-	__type(value, __u32);
-} ladder_devmap SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct ladder_iface);
-} ladder_ifaces SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __be32);
-	__type(value, __u8);
-} ladder_local_src SEC(".maps");
-
-struct ladder_neigh_key {
-	__u32 ifindex;
-	__be32 addr;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct ladder_neigh_key);
-	__type(value, __u8);
-} ladder_neigh SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, __u64);
-} ladder_counters SEC(".maps");
-
-static __always_inline int ladder_mac_equal(const __u8 *a, const __u8 *b)
+/* (a volatile const copied with memcpy loses the volatile, and clang folds
+ * its zero initial value: byte loads keep it) */
+static __always_inline void ladder_copy_mac(__u8 *dst, const volatile __u8 *src)
 {
-	return ((const __u16 *)a)[0] == ((const __u16 *)b)[0] &&
-	       ((const __u16 *)a)[1] == ((const __u16 *)b)[1] &&
-	       ((const __u16 *)a)[2] == ((const __u16 *)b)[2];
+#pragma unroll
+	for (int i = 0; i < ETH_ALEN; i++)
+		dst[i] = src[i];
 }
 
-SEC("xdp")
-int bench_ladder(struct xdp_md *ctx)
+#ifdef LFP_HOOK_XDP
+#define LADDER_SECTION "xdp"
+#else
+#define LADDER_SECTION "tc"
+#endif
+
+static __always_inline int ladder_redirect(__u32 egress)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
+#ifdef LFP_HOOK_XDP
+	return bpf_redirect_map(&lfp_tx_ports, egress, XDP_PASS);
+#else
+	return bpf_redirect(egress, 0);
+#endif
+}
+
+#define LADDER_PASS lfp_verdict(&pkt, LFP_PASS)
+
+SEC(LADDER_SECTION)
+int bench_ladder(lfp_ctx_t *ctx)
+{
+	struct lfp_pkt pkt;
+	struct ethhdr *eth;
 	__u32 egress = ladder_egress;
 
-	if ((void *)(eth + 1) > data_end)
-		return XDP_PASS;
+	lfp_pkt_init(&pkt, ctx);
+	eth = lfp_eth(&pkt);
+	if (!eth)
+		return LADDER_PASS;
 #if LADDER >= 2
-	struct iphdr *ip = (void *)(eth + 1);
+	struct iphdr *ip;
 
-	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
-		return XDP_PASS;
-#if LADDER >= 5
-	__u32 ingress = ctx->ingress_ifindex;
-	struct ladder_iface *in = bpf_map_lookup_elem(&ladder_ifaces, &ingress), *out;
-
-	if (!in || !ladder_mac_equal(eth->h_dest, in->mac) || !(in->flags & LADDER_IF_FORWARDING))
-		return XDP_PASS;
+#if LADDER >= 3
+	if (lfp_lease_check() != LFP_LEASE_OK)
+		return LADDER_PASS;
 #endif
-#if LADDER >= 7
-	__u16 tot_len = bpf_ntohs(ip->tot_len);
+	if (lfp_parse_l2(&pkt) != LFP_NEXT || pkt.l3_proto != bpf_htons(ETH_P_IP))
+		return LADDER_PASS;
+	eth = lfp_eth(&pkt);
+	ip = lfp_ipv4(&pkt);
+	if (!eth || !ip)
+		return LADDER_PASS;
+#if LADDER >= 4
+	struct lfp_iface *in;
 
-	if (ip->version != 4 || ip->ihl != 5 || tot_len < sizeof(*ip) ||
-	    data_end - data != sizeof(*eth) + tot_len || bench_ipv4_csum(ip) ||
-	    (ip->frag_off & bpf_htons(0x3fff)))
-		return XDP_PASS;
-	if ((ip->daddr & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000) || ip->daddr == 0xffffffff ||
-	    (ip->saddr & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000) ||
-	    (ip->saddr & bpf_htonl(0xff000000)) == 0 || (ip->daddr & bpf_htonl(0xff000000)) == 0 ||
-	    (ip->saddr & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000) ||
-	    (ip->daddr & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000))
-		return XDP_PASS;
+	if (lfp_l3_ingress_refusal(&pkt, eth, &in) != LFP_CNT_MAX)
+		return LADDER_PASS;
+#endif
+#if LADDER >= 5
+	if (lfp_ipv4_header_refusal(&pkt, ip) != LFP_CNT_MAX)
+		return LADDER_PASS;
+#endif
+#if LADDER >= 6
+	if (lfp_ipv4_forward_refusal(in, ip, bpf_ntohs(ip->tot_len)) != LFP_CNT_MAX)
+		return LADDER_PASS;
 #endif
 	if (ip->ttl <= 1)
-		return XDP_PASS;
-#if LADDER >= 6
-	if (bpf_map_lookup_elem(&ladder_local_src, &ip->saddr))
-		return XDP_PASS;
-#endif
-#if LADDER >= 3
+		return LADDER_PASS;
+#if LADDER >= 7
 	struct bpf_fib_lookup fib = {};
-	long rc;
+	struct lfp_fib_probe probe;
 
 	fib.family = AF_INET;
 	fib.tos = ip->tos;
@@ -129,59 +109,48 @@ int bench_ladder(struct xdp_md *ctx)
 	fib.tot_len = bpf_ntohs(ip->tot_len);
 	fib.ipv4_src = ip->saddr;
 	fib.ipv4_dst = ip->daddr;
-	fib.ifindex = ctx->ingress_ifindex;
-#if LADDER >= 9
-	if (ip->protocol == IPPROTO_UDP || ip->protocol == IPPROTO_TCP) {
-		__be16 *ports = (void *)(ip + 1);
-
-		if ((void *)(ports + 2) > data_end)
-			return XDP_PASS;
-		fib.sport = ports[0];
-		fib.dport = ports[1];
-	}
-#endif
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return XDP_PASS;
-	egress = fib.ifindex;
-#if LADDER >= 10
-	struct ladder_neigh_key neigh = { .ifindex = fib.ifindex, .addr = fib.ipv4_dst };
-	__u8 *neigh_state = bpf_map_lookup_elem(&ladder_neigh, &neigh);
-
-	if (!neigh_state || *neigh_state != 1)
-		return XDP_PASS;
-#endif
-#if LADDER >= 5
-	if (egress == ingress)
-		return XDP_PASS;
-	out = bpf_map_lookup_elem(&ladder_ifaces, &egress);
-	if (!out || !(out->flags & LADDER_IF_XDP_TX) || !(out->flags & LADDER_IF_FORWARDING))
-		return XDP_PASS;
-#endif
-#endif
-	{
-		__u32 check = ip->check;
-
-		check += bpf_htons(0x0100);
-		ip->check = (__u16)(check + (check >= 0xffff));
-		ip->ttl--;
-	}
-#endif
-#if LADDER >= 3
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-#else
-	bench_copy_mac(eth->h_dest, ladder_dst_mac);
-	bench_copy_mac(eth->h_source, ladder_src_mac);
+	fib.ifindex = pkt.l3_ifindex;
+	if (!lfp_fib_probe_init(&pkt, &fib, &probe))
+		return LADDER_PASS;
 #endif
 #if LADDER >= 8
-	bench_count(&ladder_counters, 7);
+	struct lfp_fib_entry *cached = lfp_fib_cached(&probe, fib.tot_len);
+
+	if (cached) {
+		lfp_count(LFP_CNT_FIB_CACHE_HIT);
+		pkt.fwd.egress = cached->egress;
+		pkt.fwd.nexthop = cached->nexthop;
+		__builtin_memcpy(pkt.fwd.dmac, cached->dmac, ETH_ALEN);
+		__builtin_memcpy(pkt.fwd.smac, cached->smac, ETH_ALEN);
+	} else {
+		__u16 looked_up_len = fib.tot_len;
+
+		lfp_count(LFP_CNT_FIB_CACHE_MISS);
+		if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS || fib.family != AF_INET)
+			return LADDER_PASS;
+		lfp_fib_remember(&probe, &fib, looked_up_len);
+		pkt.fwd.egress = fib.ifindex;
+		pkt.fwd.nexthop = fib.ipv4_dst;
+		__builtin_memcpy(pkt.fwd.dmac, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(pkt.fwd.smac, fib.smac, ETH_ALEN);
+	}
 #endif
-#if LADDER >= 4
-	return bpf_redirect(egress, 0);
+#if LADDER >= 9
+	pkt.fwd.flags = LFP_FWD_DEC_TTL;
+	return lfp_verdict(&pkt, transmit_node(&pkt));
 #else
-	return bpf_redirect_map(&ladder_devmap, egress, XDP_PASS);
+	lfp_ipv4_decrease_ttl(ip);
 #endif
+#endif /* LADDER >= 2 */
+#if LADDER >= 8
+	__builtin_memcpy(eth->h_dest, pkt.fwd.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, pkt.fwd.smac, ETH_ALEN);
+	egress = pkt.fwd.egress;
+#else
+	ladder_copy_mac(eth->h_dest, ladder_dst_mac);
+	ladder_copy_mac(eth->h_source, ladder_src_mac);
+#endif
+	return ladder_redirect(egress);
 }
 
 char _license[] SEC("license") = "GPL";
