@@ -331,7 +331,7 @@ def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_to
     shutil.copytree(modules_dir(), broken)
     router_h = broken / "router.h"
     text = router_h.read_text()
-    marker = "	in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->l3_ifindex);"
+    marker = "	refusal = lfp_l3_ingress_refusal(pkt, eth, &in);"
     assert marker in text
     router_h.write_text(text.replace(marker, marker + "\n\tif (((__u8 *)pkt->data)[200] == 7)   /* no bounds check */\n"
                                              "\t\treturn LFP_DROP;", 1))
