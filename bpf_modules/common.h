@@ -80,15 +80,15 @@ struct lfp_pkt {
  * reloads). Layout mirrored in linuxfp/graph/interfaces.py. */
 #define LFP_IF_FORWARDING      (1u << 0)  /* conf/DEV/forwarding */
 #define LFP_IF_RP_FILTER       (1u << 1)  /* effective rp_filter != 0 */
-#define LFP_IF_XDP_TX          (1u << 2)  /* may be the target of an XDP redirect */
-#define LFP_IF_TC_TX           (1u << 3)  /* may be the target of a TC redirect */
-/* bits 4 and 5 (accept_local, route_localnet) were never read: the
- * datapath passes local sources and 127/8 whatever they say */
+#define LFP_IF_XDP_TX          (1u << 2)  /* can take XDP frames (the devmaps hold only such) */
+#define LFP_IF_TC_TX           (1u << 3)  /* routed IPv4 or bridged frames may leave here */
+#define LFP_IF_ROUTED_TX       (1u << 4)  /* a routed packet may be redirected here (up, supported, not enslaved) */
+/* bit 5 (once route_localnet) is free */
 #define LFP_IF_SRC_FULL_CHECK  (1u << 6)  /* Linux would run __fib_validate_source */
 #define LFP_IF_SET_PRIORITY    (1u << 7)  /* ip_forward_update_priority=1 */
 #define LFP_IF_BRIDGE_TX       (1u << 8)  /* a bridge port in forwarding state (bridged frames) */
 #define LFP_IF_IPV6            (1u << 9)  /* IPv6 arriving here may be routed by the fast path */
-#define LFP_IF_IPV6_TX         (1u << 10) /* routed IPv6 may leave here (IPv6 on, takes no redirects) */
+#define LFP_IF_IPV6_TX         (1u << 10) /* routed IPv6 may leave here (up, IPv6 on, takes no redirects) */
 
 struct lfp_iface {
 	__u32 flags;
@@ -459,16 +459,27 @@ static __always_inline void lfp_set_priority(struct lfp_pkt *pkt, __u32 priority
 }
 
 #ifdef LFP_HOOK_XDP
-/* Egresses an XDP redirect may use, indexed by ifindex: the controller puts an
- * interface here only when it can take XDP frames and forwards (the facts
- * XDP_TX | FORWARDING). A devmap also lets the kernel skip the per-packet
- * ifindex lookup bpf_redirect() needs. Sized like lfp_ifaces. */
+/* Egresses an XDP redirect of routed IPv4 may use, indexed by ifindex: the
+ * controller puts an interface here only when it can take XDP frames and
+ * forwards (the facts XDP_TX | TC_TX | FORWARDING). A devmap also lets the
+ * kernel skip the per-packet ifindex lookup bpf_redirect() needs. Sized
+ * like lfp_ifaces. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP);
 	__uint(max_entries, 256);
 	__type(key, __u32);
 	__type(value, __u32);
 } lfp_tx_ports SEC(".maps");
+
+/* The same for routed IPv6 (facts XDP_TX | ROUTED_TX | IPV6_TX): neither IPv4's
+ * forwarding nor its redirects decide whether IPv6 may leave, so an
+ * IPv6-only router (ip_forward=0) has its egresses here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} lfp_tx6_ports SEC(".maps");
 
 /* The bridge ports a bridged frame may leave through at XDP (facts XDP_TX |
  * BRIDGE_TX): kept apart from lfp_tx_ports so that a route never leads to
@@ -490,6 +501,8 @@ static __always_inline int lfp_arm_redirect_to(struct lfp_pkt *pkt, __u32 egress
 #ifdef LFP_HOOK_XDP
 	if (need & LFP_IF_BRIDGE_TX)
 		return bpf_redirect_map(&lfp_br_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
+	if (need & LFP_IF_IPV6_TX)
+		return bpf_redirect_map(&lfp_tx6_ports, egress, XDP_PASS) == XDP_REDIRECT;
 	return bpf_redirect_map(&lfp_tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
 #else
 	struct lfp_iface *out = bpf_map_lookup_elem(&lfp_ifaces, &egress);
@@ -551,10 +564,17 @@ static __always_inline int lfp_tx_too_long(struct lfp_pkt *pkt, __u32 egress)
 #endif
 }
 
-/* A routed packet: the egress forwards. */
+/* A routed IPv4 packet: the egress forwards. */
 static __always_inline int lfp_arm_redirect(struct lfp_pkt *pkt, __u32 egress)
 {
 	return lfp_arm_redirect_to(pkt, egress, LFP_IF_TC_TX | LFP_IF_FORWARDING);
+}
+
+/* A routed IPv6 packet: the egress sends IPv6 (IPv4's switches do not
+ * matter to it). */
+static __always_inline int lfp_arm_redirect6(struct lfp_pkt *pkt, __u32 egress)
+{
+	return lfp_arm_redirect_to(pkt, egress, LFP_IF_ROUTED_TX | LFP_IF_IPV6_TX);
 }
 
 /* A bridged frame: the egress is a bridge port that may send. */

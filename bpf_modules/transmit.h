@@ -179,7 +179,8 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 	}
 	/* Out of a bridge egress through the port its FDB names (bridge_tx.h). */
-	if (pkt->fwd.port ? !lfp_arm_bridged_redirect(pkt, pkt->fwd.port) : !lfp_arm_redirect(pkt, pkt->fwd.egress))
+	if (pkt->fwd.port ? !lfp_arm_bridged_redirect(pkt, pkt->fwd.port) :
+	    ip6 ? !lfp_arm_redirect6(pkt, pkt->fwd.egress) : !lfp_arm_redirect(pkt, pkt->fwd.egress))
 		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 
 	if (pkt->fwd.flags & LFP_FWD_SET_PRIORITY)

@@ -42,11 +42,14 @@ def test_an_ip6tables_rule_takes_ipv6_back_to_the_kernel(require_root, backend):
     assert dropped.forwarded_by_kernel > 0
 
 
-def test_a_steady_ipv6_flow_is_served_from_the_answer_cache(lab):
+@pytest.mark.parametrize("hook,ip_forward", [("xdp", 1), ("xdp", 0), ("tc", 0)])
+def test_a_steady_ipv6_flow_is_served_from_the_answer_cache(lab, hook, ip_forward):
     """With the real controller (its watch arms the cache): a repeated IPv6
     flow is forwarded by the fast path, its answers served from the cache —
     so the differential above, which runs the same controller, compares the
-    cached path with Linux, not only the live lookup."""
+    cached path with Linux, not only the live lookup. Also on an IPv6-only
+    router (ip_forward=0, which turns IPv4's redirects on): neither IPv4
+    switch decides whether routed IPv6 may leave an interface."""
     from controller.launcher import ControllerProcess, linuxfp_stats
     from linuxfp.lab import inject
     from linuxfp.lab.frames import ipv6_frame, udp6
@@ -55,7 +58,8 @@ def test_a_steady_ipv6_flow_is_served_from_the_answer_cache(lab):
     r = RouterTopology(prefixes=8, ipv6=True)(lab)
     src, dst = next(round_sources6(r, 0)), str(r.prefixes6[0][1])
     frame = ipv6_frame(r.src_if.mac, r.dut_left.mac, src, dst, 17, udp6(src, dst, 1000, 9, bytes(32)))
-    with ControllerProcess(r.dut.name, hook="xdp"):
+    r.dut.run(f"sysctl -qw net.ipv4.ip_forward={ip_forward}")
+    with ControllerProcess(r.dut.name, hook=hook):
         inject(r.src, r.src_if.name, [frame] * 200)
         stats = linuxfp_stats(r.dut.name)
     ingress = next(i for i in stats["interfaces"] if i["ifname"] == r.dut_left.name)

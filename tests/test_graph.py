@@ -214,8 +214,9 @@ def test_interface_facts_follow_sysctls_and_redirect_capability():
     snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(
         sysctl(1), sysctl(2, rp_filter=2), sysctl(3, forwarding=False))))
     g = build_graph(snap)
-    assert set(flag_names(facts(g, 2).flags)) == {"rp_filter", "forwarding", "xdp_tx", "tc_tx", "set_priority"}
-    assert set(flag_names(facts(g, 3).flags)) == {"xdp_tx", "tc_tx", "set_priority"}
+    assert set(flag_names(facts(g, 2).flags)) == {"rp_filter", "forwarding", "xdp_tx", "tc_tx", "routed_tx",
+                                                  "set_priority"}
+    assert set(flag_names(facts(g, 3).flags)) == {"xdp_tx", "tc_tx", "routed_tx", "set_priority"}
     assert facts(g, 2).mac == bytes.fromhex("020000000002")
 
 
@@ -265,10 +266,15 @@ def test_ipsec_and_exotic_multipath_hashing_keep_the_kernel_path():
 
 
 def test_accepted_redirects_and_pmtu_use_are_conservative():
+    from linuxfp.graph.model import IF_ROUTED_TX, IF_TC_TX
     from linuxfp.state.model import InterfaceSysctls
     conf = InterfaceSysctls(3, True, 0, False, True, False, accept_redirects=True)
     snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(sysctl(1), sysctl(2), conf)))
-    assert not facts(build_graph(snap), 3).flags & 12   # neither XDP nor TC egress
+    g = build_graph(snap)
+    # IPv4's redirects: no egress of routed IPv4 at either hook (the
+    # interface still sends routed IPv6, whose redirects are its own)
+    assert not facts(g, 3).flags & IF_TC_TX and (3).to_bytes(4, "little") not in dict(g.table("lfp_tx_ports").entries)
+    assert facts(g, 3).flags & IF_ROUTED_TX
     pmtu = router_snapshot(routes=router_snapshot().routes + (route("198.19.9.0/24", gateway="198.18.2.1", oif=3),),
                            sysctls=Sysctls(ip_forward=True, interfaces=tuple(sysctl(i) for i in (1, 2, 3)),
                                            forward_use_pmtu=True))

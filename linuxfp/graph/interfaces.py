@@ -7,12 +7,12 @@ import struct
 
 from linuxfp.state.model import BR_STATE_FORWARDING
 
-from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_RP_FILTER, IF_SET_PRIORITY,
-                    IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
+from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
+                    IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
 from .tables import ARRAY, DEVMAP, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
-IFACES, TX_PORTS, BRIDGE_TX_PORTS = "lfp_ifaces", "lfp_tx_ports", "lfp_br_tx_ports"
+IFACES, TX_PORTS, TX6_PORTS, BRIDGE_TX_PORTS = "lfp_ifaces", "lfp_tx_ports", "lfp_tx6_ports", "lfp_br_tx_ports"
 # Interfaces with a larger ifindex get no facts: all-zero facts mean "pass",
 # so they simply stay on the kernel path.
 MAX_IFACE_SLOTS = 1 << 16
@@ -51,33 +51,37 @@ def forward_length_cap6(snapshot) -> int:
 def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_cap6: int = 0) -> IfaceFacts:
     conf = snapshot.sysctls.for_ifindex(link.index)
     flags = 0
+    routable = link.up and link.oper_up and routing_blocker(link, snapshot) is None and not link.master
     if conf is not None:
         flags |= IF_FORWARDING if conf.forwarding else 0
         flags |= IF_RP_FILTER if conf.rp_filter else 0
         if conf.ipv6:
             flags |= IF_IPV6 if ipv6_routing_blocker(snapshot) is None else 0
+            # IPv6's own redirects create exceptions with another gateway;
+            # IPv4's forwarding and redirects do not concern it.
             flags |= IF_IPV6_TX if not conf.ipv6_accept_redirects else 0
     if full_check:
         flags |= IF_SRC_FULL_CHECK
     if snapshot.sysctls.forward_update_priority:
         flags |= IF_SET_PRIORITY
-    # Accepted ICMP redirects create next-hop exceptions bpf_fib_lookup ignores.
-    redirects = conf is not None and conf.accept_redirects
-    sendable = (link.up and link.oper_up and routing_blocker(link, snapshot) is None and not link.master
-                and not redirects)
+    # Accepted ICMP redirects create next-hop exceptions bpf_fib_lookup ignores
+    # (IPv4's are on wherever its forwarding is off: IN_DEV_RX_REDIRECTS).
+    sendable = routable and not (conf is not None and conf.accept_redirects)
     tx_len_cap = encapsulated_len_cap(link, snapshot) if link.vxlan is not None else 0
     if bridge_sendable(link, snapshot):
         # Bridged frames may leave here; routed ones never (a port is not a
         # route's egress for the router: FORWARDING stays clear).
         flags = (flags & ~IF_FORWARDING) | IF_BRIDGE_TX
-        sendable = True
+        sendable, routable = True, False
     if sendable:
         flags |= IF_TC_TX
-        # An XDP redirect skips the egress qdisc and tc egress filters (and
-        # never meets a length cap: only TC egresses carry one).
-        if (link.can_receive_xdp_redirect and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress
-                and not tx_len_cap):
-            flags |= IF_XDP_TX
+    if routable:
+        flags |= IF_ROUTED_TX
+    # An XDP redirect skips the egress qdisc and tc egress filters (and
+    # never meets a length cap: only TC egresses carry one).
+    if (flags & (IF_TC_TX | IF_ROUTED_TX) and link.can_receive_xdp_redirect
+            and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress and not tx_len_cap):
+        flags |= IF_XDP_TX
     return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap, fwd_len_cap6)
 
 
@@ -183,8 +187,9 @@ def mac_bytes(mac: str) -> bytes:
 
 
 def interface_tables(facts: tuple[IfaceFacts, ...]) -> tuple[Table, ...]:
-    """lfp_ifaces (facts by ifindex), lfp_tx_ports (the egresses a routed
-    XDP redirect may use: able to take XDP frames, and forwarding) and
+    """lfp_ifaces (facts by ifindex), lfp_tx_ports and lfp_tx6_ports (the
+    egresses a routed XDP redirect may use: able to take XDP frames, and
+    sending routed IPv4 — forwarding — or routed IPv6) and
     lfp_br_tx_ports (those a bridged one may use: bridge ports that send)."""
     usable = [f for f in facts if f.ifindex < MAX_IFACE_SLOTS]
     ifaces = Table(IFACES, "pipeline", 4, _IFACE_VALUE.size,
@@ -192,10 +197,14 @@ def interface_tables(facts: tuple[IfaceFacts, ...]) -> tuple[Table, ...]:
                    kind=ARRAY, by_ifindex=True, describe="interface facts by ifindex")
     tx = Table(TX_PORTS, "pipeline", 4, 4,
                frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
-                         if f.flags & IF_XDP_TX and f.flags & IF_FORWARDING),
-               kind=DEVMAP, by_ifindex=True, describe="XDP egresses of routed packets")
+                         if f.flags & IF_XDP_TX and f.flags & IF_TC_TX and f.flags & IF_FORWARDING),
+               kind=DEVMAP, by_ifindex=True, describe="XDP egresses of routed IPv4")
+    tx6 = Table(TX6_PORTS, "pipeline", 4, 4,
+                frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
+                          if f.flags & IF_XDP_TX and f.flags & IF_ROUTED_TX and f.flags & IF_IPV6_TX),
+                kind=DEVMAP, by_ifindex=True, describe="XDP egresses of routed IPv6")
     bridged = Table(BRIDGE_TX_PORTS, "pipeline", 4, 4,
                     frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
                               if f.flags & IF_XDP_TX and f.flags & IF_BRIDGE_TX),
                     kind=DEVMAP, by_ifindex=True, describe="XDP egresses of bridged frames")
-    return ifaces, tx, bridged
+    return ifaces, tx, tx6, bridged

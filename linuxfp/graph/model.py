@@ -11,9 +11,9 @@ from .tables import Table
 IF_FORWARDING = 1 << 0
 IF_RP_FILTER = 1 << 1
 IF_XDP_TX = 1 << 2
-IF_TC_TX = 1 << 3
-# bits 4, 5: free (accept_local and route_localnet need no fact: the
-# datapath passes local sources and 127/8 whatever they say)
+IF_TC_TX = 1 << 3           # routed IPv4 (sendable, takes no IPv4 redirects) or bridged frames may leave here
+IF_ROUTED_TX = 1 << 4       # a routed packet may be redirected here: up, supported, not enslaved (IPv6's need)
+# bit 5: free
 IF_SRC_FULL_CHECK = 1 << 6
 IF_SET_PRIORITY = 1 << 7
 IF_BRIDGE_TX = 1 << 8       # a bridge port in forwarding state: bridged frames may leave here
@@ -25,6 +25,7 @@ FLAG_NAMES = {
     IF_RP_FILTER: "rp_filter",
     IF_XDP_TX: "xdp_tx",
     IF_TC_TX: "tc_tx",
+    IF_ROUTED_TX: "routed_tx",
     IF_SRC_FULL_CHECK: "src_full_check",
     IF_SET_PRIORITY: "set_priority",
     IF_BRIDGE_TX: "bridge_tx",

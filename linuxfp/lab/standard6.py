@@ -231,6 +231,9 @@ def standard6_steps() -> tuple[Step[Router], ...]:
         Step("mtu-lower", lambda r: run(r, f"ip link set dev {sink} mtu 1280")),
         Step("proxy-ndp-on", lambda r: run(r, "sysctl -qw net.ipv6.conf.all.proxy_ndp=1")),
         Step("proxy-ndp-off", lambda r: run(r, "sysctl -qw net.ipv6.conf.all.proxy_ndp=0")),
+        # From here an IPv6-only router: IPv4 forwarding off everywhere, and
+        # with it IPv4 redirects accepted (IN_DEV_RX_REDIRECTS).
+        Step("ipv4-forwarding-off", lambda r: run(r, "sysctl -qw net.ipv4.ip_forward=0")),
         Step("forwarding-off", lambda r: run(r, "sysctl -qw net.ipv6.conf.all.forwarding=0")),
         Step("forwarding-on", lambda r: run(r, "sysctl -qw net.ipv6.conf.all.forwarding=1")),
         Step("ingress-ipv6-off", lambda r: run(r, "sysctl -qw net.ipv6.conf.to-src.disable_ipv6=1")),
