@@ -294,6 +294,25 @@ def test_presentations():
     assert {t["name"]: t["owner"] for t in d["tables"]}["lfp_neigh"] == "transmit"
 
 
+def test_ipv6_egresses_are_not_governed_by_ipv4_switches():
+    """An IPv6-only router (ip_forward=0: IPv4 forwarding off, its redirects
+    on): its egresses take routed IPv6 (lfp_tx6_ports) and no routed IPv4
+    (lfp_tx_ports); IPv6's own redirects, a bridge port, an enslaved or a
+    down interface take neither."""
+    devmap = lambda g, name: {int.from_bytes(k, "little") for k, _ in g.table(name).entries}  # noqa: E731
+    v6only = lambda i, **kw: replace(sysctl(i, forwarding=False), ipv6=True, accept_redirects=True, **kw)  # noqa: E731
+    snap = router_snapshot(sysctls=Sysctls(ip_forward=False, interfaces=(
+        v6only(1), v6only(2), v6only(3, ipv6_accept_redirects=True))))
+    g = build_graph(snap)
+    assert devmap(g, "lfp_tx6_ports") == {2} and devmap(g, "lfp_tx_ports") == set()
+    on = lambda i: replace(sysctl(i), ipv6=True)   # noqa: E731
+    both = build_graph(router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(on(1), on(2), on(3)))))
+    assert devmap(both, "lfp_tx6_ports") == devmap(both, "lfp_tx_ports") == {2, 3}
+    for changed in (link(3, "right", up=False), link(3, "right", master=9)):
+        links = tuple(changed if existing.index == 3 else existing for existing in snap.links)
+        assert 3 not in devmap(build_graph(replace(snap, links=links)), "lfp_tx6_ports"), changed
+
+
 def test_ipv6_facts_follow_what_bpf_fib_lookup_cannot_see():
     from linuxfp.graph.model import IF_IPV6, IF_IPV6_TX
     from linuxfp.state.model import InterfaceSysctls

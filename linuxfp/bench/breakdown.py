@@ -1,17 +1,20 @@
-"""`linuxfp bench breakdown`: where the router's nanoseconds go.
+"""`linuxfp bench breakdown`: where the router's nanoseconds go, at XDP and
+at TC.
 
-Climbs from the upper bound (rewrite MACs, redirect) to LinuxFP's XDP
-router one step of the real datapath at a time (bpf/ladder.c calls the
-datapath's own functions, against the maps of a controller running in the
-DUT and on its XDP link), then the real LinuxFP XDP datapath, all in the
-same run with the router's method; the plain bpf_fib_lookup forwarder is
-measured beside them. The cost of each step is the difference in DUT
-ns/packet between neighbouring rungs, taken within each repetition."""
+Each hook's ladder climbs from the upper bound (rewrite MACs, redirect) to
+LinuxFP's router one step of the real datapath at a time (bpf/ladder.c
+calls the datapath's own functions, against the maps of a controller
+running in the DUT and on that controller's link), then the real LinuxFP
+datapath of that hook, all in the same run with the router's method; the
+plain bpf_fib_lookup forwarder is measured beside them. The cost of each
+step is the difference in DUT ns/packet between neighbouring rungs, taken
+within each repetition."""
 from __future__ import annotations
 
 import contextlib
 import itertools
 import statistics
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,8 +33,8 @@ from .systems import SYSTEMS, System
 from .topology import Line
 
 RUNGS = (
-    (1, "MAC rewrite + redirect (XDP: the controller's devmap): the upper bound"),
-    (2, "+ the pipeline's parse (context, Ethernet, IPv4), TTL check and decrement"),
+    (1, "MAC rewrite + redirect (at XDP through the controller's devmap): the upper bound"),
+    (2, "+ the pipeline's parse (Ethernet, VLAN checks, IPv4), TTL check and decrement"),
     (3, "+ the lease check"),
     (4, "+ the ingress's facts: addressed to this host, no mark"),
     (5, "+ IPv4 header validation (lengths, checksum, fragments) and martians"),
@@ -48,7 +51,8 @@ FRAME_SIZE = 64
 _REQUIRED_MAPS = ("lfp_ifaces", "lfp_lease", "lfp_nfnl_sent", "lfp_local_src", "lfp_local_hint",
                   "lfp_fib_policy", "lfp_fib_cache", "lfp_fib_epochs", "lfp_neigh_watch", "lfp_neigh",
                   "lfp_neigh_hint")
-_REQUIRED_AT = {"xdp": ("lfp_tx_ports",), "tc": ()}
+_REQUIRED_AT = {"xdp": ("lfp_tx_ports",), "tc": ("lfp_peers",)}
+_FIB_POLICY_OFF = 1 << 0      # IPv4's bit of lfp_fib_policy (fib_cache.h)
 
 
 def rung_name(hook: str, rung: int) -> str:
@@ -63,26 +67,36 @@ def ladder_source(hook: str, rung: int) -> str:
             + (programs.BPF_DIR / "ladder.c").read_text())
 
 
-def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str) -> list[Map]:
+def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str, held: list) -> None:
     """Make `obj` use the maps the controller keeps (its counters: the
-    ingress's); returns them, to be closed by the caller."""
-    shared, held = SharedMaps(layout), []
-    missing = [name for name in _REQUIRED_MAPS + _REQUIRED_AT[hook] if shared.get(name) is None]
-    if missing:
-        shared.close()
-        raise RuntimeError(f"breakdown: the controller in {line.dut.name} has not pinned {', '.join(missing)}")
-    for name in obj.map_names():
-        if name == "lfp_counters":
-            m = Map.from_pinned(layout.counters_pin(line.dut_in.ifindex))
-        else:
-            m = shared.get(name)
-            if m is None:
+    ingress's), appending them to `held` for the caller to close."""
+    shared = SharedMaps(layout)
+    try:
+        missing = [name for name in _REQUIRED_MAPS + _REQUIRED_AT[hook] if shared.get(name) is None]
+        if missing:
+            raise RuntimeError(f"breakdown: the controller in {line.dut.name} has not pinned {', '.join(missing)}")
+        _require_cache_on(shared, line)
+        for name in obj.map_names():
+            if name == "lfp_counters":
+                held.append(Map.from_pinned(layout.counters_pin(line.dut_in.ifindex)))
+            elif shared.get(name) is not None:
+                held.append(Map.from_fd(shared.get(name).fd))  # (a duplicate: SharedMaps closes its own)
+            else:
                 continue          # .rodata, and maps no rung reads
-            m = Map.from_fd(m.fd)  # (a duplicate: the SharedMaps closes its own)
-        held.append(m)
-        obj.reuse_map(name, m)
-    shared.close()
-    return held
+            obj.reuse_map(name, held[-1])
+    finally:
+        shared.close()
+
+
+def _require_cache_on(shared: SharedMaps, line: Line) -> None:
+    """Rungs 7-9 measure the cache; where the router would look every packet
+    up instead, they would hand it to the kernel and measure Linux."""
+    zero = bytes(4)
+    watch, policy = shared.get("lfp_neigh_watch").lookup(zero), shared.get("lfp_fib_policy").lookup(zero)
+    if not watch or not struct.unpack_from("<QQ", watch)[1]:
+        raise RuntimeError(f"breakdown: the neighbour watch is not armed in {line.dut.name}: nothing is cached")
+    if policy and struct.unpack("<I", policy)[0] & _FIB_POLICY_OFF:
+        raise RuntimeError(f"breakdown: the controller keeps the FIB cache off in {line.dut.name} (linuxfp graph)")
 
 
 def _controller_link(layout, line: Line, hook: str) -> Link:
@@ -97,34 +111,34 @@ def _controller_link(layout, line: Line, hook: str) -> Link:
 def _install(hook: str, rung: int):
     @contextlib.contextmanager
     def install(line: Line) -> Iterator[None]:
-        with ControllerProcess(line.dut.name, hook=hook):
+        with ControllerProcess(line.dut.name, hook=hook), contextlib.ExitStack() as held:
             layout = layout_of(line.dut.name)
-            obj = BpfObject.open(compile_source(ladder_source(hook, rung)).data, name="bench_ladder")
-            held: list = []
+            obj = held.enter_context(BpfObject.open(compile_source(ladder_source(hook, rung)).data,
+                                                    name="bench_ladder"))
+            maps: list[Map] = []
+            held.callback(lambda: [m.close() for m in maps])
+            _share_controller_maps(obj, line, layout, hook, maps)
+            obj.set_rodata({
+                "lfp_ingress_ifindex": line.dut_in.ifindex,
+                "ladder_dst_mac": programs.mac_bytes(line.snk.mac),
+                "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
+                "ladder_egress": line.dut_out.ifindex,
+            })
+            obj.load()
+            prog = held.enter_context(contextlib.closing(obj.program("bench_ladder")))
+            link = held.enter_context(contextlib.closing(_controller_link(layout, line, hook)))
+            original = held.enter_context(contextlib.closing(Program.from_id(link.prog_id)))
+            # On the controller's own link: no second attachment, and the
+            # controller's program is back before the controller stops.
+            link.update(prog)
             try:
-                held += _share_controller_maps(obj, line, layout, hook)
-                obj.set_rodata({
-                    "lfp_ingress_ifindex": line.dut_in.ifindex,
-                    "ladder_dst_mac": programs.mac_bytes(line.snk.mac),
-                    "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
-                    "ladder_egress": line.dut_out.ifindex,
-                })
-                obj.load()
-                prog = obj.program("bench_ladder")
-                link = _controller_link(layout, line, hook)
-                original = Program.from_id(link.prog_id)
-                held += [prog, original, link]
-                # On the controller's own link: no second attachment, and the
-                # controller's program is back before the controller stops.
-                link.update(prog)
-                try:
-                    yield
-                finally:
-                    link.update(original)
+                yield
+                # (a controller that replaced its program meanwhile was measured instead)
+                if link.prog_id != prog.id:
+                    raise RuntimeError(f"breakdown: the controller replaced {hook}-rung-{rung} during the measurement")
             finally:
-                for item in reversed(held):
-                    item.close()
-                obj.close()
+                if link.prog_id == prog.id:
+                    link.update(original)
 
     return install
 

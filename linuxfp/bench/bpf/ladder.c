@@ -11,20 +11,23 @@
  * selects how many rungs are climbed:
  *   1 rewrite MACs, redirect (XDP: through the controller's devmap; TC:
  *     bpf_redirect()): the upper bound
- *   2 + the pipeline's parse (context, Ethernet, IPv4), TTL check and decrement
+ *   2 + the pipeline's parse (Ethernet with its VLAN checks, IPv4), TTL
+ *       check and decrement (rung 1 already reads the context)
  *   3 + the lease check (lease.h)
  *   4 + the device IP sees (lfp_ifaces): addressed to this host, no mark
  *   5 + IPv4 header validation (lengths, checksum, fragments) and martians
  *   6 + forwarding switches, local source (prefilter, then hash), route MTU cap
  *   7 + the FIB cache's probe: the kernel's generations through
  *       bpf_cast_to_kern_ctx(), the per-CPU epoch, the slot
- *   8 + the answer served from the cache (looked up and kept on a miss, as
- *       the router does) in place of rung 1's constants, hits counted
+ *   8 + the answer served from the cache (looked up and kept on a miss: a
+ *       copy of router_node()'s block, the one step not called from it) in
+ *       place of rung 1's constants, hits counted
  *   9 + transmit (neighbour state, TTL, rewrite, redirect, counted) in place
  *       of the rungs' own rewrite
  * The real pipeline then adds what no rung has: the VLAN metadata kfunc
- * (XDP) or the skb's VLAN and mark checks (TC), ports and ICMP checks, the
- * multipath L4-hash check, GSO, hairpin and source checks, priority. */
+ * (XDP), ports and ICMP checks, the multipath L4-hash check, GSO, hairpin
+ * and source checks, priority. Rungs 7-9 need the cache on (the bench
+ * checks it): where the probe refuses, they hand the packet to the kernel. */
 #ifndef LADDER
 #error "LADDER must be defined"
 #endif
