@@ -556,17 +556,53 @@ static __always_inline enum lfp_counter lfp_ipv4_forward_refusal(struct lfp_ifac
 	return LFP_CNT_MAX;
 }
 
+/* The FIB's IPv4 answer for `fib`, filled in place: served from the cache
+ * while valid, else looked up (and kept where it may be). LFP_CNT_MAX, or
+ * why the lookup refuses. `*cached`: the entry that holds the answer, NULL
+ * when nothing may be cached (`probe`: its key and epoch). */
+static __always_inline enum lfp_counter lfp_fib_answer(struct lfp_pkt *pkt, struct bpf_fib_lookup *fib,
+						       struct lfp_fib_probe *probe, struct lfp_fib_entry **cached)
+{
+	__u16 looked_up_len = fib->tot_len;     /* the lookup may overwrite it */
+	long rc;
+
+	*cached = NULL;
+	if (lfp_fib_probe_init(pkt, fib, probe))
+		*cached = lfp_fib_cached(probe, fib->tot_len);
+	else
+		probe->slot = NULL;
+	if (*cached) {
+		lfp_count(LFP_CNT_FIB_CACHE_HIT);
+		fib->ifindex = (*cached)->egress;
+		fib->ipv4_dst = (*cached)->nexthop;
+		__builtin_memcpy(fib->dmac, (*cached)->dmac, ETH_ALEN);
+		__builtin_memcpy(fib->smac, (*cached)->smac, ETH_ALEN);
+		return LFP_CNT_MAX;
+	}
+	lfp_count(probe->slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
+	rc = bpf_fib_lookup(pkt->ctx, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return lfp_fib_reason(rc);
+	/* a route via an IPv6 gateway (RFC 5549) answers in IPv6 */
+	if (fib->family != AF_INET)
+		return LFP_CNT_FIB_OTHER;
+	if (probe->slot) {
+		lfp_fib_remember(probe, fib, looked_up_len);
+		*cached = probe->slot;
+	}
+	return LFP_CNT_MAX;
+}
+
 static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 {
 	struct bpf_fib_lookup fib = {};
-	struct lfp_fib_entry *cached = NULL;
+	struct lfp_fib_entry *cached;
 	struct lfp_fib_probe probe;
 	enum lfp_counter refusal;
 	struct lfp_iface *in;
 	struct ethhdr *eth;
 	struct iphdr *ip;
 	__u16 tot_len;
-	long rc;
 
 	if (pkt->l3_proto != bpf_htons(ETH_P_IP) && pkt->l3_proto != bpf_htons(ETH_P_IPV6))
 		return lfp_pass(pkt, LFP_CNT_NOT_IPV4);
@@ -620,31 +656,9 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 		fib.tot_len = 0;
 	}
 
-	if (lfp_fib_probe_init(pkt, &fib, &probe))
-		cached = lfp_fib_cached(&probe, fib.tot_len);
-	else
-		probe.slot = NULL;
-	if (cached) {
-		lfp_count(LFP_CNT_FIB_CACHE_HIT);
-		fib.ifindex = cached->egress;
-		fib.ipv4_dst = cached->nexthop;
-		__builtin_memcpy(fib.dmac, cached->dmac, ETH_ALEN);
-		__builtin_memcpy(fib.smac, cached->smac, ETH_ALEN);
-	} else {
-		__u16 looked_up_len = fib.tot_len;     /* the lookup may overwrite it */
-
-		lfp_count(probe.slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
-		rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
-		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-			return lfp_pass(pkt, lfp_fib_reason(rc));
-		/* a route via an IPv6 gateway (RFC 5549) answers in IPv6 */
-		if (fib.family != AF_INET)
-			return lfp_pass(pkt, LFP_CNT_FIB_OTHER);
-		if (probe.slot) {
-			lfp_fib_remember(&probe, &fib, looked_up_len);
-			cached = probe.slot;
-		}
-	}
+	refusal = lfp_fib_answer(pkt, &fib, &probe, &cached);
+	if (refusal != LFP_CNT_MAX)
+		return lfp_pass(pkt, refusal);
 	if (lfp_is_gso(pkt) && !lfp_segments_fit(pkt, fib.ifindex))
 		return lfp_pass(pkt, LFP_CNT_FIB_FRAG_NEEDED);
 	/* Linux would also send an ICMP redirect when routing back out. */

@@ -19,9 +19,9 @@
  *   6 + forwarding switches, local source (prefilter, then hash), route MTU cap
  *   7 + the FIB cache's probe: the kernel's generations through
  *       bpf_cast_to_kern_ctx(), the per-CPU epoch, the slot
- *   8 + the answer served from the cache (looked up and kept on a miss: a
- *       copy of router_node()'s block, the one step not called from it) in
- *       place of rung 1's constants, hits counted
+ *   8 + the answer served from the cache, probe included (looked up and
+ *       kept on a miss: lfp_fib_answer()) in place of rung 1's constants,
+ *       hits counted
  *   9 + transmit (neighbour state, TTL, rewrite, redirect, counted) in place
  *       of the rungs' own rewrite
  * The real pipeline then adds what no rung has: the VLAN metadata kfunc
@@ -113,30 +113,20 @@ int bench_ladder(lfp_ctx_t *ctx)
 	fib.ipv4_src = ip->saddr;
 	fib.ipv4_dst = ip->daddr;
 	fib.ifindex = pkt.l3_ifindex;
+#if LADDER == 7
 	if (!lfp_fib_probe_init(&pkt, &fib, &probe))
 		return LADDER_PASS;
 #endif
+#endif
 #if LADDER >= 8
-	struct lfp_fib_entry *cached = lfp_fib_cached(&probe, fib.tot_len);
+	struct lfp_fib_entry *cached;
 
-	if (cached) {
-		lfp_count(LFP_CNT_FIB_CACHE_HIT);
-		pkt.fwd.egress = cached->egress;
-		pkt.fwd.nexthop = cached->nexthop;
-		__builtin_memcpy(pkt.fwd.dmac, cached->dmac, ETH_ALEN);
-		__builtin_memcpy(pkt.fwd.smac, cached->smac, ETH_ALEN);
-	} else {
-		__u16 looked_up_len = fib.tot_len;
-
-		lfp_count(LFP_CNT_FIB_CACHE_MISS);
-		if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS || fib.family != AF_INET)
-			return LADDER_PASS;
-		lfp_fib_remember(&probe, &fib, looked_up_len);
-		pkt.fwd.egress = fib.ifindex;
-		pkt.fwd.nexthop = fib.ipv4_dst;
-		__builtin_memcpy(pkt.fwd.dmac, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(pkt.fwd.smac, fib.smac, ETH_ALEN);
-	}
+	if (lfp_fib_answer(&pkt, &fib, &probe, &cached) != LFP_CNT_MAX)
+		return LADDER_PASS;
+	pkt.fwd.egress = fib.ifindex;
+	pkt.fwd.nexthop = fib.ipv4_dst;
+	__builtin_memcpy(pkt.fwd.dmac, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(pkt.fwd.smac, fib.smac, ETH_ALEN);
 #endif
 #if LADDER >= 9
 	pkt.fwd.flags = LFP_FWD_DEC_TTL;
