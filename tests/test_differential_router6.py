@@ -19,6 +19,10 @@ def test_router6_is_byte_identical_to_linux(require_root, hook, pods):
     kernel = sum(o.forwarded_by_kernel for o in report.kernel)
     accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
     assert accelerated < kernel, report.render()
+    # ... and still does as an IPv6-only router (ip_forward=0 from this step on)
+    alone = {o.step: o.forwarded_by_kernel for o in report.kernel}
+    with_fp = {o.step: o.forwarded_by_kernel for o in report.accelerated}
+    assert with_fp["ipv4-forwarding-off"] < alone["ipv4-forwarding-off"], report.render()
 
 
 @pytest.mark.parametrize("backend", ["nft", "legacy"])
