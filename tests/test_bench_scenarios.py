@@ -134,6 +134,22 @@ def test_every_ladder_rung_verifies_at_both_hooks():
         assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), (hook, sizes)
 
 
+def test_breakdown_refuses_cache_rungs_where_the_cache_is_off():
+    """With the FIB cache off (ip_forward_use_pmtu=1), the cache's rungs would
+    time the kernel or plain lookups under their name: they are refused."""
+    from linuxfp.bench import throughput
+    from linuxfp.bench.breakdown import climb
+    from linuxfp.bench.systems import SYSTEMS
+
+    plan = throughput.Plan(systems=climb("xdp", (6, 7, 8))[:-1], frame_sizes=(64,), repetitions=1,
+                           window=throughput.QUICK_WINDOW, retries=0, sentinel=SYSTEMS["upper-bound"])
+    with throughput.rig(configure=lambda line: line.dut.run("sysctl -qw net.ipv4.ip_forward_use_pmtu=1"),
+                        lab_prefix="lfp-t-bdoff") as rig:
+        raw = throughput.run(rig, plan)
+    assert set(raw["errors"]) == {"xdp-rung-7", "xdp-rung-8"}, raw["errors"]
+    assert all("FIB cache is off" in e for e in raw["errors"].values())
+
+
 def test_hooks(tmp_path, capsys):
     result = bench("hooks", tmp_path, capsys, as_json=False)
     assert result["errors"] == {}

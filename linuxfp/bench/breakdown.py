@@ -14,11 +14,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import statistics
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from controller.launcher import ControllerProcess, layout_of
+from controller.launcher import ControllerProcess, layout_of, linuxfp_stats
 from controller.shared_maps import SharedMaps
 from controller.views import status
 from linuxfp.datapath import BpfObject, Link, Map, Program
@@ -52,7 +51,6 @@ _REQUIRED_MAPS = ("lfp_ifaces", "lfp_lease", "lfp_nfnl_sent", "lfp_local_src", "
                   "lfp_fib_policy", "lfp_fib_cache", "lfp_fib_epochs", "lfp_neigh_watch", "lfp_neigh",
                   "lfp_neigh_hint")
 _REQUIRED_AT = {"xdp": ("lfp_tx_ports",), "tc": ("lfp_peers",)}
-_FIB_POLICY_OFF = 1 << 0      # IPv4's bit of lfp_fib_policy (fib_cache.h)
 
 
 def rung_name(hook: str, rung: int) -> str:
@@ -75,7 +73,6 @@ def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str, held: 
         missing = [name for name in _REQUIRED_MAPS + _REQUIRED_AT[hook] if shared.get(name) is None]
         if missing:
             raise RuntimeError(f"breakdown: the controller in {line.dut.name} has not pinned {', '.join(missing)}")
-        _require_cache_on(shared, line)
         for name in obj.map_names():
             if name == "lfp_counters":
                 held.append(Map.from_pinned(layout.counters_pin(line.dut_in.ifindex)))
@@ -88,15 +85,12 @@ def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str, held: 
         shared.close()
 
 
-def _require_cache_on(shared: SharedMaps, line: Line) -> None:
-    """Rungs 7-9 measure the cache; where the router would look every packet
-    up instead, they would hand it to the kernel and measure Linux."""
-    zero = bytes(4)
-    watch, policy = shared.get("lfp_neigh_watch").lookup(zero), shared.get("lfp_fib_policy").lookup(zero)
-    if not watch or not struct.unpack_from("<QQ", watch)[1]:
-        raise RuntimeError(f"breakdown: the neighbour watch is not armed in {line.dut.name}: nothing is cached")
-    if policy and struct.unpack("<I", policy)[0] & _FIB_POLICY_OFF:
-        raise RuntimeError(f"breakdown: the controller keeps the FIB cache off in {line.dut.name} (linuxfp graph)")
+def _cache_off_count(line: Line) -> int:
+    """Packets the ingress's program found the FIB cache off for (rungs 7-9
+    count them as the router does, then hand the packet to the kernel)."""
+    stats = linuxfp_stats(line.dut.name)
+    ingress = next(i for i in stats["interfaces"] if i["ifname"] == line.dut_in.ifname)
+    return ingress["nodes"].get("router", {}).get("events", {}).get("fib_cache_off", 0)
 
 
 def _controller_link(layout, line: Line, hook: str) -> Link:
@@ -130,12 +124,17 @@ def _install(hook: str, rung: int):
             original = held.enter_context(contextlib.closing(Program.from_id(link.prog_id)))
             # On the controller's own link: no second attachment, and the
             # controller's program is back before the controller stops.
+            cache_off = _cache_off_count(line)
             link.update(prog)
             try:
                 yield
                 # (a controller that replaced its program meanwhile was measured instead)
                 if link.prog_id != prog.id:
                     raise RuntimeError(f"breakdown: the controller replaced {hook}-rung-{rung} during the measurement")
+                # rungs 7-9 measure the cache: where it is off they measured the kernel or plain lookups
+                if _cache_off_count(line) != cache_off:
+                    raise RuntimeError(f"breakdown: the FIB cache is off in {line.dut.name} (linuxfp graph says "
+                                       f"why): {hook}-rung-{rung} measured without it")
             finally:
                 if link.prog_id == prog.id:
                     link.update(original)

@@ -26,8 +26,9 @@
  *       of the rungs' own rewrite
  * The real pipeline then adds what no rung has: the VLAN metadata kfunc
  * (XDP), ports and ICMP checks, the multipath L4-hash check, GSO, hairpin
- * and source checks, priority. Rungs 7-9 need the cache on (the bench
- * checks it): where the probe refuses, they hand the packet to the kernel. */
+ * and source checks, priority. Rungs 7-9 need the cache on: where the
+ * probe refuses they count fib_cache_off, as the router does, and hand the
+ * packet to the kernel (the bench then refuses the measurement). */
 #ifndef LADDER
 #error "LADDER must be defined"
 #endif
@@ -114,8 +115,10 @@ int bench_ladder(lfp_ctx_t *ctx)
 	fib.ipv4_dst = ip->daddr;
 	fib.ifindex = pkt.l3_ifindex;
 #if LADDER == 7
-	if (!lfp_fib_probe_init(&pkt, &fib, &probe))
+	if (!lfp_fib_probe_init(&pkt, &fib, &probe)) {
+		lfp_count(LFP_CNT_FIB_CACHE_OFF);       /* as lfp_fib_answer() counts it */
 		return LADDER_PASS;
+	}
 #endif
 #endif
 #if LADDER >= 8
