@@ -73,6 +73,7 @@ struct lfp_pkt {
 	__u32 l3_ifindex;
 	__u16 l3_proto;         /* network byte order */
 	struct lfp_fwd fwd;
+	void *counters;         /* this interface's counter array (lfp_counters) */
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
@@ -121,22 +122,30 @@ struct {
 	__type(value, struct lfp_iface);
 } lfp_ifaces SEC(".maps");
 
-/* One counter array per loaded pipeline, i.e. per interface. */
-struct {
+/* Each interface's counters: a per-CPU array of its own (pinned as
+ * if<N>_counters, where `linuxfp stats` reads it), found by ifindex. One
+ * loaded program can then serve every interface of its shape: a new
+ * interface costs an attach and this entry, not a load. The controller
+ * sizes the outer array like lfp_ifaces and fills an interface's entry
+ * before attaching to it. */
+struct lfp_counter_array {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LFP_CNT_MAX);
 	__type(key, __u32);
 	__type(value, __u64);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__array(values, struct lfp_counter_array);
 } lfp_counters SEC(".maps");
 
-/* Set at load time, per interface; the compiled object is shared by every
- * interface with the same pipeline shape. */
-volatile const __u32 lfp_ingress_ifindex = 0;
-
-static __always_inline void lfp_count(enum lfp_counter id)
+static __always_inline void lfp_count(struct lfp_pkt *pkt, enum lfp_counter id)
 {
 	__u32 key = id;
-	__u64 *value = bpf_map_lookup_elem(&lfp_counters, &key);
+	__u64 *value = bpf_map_lookup_elem(pkt->counters, &key);
 
 	if (value)
 		*value += 1;
@@ -145,8 +154,7 @@ static __always_inline void lfp_count(enum lfp_counter id)
 /* The single way out to the kernel: every pass records why. */
 static __always_inline enum lfp_rc lfp_pass(struct lfp_pkt *pkt, enum lfp_counter reason)
 {
-	(void)pkt;
-	lfp_count(reason);
+	lfp_count(pkt, reason);
 	return LFP_PASS;
 }
 
@@ -154,26 +162,31 @@ static __always_inline enum lfp_rc lfp_pass(struct lfp_pkt *pkt, enum lfp_counte
  * never silently. */
 static __always_inline enum lfp_rc lfp_drop(struct lfp_pkt *pkt, enum lfp_counter reason)
 {
-	(void)pkt;
-	lfp_count(reason);
+	lfp_count(pkt, reason);
 	return LFP_DROP;
 }
 
+/* 0, or -1 for an interface the controller has not registered (it fills
+ * lfp_counters before attaching): such a packet goes to the kernel,
+ * uncounted. The ingress device comes from the context, not from a load-time
+ * constant, so that the program is not tied to one interface. */
 static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
 	pkt->ctx = ctx;
 	pkt->data = (void *)(long)ctx->data;
 	pkt->data_end = (void *)(long)ctx->data_end;
-	pkt->ingress_ifindex = lfp_ingress_ifindex;
+#ifdef LFP_HOOK_XDP
+	pkt->ingress_ifindex = ctx->ingress_ifindex;
+	pkt->len = pkt->data_end - pkt->data;
+#else
+	pkt->ingress_ifindex = ctx->ifindex;
+	pkt->len = ctx->len;
+#endif
 	pkt->l3_ifindex = pkt->ingress_ifindex;
 	pkt->l3_proto = 0;
 	__builtin_memset(&pkt->fwd, 0, sizeof(pkt->fwd));
-#ifdef LFP_HOOK_XDP
-	pkt->len = pkt->data_end - pkt->data;
-#else
-	pkt->len = ctx->len;
-#endif
-	return 0;
+	pkt->counters = bpf_map_lookup_elem(&lfp_counters, &pkt->ingress_ifindex);
+	return pkt->counters ? 0 : -1;
 }
 
 /* Whether the first `len` bytes of the frame are in pkt->data..data_end.

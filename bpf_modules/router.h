@@ -453,7 +453,7 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 	else
 		probe.slot = NULL;
 	if (cached) {
-		lfp_count(LFP_CNT_FIB_CACHE_HIT);
+		lfp_count(pkt, LFP_CNT_FIB_CACHE_HIT);
 		fib.ifindex = cached->egress;
 		__builtin_memcpy(fib.ipv6_dst, cached->nexthop, sizeof(fib.ipv6_dst));
 		__builtin_memcpy(fib.dmac, cached->dmac, ETH_ALEN);
@@ -461,7 +461,7 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 	} else {
 		__u16 looked_up_len = fib.tot_len;     /* the lookup may overwrite it */
 
-		lfp_count(probe.slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
+		lfp_count(pkt, probe.slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
 		rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
 		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 			return lfp_pass(pkt, lfp_fib_reason(rc));
@@ -572,14 +572,14 @@ static __always_inline enum lfp_counter lfp_fib_answer(struct lfp_pkt *pkt, stru
 	else
 		probe->slot = NULL;
 	if (*cached) {
-		lfp_count(LFP_CNT_FIB_CACHE_HIT);
+		lfp_count(pkt, LFP_CNT_FIB_CACHE_HIT);
 		fib->ifindex = (*cached)->egress;
 		fib->ipv4_dst = (*cached)->nexthop;
 		__builtin_memcpy(fib->dmac, (*cached)->dmac, ETH_ALEN);
 		__builtin_memcpy(fib->smac, (*cached)->smac, ETH_ALEN);
 		return LFP_CNT_MAX;
 	}
-	lfp_count(probe->slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
+	lfp_count(pkt, probe->slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
 	rc = bpf_fib_lookup(pkt->ctx, fib, sizeof(*fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return lfp_fib_reason(rc);

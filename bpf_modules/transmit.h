@@ -146,7 +146,7 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 		if (!lfp_arm_bridged_redirect(pkt, pkt->fwd.egress))
 			return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 		eth = lfp_eth(pkt);
-		lfp_count(eth ? lfp_transmit_into_peer(pkt, pkt->fwd.egress, eth->h_dest) : LFP_CNT_FORWARDED);
+		lfp_count(pkt, eth ? lfp_transmit_into_peer(pkt, pkt->fwd.egress, eth->h_dest) : LFP_CNT_FORWARDED);
 		return LFP_REDIRECT;
 	}
 	if (lfp_hint_set(lfp_hint_of(&lfp_neigh_hint), lfp_neigh_fold(&pkt->fwd))) {
@@ -198,7 +198,7 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	}
 	__builtin_memcpy(eth->h_dest, pkt->fwd.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, pkt->fwd.smac, ETH_ALEN);
-	lfp_count(lfp_transmit_into_peer(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac));
+	lfp_count(pkt, lfp_transmit_into_peer(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac));
 	return LFP_REDIRECT;
 }
 

@@ -21,7 +21,7 @@ from . import runtime_files
 from .namespace import NamespaceLayout
 from .lease import LEASE_MAP, revoke_pinned
 from .reconcile import InstalledPipeline, InstalledState, Plan
-from .shared_maps import COUNTERS_MAP, SharedMaps
+from .shared_maps import SharedMaps
 
 log = logging.getLogger("linuxfp.installer")
 
@@ -62,6 +62,8 @@ class Installer:
         # programs still read until they are replaced
         self._foreign_maps: list[str] = []
         self._desired = None      # the graph being applied: fills maps a load creates
+        # digest -> the program every interface of that shape shares (_program)
+        self._programs: dict[str, dp.Program] = {}
         self._faults = _load_faults()
 
     def read_back(self) -> InstalledState:
@@ -70,31 +72,39 @@ class Installer:
 
     # -- programs ----------------------------------------------------------
 
-    def _load(self, pipeline: Pipeline, compiled: CompiledObject):
-        """One instance of the shape's object for one interface."""
-        obj = dp.BpfObject.open(compiled.data, name=f"lfp_if{pipeline.ifindex}")
+    def _program(self, pipeline: Pipeline, compiled: CompiledObject):
+        """The program to serve `pipeline` with, and whether it is kept for the
+        next interface of its shape (else the caller closes it once attached).
+        A program that is not device-bound serves every interface of its
+        shape (it reads the ingress from the context and its counters by
+        ifindex), so a new TC interface costs an attach, not a load; a
+        device-bound XDP program (the driver's VLAN kfunc) is one per device."""
+        if any(ifname == pipeline.ifname and (not node or node in pipeline.shape.nodes)
+               for ifname, node in self._faults):
+            raise dp.BpfError(f"load {pipeline.shape} on {pipeline.ifname} (fault injected by "
+                              f"{FAULT_LOAD_ENV})", errno.EACCES)
+        shared = not pipeline.shape.device_bound
+        if shared and compiled.digest in self._programs:
+            return self._programs[compiled.digest], True
+        obj = dp.BpfObject.open(compiled.data, name=f"lfp_{pipeline.hook}" if shared else f"lfp_if{pipeline.ifindex}")
         try:
-            obj.set_rodata({"lfp_ingress_ifindex": pipeline.ifindex})
             if pipeline.shape.device_bound:
                 obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
             fresh = self.maps.prepare(obj, self._desired)
-            counters_path = self.layout.counters_pin(pipeline.ifindex)
-            counters_pinned = os.path.exists(counters_path)
-            if counters_pinned:
-                obj.reuse_map(COUNTERS_MAP, dp.Map.from_pinned(counters_path))
-            if any(ifname == pipeline.ifname and (not node or node in pipeline.shape.nodes)
-                   for ifname, node in self._faults):
-                raise dp.BpfError(f"load {pipeline.shape} on {pipeline.ifname} (fault injected by "
-                                  f"{FAULT_LOAD_ENV})", errno.EACCES)
             obj.load()
             dp.makedirs(self.layout.maps_dir)
             self.maps.adopt(obj, fresh, self._desired)
-            if not counters_pinned:
-                obj.map(COUNTERS_MAP).pin(counters_path)
-            return obj, obj.program(pipeline.shape.entry)
-        except BaseException:
-            obj.close()
-            raise
+            prog = obj.program(pipeline.shape.entry)
+        finally:
+            obj.close()     # the program keeps its own fd, the pins the maps
+        if shared:
+            self._programs[compiled.digest] = prog
+        return prog, shared
+
+    def _close_programs(self, keep: set[str] = frozenset()) -> None:
+        """Let go of shared programs (links keep what they serve running)."""
+        for digest in [d for d in self._programs if d not in keep]:
+            self._programs.pop(digest).close()
 
     def _attach(self, pipeline: Pipeline, prog):
         if pipeline.hook == "xdp":
@@ -110,8 +120,9 @@ class Installer:
 
     def _install(self, pipeline: Pipeline, compiled: CompiledObject, how: str,
                  old: InstalledPipeline | None) -> InstalledPipeline:
-        obj, prog = self._load(pipeline, compiled)
+        prog, kept = self._program(pipeline, compiled)
         try:
+            self.maps.register_counters(pipeline.ifindex)
             if how == "replace":
                 link = self._link(pipeline.ifindex, pipeline.hook)
                 link.update(prog.fd)
@@ -126,7 +137,8 @@ class Installer:
                 shape=str(pipeline.shape), digest=compiled.digest, mode=getattr(link, "mode", ""),
                 prog_id=prog.id, link_id=getattr(link, "id", 0))
         finally:
-            obj.close()   # the link holds the program, the pins hold the maps
+            if not kept:
+                prog.close()    # the link holds the program
 
     def _record_origin(self, ifindex: int, compiled: CompiledObject) -> None:
         path = origins_path(self.layout)
@@ -172,6 +184,7 @@ class Installer:
         # Either way the running programs read maps nobody will write again.
         reloading = growing or bool(self._foreign_maps)
         if reloading:
+            self._close_programs()      # they read the maps being left behind
             plan = _with_everything_reloaded(plan, installed, desired)
         # Before any program changes: summaries widened to cover old and new,
         # then the new entries (so a new program never reads a missing one).
@@ -200,6 +213,7 @@ class Installer:
                 revoke_pinned(lease_pin)   # in case one failed to be replaced and still reads it
             dp.remove_tree(path)
         self._foreign_maps = []
+        self._close_programs(keep={p.digest for p in state.pipelines if p.active})
         # Maps not created yet are filled from the desired graph when they are;
         # a full one holds what it holds, and the next plan writes the rest again.
         tables = {t.name: t.entries for t in desired.tables}
@@ -260,7 +274,7 @@ class Installer:
 
     def _unpin_interface(self, ifindex: int) -> None:
         dp.remove_tree(self.layout.iface_dir(ifindex))
-        dp.unpin(self.layout.counters_pin(ifindex), missing_ok=True)
+        self.maps.forget_counters(ifindex)
 
     def adopt(self, saved: InstalledState) -> InstalledState:
         """Take over the datapath a previous controller left (`--keep`, or a
@@ -316,6 +330,7 @@ class Installer:
             except dp.BpfError:
                 pass
         self.links.clear()
+        self._close_programs()
         self.maps.close()
         count += _detach_pinned_links(self.layout.pin_dir)
         dp.remove_tree(self.layout.pin_dir)

@@ -8,18 +8,21 @@ import logging
 import os
 
 from linuxfp import datapath as dp
-from linuxfp.datapath.maps import BPF_MAP_TYPE_ARRAY
+from linuxfp.datapath.maps import BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_ARRAY
 from linuxfp.graph import Graph, Table
 from linuxfp.graph.interfaces import MAX_IFACE_SLOTS
 from linuxfp.graph.nodes import state_maps
 from linuxfp.graph.tables import ARRAY, DEVMAP
+from linuxfp.synth import counters
 
 from .lease import NAMESPACE_MAPS
 from .namespace import NamespaceLayout
 
 log = logging.getLogger("linuxfp.maps")
 
-COUNTERS_MAP = "lfp_counters"      # per interface, not shared
+# Each interface's counter array, by ifindex (an array of maps shared like
+# the tables; the arrays themselves are pinned per interface).
+COUNTERS_MAP = "lfp_counters"
 MIN_IFACE_SLOTS = 256
 
 Entries = frozenset[tuple[bytes, bytes]]
@@ -63,10 +66,13 @@ class SharedMaps:
                 m = self._open[name] = dp.Map.from_pinned(path)
         return m
 
+    def _by_ifindex(self, desired: Graph) -> list[str]:
+        return [t.name for t in desired.tables if t.by_ifindex] + [COUNTERS_MAP]
+
     def fits(self, desired: Graph) -> bool:
         """Whether every by-ifindex array holds the namespace's interfaces."""
-        for table in desired.tables:
-            m = self.get(table.name) if table.by_ifindex else None
+        for name in self._by_ifindex(desired):
+            m = self.get(name)
             if m is not None and any(m.max_entries <= i < MAX_IFACE_SLOTS for i in _ifindexes(desired)):
                 return False
         return True
@@ -74,12 +80,11 @@ class SharedMaps:
     def drop_ifindex_arrays(self, desired: Graph) -> None:
         """Forget the arrays indexed by ifindex so the next load creates larger
         ones; programs still using the old ones keep them alive until replaced."""
-        for table in desired.tables:
-            if table.by_ifindex:
-                m = self._open.pop(table.name, None)
-                if m is not None:
-                    m.close()
-                dp.unpin(self.layout.shared_map_pin(table.name), missing_ok=True)
+        for name in self._by_ifindex(desired):
+            m = self._open.pop(name, None)
+            if m is not None:
+                m.close()
+            dp.unpin(self.layout.shared_map_pin(name), missing_ok=True)
 
     # -- loading -----------------------------------------------------------
 
@@ -94,8 +99,10 @@ class SharedMaps:
         for name in obj.map_names():
             table = tables.get(name)
             shared = share_all and "." not in name      # not .rodata/.bss
-            if name not in NAMESPACE_MAPS and name not in state_maps() and table is None and not shared:
-                continue              # the program's own (counters, .rodata)
+            by_ifindex = (table is not None and table.by_ifindex) or name == COUNTERS_MAP
+            if name not in NAMESPACE_MAPS and name not in state_maps() and table is None and not shared \
+                    and name != COUNTERS_MAP:
+                continue              # the program's own (.rodata)
             if table is not None:
                 declared = obj.map_layout(name)
                 if declared != (table.key_size, table.value_size):
@@ -108,7 +115,7 @@ class SharedMaps:
                 obj.reuse_map(name, m)
             else:
                 fresh.append(name)
-                if table is not None and table.by_ifindex:
+                if by_ifindex and desired is not None:
                     obj.set_max_entries(name, iface_slots(_ifindexes(desired)))
         return fresh
 
@@ -126,6 +133,38 @@ class SharedMaps:
         created = [t for t in desired.tables if t.name in fresh]
         for table in sorted(created, key=lambda t: t.summary):
             self.write(table, table.entries)
+
+    # -- counters ----------------------------------------------------------
+
+    def register_counters(self, ifindex: int) -> None:
+        """Give interface `ifindex` its counter array in lfp_counters, before
+        a program serves it: the one pinned for it (kept across program
+        replacements and restarts), or a new one. An interface beyond the
+        array keeps none, and its packets go to the kernel uncounted."""
+        outer = self.get(COUNTERS_MAP)
+        if outer is None or ifindex >= outer.max_entries:
+            return
+        path = self.layout.counters_pin(ifindex)
+        size = len(counters())
+        array = dp.Map.from_pinned(path) if os.path.exists(path) else None
+        if array is not None and (array.type, array.max_entries) != (BPF_MAP_TYPE_PERCPU_ARRAY, size):
+            array.close()           # from a build with other counters
+            dp.unpin(path, missing_ok=True)
+            array = None
+        if array is None:
+            array = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, size, name=f"lfp_cnt_if{ifindex}")
+            array.pin(path)
+        try:
+            outer.update(ifindex.to_bytes(4, "little"), array.fd.to_bytes(4, "little"))
+        finally:
+            array.close()
+
+    def forget_counters(self, ifindex: int) -> None:
+        """The interface's counters are gone (it left the fast path)."""
+        dp.unpin(self.layout.counters_pin(ifindex), missing_ok=True)
+        outer = self.get(COUNTERS_MAP)
+        if outer is not None and ifindex < outer.max_entries:
+            outer.delete(ifindex.to_bytes(4, "little"))
 
     def reset_state(self, names) -> None:
         """Zero a node's pinned state maps (Node.state_maps) that are not per
@@ -207,7 +246,8 @@ class SharedMaps:
         if not os.path.isdir(self.layout.maps_dir):
             return found
         for name in os.listdir(self.layout.maps_dir):
-            if name in NAMESPACE_MAPS or name in state_maps() or (name.startswith("if") and name.endswith("_counters")):
+            if name in NAMESPACE_MAPS or name in state_maps() or name == COUNTERS_MAP \
+                    or (name.startswith("if") and name.endswith("_counters")):
                 continue
             m = self.get(name)
             if m is None:

@@ -1,7 +1,7 @@
 """One interface's pipeline loaded the way the controller loads it, for
 BPF_PROG_TEST_RUN: its shape from snapshot -> graph (made testable: no
 device binding, which test runs refuse), compiled and loaded with the
-interface's rodata, every table the program reads written as the
+interface's counter array, every table the program reads written as the
 controller writes it (summaries last, devmap entries resolved in the
 namespace), and the lease granted."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.lab.netns import entered
 from linuxfp.state import read_snapshot
-from linuxfp.synth import build, counter_named
+from linuxfp.datapath.maps import BPF_MAP_TYPE_PERCPU_ARRAY
+from linuxfp.synth import build, counter_named, counters
 
 
 def skb_ctx(ifindex: int) -> bytes:
@@ -36,8 +37,10 @@ class LoadedPipeline:
         shape = replace(pipeline.shape, testable=True)
         assert shape.nodes == nodes
         self.obj = dp.BpfObject.open(build(shape).data, name=name)
-        self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
         self.obj.load()
+        # as SharedMaps.register_counters gives the interface its own
+        self.counters = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, len(counters()), name="t_counters")
+        self.obj.map("lfp_counters").update(struct.pack("<I", self.ifindex), struct.pack("<I", self.counters.fd))
         self.write(self.graph.tables)
         lease.grant(self.obj.map(lease.LEASE_MAP))
         self.prog = self.obj.program(shape.entry)
@@ -57,8 +60,9 @@ class LoadedPipeline:
             return dp.test_run(self.prog.fd, frame, ctx_in=skb_ctx(self.ifindex))
 
     def counter(self, name: str) -> int:
-        values = self.obj.map("lfp_counters").lookup_percpu(struct.pack("<I", counter_named(name).id))
+        values = self.counters.lookup_percpu(struct.pack("<I", counter_named(name).id))
         return sum(struct.unpack("<Q", v[:8])[0] for v in values)
 
     def close(self) -> None:
+        self.counters.close()
         self.obj.close()

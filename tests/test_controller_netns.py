@@ -346,11 +346,42 @@ def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_to
         assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
 
 
-def test_an_ifindex_beyond_the_facts_array_grows_it(router_topology):
+def test_tc_interfaces_of_one_shape_share_one_program(router_topology):
+    """At TC one loaded program serves every interface of its shape (a new
+    one costs an attach, not a load) and still counts per interface; XDP
+    programs are device-bound, one per interface."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp"):
+        xdp = {i["ifname"]: i for i in status(r)["interfaces"]}
+        assert xdp["to-src"]["prog_id"] != xdp["to-sink"]["prog_id"], xdp
+    with ControllerProcess(r.dut.name, hook="tc") as c:
+        tc = {i["ifname"]: i for i in status(r)["interfaces"]}
+        assert tc["to-src"]["shape"] == tc["to-sink"]["shape"], tc
+        assert tc["to-src"]["prog_id"] == tc["to-sink"]["prog_id"], tc
+        r.dut.run(["ip", "link", "add", "sh0", "type", "veth", "peer", "name", "sh0p"])
+        r.dut.run(["ip", "link", "set", "sh0", "up"])
+        r.dut.run(["ip", "link", "set", "sh0p", "up"])
+        c.settled()
+        added = {i["ifname"]: i for i in status(r)["interfaces"]}
+        assert added["sh0"]["state"] == "active" and added["sh0"]["shape"] == tc["to-src"]["shape"], added
+        assert added["sh0"]["prog_id"] == tc["to-src"]["prog_id"], added      # attached, not loaded
+        before = {i["ifname"]: i["fast_path"] for i in stats(r)["interfaces"]}
+        udp_burst(r, 100)
+        after = {i["ifname"]: i["fast_path"] for i in stats(r)["interfaces"]}
+        assert after["to-src"] - before["to-src"] >= 100, (before, after)
+        assert after["sh0"] == before["sh0"] == 0 and after["to-sink"] == before["to-sink"], (before, after)
+        r.dut.run(["ip", "link", "del", "sh0"])
+        c.settled()
+        udp_burst(r, 30)     # the shared program serves on
+        assert fast_path_count(r) >= after["to-src"] + 30
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_an_ifindex_beyond_the_facts_array_grows_it(router_topology, hook):
     """Interface facts live in an array indexed by ifindex; a new interface
     past its end moves every pipeline to a larger array, atomically."""
     r = router_topology
-    with ControllerProcess(r.dut.name, hook="xdp") as c:
+    with ControllerProcess(r.dut.name, hook=hook) as c:
         before = {i["ifname"]: i["prog_id"] for i in status(r)["interfaces"]}
         r.dut.run(["ip", "link", "add", "big0", "index", "700", "type", "veth", "peer", "name", "big0p"])
         r.dut.run(["ip", "link", "set", "big0", "up"])

@@ -47,7 +47,7 @@ HOOKS = ("xdp", "tc")
 FRAME_SIZE = 64
 # What the rungs read from the controller's maps: without one of them the
 # ladder would measure an empty map, not the router.
-_REQUIRED_MAPS = ("lfp_ifaces", "lfp_lease", "lfp_nfnl_sent", "lfp_local_src", "lfp_local_hint",
+_REQUIRED_MAPS = ("lfp_counters", "lfp_ifaces", "lfp_lease", "lfp_nfnl_sent", "lfp_local_src", "lfp_local_hint",
                   "lfp_fib_policy", "lfp_fib_cache", "lfp_fib_epochs", "lfp_neigh_watch", "lfp_neigh",
                   "lfp_neigh_hint")
 _REQUIRED_AT = {"xdp": ("lfp_tx_ports",), "tc": ("lfp_peers",)}
@@ -66,17 +66,15 @@ def ladder_source(hook: str, rung: int) -> str:
 
 
 def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str, held: list) -> None:
-    """Make `obj` use the maps the controller keeps (its counters: the
-    ingress's), appending them to `held` for the caller to close."""
+    """Make `obj` use the maps the controller keeps (so it counts into the
+    ingress's counters), appending them to `held` for the caller to close."""
     shared = SharedMaps(layout)
     try:
         missing = [name for name in _REQUIRED_MAPS + _REQUIRED_AT[hook] if shared.get(name) is None]
         if missing:
             raise RuntimeError(f"breakdown: the controller in {line.dut.name} has not pinned {', '.join(missing)}")
         for name in obj.map_names():
-            if name == "lfp_counters":
-                held.append(Map.from_pinned(layout.counters_pin(line.dut_in.ifindex)))
-            elif shared.get(name) is not None:
+            if shared.get(name) is not None:
                 held.append(Map.from_fd(shared.get(name).fd))  # (a duplicate: SharedMaps closes its own)
             else:
                 continue          # .rodata, and maps no rung reads
@@ -113,7 +111,6 @@ def _install(hook: str, rung: int):
             held.callback(lambda: [m.close() for m in maps])
             _share_controller_maps(obj, line, layout, hook, maps)
             obj.set_rodata({
-                "lfp_ingress_ifindex": line.dut_in.ifindex,
                 "ladder_dst_mac": programs.mac_bytes(line.snk.mac),
                 "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
                 "ladder_egress": line.dut_out.ifindex,

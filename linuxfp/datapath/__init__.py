@@ -3,7 +3,7 @@
 Typical use::
 
     with BpfObject.open(elf_bytes, name="router") as obj:
-        obj.set_rodata({"lfp_ingress_ifindex": 3})
+        obj.set_rodata({"lfp_netns_cookie": cookie})
         obj.reuse_map("lfp_ifaces", shared_ifaces_map)
         obj.load()
         link = attach_xdp(obj.program("lfp_xdp").fd, 3, mode="native")

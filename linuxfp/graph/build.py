@@ -4,7 +4,7 @@ the snapshot (and remembers each node's tables while its inputs are the
 same objects, so an event recomputes only the tables it concerns)."""
 from __future__ import annotations
 
-from .interfaces import ARPHRD_ETHER, forward_length_cap6, iface_facts, interface_tables
+from .interfaces import ARPHRD_ETHER, MAX_IFACE_SLOTS, forward_length_cap6, iface_facts, interface_tables
 from .model import Graph, Pipeline, Skipped
 from .nodes import Node, Stage, in_stage_order, registered
 from .nodes.router import forward_length_cap, needs_full_source_check
@@ -28,6 +28,11 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     shared = namespace_obstacles(snapshot)
     pipelines, skipped = [], []
     for link in snapshot.links:
+        if link.index >= MAX_IFACE_SLOTS:
+            # no facts, no counters: a program there could only pass, uncounted
+            skipped.append(Skipped(link.index, link.name, f"ifindex {link.index} is beyond the fast path's "
+                                                          f"interface arrays (below {MAX_IFACE_SLOTS})"))
+            continue
         chosen = _needed(snapshot, link, in_stage_order(n for n in nodes if n.applies(snapshot, link)))
         chosen, reason = _covered(snapshot, link, chosen, shared)
         hook_chosen, note = None, ""

@@ -70,7 +70,8 @@ int bench_ladder(lfp_ctx_t *ctx)
 	struct ethhdr *eth;
 	__u32 egress = ladder_egress;
 
-	lfp_pkt_init(&pkt, ctx);
+	if (lfp_pkt_init(&pkt, ctx))
+		return LADDER_PASS;
 	eth = lfp_eth(&pkt);
 	if (!eth)
 		return LADDER_PASS;
@@ -116,7 +117,7 @@ int bench_ladder(lfp_ctx_t *ctx)
 	fib.ifindex = pkt.l3_ifindex;
 #if LADDER == 7
 	if (!lfp_fib_probe_init(&pkt, &fib, &probe)) {
-		lfp_count(LFP_CNT_FIB_CACHE_OFF);       /* as lfp_fib_answer() counts it */
+		lfp_count(&pkt, LFP_CNT_FIB_CACHE_OFF);       /* as lfp_fib_answer() counts it */
 		return LADDER_PASS;
 	}
 #endif
