@@ -122,7 +122,7 @@ class Installer:
                  old: InstalledPipeline | None) -> InstalledPipeline:
         prog, kept = self._program(pipeline, compiled)
         try:
-            self.maps.register_counters(pipeline.ifindex)
+            self.maps.register_counters((pipeline.ifindex,), self._desired)   # (done by apply, usually)
             if how == "replace":
                 link = self._link(pipeline.ifindex, pipeline.hook)
                 link.update(prog.fd)
@@ -190,6 +190,10 @@ class Installer:
         # then the new entries (so a new program never reads a missing one).
         for write in plan.tables:
             self.maps.write(write.table, write.widen if write.table.summary else write.set)
+        try:
+            self.maps.register_counters((p.ifindex for p in plan.attach + plan.replace + plan.rehook), desired)
+        except (dp.BpfError, OSError) as e:
+            log.debug("counters registered one interface at a time: %s", e)   # and its error recorded there
         state = installed
         for how, pipelines in (("attach", plan.attach), ("replace", plan.replace), ("rehook", plan.rehook)):
             for p in pipelines:
@@ -290,8 +294,13 @@ class Installer:
                 link = dp.Link.from_pinned(path)
                 if dp.link_info(link.fd).get("ifindex") != p.ifindex:
                     link.detach()
-                    continue
+                    link = None
             except (dp.BpfError, FileNotFoundError, OSError):
+                link = None
+            if link is None:
+                # its interface is gone: a new one given its ifindex starts
+                # with counters of its own
+                self._unpin_interface(p.ifindex)
                 continue
             self.links[p.ifindex] = link
             if not self.pin_links:

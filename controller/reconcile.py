@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
 from linuxfp.graph import Graph, Pipeline, Shape, Table
@@ -49,7 +49,10 @@ class InstalledState:
         return replace(self, pipelines=tuple(x for x in self.pipelines if x.ifindex != ifindex))
 
     def to_json(self) -> str:
-        return json.dumps({"pipelines": [asdict(p) for p in self.pipelines]}, indent=1)
+        # written after every change that touches a program: flat fields, no
+        # asdict() deep copies, no indentation (hundreds of interfaces)
+        names = [f.name for f in fields(InstalledPipeline)]
+        return json.dumps({"pipelines": [{n: getattr(p, n) for n in names} for p in self.pipelines]})
 
     @classmethod
     def from_json(cls, text: str) -> "InstalledState":

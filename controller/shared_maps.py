@@ -8,7 +8,7 @@ import logging
 import os
 
 from linuxfp import datapath as dp
-from linuxfp.datapath.maps import BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_ARRAY
+from linuxfp.datapath.maps import BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY
 from linuxfp.graph import Graph, Table
 from linuxfp.graph.interfaces import MAX_IFACE_SLOTS
 from linuxfp.graph.nodes import state_maps
@@ -24,6 +24,7 @@ log = logging.getLogger("linuxfp.maps")
 # the tables; the arrays themselves are pinned per interface).
 COUNTERS_MAP = "lfp_counters"
 MIN_IFACE_SLOTS = 256
+SPARE_COUNTERS = 16     # counter arrays registered ahead for interfaces yet to come
 
 Entries = frozenset[tuple[bytes, bytes]]
 
@@ -57,6 +58,8 @@ class SharedMaps:
         # the lease. `on_full(reason)`, if set, is told at once.
         self.full: dict[str, str] = {}
         self.on_full = None
+        # interfaces whose counter array the open lfp_counters holds
+        self._registered: set[int] = set()
 
     def get(self, name: str) -> dp.Map | None:
         m = self._open.get(name)
@@ -80,6 +83,7 @@ class SharedMaps:
     def drop_ifindex_arrays(self, desired: Graph) -> None:
         """Forget the arrays indexed by ifindex so the next load creates larger
         ones; programs still using the old ones keep them alive until replaced."""
+        self._registered.clear()
         for name in self._by_ifindex(desired):
             m = self._open.pop(name, None)
             if m is not None:
@@ -136,35 +140,72 @@ class SharedMaps:
 
     # -- counters ----------------------------------------------------------
 
-    def register_counters(self, ifindex: int) -> None:
-        """Give interface `ifindex` its counter array in lfp_counters, before
-        a program serves it: the one pinned for it (kept across program
-        replacements and restarts), or a new one. An interface beyond the
-        array keeps none, and its packets go to the kernel uncounted."""
+    def _counters_outer(self, desired: Graph | None) -> dp.Map:
+        """lfp_counters, made here (not by the first program load) so that
+        every interface of a plan is registered before any program runs."""
         outer = self.get(COUNTERS_MAP)
-        if outer is None or ifindex >= outer.max_entries:
-            return
-        path = self.layout.counters_pin(ifindex)
+        if outer is None:
+            with dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, len(counters()), name="lfp_cnt_inner") as inner:
+                outer = dp.Map.create(BPF_MAP_TYPE_ARRAY_OF_MAPS, 4, 4,
+                                      iface_slots(_ifindexes(desired) if desired is not None else ()),
+                                      name=COUNTERS_MAP, inner=inner)
+            dp.makedirs(self.layout.maps_dir)
+            outer.pin(self.layout.shared_map_pin(COUNTERS_MAP))
+            self._open[COUNTERS_MAP] = outer
+            self._registered.clear()
+        return outer
+
+    def register_counters(self, ifindexes, desired: Graph | None = None) -> None:
+        """Give each interface its counter array in lfp_counters before a
+        program serves it: the one pinned for it (kept across program
+        replacements and restarts), or a new one. One map update for all:
+        the kernel waits for an RCU grace period after each update of an
+        array of maps (milliseconds), so a plan pays it once, not per
+        interface."""
+        outer = self._counters_outer(desired)
+        wanted = [i for i in dict.fromkeys(ifindexes) if i not in self._registered]
+        beyond = [i for i in wanted if i >= outer.max_entries]
+        if beyond:
+            # the program would pass every packet uncounted: say so instead
+            raise dp.BpfError(f"{COUNTERS_MAP} has no entry for ifindex {beyond[0]} "
+                              f"({outer.max_entries} entries)", errno.ERANGE)
+        if wanted and desired is not None:
+            # The kernel numbers new devices upwards from the highest: arrays
+            # for the next few, made now, spare the next interfaces the wait.
+            highest = max([f.ifindex for f in desired.ifaces] + wanted)
+            wanted += [i for i in range(highest + 1, min(highest + 1 + SPARE_COUNTERS, outer.max_entries))
+                       if i not in self._registered]
         size = len(counters())
-        array = dp.Map.from_pinned(path) if os.path.exists(path) else None
-        if array is not None and (array.type, array.max_entries) != (BPF_MAP_TYPE_PERCPU_ARRAY, size):
-            array.close()           # from a build with other counters
-            dp.unpin(path, missing_ok=True)
-            array = None
-        if array is None:
-            array = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, size, name=f"lfp_cnt_if{ifindex}")
-            array.pin(path)
+        arrays: list[dp.Map] = []
         try:
-            outer.update(ifindex.to_bytes(4, "little"), array.fd.to_bytes(4, "little"))
+            for ifindex in wanted:
+                path = self.layout.counters_pin(ifindex)
+                array = dp.Map.from_pinned(path) if os.path.exists(path) else None
+                if array is not None and (array.type, array.max_entries) != (BPF_MAP_TYPE_PERCPU_ARRAY, size):
+                    array.close()           # from a build with other counters
+                    dp.unpin(path, missing_ok=True)
+                    array = None
+                if array is None:
+                    array = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, size, name=f"lfp_cnt_if{ifindex}")
+                    arrays.append(array)
+                    array.pin(path)
+                else:
+                    arrays.append(array)
+            if wanted:
+                outer.update_many([(i.to_bytes(4, "little"), a.fd.to_bytes(4, "little"))
+                                   for i, a in zip(wanted, arrays)])
+            self._registered.update(wanted)
         finally:
-            array.close()
+            for array in arrays:
+                array.close()
 
     def forget_counters(self, ifindex: int) -> None:
-        """The interface's counters are gone (it left the fast path)."""
+        """The interface's counters are gone (it left the fast path). Its
+        entry in lfp_counters stays (deleting it would cost a grace period):
+        no program serves the ifindex, and the next interface given it is
+        registered afresh."""
         dp.unpin(self.layout.counters_pin(ifindex), missing_ok=True)
-        outer = self.get(COUNTERS_MAP)
-        if outer is not None and ifindex < outer.max_entries:
-            outer.delete(ifindex.to_bytes(4, "little"))
+        self._registered.discard(ifindex)
 
     def reset_state(self, names) -> None:
         """Zero a node's pinned state maps (Node.state_maps) that are not per
@@ -262,5 +303,6 @@ class SharedMaps:
         for m in self._open.values():
             m.close()
         self._open.clear()
+        self._registered.clear()
 
 

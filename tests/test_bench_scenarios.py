@@ -197,6 +197,8 @@ def test_scale(tmp_path, capsys):
     for entry in result["startup"].values():
         assert entry["ready_s_median"] > 0 and entry["rss_kib_median"] > 0
     assert result["burst"]["changes"] > 0 and result["burst"]["batches"] >= 1
+    interfaces = result["interfaces"]
+    assert interfaces["ready"]["ready_s_median"] > 0 and len(interfaces["added_ms"]) == interfaces["added"] > 0
 
 
 def test_watch(tmp_path, capsys):

@@ -381,7 +381,7 @@ def _as_2edf6b8_layout(pin_dir: str, ours: str) -> list[str]:
     """Maps at the top, counters as if<N>/lfp_counters, as 2edf6b8 pinned them."""
     moved = []
     for name in os.listdir(os.path.join(pin_dir, ours)):
-        if name.endswith("_counters"):
+        if name.startswith("if") and name.endswith("_counters"):
             target = os.path.join(pin_dir, name.removesuffix("_counters"), "lfp_counters")
             dp.makedirs(os.path.dirname(target))
         else:

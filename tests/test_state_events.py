@@ -93,6 +93,9 @@ def test_each_change_is_seen_and_applies_exactly(netns):
             ("ip neigh change 198.18.0.9 lladdr 02:00:00:00:00:0a dev a0", "neigh"),
             ("sysctl -qw net.ipv4.conf.a0.forwarding=1", "netconf"),
             ("sysctl -qw net.ipv4.ip_forward=1", "netconf"),
+            # one device's (that device read again) and all's (every device's)
+            ("sysctl -qw net.ipv4.conf.b0.rp_filter=1", "netconf"),
+            ("sysctl -qw net.ipv4.conf.all.rp_filter=2", "netconf"),
             ("iptables -A FORWARD -j DROP", "nftables"),
             ("ip route del blackhole 198.51.100.0/24", "route"),
             ("ip route replace 192.0.2.0/24 via 198.18.1.2 table 100", "route"),

@@ -33,7 +33,8 @@ from .topology import Line
 
 RUNGS = (
     (1, "MAC rewrite + redirect (at XDP through the controller's devmap): the upper bound"),
-    (2, "+ the pipeline's parse (Ethernet, VLAN checks, IPv4), TTL check and decrement"),
+    (2, "+ the pipeline's start (the ingress's counters) and parse (Ethernet, VLAN checks, IPv4), TTL check "
+        "and decrement"),
     (3, "+ the lease check"),
     (4, "+ the ingress's facts: addressed to this host, no mark"),
     (5, "+ IPv4 header validation (lengths, checksum, fragments) and martians"),

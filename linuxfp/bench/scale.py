@@ -9,6 +9,9 @@
 - burst: 10 k route additions in one `ip -batch`, with the controller
   running: how many batches it coalesced them into, each batch's response
   time, and how long until it had absorbed the whole burst;
+- interfaces: a namespace with 400 container-like veths (their peers in
+  another namespace) at TC: time to `ready`, and the controller's work to
+  accelerate one more veth (its response time for the new link's events);
 - restarts under traffic: probes through the DUT while the controller is
   restarted with `--keep` (SIGTERM, then a new run adopts the datapath) and
   killed (SIGKILL without `--keep`, restarted as systemd would): probes
@@ -54,6 +57,8 @@ CHURN_PROBES = 5     # neighbour and address changes made one after the other du
 APPLIED_TIMEOUT_S = 60.0
 RESTARTS, QUICK_RESTARTS = 10, 3
 RUNNING_AFTER_RESTART_S = 0.3   # traffic on the new controller's datapath before the next restart
+INTERFACES, QUICK_INTERFACES = 400, 40
+ADDED, QUICK_ADDED = 30, 5       # veths added one at a time to a running controller
 
 
 def _routes(line: Line, start: int, count: int, verb: str = "add", extra: str = "") -> str:
@@ -84,9 +89,9 @@ def _memory_kib(pid: int) -> dict[str, int]:
     return fields
 
 
-def start_up(line: Line) -> dict:
+def start_up(line: Line, hook: str = "xdp") -> dict:
     started = time.monotonic()
-    controller = ControllerProcess(line.dut.name, hook="xdp", ready_timeout=READY_TIMEOUT_S)
+    controller = ControllerProcess(line.dut.name, hook=hook, ready_timeout=READY_TIMEOUT_S)
     try:
         controller.start()
         ready_s = time.monotonic() - started
@@ -95,6 +100,34 @@ def start_up(line: Line) -> dict:
     finally:
         controller.stop()
     return {"ready_s": round(ready_s, 3), "rss_kib": memory.get("VmRSS"), "hwm_kib": memory.get("VmHWM")}
+
+
+def _veths(pods, start: int, count: int) -> str:
+    """`ip -batch` lines for veths vs<i> in the DUT whose peers are in `pods`,
+    as a container runtime makes them."""
+    return "".join(f"link add vs{i} type veth peer name vp{i} netns {pods.name}\nlink set vs{i} up\n"
+                   for i in range(start, start + count))
+
+
+def interfaces(line: Line, pods, count: int, added: int, repetitions: int) -> dict:
+    """`count` container veths at TC: ready time, and the controller's
+    response to each of `added` more veths made one at a time (`ip link add`
+    and `set up`: the sum of its `applied` batches for them)."""
+    _batch(line, "ip", _veths(pods, 0, count))
+    runs = [start_up(line, hook="tc") for _ in range(repetitions)]
+    responses = []
+    with ControllerProcess(line.dut.name, hook="tc", ready_timeout=READY_TIMEOUT_S) as controller:
+        controller.settled()
+        for i in range(count, count + added):
+            mark = len(controller.lines)
+            _batch(line, "ip", _veths(pods, i, 1))
+            controller.settled(quiet=0.05)
+            applied = [m for m in map(_APPLIED.match, controller.lines[mark:]) if m]
+            responses.append(sum(float(m.group(2)) for m in applied))
+    _batch(line, "ip", "".join(f"link del vs{i}\n" for i in range(count + added)))
+    return {"interfaces": count, "ready": _summarize_startup(count, "tc interfaces", runs),
+            "added": added, "added_p50_ms": round(percentile(responses, 50), 3),
+            "added_p99_ms": round(percentile(responses, 99), 3), "added_ms": [round(r, 3) for r in responses]}
 
 
 def _add_fdb(line: Line, entries: int) -> None:
@@ -291,6 +324,11 @@ def run(options: Options) -> dict:
         for r in restarted:
             progress(f"scale: {r['restarts']} restarts ({r['how']}) under {r['probe_rate_pps']} probes/s: "
                      f"{r['probes_lost']} lost, {r['kernel_path_ms_per_restart']} ms on the kernel path each")
+        veths = QUICK_INTERFACES if options.quick else INTERFACES
+        ifaces = interfaces(line, lab.namespace("bpods"), veths, QUICK_ADDED if options.quick else ADDED,
+                            repetitions)
+        progress(f"scale: {veths} TC interfaces: ready after {ifaces['ready']['ready_s_median']} s; one more "
+                 f"accelerated in p50 {ifaces['added_p50_ms']} ms of controller work")
         fdb_entries = 1_000 if options.quick else FDB_ENTRIES
         _add_fdb(line, fdb_entries)
         runs = [start_up(line) for _ in range(repetitions)]
@@ -307,6 +345,8 @@ def run(options: Options) -> dict:
             "controller": "linuxfp run --hook xdp in the DUT; ready_s = spawn → `ready` line",
             "memory": "VmRSS / VmHWM of the controller process right after `ready`",
             "routes": "/32 routes added with ip -batch on top of the router line",
+            "interfaces": "veths whose peers are in another namespace, `linuxfp run --hook tc`; added_ms = the "
+                          "sum of the controller's `applied` batches after `ip link add` + `set up` of one more",
             "repetitions": repetitions,
             "burst": f"{burst_size} route additions in one ip -batch with the controller running",
             "churn": f"{burst_size} route replaces (protocol flipped) over the largest table; from 20 ms into "
@@ -318,6 +358,7 @@ def run(options: Options) -> dict:
         "churn": churned,
         "burst": bursts,
         "restarts": restarted,
+        "interfaces": ifaces,
         "systems": {},
         "ratios": {},
     }
@@ -340,6 +381,9 @@ def summary_line(result: dict) -> str:
     for r in result.get("restarts", ()):
         parts.append(f"{r['restarts']} restarts ({r['how']}): {r['probes_lost']} probes lost, "
                      f"{r['kernel_path_ms_per_restart']} ms on the kernel path each")
+    if i := result.get("interfaces"):
+        parts.append(f"{i['interfaces']} TC interfaces: ready {i['ready']['ready_s_median']} s, one more "
+                     f"accelerated in p50 {i['added_p50_ms']} ms")
     if c := result.get("churn"):
         parts.append(f"{c['replaces']} replaces over {c['routes']} routes: neighbour applied after "
                      f"{c['neigh_applied_ms']} ms, address after {c['addr_applied_ms']} ms")
@@ -356,7 +400,16 @@ def markdown(result: dict) -> str:
               f"{b['batches']} controller batches, per-batch response p50 {b['batch_p50_ms']} ms, "
               f"p99 {b['batch_p99_ms']} ms, max {b['batch_max_ms']} ms; absorbed "
               f"{b['absorbed_after_s']} s after the burst started.\n"
-            + _churn_markdown(result.get("churn")) + _restarts_markdown(result.get("restarts", ())))
+            + _churn_markdown(result.get("churn")) + _restarts_markdown(result.get("restarts", ()))
+            + _interfaces_markdown(result.get("interfaces")))
+
+
+def _interfaces_markdown(i: dict | None) -> str:
+    if not i:
+        return ""
+    return (f"\n{i['interfaces']} container veths at TC: ready after {i['ready']['ready_s_median']} s (median); "
+            f"each of {i['added']} more veths accelerated in p50 {i['added_p50_ms']} ms, p99 {i['added_p99_ms']} ms "
+            f"of controller work (target 0.3 ms p50 per interface, 1 s ready for 400).\n")
 
 
 def _restarts_markdown(rows) -> str:

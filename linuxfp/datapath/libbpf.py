@@ -151,6 +151,21 @@ class BpfLinkUpdateOpts(Structure):
     ]
 
 
+class BpfMapCreateOpts(Structure):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("btf_fd", c_uint32),
+        ("btf_key_type_id", c_uint32),
+        ("btf_value_type_id", c_uint32),
+        ("btf_vmlinux_value_type_id", c_uint32),
+        ("inner_map_fd", c_uint32),
+        ("map_flags", c_uint32),
+        ("map_extra", c_uint64),
+        ("numa_node", c_uint32),
+        ("map_ifindex", c_uint32),
+    ]
+
+
 class BpfMapBatchOpts(Structure):
     _fields_ = [
         ("sz", c_size_t),

@@ -11,7 +11,7 @@ from . import pins
 from .errors import BpfError
 from .fds import OwnedFd, fd_kind
 from .info import map_info
-from .libbpf import ENOTSUPP, BpfMapBatchOpts, BPF_ANY, errno_of, lib, new_opts
+from .libbpf import ENOTSUPP, BpfMapBatchOpts, BpfMapCreateOpts, BPF_ANY, errno_of, lib, new_opts
 
 # enum bpf_map_type values we treat specially
 BPF_MAP_TYPE_HASH = 1
@@ -21,6 +21,7 @@ BPF_MAP_TYPE_PERCPU_ARRAY = 6
 BPF_MAP_TYPE_LRU_HASH = 9
 BPF_MAP_TYPE_LRU_PERCPU_HASH = 10
 BPF_MAP_TYPE_LPM_TRIE = 11
+BPF_MAP_TYPE_ARRAY_OF_MAPS = 12
 BPF_MAP_TYPE_DEVMAP = 14
 BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE = 21
 BPF_MAP_TYPE_DEVMAP_HASH = 25
@@ -90,10 +91,15 @@ class Map:
 
     @classmethod
     def create(
-        cls, map_type: int, key_size: int, value_size: int, max_entries: int, name: str = ""
+        cls, map_type: int, key_size: int, value_size: int, max_entries: int, name: str = "",
+        inner: Map | None = None,
     ) -> Map:
-        """A new map not tied to any object (e.g. shared state created up front)."""
-        fd = lib().bpf_map_create(map_type, name.encode()[:15] or None, key_size, value_size, max_entries, None)
+        """A new map not tied to any object (e.g. shared state created up
+        front); `inner`: for an array or hash of maps, a map like the ones
+        it will hold."""
+        opts = new_opts(BpfMapCreateOpts, inner_map_fd=inner.fd) if inner is not None else None
+        fd = lib().bpf_map_create(map_type, name.encode()[:15] or None, key_size, value_size, max_entries,
+                                  ctypes.byref(opts) if opts is not None else None)
         if fd < 0:
             raise BpfError(f"bpf_map_create({name or map_type})", errno_of(fd))
         return cls(OwnedFd(fd))

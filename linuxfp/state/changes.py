@@ -284,6 +284,18 @@ class SysctlsReplaced:
 
 
 @dataclass(frozen=True, slots=True)
+class SysctlsPatched:
+    """Sysctls read afresh for some interfaces only (new, renamed, or named
+    by a netconf event) and for the namespace; the others' stay, and
+    `removed` interfaces' go. Reading every interface's costs ~15 files
+    each, per event: a new veth must not cost that for all the others."""
+
+    sysctls: Sysctls                 # the namespace's values, the patched interfaces'
+    removed: frozenset[int] = frozenset()
+    kind = "sysctls"
+
+
+@dataclass(frozen=True, slots=True)
 class NetfilterReplaced:
     netfilter: NetfilterState
     kind = "netfilter"
@@ -307,7 +319,7 @@ Message = (
     | PlainRouteReplaced | PlainRouteRemoved
     | Route6Mtu | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
     | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
-    | RoutesMayBeFlushed | Routes6MayExpire | Routes6Replaced | RulesReplaced | SysctlsReplaced
+    | RoutesMayBeFlushed | Routes6MayExpire | Routes6Replaced | RulesReplaced | SysctlsReplaced | SysctlsPatched
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
     | PeerLinkUpdate | PeerLinkRemoved
 )
@@ -605,6 +617,10 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             rules.reset(msg.rules)
         elif isinstance(msg, SysctlsReplaced):
             sysctls = msg.sysctls
+        elif isinstance(msg, SysctlsPatched):
+            kept = {i.ifindex: i for i in sysctls.interfaces if i.ifindex not in msg.removed}
+            kept.update((i.ifindex, i) for i in msg.sysctls.interfaces)
+            sysctls = replace(msg.sysctls, interfaces=tuple(kept[i] for i in sorted(kept)))
         elif isinstance(msg, NetfilterReplaced):
             netfilter = msg.netfilter
         elif isinstance(msg, XfrmReplaced):

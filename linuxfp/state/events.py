@@ -30,7 +30,8 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
 * A link appearing, vanishing or being renamed: rule iif/oif "detached"
   flags change silently -> `RulesReplaced`; the new device is re-read (a
   veth's first end learns its peer ifindex silently) with its sysctls and
-  XDP features -> `LinkUpdate`, `SysctlsReplaced`, `XdpFeaturesUpdate`.
+  XDP features -> `LinkUpdate`, `SysctlsPatched` (that device's sysctls
+  only), `XdpFeaturesUpdate`.
 * A qdisc added or removed: the root qdisc name and the presence of an
   ingress/clsact qdisc -> `LinkUpdate`, `TcIngressUpdate`.
 * A nexthop object changed: routes using it are not re-announced
@@ -38,7 +39,8 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
 * An IPv6 address given a finite lifetime: its prefix route is set to
   expire in place, unannounced -> `Routes6MayExpire`; `advance()` reads the
   IPv6 routes again (`Routes6Replaced`).
-* RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsReplaced`.
+* RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsPatched` for
+  the device it names, `SysctlsReplaced` (every device) for all/default.
 * Any nf_tables message -> `NetfilterReplaced`.
 * Any xfrm policy message (XFRMNLGRP_POLICY: policies and their defaults)
   -> `XfrmReplaced`.
@@ -80,6 +82,7 @@ from .changes import (
     RoutesMayBeFlushed,
     RoutesReplaced,
     RulesReplaced,
+    SysctlsPatched,
     SysctlsReplaced,
     TcIngressUpdate,
     XdpFeaturesUpdate,
@@ -336,6 +339,9 @@ class EventStream:
     def _silent_changes(self, messages: list[Message]) -> list[Message]:
         """Freshly read state for the kernel changes that come without events."""
         need_routes = need_rules = need_sysctls = need_netfilter = need_xfrm = False
+        # interfaces whose sysctls to read again (need_sysctls: every one's)
+        sysctl_links: set[int] = set()
+        sysctls_gone: set[int] = set()
         extra_flushes: list[Message] = []
         new_links: list[int] = []
         reread_links: set[int] = set()
@@ -346,9 +352,11 @@ class EventStream:
                 state = (link.name, link.flags & _LINK_STATE_FLAGS)
                 if before is None:
                     new_links.append(link.index)
-                    need_rules = need_sysctls = True
+                    need_rules = True
+                    sysctl_links.add(link.index)
                 elif before[0] != link.name:
-                    need_rules = need_sysctls = True
+                    need_rules = True
+                    sysctl_links.add(link.index)
                 if before is not None and before[1] & IFF_UP and not state[1] & IFF_UP:
                     # Going down flushes the routes through the link without
                     # a word. Coming up, or carrier changes, only flip nexthop
@@ -364,7 +372,8 @@ class EventStream:
                 reread_links.update(index for index, end in self._veth_ends.items()
                                     if end == (msg.index, None))
                 if self._links.pop(msg.index, None) is not None:
-                    need_rules = need_sysctls = True
+                    need_rules = True
+                    sysctls_gone.add(msg.index)
                     extra_flushes.append(RoutesMayBeFlushed(msg.index))
             elif isinstance(msg, PeerLinkRemoved):
                 # our veth's far end left its namespace (for another one, or ours)
@@ -377,7 +386,11 @@ class EventStream:
             elif isinstance(msg, NexthopChanged):
                 need_routes = True
             elif isinstance(msg, NetconfChanged):
-                need_sysctls = True
+                # all/default change every interface's effective values
+                if msg.ifindex < 0:
+                    need_sysctls = True
+                else:
+                    sysctl_links.add(msg.ifindex)
             elif isinstance(msg, NftablesChanged):
                 need_netfilter = True
             elif isinstance(msg, XfrmChanged):
@@ -385,10 +398,11 @@ class EventStream:
         # A veth's far end may have been announced before our end, moved to
         # another namespace, or be new: read it as our end says it is now.
         with_peers = [msg.link for msg in messages if isinstance(msg, LinkUpdate) and has_far_end(msg.link)]
-        if not (need_routes or need_rules or need_sysctls or need_netfilter or need_xfrm or new_links
-                or reread_links or with_peers):
+        sysctl_links -= sysctls_gone
+        if not (need_routes or need_rules or need_sysctls or sysctl_links or sysctls_gone or need_netfilter
+                or need_xfrm or new_links or reread_links or with_peers):
             return extra_flushes
-        if netns_inode() != self.netns_inode and (need_sysctls or need_netfilter or need_xfrm):
+        if netns_inode() != self.netns_inode and (need_sysctls or sysctl_links or need_netfilter or need_xfrm):
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
                                "the stream was opened in (/proc/sys follows the thread)")
         extra: list[Message] = list(extra_flushes)
@@ -422,6 +436,10 @@ class EventStream:
         if need_sysctls:
             extra.append(SysctlsReplaced(read_sysctls(
                 (index, name) for index, (name, _state) in self._links.items())))
+        elif sysctl_links or sysctls_gone:
+            extra.append(SysctlsPatched(read_sysctls(
+                (index, self._links[index][0]) for index in sorted(sysctl_links) if index in self._links),
+                removed=frozenset(sysctls_gone)))
         if need_netfilter:
             extra.append(NetfilterReplaced(read_netfilter()))
         if need_xfrm:

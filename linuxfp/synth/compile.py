@@ -77,11 +77,17 @@ def maps_layout_digest() -> str:
     """Names the layout of every map the programs share: the headers that
     declare them. Pins made by code with another digest are never reused (an
     upgrade whose layouts differ makes fresh maps instead of misreading old
-    ones); a header changed in a comment only costs a reload on upgrade."""
+    ones); a header changed in a comment only costs a reload on upgrade.
+    The counter catalogue counts too: it sizes each interface's counter
+    array, which the pinned lfp_counters accepts only in the size it was
+    made for (external nodes, LINUXFP_NODES, add counters)."""
+    from .render import counters_define
+
     h = hashlib.sha256()
     for header in sorted(modules_dir().glob("*.h")):
         h.update(header.name.encode())
         h.update(header.read_bytes())
+    h.update(counters_define().encode())
     return h.hexdigest()[:12]
 
 

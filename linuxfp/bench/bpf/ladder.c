@@ -70,8 +70,14 @@ int bench_ladder(lfp_ctx_t *ctx)
 	struct ethhdr *eth;
 	__u32 egress = ladder_egress;
 
-	if (lfp_pkt_init(&pkt, ctx))
+#if LADDER >= 2
+	if (lfp_pkt_init(&pkt, ctx))    /* with the interface's counters, as the pipeline starts */
 		return LADDER_PASS;
+#else
+	pkt.ctx = ctx;
+	pkt.data = (void *)(long)ctx->data;
+	pkt.data_end = (void *)(long)ctx->data_end;
+#endif
 	eth = lfp_eth(&pkt);
 	if (!eth)
 		return LADDER_PASS;
