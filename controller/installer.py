@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import os
+import socket
 from dataclasses import replace
 
 from linuxfp import datapath as dp
@@ -288,6 +289,7 @@ class Installer:
         kept = []
         for p in saved.pipelines:
             if p.error:
+                self._forget_if_gone(p.ifindex)
                 continue
             path = self.layout.link_pin(p.ifindex, p.hook)
             try:
@@ -298,9 +300,7 @@ class Installer:
             except (dp.BpfError, FileNotFoundError, OSError):
                 link = None
             if link is None:
-                # its interface is gone: a new one given its ifindex starts
-                # with counters of its own
-                self._unpin_interface(p.ifindex)
+                self._forget_if_gone(p.ifindex)
                 continue
             self.links[p.ifindex] = link
             if not self.pin_links:
@@ -324,6 +324,16 @@ class Installer:
                      ", ".join(os.path.basename(d) for d in self._foreign_maps))
         # What the maps hold now: the first plan writes only the difference.
         return replace(self.read_back(), pipelines=tuple(kept))
+
+    def _forget_if_gone(self, ifindex: int) -> None:
+        """An interface a saved pipeline served is not adopted (gone, or its
+        link was not pinned): if the device is gone, so are its pins, and a
+        new one given its ifindex starts with counters of its own; if not,
+        its counters carry on when it is attached again."""
+        try:
+            socket.if_indextoname(ifindex)
+        except OSError:
+            self._unpin_interface(ifindex)
 
     def remove_all(self, installed: InstalledState) -> int:
         """Detach every link and remove every pin of this namespace."""

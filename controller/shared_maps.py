@@ -4,6 +4,7 @@ written the same way whatever node owns them."""
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 
@@ -34,6 +35,17 @@ class LayoutMismatch(dp.BpfError):
     graph fills it with: one of the two sources of the layout is stale."""
 
 
+@functools.cache
+def _batch_waits_once() -> bool:
+    """Whether the kernel waits for one grace period per batched update of
+    an array of maps (6.8 on: bpf_map_do_batch), not one per entry."""
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 8)
+
+
 def iface_slots(ifindexes) -> int:
     """Array size covering every ifindex given (a power of two)."""
     highest = max((i for i in ifindexes if i < MAX_IFACE_SLOTS), default=0)
@@ -58,8 +70,12 @@ class SharedMaps:
         # the lease. `on_full(reason)`, if set, is told at once.
         self.full: dict[str, str] = {}
         self.on_full = None
-        # interfaces whose counter array the open lfp_counters holds
+        # interfaces whose counter array the open lfp_counters holds; of them,
+        # the spares (registered ahead); ifindexes whose array is to go
         self._registered: set[int] = set()
+        self._spares: set[int] = set()
+        self._departed: set[int] = set()
+        self._tombstone: dp.Map | None = None
 
     def get(self, name: str) -> dp.Map | None:
         m = self._open.get(name)
@@ -83,7 +99,7 @@ class SharedMaps:
     def drop_ifindex_arrays(self, desired: Graph) -> None:
         """Forget the arrays indexed by ifindex so the next load creates larger
         ones; programs still using the old ones keep them alive until replaced."""
-        self._registered.clear()
+        self._forget_registrations()
         for name in self._by_ifindex(desired):
             m = self._open.pop(name, None)
             if m is not None:
@@ -149,11 +165,24 @@ class SharedMaps:
                 outer = dp.Map.create(BPF_MAP_TYPE_ARRAY_OF_MAPS, 4, 4,
                                       iface_slots(_ifindexes(desired) if desired is not None else ()),
                                       name=COUNTERS_MAP, inner=inner)
-            dp.makedirs(self.layout.maps_dir)
-            outer.pin(self.layout.shared_map_pin(COUNTERS_MAP))
+            try:
+                dp.makedirs(self.layout.maps_dir)
+                outer.pin(self.layout.shared_map_pin(COUNTERS_MAP))
+            except BaseException:
+                outer.close()
+                raise
             self._open[COUNTERS_MAP] = outer
-            self._registered.clear()
+            self._forget_registrations()
         return outer
+
+    def _forget_registrations(self) -> None:
+        """What is registered in lfp_counters is no longer known (a new one)."""
+        self._registered.clear()
+        self._spares.clear()
+        self._departed.clear()
+        if self._tombstone is not None:
+            self._tombstone.close()
+            self._tombstone = None
 
     def register_counters(self, ifindexes, desired: Graph | None = None) -> None:
         """Give each interface its counter array in lfp_counters before a
@@ -161,20 +190,32 @@ class SharedMaps:
         replacements and restarts), or a new one. One map update for all:
         the kernel waits for an RCU grace period after each update of an
         array of maps (milliseconds), so a plan pays it once, not per
-        interface."""
+        interface (since 6.8; before, once per entry). The same update
+        lets go of the arrays of interfaces gone since the last one."""
         outer = self._counters_outer(desired)
-        wanted = [i for i in dict.fromkeys(ifindexes) if i not in self._registered]
+        requested = list(dict.fromkeys(ifindexes))
+        wanted = [i for i in requested if i not in self._registered]
         beyond = [i for i in wanted if i >= outer.max_entries]
         if beyond:
             # the program would pass every packet uncounted: say so instead
             raise dp.BpfError(f"{COUNTERS_MAP} has no entry for ifindex {beyond[0]} "
                               f"({outer.max_entries} entries)", errno.ERANGE)
-        if wanted and desired is not None:
+        if wanted and desired is not None and _batch_waits_once():
             # The kernel numbers new devices upwards from the highest: arrays
             # for the next few, made now, spare the next interfaces the wait.
-            highest = max([f.ifindex for f in desired.ifaces] + wanted)
-            wanted += [i for i in range(highest + 1, min(highest + 1 + SPARE_COUNTERS, outer.max_entries))
-                       if i not in self._registered]
+            # Spares at or below the highest are for devices that took their
+            # numbers without a pipeline: they go.
+            in_use = set(requested) | {p.ifindex for p in desired.pipelines}
+            self._spares.difference_update(in_use)
+            highest = max(i for i in [f.ifindex for f in desired.ifaces] + wanted if i < MAX_IFACE_SLOTS)
+            for spare in [i for i in self._spares if i <= highest]:
+                self.forget_counters(spare)
+            spares = [i for i in range(highest + 1, min(highest + 1 + SPARE_COUNTERS, outer.max_entries))
+                      if i not in self._registered]
+            self._spares.update(spares)
+            wanted += spares
+        if not wanted:
+            return
         size = len(counters())
         arrays: list[dp.Map] = []
         try:
@@ -191,21 +232,31 @@ class SharedMaps:
                     array.pin(path)
                 else:
                     arrays.append(array)
-            if wanted:
-                outer.update_many([(i.to_bytes(4, "little"), a.fd.to_bytes(4, "little"))
-                                   for i, a in zip(wanted, arrays)])
+            departed = sorted(self._departed.difference(wanted))
+            if departed and self._tombstone is None:
+                # where departed interfaces' entries point from now on: no
+                # program serves them, and their arrays are freed
+                self._tombstone = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, size, name="lfp_cnt_gone")
+            outer.update_many([(i.to_bytes(4, "little"), a.fd.to_bytes(4, "little"))
+                               for i, a in zip(wanted, arrays)]
+                              + [(i.to_bytes(4, "little"), self._tombstone.fd.to_bytes(4, "little"))
+                                 for i in departed])
             self._registered.update(wanted)
+            self._departed.clear()
         finally:
             for array in arrays:
                 array.close()
 
     def forget_counters(self, ifindex: int) -> None:
         """The interface's counters are gone (it left the fast path). Its
-        entry in lfp_counters stays (deleting it would cost a grace period):
-        no program serves the ifindex, and the next interface given it is
+        entry in lfp_counters lets go of the array at the next registration
+        (an update of its own would cost a grace period now): until then no
+        program serves the ifindex, and the next interface given it is
         registered afresh."""
         dp.unpin(self.layout.counters_pin(ifindex), missing_ok=True)
         self._registered.discard(ifindex)
+        self._spares.discard(ifindex)
+        self._departed.add(ifindex)
 
     def reset_state(self, names) -> None:
         """Zero a node's pinned state maps (Node.state_maps) that are not per
@@ -303,6 +354,6 @@ class SharedMaps:
         for m in self._open.values():
             m.close()
         self._open.clear()
-        self._registered.clear()
+        self._forget_registrations()
 
 

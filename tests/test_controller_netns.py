@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from controller import lease
-from controller.launcher import ControllerProcess, _env, linuxfp_cli
+from controller.launcher import ControllerProcess, _env, layout_of, linuxfp_cli
+from controller.shared_maps import SPARE_COUNTERS
 from linuxfp.lab import Capture, RouterTopology, inject, ping, settle
 from linuxfp.lab.frames import udp_frame
 
@@ -370,10 +372,30 @@ def test_tc_interfaces_of_one_shape_share_one_program(router_topology):
         after = {i["ifname"]: i["fast_path"] for i in stats(r)["interfaces"]}
         assert after["to-src"] - before["to-src"] >= 100, (before, after)
         assert after["sh0"] == before["sh0"] == 0 and after["to-sink"] == before["to-sink"], (before, after)
+        gone = added["sh0"]["ifindex"]
         r.dut.run(["ip", "link", "del", "sh0"])
         c.settled()
         udp_burst(r, 30)     # the shared program serves on
         assert fast_path_count(r) >= after["to-src"] + 30
+        # counter arrays: one per interface served, a few ready for the next, none for sh0
+        layout = layout_of(r.dut.name)
+        pinned = [n for n in os.listdir(layout.maps_dir) if n.startswith("if") and n.endswith("_counters")]
+        assert f"if{gone}_counters" not in pinned, pinned
+        assert len(pinned) <= len(status(r)["interfaces"]) + SPARE_COUNTERS, pinned
+
+
+def test_counters_carry_on_after_a_crash(router_topology):
+    """A controller killed without --keep takes its programs with it; the
+    next one attaches again and the interfaces' counters carry on."""
+    r = router_topology
+    c = ControllerProcess(r.dut.name, hook="tc")
+    c.start()
+    udp_burst(r, 50)
+    counted = fast_path_count(r)
+    assert counted >= 50
+    c.stop(signal.SIGKILL)
+    with ControllerProcess(r.dut.name, hook="tc"):
+        assert fast_path_count(r) >= counted
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])

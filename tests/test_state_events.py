@@ -109,6 +109,10 @@ def test_each_change_is_seen_and_applies_exactly(netns):
             ("ip link add c0 type veth peer name c1", "link"),
             ("ip link set c0 name c9", "link"),
             ("ip link del c9", "link"),
+            # deleted and made again with its ifindex, in one batch: read afresh
+            ("ip link add c5 index 345 type veth peer name c6", "link"),
+            ("ip link del c5 && ip link add c5 index 345 type veth peer name c6", "link"),
+            ("ip link del c5", "link"),
             ("ip link add br0 type bridge", "link"),
             ("ip link set a1 master br0", "link"),
             ("ip link set br0 up", "link"),

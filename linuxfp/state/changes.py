@@ -286,9 +286,10 @@ class SysctlsReplaced:
 @dataclass(frozen=True, slots=True)
 class SysctlsPatched:
     """Sysctls read afresh for some interfaces only (new, renamed, or named
-    by a netconf event) and for the namespace; the others' stay, and
-    `removed` interfaces' go. Reading every interface's costs ~15 files
-    each, per event: a new veth must not cost that for all the others."""
+    by a netconf event) and for the namespace; the others' stay. Entries of
+    `removed` interfaces (gone, or read again) go before the patched ones
+    are added. Reading every interface's costs ~15 files each, per event:
+    a new veth must not cost that for all the others."""
 
     sysctls: Sysctls                 # the namespace's values, the patched interfaces'
     removed: frozenset[int] = frozenset()

@@ -398,7 +398,6 @@ class EventStream:
         # A veth's far end may have been announced before our end, moved to
         # another namespace, or be new: read it as our end says it is now.
         with_peers = [msg.link for msg in messages if isinstance(msg, LinkUpdate) and has_far_end(msg.link)]
-        sysctl_links -= sysctls_gone
         if not (need_routes or need_rules or need_sysctls or sysctl_links or sysctls_gone or need_netfilter
                 or need_xfrm or new_links or reread_links or with_peers):
             return extra_flushes
@@ -439,7 +438,7 @@ class EventStream:
         elif sysctl_links or sysctls_gone:
             extra.append(SysctlsPatched(read_sysctls(
                 (index, self._links[index][0]) for index in sorted(sysctl_links) if index in self._links),
-                removed=frozenset(sysctls_gone)))
+                removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
         if need_netfilter:
             extra.append(NetfilterReplaced(read_netfilter()))
         if need_xfrm:
