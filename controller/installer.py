@@ -63,6 +63,7 @@ class Installer:
         # programs still read until they are replaced
         self._foreign_maps: list[str] = []
         self._desired = None      # the graph being applied: fills maps a load creates
+        self._origins: dict[str, dict] = {}      # where this plan's objects came from, by ifindex
         # digest -> the program every interface of that shape shares (_program)
         self._programs: dict[str, dp.Program] = {}
         self._faults = _load_faults()
@@ -132,7 +133,7 @@ class Installer:
                 if how == "rehook" and old is not None:
                     self._detach_link(old.ifindex, old.hook)
                 self.links[pipeline.ifindex] = link
-            self._record_origin(pipeline.ifindex, compiled)
+            self._origins[str(pipeline.ifindex)] = {"digest": compiled.digest, "origin": compiled.origin}
             return InstalledPipeline(
                 ifindex=pipeline.ifindex, ifname=pipeline.ifname, hook=pipeline.hook,
                 shape=str(pipeline.shape), digest=compiled.digest, mode=getattr(link, "mode", ""),
@@ -141,11 +142,14 @@ class Installer:
             if not kept:
                 prog.close()    # the link holds the program
 
-    def _record_origin(self, ifindex: int, compiled: CompiledObject) -> None:
-        path = origins_path(self.layout)
-        origins = runtime_files.load_json(path) or {}
-        origins[str(ifindex)] = {"digest": compiled.digest, "origin": compiled.origin}
-        runtime_files.write_atomic(path, json.dumps(origins))
+    def _record_origins(self) -> None:
+        """Once per plan (a file rewritten per interface costs O(n²) for n)."""
+        if self._origins:
+            path = origins_path(self.layout)
+            origins = runtime_files.load_json(path) or {}
+            origins.update(self._origins)
+            runtime_files.write_atomic(path, json.dumps(origins))
+            self._origins = {}
 
     def _link(self, ifindex: int, hook: str):
         link = self.links.get(ifindex)
@@ -200,6 +204,7 @@ class Installer:
             for p in pipelines:
                 old = state.pipeline(p.ifindex)
                 state = state.with_pipeline(self._install_or_record(p, how, old, compiled))
+        self._record_origins()
         for old in plan.detach:
             self.detach_pipeline(old)
             state = state.without_pipeline(old.ifindex)

@@ -283,6 +283,12 @@ def link_dump_request() -> bytes:
         IFLA_EXT_MASK, struct.pack("=I", RTEXT_FILTER_SKIP_STATS))
 
 
+def link_get_request(index: int) -> bytes:
+    """RTM_GETLINK of one link of our namespace."""
+    return _IFINFOMSG.pack(AF_UNSPEC, 0, index, 0, 0) + nl.attr(
+        IFLA_EXT_MASK, struct.pack("=I", RTEXT_FILTER_SKIP_STATS))
+
+
 def peer_get_request(nsid: int, index: int) -> bytes:
     """RTM_GETLINK of one link in the namespace we know as `nsid`."""
     return _IFINFOMSG.pack(AF_UNSPEC, 0, index, 0, 0) + nl.attr(

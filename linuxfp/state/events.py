@@ -96,6 +96,7 @@ from .model import IFF_LOWER_UP, IFF_UP, Snapshot, has_far_end
 from .netfilter import read_netfilter
 from .read import (
     dump_links,
+    get_links,
     dump_routes,
     dump_rules,
     dump_tc_ingress,
@@ -417,9 +418,13 @@ class EventStream:
             # bridge port's state in the AF_UNSPEC family.
             # A veth end arriving may be the far end of one of ours coming
             # home: those whose far end moved are re-announced too.
-            reread = [link for link in dump_links(self._rtnl)
-                      if link.index in wanted or (new_links and link.peer and link.index in self._veth_ends
-                                                  and self._veth_ends[link.index] != (link.peer, link.peer_netnsid))]
+            # Read one by one, not by dumping every link (hundreds on a
+            # container host, for each new pod's veth).
+            reread = get_links(self._rtnl, sorted(wanted))
+            homecoming = {link.peer for link in reread if link.index in new_links and link.kind == "veth"
+                          and link.peer_netnsid is None and link.peer in self._veth_ends
+                          and self._veth_ends[link.peer] != (link.index, None)} - wanted
+            reread += get_links(self._rtnl, sorted(homecoming))
             for link in reread:
                 if link.peer:
                     self._veth_ends[link.index] = (link.peer, link.peer_netnsid)

@@ -6,6 +6,7 @@ are bound to it at creation and /proc/sys/net follows it at open time.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 from dataclasses import replace
@@ -49,6 +50,21 @@ def _decoded(messages: Iterable[nl.RawMessage], decoder) -> list:
 
 def dump_links(sock: nl.NetlinkSocket) -> list[Link]:
     return _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link)
+
+
+def get_links(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[Link]:
+    """The links with these ifindexes as they are now (one request each, not
+    a dump of every link); gone ones are left out."""
+    found = []
+    for index in indexes:
+        try:
+            replies = sock.request(decode.RTM_GETLINK, decode.link_get_request(index), dump=False)
+        except nl.NetlinkError as e:
+            if e.errno == errno.ENODEV:
+                continue
+            raise
+        found += _decoded((m for m in replies if m.type == decode.RTM_NEWLINK), decode.decode_link)
+    return found
 
 
 def read_peer(sock: nl.NetlinkSocket, nsid: int, index: int) -> VethPeer | None:
