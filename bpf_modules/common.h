@@ -73,7 +73,7 @@ struct lfp_pkt {
 	__u32 l3_ifindex;
 	__u16 l3_proto;         /* network byte order */
 	struct lfp_fwd fwd;
-	void *counters;         /* this interface's counter array (lfp_counters) */
+	void *counters;         /* this interface's counter array (lfp_pkt_init) */
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
@@ -122,12 +122,28 @@ struct {
 	__type(value, struct lfp_iface);
 } lfp_ifaces SEC(".maps");
 
-/* Each interface's counters: a per-CPU array of its own (pinned as
- * if<N>_counters, where `linuxfp stats` reads it), found by ifindex. One
- * loaded program can then serve every interface of its shape: a new
- * interface costs an attach and this entry, not a load. The controller
- * sizes the outer array like lfp_ifaces and fills an interface's entry
- * before attaching to it. */
+/* Each interface's counters: a per-CPU array of its own, pinned as
+ * if<N>_counters, where `linuxfp stats` reads it.
+ *
+ * At TC one loaded program serves every interface of its shape (a new
+ * interface costs an attach, not a load): it reads the ingress from the
+ * context and finds the counters through lfp_counters by ifindex, whose
+ * entry the controller fills before attaching (sized like lfp_ifaces).
+ *
+ * At XDP the program is bound to its device (the driver's VLAN kfunc), so
+ * it is loaded per interface anyway: the ingress is a load-time constant and
+ * the counters the program's own map, the interface's array reused at load;
+ * a packet pays no lookup for either. */
+#ifdef LFP_HOOK_XDP
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LFP_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} lfp_if_counters SEC(".maps");
+
+volatile const __u32 lfp_ingress_ifindex = 0;
+#else
 struct lfp_counter_array {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LFP_CNT_MAX);
@@ -141,6 +157,7 @@ struct {
 	__type(key, __u32);
 	__array(values, struct lfp_counter_array);
 } lfp_counters SEC(".maps");
+#endif
 
 static __always_inline void lfp_count(struct lfp_pkt *pkt, enum lfp_counter id)
 {
@@ -166,26 +183,26 @@ static __always_inline enum lfp_rc lfp_drop(struct lfp_pkt *pkt, enum lfp_counte
 	return LFP_DROP;
 }
 
-/* 0, or -1 for an interface the controller has not registered (it fills
- * lfp_counters before attaching): such a packet goes to the kernel,
- * uncounted. The ingress device comes from the context, not from a load-time
- * constant, so that the program is not tied to one interface. */
+/* 0, or -1 at TC for an interface the controller has not registered (it
+ * fills lfp_counters before attaching): such a packet goes to the kernel,
+ * uncounted. */
 static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
 	pkt->ctx = ctx;
 	pkt->data = (void *)(long)ctx->data;
 	pkt->data_end = (void *)(long)ctx->data_end;
 #ifdef LFP_HOOK_XDP
-	pkt->ingress_ifindex = ctx->ingress_ifindex;
+	pkt->ingress_ifindex = lfp_ingress_ifindex;
 	pkt->len = pkt->data_end - pkt->data;
+	pkt->counters = &lfp_if_counters;
 #else
 	pkt->ingress_ifindex = ctx->ifindex;
 	pkt->len = ctx->len;
+	pkt->counters = bpf_map_lookup_elem(&lfp_counters, &pkt->ingress_ifindex);
 #endif
 	pkt->l3_ifindex = pkt->ingress_ifindex;
 	pkt->l3_proto = 0;
 	__builtin_memset(&pkt->fwd, 0, sizeof(pkt->fwd));
-	pkt->counters = bpf_map_lookup_elem(&lfp_counters, &pkt->ingress_ifindex);
 	return pkt->counters ? 0 : -1;
 }
 

@@ -22,7 +22,7 @@ from . import runtime_files
 from .namespace import NamespaceLayout
 from .lease import LEASE_MAP, revoke_pinned
 from .reconcile import InstalledPipeline, InstalledState, Plan
-from .shared_maps import SharedMaps
+from .shared_maps import IF_COUNTERS_MAP, SharedMaps
 
 log = logging.getLogger("linuxfp.installer")
 
@@ -77,21 +77,27 @@ class Installer:
     def _program(self, pipeline: Pipeline, compiled: CompiledObject):
         """The program to serve `pipeline` with, and whether it is kept for the
         next interface of its shape (else the caller closes it once attached).
-        A program that is not device-bound serves every interface of its
-        shape (it reads the ingress from the context and its counters by
-        ifindex), so a new TC interface costs an attach, not a load; a
-        device-bound XDP program (the driver's VLAN kfunc) is one per device."""
+        A TC program serves every interface of its shape (it reads the
+        ingress from the context and its counters by ifindex), so a new TC
+        interface costs an attach, not a load; an XDP program is bound to
+        its device (the driver's VLAN kfunc), so it is one per device, with
+        its ingress and counters fixed at load (bpf_modules/common.h)."""
         if any(ifname == pipeline.ifname and (not node or node in pipeline.shape.nodes)
                for ifname, node in self._faults):
             raise dp.BpfError(f"load {pipeline.shape} on {pipeline.ifname} (fault injected by "
                               f"{FAULT_LOAD_ENV})", errno.EACCES)
-        shared = not pipeline.shape.device_bound
+        shared = pipeline.hook != "xdp"
         if shared and compiled.digest in self._programs:
             return self._programs[compiled.digest], True
         obj = dp.BpfObject.open(compiled.data, name=f"lfp_{pipeline.hook}" if shared else f"lfp_if{pipeline.ifindex}")
         try:
             if pipeline.shape.device_bound:
                 obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
+            if pipeline.hook == "xdp":
+                # one program per device: its ingress and its counters are its own
+                obj.set_rodata({"lfp_ingress_ifindex": pipeline.ifindex})
+                with self.maps.counter_array(pipeline.ifindex) as array:
+                    obj.reuse_map(IF_COUNTERS_MAP, array)
             fresh = self.maps.prepare(obj, self._desired)
             obj.load()
             dp.makedirs(self.layout.maps_dir)
@@ -124,7 +130,8 @@ class Installer:
                  old: InstalledPipeline | None) -> InstalledPipeline:
         prog, kept = self._program(pipeline, compiled)
         try:
-            self.maps.register_counters((pipeline.ifindex,), self._desired)   # (done by apply, usually)
+            if pipeline.hook != "xdp":
+                self.maps.register_counters((pipeline.ifindex,), self._desired)   # (done by apply, usually)
             if how == "replace":
                 link = self._link(pipeline.ifindex, pipeline.hook)
                 link.update(prog.fd)
@@ -196,7 +203,8 @@ class Installer:
         for write in plan.tables:
             self.maps.write(write.table, write.widen if write.table.summary else write.set)
         try:
-            self.maps.register_counters((p.ifindex for p in plan.attach + plan.replace + plan.rehook), desired)
+            self.maps.register_counters((p.ifindex for p in plan.attach + plan.replace + plan.rehook
+                                         if p.hook != "xdp"), desired)
         except (dp.BpfError, OSError) as e:
             log.debug("counters registered one interface at a time: %s", e)   # and its error recorded there
         state = installed

@@ -24,6 +24,7 @@ log = logging.getLogger("linuxfp.maps")
 # Each interface's counter array, by ifindex (an array of maps shared like
 # the tables; the arrays themselves are pinned per interface).
 COUNTERS_MAP = "lfp_counters"
+IF_COUNTERS_MAP = "lfp_if_counters"     # an XDP program's own: its interface's array
 MIN_IFACE_SLOTS = 256
 SPARE_COUNTERS = 16     # counter arrays registered ahead for interfaces yet to come
 
@@ -220,18 +221,7 @@ class SharedMaps:
         arrays: list[dp.Map] = []
         try:
             for ifindex in wanted:
-                path = self.layout.counters_pin(ifindex)
-                array = dp.Map.from_pinned(path) if os.path.exists(path) else None
-                if array is not None and (array.type, array.max_entries) != (BPF_MAP_TYPE_PERCPU_ARRAY, size):
-                    array.close()           # from a build with other counters
-                    dp.unpin(path, missing_ok=True)
-                    array = None
-                if array is None:
-                    array = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, size, name=f"lfp_cnt_if{ifindex}")
-                    arrays.append(array)
-                    array.pin(path)
-                else:
-                    arrays.append(array)
+                arrays.append(self.counter_array(ifindex))
             departed = sorted(self._departed.difference(wanted))
             if departed and self._tombstone is None:
                 # where departed interfaces' entries point from now on: no
@@ -246,6 +236,26 @@ class SharedMaps:
         finally:
             for array in arrays:
                 array.close()
+
+    def counter_array(self, ifindex: int) -> dp.Map:
+        """The interface's pinned counter array (made if missing, or made
+        again if a build with other counters left it); the caller closes it."""
+        path = self.layout.counters_pin(ifindex)
+        size = len(counters())
+        if os.path.exists(path):
+            array = dp.Map.from_pinned(path)
+            if (array.type, array.max_entries) == (BPF_MAP_TYPE_PERCPU_ARRAY, size):
+                return array
+            array.close()
+            dp.unpin(path, missing_ok=True)
+        array = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, size, name=f"lfp_cnt_if{ifindex}")
+        try:
+            dp.makedirs(self.layout.maps_dir)
+            array.pin(path)
+        except BaseException:
+            array.close()
+            raise
+        return array
 
     def forget_counters(self, ifindex: int) -> None:
         """The interface's counters are gone (it left the fast path). Its

@@ -37,10 +37,14 @@ class LoadedPipeline:
         shape = replace(pipeline.shape, testable=True)
         assert shape.nodes == nodes
         self.obj = dp.BpfObject.open(build(shape).data, name=name)
-        self.obj.load()
-        # as SharedMaps.register_counters gives the interface its own
+        # the interface's own counter array, as the controller gives it
         self.counters = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, len(counters()), name="t_counters")
-        self.obj.map("lfp_counters").update(struct.pack("<I", self.ifindex), struct.pack("<I", self.counters.fd))
+        if hook == "xdp":       # one program per device: ingress and counters fixed at load
+            self.obj.set_rodata({"lfp_ingress_ifindex": self.ifindex})
+            self.obj.reuse_map("lfp_if_counters", self.counters)
+        self.obj.load()
+        if hook == "tc":        # one program per shape: counters found by ifindex
+            self.obj.map("lfp_counters").update(struct.pack("<I", self.ifindex), struct.pack("<I", self.counters.fd))
         self.write(self.graph.tables)
         lease.grant(self.obj.map(lease.LEASE_MAP))
         self.prog = self.obj.program(shape.entry)

@@ -142,6 +142,7 @@ def test_without_clang_a_shipped_device_bound_shape_loads(no_compiler, lab):
     with entered(ns):
         ifindex = int(ns.run(["cat", "/sys/class/net/a0/ifindex"]).stdout)
         with dp.BpfObject.open(compiled.data, name="precompiled") as obj:
+            obj.set_rodata({"lfp_ingress_ifindex": ifindex})
             obj.bind_to_device(shape.entry, ifindex)
             obj.load()
             assert obj.program(shape.entry).id > 0

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from controller.launcher import ControllerProcess, layout_of, linuxfp_stats
-from controller.shared_maps import SharedMaps
+from controller.shared_maps import IF_COUNTERS_MAP, SharedMaps
 from controller.views import status
 from linuxfp.datapath import BpfObject, Link, Map, Program
 from linuxfp.synth import compile_source
@@ -48,10 +48,10 @@ HOOKS = ("xdp", "tc")
 FRAME_SIZE = 64
 # What the rungs read from the controller's maps: without one of them the
 # ladder would measure an empty map, not the router.
-_REQUIRED_MAPS = ("lfp_counters", "lfp_ifaces", "lfp_lease", "lfp_nfnl_sent", "lfp_local_src", "lfp_local_hint",
+_REQUIRED_MAPS = ("lfp_ifaces", "lfp_lease", "lfp_nfnl_sent", "lfp_local_src", "lfp_local_hint",
                   "lfp_fib_policy", "lfp_fib_cache", "lfp_fib_epochs", "lfp_neigh_watch", "lfp_neigh",
                   "lfp_neigh_hint")
-_REQUIRED_AT = {"xdp": ("lfp_tx_ports",), "tc": ("lfp_peers",)}
+_REQUIRED_AT = {"xdp": ("lfp_tx_ports",), "tc": ("lfp_peers", "lfp_counters")}
 
 
 def rung_name(hook: str, rung: int) -> str:
@@ -75,7 +75,9 @@ def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str, held: 
         if missing:
             raise RuntimeError(f"breakdown: the controller in {line.dut.name} has not pinned {', '.join(missing)}")
         for name in obj.map_names():
-            if shared.get(name) is not None:
+            if name == IF_COUNTERS_MAP:       # XDP: the ingress's own counter array
+                held.append(shared.counter_array(line.dut_in.ifindex))
+            elif shared.get(name) is not None:
                 held.append(Map.from_fd(shared.get(name).fd))  # (a duplicate: SharedMaps closes its own)
             else:
                 continue          # .rodata, and maps no rung reads
@@ -112,6 +114,7 @@ def _install(hook: str, rung: int):
             held.callback(lambda: [m.close() for m in maps])
             _share_controller_maps(obj, line, layout, hook, maps)
             obj.set_rodata({
+                **({"lfp_ingress_ifindex": line.dut_in.ifindex} if hook == "xdp" else {}),
                 "ladder_dst_mac": programs.mac_bytes(line.snk.mac),
                 "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
                 "ladder_egress": line.dut_out.ifindex,
