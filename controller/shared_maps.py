@@ -264,9 +264,10 @@ class SharedMaps:
         program serves the ifindex, and the next interface given it is
         registered afresh."""
         dp.unpin(self.layout.counters_pin(ifindex), missing_ok=True)
+        if ifindex in self._registered:      # (an XDP interface never is)
+            self._departed.add(ifindex)
         self._registered.discard(ifindex)
         self._spares.discard(ifindex)
-        self._departed.add(ifindex)
 
     def reset_state(self, names) -> None:
         """Zero a node's pinned state maps (Node.state_maps) that are not per

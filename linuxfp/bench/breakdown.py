@@ -76,7 +76,7 @@ def _share_controller_maps(obj: BpfObject, line: Line, layout, hook: str, held: 
             raise RuntimeError(f"breakdown: the controller in {line.dut.name} has not pinned {', '.join(missing)}")
         for name in obj.map_names():
             if name == IF_COUNTERS_MAP:       # XDP: the ingress's own counter array
-                held.append(shared.counter_array(line.dut_in.ifindex))
+                held.append(Map.from_pinned(layout.counters_pin(line.dut_in.ifindex)))
             elif shared.get(name) is not None:
                 held.append(Map.from_fd(shared.get(name).fd))  # (a duplicate: SharedMaps closes its own)
             else:
