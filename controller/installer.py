@@ -76,24 +76,21 @@ class Installer:
 
     def _program(self, pipeline: Pipeline, compiled: CompiledObject):
         """The program to serve `pipeline` with, and whether it is kept for the
-        next interface of its shape (else the caller closes it once attached).
-        A TC program serves every interface of its shape (it reads the
-        ingress from the context and its counters by ifindex), so a new TC
-        interface costs an attach, not a load; an XDP program is bound to
-        its device (the driver's VLAN kfunc), so it is one per device, with
-        its ingress and counters fixed at load (bpf_modules/common.h)."""
+        next interface of its shape (else the caller closes it once attached):
+        for a shared shape (Shape.shared) a new interface costs an attach,
+        not a load."""
         if any(ifname == pipeline.ifname and (not node or node in pipeline.shape.nodes)
                for ifname, node in self._faults):
             raise dp.BpfError(f"load {pipeline.shape} on {pipeline.ifname} (fault injected by "
                               f"{FAULT_LOAD_ENV})", errno.EACCES)
-        shared = pipeline.hook != "xdp"
+        shared = pipeline.shape.shared
         if shared and compiled.digest in self._programs:
             return self._programs[compiled.digest], True
         obj = dp.BpfObject.open(compiled.data, name=f"lfp_{pipeline.hook}" if shared else f"lfp_if{pipeline.ifindex}")
         try:
             if pipeline.shape.device_bound:
                 obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
-            if pipeline.hook == "xdp":
+            if not shared:
                 # one program per device: its ingress and its counters are its own
                 obj.set_rodata({"lfp_ingress_ifindex": pipeline.ifindex})
                 with self.maps.counter_array(pipeline.ifindex) as array:
@@ -130,7 +127,7 @@ class Installer:
                  old: InstalledPipeline | None) -> InstalledPipeline:
         prog, kept = self._program(pipeline, compiled)
         try:
-            if pipeline.hook != "xdp":
+            if pipeline.shape.shared:
                 self.maps.register_counters((pipeline.ifindex,), self._desired)   # (done by apply, usually)
             if how == "replace":
                 link = self._link(pipeline.ifindex, pipeline.hook)
@@ -204,7 +201,7 @@ class Installer:
             self.maps.write(write.table, write.widen if write.table.summary else write.set)
         try:
             self.maps.register_counters((p.ifindex for p in plan.attach + plan.replace + plan.rehook
-                                         if p.hook != "xdp"), desired)
+                                         if p.shape.shared), desired)
         except (dp.BpfError, OSError) as e:
             log.debug("counters registered one interface at a time: %s", e)   # and its error recorded there
         state = installed

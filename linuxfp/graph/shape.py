@@ -43,6 +43,14 @@ class Shape:
         return self.hook == "xdp" and not self.testable
 
     @property
+    def shared(self) -> bool:
+        """One loaded program serves every interface of this shape: it reads
+        the ingress from the context and its counters by ifindex (TC). An XDP
+        program is bound to its device, so it is loaded per interface with
+        its ingress and counters fixed at load (bpf_modules/common.h)."""
+        return self.hook == "tc"
+
+    @property
     def entry(self) -> str:
         """Name of the program's entry function in the object."""
         return f"lfp_{self.hook}"
