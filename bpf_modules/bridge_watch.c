@@ -19,7 +19,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "bridge_fdb.h"
-#include "watch_netns.h"
+#include "netns.h"
 
 /* The few kernel fields read, relocated against the running kernel's BTF. */
 struct net_device {

@@ -20,6 +20,7 @@
 
 #include "counters.h"
 #include "lease.h"
+#include "netns.h"
 
 #if defined(LFP_HOOK_XDP) == defined(LFP_HOOK_TC)
 #error "define exactly one of LFP_HOOK_XDP, LFP_HOOK_TC"
@@ -183,11 +184,86 @@ static __always_inline enum lfp_rc lfp_drop(struct lfp_pkt *pkt, enum lfp_counte
 	return LFP_DROP;
 }
 
-/* 0, or -1 at TC for an interface the controller has not registered (it
- * fills lfp_counters before attaching): such a packet goes to the kernel,
- * uncounted. */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+/* The kernel's view of the packet, read through the context (CO-RE): the
+ * device it arrived on and that device's namespace. */
+struct net_device___lfp {
+	struct {
+		void *net;              /* struct net */
+	} nd_net;
+} __attribute__((preserve_access_index));
+
+#ifdef LFP_HOOK_TC
+struct sk_buff___lfp {
+	__u8 ip_summed:2;
+	__u8 l4_hash:1;
+	__u8 encapsulation:1;
+	struct net_device___lfp *dev;
+} __attribute__((preserve_access_index));
+#else
+struct xdp_rxq_info___lfp {
+	struct net_device___lfp *dev;
+} __attribute__((preserve_access_index));
+
+struct xdp_buff___lfp {
+	struct xdp_rxq_info___lfp *rxq;
+} __attribute__((preserve_access_index));
+#endif
+
+/* The struct net_device the packet arrived on (a node reads the fields it
+ * needs through its own preserve_access_index view of it). */
+static __always_inline void *lfp_kern_dev_of(lfp_ctx_t *ctx)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(ctx);
+
+	return skb->dev;
+#else
+	struct xdp_buff___lfp *xdp = bpf_cast_to_kern_ctx(ctx);
+
+	return xdp->rxq->dev;
+#endif
+}
+
+static __always_inline void *lfp_kern_dev(struct lfp_pkt *pkt)
+{
+	return lfp_kern_dev_of(pkt->ctx);
+}
+
+/* The struct net of the namespace the packet is in. */
+static __always_inline void *lfp_kern_net(struct lfp_pkt *pkt)
+{
+	struct net_device___lfp *dev = lfp_kern_dev(pkt);
+
+	return dev->nd_net.net;
+}
+
+/* Whether the packet's device is in the namespace this pipeline serves.
+ * A device keeps its XDP and tcx programs when it moves to another
+ * namespace (`ip link set DEV netns NS`; container runtimes move one end of
+ * a veth so), where this namespace's tables mean nothing: an ifindex names
+ * another device there, and a devmap entry still points at a device here.
+ * Until the controller sees the move and detaches, the kernel takes every
+ * packet there. A few cache-hot loads and no helper call
+ * (bpf_get_netns_cookie at TC reads the socket's namespace, and a forwarded
+ * packet has no socket). */
+static __always_inline int lfp_ctx_in_namespace(lfp_ctx_t *ctx)
+{
+	struct net_device___lfp *dev = lfp_kern_dev_of(ctx);
+	struct net *net = dev->nd_net.net;
+
+	return net->net_cookie == lfp_netns_cookie;
+}
+
+/* 0, or -1 for a packet the pipeline must leave to the kernel uncounted:
+ * its device is in another namespace, or at TC an interface the controller
+ * has not registered (it fills lfp_counters before attaching); neither has
+ * counters this pipeline could find. */
 static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
+	if (!lfp_ctx_in_namespace(ctx))
+		return -1;
 	pkt->ctx = ctx;
 	pkt->data = (void *)(long)ctx->data;
 	pkt->data_end = (void *)(long)ctx->data_end;
@@ -262,56 +338,6 @@ static __always_inline struct nf_conn *lfp_ct_lookup(struct lfp_pkt *pkt, struct
  * CHECKSUM_PARTIAL (sent by a local socket, e.g. a container's, whose
  * checksum field holds only the pseudo-header's sum). TC reads the skb's
  * ip_summed; XDP cannot know it, so it sums. */
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
-
-/* The kernel's view of the packet, read through the context (CO-RE): the
- * device it arrived on and that device's namespace. */
-struct net_device___lfp {
-	struct {
-		void *net;              /* struct net */
-	} nd_net;
-} __attribute__((preserve_access_index));
-
-#ifdef LFP_HOOK_TC
-struct sk_buff___lfp {
-	__u8 ip_summed:2;
-	__u8 l4_hash:1;
-	__u8 encapsulation:1;
-	struct net_device___lfp *dev;
-} __attribute__((preserve_access_index));
-#else
-struct xdp_rxq_info___lfp {
-	struct net_device___lfp *dev;
-} __attribute__((preserve_access_index));
-
-struct xdp_buff___lfp {
-	struct xdp_rxq_info___lfp *rxq;
-} __attribute__((preserve_access_index));
-#endif
-
-/* The struct net_device the packet arrived on (a node reads the fields it
- * needs through its own preserve_access_index view of it). */
-static __always_inline void *lfp_kern_dev(struct lfp_pkt *pkt)
-{
-#ifdef LFP_HOOK_TC
-	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
-
-	return skb->dev;
-#else
-	struct xdp_buff___lfp *xdp = bpf_cast_to_kern_ctx(pkt->ctx);
-
-	return xdp->rxq->dev;
-#endif
-}
-
-/* The struct net of the namespace the packet is in. */
-static __always_inline void *lfp_kern_net(struct lfp_pkt *pkt)
-{
-	struct net_device___lfp *dev = lfp_kern_dev(pkt);
-
-	return dev->nd_net.net;
-}
-
 static __always_inline int lfp_l4_csum_taken_as_verified(struct lfp_pkt *pkt)
 {
 #ifdef LFP_HOOK_TC

@@ -24,6 +24,7 @@
  * watched namespace count. Closing the program's link
  * (the controller exits) stops the watch, and the lease then runs out. */
 #include "lease.h"
+#include "netns.h"       /* lfp_netns_cookie: the watched namespace */
 
 #define SOL_IP 0
 #define SOL_IPV6 41
@@ -33,9 +34,6 @@
 #define ARPT_SO_SET_ADD_COUNTERS 97
 
 #define CLOCK_MONOTONIC 1
-
-/* The watched namespace (SO_NETNS_COOKIE: never reused). */
-volatile const __u64 lfp_netns_cookie = 0;
 
 /* BPF_PROG_TEST_RUN's context for lfp_lease_renew (controller/lease.py);
  * a term of 0 revokes the lease at once. */

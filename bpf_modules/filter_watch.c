@@ -23,7 +23,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "lease.h"
-#include "watch_netns.h"
+#include "netns.h"
 
 #define AF_NETLINK 16
 #define NETLINK_NETFILTER 12

@@ -29,7 +29,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "neigh_watch.h"
-#include "watch_netns.h"
+#include "netns.h"
 
 struct net_device {
 	lfp_possible_net_t nd_net;

@@ -90,6 +90,8 @@ class Installer:
         try:
             if pipeline.shape.device_bound:
                 obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
+            # the namespace it serves: a device moved elsewhere keeps its programs
+            obj.set_rodata({"lfp_netns_cookie": self.layout.cookie})
             if not shared:
                 # one program per device: its ingress and its counters are its own
                 obj.set_rodata({"lfp_ingress_ifindex": pipeline.ifindex})

@@ -239,5 +239,7 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
                                             "again before the datapath acts)"
         if "filter" in node_watches else "<= 1 s (polled)",
         "bridge port states and flags, bridge options": "the response time (linuxfp stats)",
+        "a device moved to another namespace with its programs": "none (each packet's device is checked "
+                                                                  "against this namespace's cookie)",
         "accept_redirects, bridge-nf-call-* and other sysctls without events": "<= 1 s (polled)",
     }

@@ -14,6 +14,7 @@ from linuxfp import datapath as dp
 from linuxfp.graph import build_graph
 from linuxfp.lab.netns import entered
 from linuxfp.state import read_snapshot
+from linuxfp.state.netlink import netns_cookie
 from linuxfp.datapath.maps import BPF_MAP_TYPE_PERCPU_ARRAY
 from linuxfp.synth import build, counter_named, counters
 
@@ -30,6 +31,7 @@ class LoadedPipeline:
         self.ns, self.hook = ns, hook
         with entered(ns):
             self.snapshot = read_snapshot()
+            cookie = netns_cookie()
         self.graph = build_graph(self.snapshot, hook)
         self.ifindex = self.snapshot.link_by_name(ifname).index
         pipeline = self.graph.pipeline(self.ifindex)
@@ -37,6 +39,7 @@ class LoadedPipeline:
         shape = replace(pipeline.shape, testable=True)
         assert shape.nodes == nodes
         self.obj = dp.BpfObject.open(build(shape).data, name=name)
+        self.obj.set_rodata({"lfp_netns_cookie": cookie})
         # the interface's own counter array, as the controller gives it
         self.counters = dp.Map.create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, len(counters()), name="t_counters")
         if hook == "xdp":       # one program per device: ingress and counters fixed at load

@@ -20,6 +20,7 @@ from linuxfp.graph.interfaces import pack_iface
 from linuxfp.graph.nodes.transmit import neigh_key
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.state import read_snapshot
+from linuxfp.synth import counters
 
 from pipeline_loader import LoadedPipeline
 from fixtures.router_cases import CASES, FORWARD, IN_MAC, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC, STALE_MAC
@@ -282,3 +283,47 @@ def test_a_stale_neighbour_passes_the_first_packet_then_forwards(router):
     assert result.retval == VERDICTS[router.hook][FORWARD]
     assert result.data_out == routed(frame, next_hop_mac=STALE_MAC)
     assert router.counter("forwarded") == before + 1
+
+
+def _ifindex(ns, ifname: str) -> int:
+    return int(ns.run(["cat", f"/sys/class/net/{ifname}/ifindex"]).stdout)
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_a_device_moved_to_another_namespace_takes_no_fast_path_there(hook):
+    """A device keeps its programs when it moves to another namespace. Here
+    that namespace is built to be as tempting as it gets: the same routes
+    and neighbours, and the moved device keeps its ifindex, so every lookup
+    the pipeline makes there finds an answer its tables of the first
+    namespace accept (an XDP redirect would even leave through a device of
+    the first one). The pipeline must see it is not home and leave each
+    packet to that namespace's kernel, uncounted."""
+    with Lab(prefix="lfp-t") as lab:
+        home, away = lab.namespace("home"), lab.namespace("away")
+        configure_router_ns(home)
+        # away: the same setup, its first veth a stand-in deleted again so
+        # that the ifindex in0 has at home is free there
+        for cmd in SETUP:
+            away.run(cmd.replace("in0", "x0").format(in_mac=IN_MAC, out_mac=OUT_MAC, nh_mac=NEXT_HOP_MAC,
+                                                     hp_mac=HAIRPIN_MAC, out_mac2=OUT_MAC,
+                                                     stale_mac=STALE_MAC).split())
+        away.run(["ip", "link", "del", "x0"])
+        router = LoadedRouter(hook, home)
+        try:
+            case = CASES[0]
+            assert case.verdict == FORWARD
+            frame = case.frame()
+            assert router.run(frame).retval == VERDICTS[hook][FORWARD]
+            home.run(["ip", "link", "set", "in0", "netns", away.name])
+            assert _ifindex(away, "in0") == router.ifindex
+            assert _ifindex(away, "out0") == _ifindex(home, "out0")
+            away.run(["ip", "link", "set", "in0", "up"])
+            away.run(["ip", "addr", "add", "198.18.1.254/24", "dev", "in0"])
+            before = {c.name: router.counter(c.name) for c in counters()}
+            router.ns = away                       # test runs on the device where it now is
+            result = router.run(frame)
+            assert result.retval == VERDICTS[hook]["pass"]
+            assert result.data_out == frame
+            assert {c.name: router.counter(c.name) for c in counters()} == before
+        finally:
+            router.close()

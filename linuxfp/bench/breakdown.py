@@ -115,6 +115,7 @@ def _install(hook: str, rung: int):
             _share_controller_maps(obj, line, layout, hook, maps)
             obj.set_rodata({
                 **({"lfp_ingress_ifindex": line.dut_in.ifindex} if hook == "xdp" else {}),
+                "lfp_netns_cookie": layout.cookie,
                 "ladder_dst_mac": programs.mac_bytes(line.snk.mac),
                 "ladder_src_mac": programs.mac_bytes(line.dut_out.mac),
                 "ladder_egress": line.dut_out.ifindex,
