@@ -75,6 +75,7 @@ struct lfp_pkt {
 	__u16 l3_proto;         /* network byte order */
 	struct lfp_fwd fwd;
 	void *counters;         /* this interface's counter array (lfp_pkt_init) */
+	void *net;              /* the kernel's struct net of the ingress (lfp_pkt_init) */
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
@@ -231,15 +232,14 @@ static __always_inline void *lfp_kern_dev(struct lfp_pkt *pkt)
 	return lfp_kern_dev_of(pkt->ctx);
 }
 
-/* The struct net of the namespace the packet is in. */
+/* The struct net of the namespace the packet is in (read once, at
+ * lfp_pkt_init, which checks it is this pipeline's). */
 static __always_inline void *lfp_kern_net(struct lfp_pkt *pkt)
 {
-	struct net_device___lfp *dev = lfp_kern_dev(pkt);
-
-	return dev->nd_net.net;
+	return pkt->net;
 }
 
-/* Whether the packet's device is in the namespace this pipeline serves.
+/* Whether `net` (of the packet's device) is the namespace this pipeline serves.
  * A device keeps its XDP and tcx programs when it moves to another
  * namespace (`ip link set DEV netns NS`; container runtimes move one end of
  * a veth so), where this namespace's tables mean nothing: an ifindex names
@@ -248,21 +248,21 @@ static __always_inline void *lfp_kern_net(struct lfp_pkt *pkt)
  * packet there. A few cache-hot loads and no helper call
  * (bpf_get_netns_cookie at TC reads the socket's namespace, and a forwarded
  * packet has no socket). */
-static __always_inline int lfp_ctx_in_namespace(lfp_ctx_t *ctx)
+static __always_inline int lfp_is_this_namespace(struct net *net)
 {
-	struct net_device___lfp *dev = lfp_kern_dev_of(ctx);
-	struct net *net = dev->nd_net.net;
-
 	return net->net_cookie == lfp_netns_cookie;
 }
 
-/* 0, or -1 for a packet the pipeline must leave to the kernel uncounted:
- * its device is in another namespace, or at TC an interface the controller
- * has not registered (it fills lfp_counters before attaching); neither has
+/* 0, or -1 for a packet that is not this pipeline's (lfp_not_ours): its
+ * device is in another namespace, or at TC an interface the controller has
+ * not registered (it fills lfp_counters before attaching); neither has
  * counters this pipeline could find. */
 static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
-	if (!lfp_ctx_in_namespace(ctx))
+	struct net_device___lfp *dev = lfp_kern_dev_of(ctx);
+
+	pkt->net = dev->nd_net.net;
+	if (!lfp_is_this_namespace(pkt->net))
 		return -1;
 	pkt->ctx = ctx;
 	pkt->data = (void *)(long)ctx->data;
@@ -637,6 +637,19 @@ static __always_inline int lfp_arm_redirect6(struct lfp_pkt *pkt, __u32 egress)
 static __always_inline int lfp_arm_bridged_redirect(struct lfp_pkt *pkt, __u32 egress)
 {
 	return lfp_arm_redirect_to(pkt, egress, LFP_IF_TC_TX | LFP_IF_BRIDGE_TX);
+}
+
+/* The verdict for a packet that is not this pipeline's (lfp_pkt_init):
+ * the kernel's, and at TC whatever the device's next tcx program (another
+ * tool's, or another namespace's controller after a move) says of it:
+ * TC_ACT_UNSPEC is tcx's "next", where TC_ACT_OK would end the chain. */
+static __always_inline int lfp_not_ours(void)
+{
+#ifdef LFP_HOOK_XDP
+	return XDP_PASS;
+#else
+	return TC_ACT_UNSPEC;
+#endif
 }
 
 static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)

@@ -3,8 +3,8 @@
  * (SO_NETNS_COOKIE: never reused), and the one field of struct net it
  * compares, relocated against the running kernel's BTF. Included by every
  * pipeline (common.h: a device moved to another namespace keeps its
- * programs) and by the nodes' kernel-side watches (a raw tracepoint fires
- * for every namespace). */
+ * programs), by the nodes' kernel-side watches (a raw tracepoint fires for
+ * every namespace) and by controller.c (a cgroup's sockets may be in any). */
 #ifndef LFP_NETNS_H
 #define LFP_NETNS_H
 

@@ -306,7 +306,7 @@ class Installer:
             path = self.layout.link_pin(p.ifindex, p.hook)
             try:
                 link = dp.Link.from_pinned(path)
-                if dp.link_info(link.fd).get("ifindex") != p.ifindex:
+                if not _runs_here(link, p):
                     link.detach()
                     link = None
             except (dp.BpfError, FileNotFoundError, OSError):
@@ -399,3 +399,22 @@ def _with_everything_reloaded(plan: Plan, installed: InstalledState, desired: Gr
     running = {p.ifindex for p in installed.pipelines if p.active}
     extra = tuple(p for p in desired.pipelines if p.ifindex in running and p.ifindex not in touched)
     return replace(plan, replace=plan.replace + extra)
+
+
+def _runs_here(link, p: InstalledPipeline) -> bool:
+    """Whether a pinned link still runs its program on the interface it was
+    recorded for, in this namespace: a device moved to another namespace
+    while no controller watched keeps its link, and there may even keep its
+    ifindex (its packets are safe, the pipeline checks the namespace, but
+    adopting the link would leave a device here that takes the ifindex
+    without a program while status calls it active)."""
+    info = dp.link_info(link.fd)
+    if info.get("ifindex") != p.ifindex:
+        return False
+    try:
+        if p.hook == "xdp":
+            attached = dp.xdp_attached(p.ifindex)
+            return info["prog_id"] in (attached.native_prog_id, attached.generic_prog_id)
+        return info["prog_id"] in dp.tcx_attached(p.ifindex, "ingress")
+    except dp.BpfError:
+        return False       # no such device here

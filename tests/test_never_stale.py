@@ -417,3 +417,46 @@ def test_an_upgrade_with_other_map_layouts_replaces_the_kept_datapath_atomically
             assert _fast_path(r) - fast >= 20
     finally:
         linuxfp_cli(r.dut.name, "detach", check=False)
+
+
+def test_a_kept_link_whose_device_moved_away_is_not_adopted(router_topology, lab):
+    """While no controller runs, a device leaves for another namespace with
+    its pinned link (keeping its ifindex there) and a new device here takes
+    that ifindex. The next controller must not adopt the link for the new
+    device (which would then run nothing while status calls it active): it
+    detaches it, and the new device gets a program of its own."""
+    from linuxfp.lab import entered
+
+    r = router_topology
+    away = lab.namespace("away")
+    controller = ControllerProcess(r.dut.name, hook="tc", keep=True)
+    controller.start()
+    moved = r.dut_left.ifindex
+    try:
+        os.killpg(controller.proc.pid, signal.SIGKILL)
+        controller.proc.wait(10)
+        r.dut.run(["ip", "link", "set", "to-src", "netns", away.name])
+        with entered(away):
+            assert dp.tcx_attached(moved, "ingress"), "the moved device keeps its program"
+        r.dut.run(["ip", "link", "add", "newcomer", "index", str(moved), "type", "veth", "peer", "name", "newpeer"])
+        r.dut.run(["ip", "link", "set", "newpeer", "up"])
+        r.dut.run(["ip", "link", "set", "newcomer", "up"])
+        controller = ControllerProcess(r.dut.name, hook="tc", keep=True)
+        controller.start()
+        rows = {i["ifindex"]: i for i in json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["interfaces"]}
+        assert rows[moved]["ifname"] == "newcomer" and rows[moved]["state"] == "active", rows.get(moved)
+        with entered(r.dut):
+            assert rows[moved]["link_id"] and _link_prog(rows[moved]["link_id"]) in dp.tcx_attached(moved, "ingress")
+        with entered(away):
+            assert not dp.tcx_attached(moved, "ingress"), "the moved device's link was adopted"
+    finally:
+        controller.stop()
+        linuxfp_cli(r.dut.name, "detach", check=False)
+
+
+def _link_prog(link_id: int) -> int:
+    link = dp.Link.from_id(link_id)
+    try:
+        return dp.link_info(link.fd)["prog_id"]
+    finally:
+        link.close()

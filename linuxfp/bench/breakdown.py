@@ -33,7 +33,7 @@ from .topology import Line
 
 RUNGS = (
     (1, "MAC rewrite + redirect (at XDP through the controller's devmap): the upper bound"),
-    (2, "+ the pipeline's start (the ingress's counters) and parse (Ethernet, VLAN checks, IPv4), TTL check "
+    (2, "+ the pipeline's start (its namespace check, the ingress's counters) and parse (Ethernet, VLAN checks, IPv4), TTL check "
         "and decrement"),
     (3, "+ the lease check"),
     (4, "+ the ingress's facts: addressed to this host, no mark"),

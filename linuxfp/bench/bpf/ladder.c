@@ -11,8 +11,9 @@
  * selects how many rungs are climbed:
  *   1 rewrite MACs, redirect (XDP: through the controller's devmap; TC:
  *     bpf_redirect()): the upper bound
- *   2 + the pipeline's parse (Ethernet with its VLAN checks, IPv4), TTL
- *       check and decrement (rung 1 already reads the context)
+ *   2 + the pipeline's start (its namespace check, the ingress's counters)
+ *       and parse (Ethernet with its VLAN checks, IPv4), TTL check and
+ *       decrement (rung 1 already reads the context)
  *   3 + the lease check (lease.h)
  *   4 + the device IP sees (lfp_ifaces): addressed to this host, no mark
  *   5 + IPv4 header validation (lengths, checksum, fragments) and martians
