@@ -130,7 +130,7 @@ def test_every_ladder_rung_verifies_at_both_hooks():
         for rung, _ in RUNGS:
             with BpfObject.open(compile_source(ladder_source(hook, rung)).data, name="bench_ladder") as obj:
                 obj.load()
-                sizes.append(obj.insn_count("bench_ladder"))
+                sizes.append(obj.insn_count("lfp_ladder"))
         assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), (hook, sizes)
 
 

@@ -169,6 +169,45 @@ def test_an_interface_that_fails_stays_on_the_kernel_path(router_topology, tmp_p
             foreign.detach()
 
 
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+@pytest.mark.parametrize("where", ["ingress", "egress"])
+def test_tcx_programs_of_another_tool_are_never_bypassed(router_topology, tmp_path, hook, where):
+    """Another tool attaches a tcx program that drops everything to the
+    DUT's ingress (to-src) or egress (to-sink) while the controller runs:
+    Linux then forwards nothing. No event announces it; within the poll the
+    fast path must stop going around it (an XDP redirect skips tcx egress;
+    our XDP, or our tcx program ahead of theirs, skips their tcx ingress
+    program), and take over again once it is gone."""
+    from linuxfp import datapath as dp
+    from linuxfp.lab import Capture, entered, settle
+
+    r = router_topology
+    obj_path = str(tmp_path / "foreign_drop.o")
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c",
+                    os.path.join(os.path.dirname(__file__), "bpf", "foreign_tc_drop.c"), "-o", obj_path], check=True)
+    ifindex = (r.dut_left if where == "ingress" else r.dut_right).ifindex
+    with ControllerProcess(r.dut.name, hook=hook) as controller:
+        with entered(r.dut), dp.BpfObject.open(obj_path) as obj:
+            obj.load()
+            link = dp.attach_tc(obj.program("foreign_drop"), ifindex, direction=where, method="tcx")
+        try:
+            time.sleep(1.2)            # the poll (1 s) notices it
+            controller.settled()
+            with Capture(r.sink, "to-dut") as sink:
+                udp_burst(r, 20)
+                settle([sink], quiet=0.2)
+                arrived = sink.stop()
+            assert [f for f in arrived if len(f.data) >= 64] == [], "a frame went around their program"
+        finally:
+            with entered(r.dut):
+                link.detach()
+        time.sleep(1.2)
+        controller.settled()
+        before = fast_path_count(r)
+        udp_burst(r, 20)
+        assert fast_path_count(r) >= before + 20
+
+
 def test_cli_usage_errors_and_unprivileged_user():
     cli = [sys.executable, "-m", "controller.cli"]
     bad = subprocess.run(cli + ["run", "--hook", "nope"], capture_output=True, text=True)

@@ -52,6 +52,21 @@ def test_tc_qdisc_on_ingress_keeps_kernel_path_and_blocks_xdp_egress():
     assert "xdp_tx" not in flag_names(facts(g, 2).flags) and "tc_tx" in flag_names(facts(g, 2).flags)
 
 
+def test_tcx_programs_of_another_tool_keep_their_ingress_on_the_kernel_path_and_block_xdp_egress():
+    snap = router_snapshot()
+    theirs_in = replace(snap, links=(snap.links[0], replace(link(2, "left"), tcx_others_ingress=True),
+                                     link(3, "right")))
+    g = build_graph(theirs_in)
+    assert [p.ifname for p in g.pipelines] == ["right"]
+    assert "tcx programs of another tool" in {s.ifname: s.reason for s in g.skipped}["left"]
+    theirs_out = replace(snap, links=(snap.links[0], replace(link(2, "left"), tcx_others_egress=True),
+                                      link(3, "right")))
+    g = build_graph(theirs_out)
+    assert [p.ifname for p in g.pipelines] == ["left", "right"]
+    assert "xdp_tx" not in flag_names(facts(g, 2).flags) and "tc_tx" in flag_names(facts(g, 2).flags)
+    assert "xdp_tx" in flag_names(facts(g, 3).flags)
+
+
 def test_neighbour_states_for_the_datapath():
     from linuxfp.state.model import Neighbour
     snap = router_snapshot(neighbours=(

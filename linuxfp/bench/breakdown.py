@@ -121,7 +121,7 @@ def _install(hook: str, rung: int):
                 "ladder_egress": line.dut_out.ifindex,
             })
             obj.load()
-            prog = held.enter_context(contextlib.closing(obj.program("bench_ladder")))
+            prog = held.enter_context(contextlib.closing(obj.program("lfp_ladder")))
             link = held.enter_context(contextlib.closing(_controller_link(layout, line, hook)))
             original = held.enter_context(contextlib.closing(Program.from_id(link.prog_id)))
             # On the controller's own link: no second attachment, and the

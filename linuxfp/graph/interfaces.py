@@ -77,10 +77,11 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_
         flags |= IF_TC_TX
     if routable:
         flags |= IF_ROUTED_TX
-    # An XDP redirect skips the egress qdisc and tc egress filters (and
-    # never meets a length cap: only TC egresses carry one).
+    # An XDP redirect skips the egress qdisc, tc egress filters and tcx
+    # egress programs (and never meets a length cap: only TC egresses carry one).
     if (flags & (IF_TC_TX | IF_ROUTED_TX) and link.can_receive_xdp_redirect
-            and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress and not tx_len_cap):
+            and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress and not link.tcx_others_egress
+            and not tx_len_cap):
         flags |= IF_XDP_TX
     return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap, fwd_len_cap6)
 

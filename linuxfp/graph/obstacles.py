@@ -45,4 +45,7 @@ def ingress_obstacles(link) -> tuple[Obstacle, ...]:
         found.append(Obstacle("not_ethernet", "not an Ethernet interface"))
     if link.tc_ingress:
         found.append(Obstacle("tc_ingress", "an ingress/clsact qdisc is present: its tc filters would be bypassed"))
+    if link.tcx_others_ingress:
+        found.append(Obstacle("tcx_ingress", "tcx programs of another tool run on this ingress: they would be "
+                                             "bypassed"))
     return tuple(found)

@@ -189,6 +189,14 @@ class TcIngressUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class TcxUpdate:
+    ifindex: int
+    others_ingress: bool  # tcx programs of other tools on the device (state/tcx.py)
+    others_egress: bool
+    kind = "tcx"
+
+
+@dataclass(frozen=True, slots=True)
 class QdiscChanged:
     """A qdisc was added/removed (RTM_NEWQDISC/DELQDISC); the root qdisc name
     in RTM_NEWLINK is not re-announced, so the stream follows this with a
@@ -319,7 +327,7 @@ Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
     | PlainRouteReplaced | PlainRouteRemoved
     | Route6Mtu | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
-    | TcIngressUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
+    | TcIngressUpdate | TcxUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
     | RoutesMayBeFlushed | Routes6MayExpire | Routes6Replaced | RulesReplaced | SysctlsReplaced | SysctlsPatched
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
     | PeerLinkUpdate | PeerLinkRemoved
@@ -581,7 +589,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             if lo < hi:
                 old = links.get(lo)
                 new = replace(new, xdp_features=old.xdp_features, xdp_rx_metadata=old.xdp_rx_metadata,
-                              tc_ingress=old.tc_ingress)
+                              tc_ingress=old.tc_ingress, tcx_others_ingress=old.tcx_others_ingress,
+                              tcx_others_egress=old.tcx_others_egress)
             links.upsert(new)
         elif isinstance(msg, LinkRemoved):
             index = msg.index
@@ -605,6 +614,12 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             lo, hi = links.span(msg.ifindex, link_order)
             if lo < hi and links.get(lo).tc_ingress != msg.present:
                 links.upsert(replace(links.get(lo), tc_ingress=msg.present))
+        elif isinstance(msg, TcxUpdate):
+            lo, hi = links.span(msg.ifindex, link_order)
+            if lo < hi and (links.get(lo).tcx_others_ingress, links.get(lo).tcx_others_egress) != (
+                    msg.others_ingress, msg.others_egress):
+                links.upsert(replace(links.get(lo), tcx_others_ingress=msg.others_ingress,
+                                     tcx_others_egress=msg.others_egress))
         elif isinstance(msg, RuleUpdate):
             _apply_rule_update(rules, msg.rule)
         elif isinstance(msg, RuleRemoved):

@@ -48,7 +48,8 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
 Never announced at all, hence `refresh_polled()`: accept_local,
 send_redirects and route_localnet sysctls, legacy iptables rules, and XDP
 programs attached or detached through a BPF link (no RTM_NEWLINK then).
-Not tracked at all: tcx programs (BPF-link TC attach, no qdisc, no event),
+tcx programs of other tools (BPF-link TC attach, no qdisc, no event) are
+read for each new device (`TcxUpdate`) and polled. Not tracked at all:
 neighbour REACHABLE->DELAY->PROBE transitions (the state field is the last
 announced one; the link-layer address is always current).
 """
@@ -85,6 +86,7 @@ from .changes import (
     SysctlsPatched,
     SysctlsReplaced,
     TcIngressUpdate,
+    TcxUpdate,
     XdpFeaturesUpdate,
     XfrmChanged,
     XfrmReplaced,
@@ -107,6 +109,7 @@ from .read import (
     read_snapshot,
 )
 from .sysctl import read_sysctls
+from .tcx import others_attached
 from .xfrm import NETLINK_XFRM, read_xfrm
 
 XFRMNLGRP_POLICY = 4     # enum xfrm_nlgroups: policy and default-policy changes
@@ -432,6 +435,7 @@ class EventStream:
             with_peers.extend(link for link in reread if has_far_end(link))
             ingress = dump_tc_ingress(self._rtnl)
             extra.extend(TcIngressUpdate(index, index in ingress) for index in sorted(wanted))
+            extra.extend(TcxUpdate(index, *others_attached(index)) for index in sorted(wanted))
         for index in new_links:
             # The genl add notification may race with RTM_NEWLINK; ask directly.
             features = self._netdev.xdp_features(index)

@@ -150,6 +150,11 @@ class Link(_JsonMixin):
     # device, and an XDP program would run before (and around) them.
     alias: str = ""  # IFLA_IFALIAS (`ip link set DEV alias TEXT`)
     tc_ingress: bool = False
+    # tcx programs of other tools run here (linuxfp/state/tcx.py): on the
+    # ingress path, or on the egress path that an XDP redirect or a
+    # bpf_redirect_peer into this device's peer skips. Polled: no event.
+    tcx_others_ingress: bool = False
+    tcx_others_egress: bool = False
     # NETDEV_XDP_RX_METADATA_* bitmask: which metadata kfuncs the driver
     # implements (VLAN_TAG lets XDP see a tag moved out of the frame).
     xdp_rx_metadata: int = 0

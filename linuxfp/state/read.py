@@ -32,6 +32,7 @@ from .model import (
 from .netfilter import read_netfilter
 from .xfrm import read_xfrm
 from .sysctl import read_sysctls
+from .tcx import others_attached
 
 
 def netns_inode() -> int:
@@ -170,7 +171,8 @@ def read_snapshot() -> Snapshot:
     with NetdevFamily() as netdev:
         features = netdev.dump_xdp_features()
     links = [replace(link, xdp_features=features.get(link.index, (0, 0))[0],
-                     xdp_rx_metadata=features.get(link.index, (0, 0))[1], tc_ingress=link.index in tc_ingress)
+                     xdp_rx_metadata=features.get(link.index, (0, 0))[1], tc_ingress=link.index in tc_ingress,
+                     **_tcx_fields(link.index))
              for link in links]
     links.sort(key=link_order)
     addresses.sort(key=address_order)
@@ -192,7 +194,14 @@ def read_snapshot() -> Snapshot:
     )
 
 
-def _with_current_xdp(links: tuple[Link, ...], current: dict[int, Link]) -> tuple[Link, ...]:
+def _tcx_fields(ifindex: int) -> dict[str, bool]:
+    ingress, egress = others_attached(ifindex)
+    return {"tcx_others_ingress": ingress, "tcx_others_egress": egress}
+
+
+def _with_current_attachments(links: tuple[Link, ...], current: dict[int, Link]) -> tuple[Link, ...]:
+    """`links` with the XDP programs and the tcx programs of others as they
+    are now (neither announced when attached through a BPF link)."""
     changed = False
     out = []
     for link in links:
@@ -200,6 +209,11 @@ def _with_current_xdp(links: tuple[Link, ...], current: dict[int, Link]) -> tupl
         if now is not None and (now.xdp_prog_id, now.xdp_mode) != (link.xdp_prog_id, link.xdp_mode):
             link = replace(link, xdp_prog_id=now.xdp_prog_id, xdp_mode=now.xdp_mode)
             changed = True
+        if now is not None:
+            tcx = _tcx_fields(link.index)
+            if (link.tcx_others_ingress, link.tcx_others_egress) != tuple(tcx.values()):
+                link = replace(link, **tcx)
+                changed = True
         out.append(link)
     return tuple(out) if changed else links
 
@@ -221,7 +235,8 @@ def refresh_polled(snapshot: Snapshot, sets: bool = True) -> Snapshot:
     no RTM_NEWNETCONF. Netfilter: legacy iptables changes produce no event at
     all. XDP: attaching or detaching through a BPF link (bpf_link_create, as
     libbpf's bpf_program__attach_xdp does) sends no RTM_NEWLINK, unlike the
-    netlink attach `ip link set ... xdp` uses. ipsets: no event either;
+    netlink attach `ip link set ... xdp` uses; nor does a tcx attachment
+    (state/tcx.py). ipsets: no event either;
     `sets` False reads again only sets the rules name for the first time (a
     kernel watch announces ipset changes: controller/daemon.py).
     Returns `snapshot` itself when nothing changed."""
@@ -229,7 +244,7 @@ def refresh_polled(snapshot: Snapshot, sets: bool = True) -> Snapshot:
         raise RuntimeError("refresh_polled: called from a different network namespace "
                            "than the snapshot was read in")
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
-        links = _with_current_xdp(snapshot.links, {l.index: l for l in dump_links(sock)})
+        links = _with_current_attachments(snapshot.links, {l.index: l for l in dump_links(sock)})
     sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
     netfilter = read_netfilter(fresh_sets=sets)
     xfrm = read_xfrm()

@@ -64,8 +64,10 @@ static __always_inline int ladder_redirect(__u32 egress)
 
 #define LADDER_PASS lfp_verdict(&pkt, LFP_PASS)
 
+/* Named like LinuxFP's own programs (lfp_*): on the controller's link, it is
+ * not a tcx program of another tool (linuxfp/state/tcx.py). */
 SEC(LADDER_SECTION)
-int bench_ladder(lfp_ctx_t *ctx)
+int lfp_ladder(lfp_ctx_t *ctx)
 {
 	struct lfp_pkt pkt;
 	struct ethhdr *eth;

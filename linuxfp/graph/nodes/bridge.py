@@ -175,9 +175,10 @@ _RX_HANDLER_UPPERS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap"})
 def hands_up(snapshot, bridge) -> bool:
     """Whether a frame to the bridge's MAC reaches IP on the bridge device
     as the nodes after the bridge reproduce it: nothing runs on the bridge's
-    receive path in between (tc ingress filters, a generic XDP program, an
-    upper device's rx_handler, the bridge being a port itself)."""
-    if bridge.tc_ingress or bridge.xdp_prog_id or bridge.master:
+    receive path in between (tc ingress filters or tcx programs of other
+    tools, a generic XDP program, an upper device's rx_handler, the bridge
+    being a port itself)."""
+    if bridge.tc_ingress or bridge.tcx_others_ingress or bridge.xdp_prog_id or bridge.master:
         return False
     return not any(link.peer == bridge.index and link.kind in _RX_HANDLER_UPPERS for link in snapshot.links)
 

@@ -64,11 +64,12 @@ def bridge_devices(snapshot) -> dict[int, int]:
 def _sends(snapshot, bridge) -> bool:
     """Whether br_dev_xmit() would send a routed packet to its FDB port as
     the node does: the bridge is up and reproduced by the bridge node,
-    nothing runs on its transmit path (a queue, tc egress filters), and no
+    nothing runs on its transmit path (a queue, tc egress filters, tcx
+    programs of other tools), and no
     accepted redirect can reroute what is sent through it."""
     conf = snapshot.sysctls.for_ifindex(bridge.index)
     # accepted ICMP redirects make next-hop exceptions bpf_fib_lookup ignores
     redirects = conf is not None and conf.accept_redirects
     return (bridge.up and bridge.oper_up and bridge.link_type == ARPHRD_ETHER and not redirects
-            and (bridge.qdisc or "") in _UNQUEUED and not bridge.tc_ingress
+            and (bridge.qdisc or "") in _UNQUEUED and not bridge.tc_ingress and not bridge.tcx_others_egress
             and bridge_blocker(snapshot, bridge) is None)

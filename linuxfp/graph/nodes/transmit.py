@@ -101,14 +101,15 @@ _NO_QDISC = frozenset({"noqueue"})
 def deliverable_peers(snapshot):
     """(veth, its peer) pairs where a frame sent out of the veth may be put
     straight into the peer's receive path (bpf_redirect_peer): nothing runs
-    on the way out (no qdisc work, no tc egress filters: no clsact), and the
+    on the way out (no qdisc work, no tc egress filters: no clsact, no tcx
+    egress programs of other tools), and the
     peer receives through the backlog, not NAPI — its GRO or XDP would run
     on the veth path only, which the veth's NDO_XMIT feature reveals (set
     when its peer has either; unknown without the netdev family: no)."""
     for link in snapshot.links:
         peer = snapshot.peer_of(link)
         if (peer is None or not (link.up and link.oper_up)
-                or (link.qdisc or "") not in _NO_QDISC or link.tc_ingress
+                or (link.qdisc or "") not in _NO_QDISC or link.tc_ingress or link.tcx_others_egress
                 or not link.xdp_features or link.can_receive_xdp_redirect):
             continue
         if peer.up and not peer.xdp_prog_id and peer.mtu and any(mac_bytes(peer.mac)):
