@@ -75,7 +75,8 @@ struct lfp_pkt {
 	__u16 l3_proto;         /* network byte order */
 	struct lfp_fwd fwd;
 	void *counters;         /* this interface's counter array (lfp_pkt_init) */
-	void *net;              /* the kernel's struct net of the ingress (lfp_pkt_init) */
+	void *dev;              /* the kernel's struct net_device of the ingress (lfp_pkt_init) */
+	void *net;              /* its struct net */
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
@@ -188,11 +189,20 @@ static __always_inline enum lfp_rc lfp_drop(struct lfp_pkt *pkt, enum lfp_counte
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
 /* The kernel's view of the packet, read through the context (CO-RE): the
- * device it arrived on and that device's namespace. */
+ * device it arrived on, that device's namespace and its tcx programs. */
+struct bpf_mprog_fp___lfp {
+	void *prog;             /* struct bpf_prog */
+} __attribute__((preserve_access_index));
+
+struct bpf_mprog_entry___lfp {          /* a direction's tcx programs, NULL-terminated */
+	struct bpf_mprog_fp___lfp fp_items[2];
+} __attribute__((preserve_access_index));
+
 struct net_device___lfp {
 	struct {
 		void *net;              /* struct net */
 	} nd_net;
+	struct bpf_mprog_entry___lfp *tcx_ingress;   /* kernel 6.6 on */
 } __attribute__((preserve_access_index));
 
 #ifdef LFP_HOOK_TC
@@ -229,7 +239,7 @@ static __always_inline void *lfp_kern_dev_of(lfp_ctx_t *ctx)
 
 static __always_inline void *lfp_kern_dev(struct lfp_pkt *pkt)
 {
-	return lfp_kern_dev_of(pkt->ctx);
+	return pkt->dev;
 }
 
 /* The struct net of the namespace the packet is in (read once, at
@@ -261,6 +271,7 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
 	struct net_device___lfp *dev = lfp_kern_dev_of(ctx);
 
+	pkt->dev = dev;
 	pkt->net = dev->nd_net.net;
 	if (!lfp_is_this_namespace(pkt->net))
 		return -1;
@@ -637,6 +648,28 @@ static __always_inline int lfp_arm_redirect6(struct lfp_pkt *pkt, __u32 egress)
 static __always_inline int lfp_arm_bridged_redirect(struct lfp_pkt *pkt, __u32 egress)
 {
 	return lfp_arm_redirect_to(pkt, egress, LFP_IF_TC_TX | LFP_IF_BRIDGE_TX);
+}
+
+/* Whether tcx programs of another tool run on the ingress, which this
+ * pipeline would go around: at XDP any (tcx runs after XDP), at TC any but
+ * this one (the controller attaches it alone). A tcx attachment sends no
+ * event: the controller finds it by polling and then leaves the ingress to
+ * the kernel; until then every packet goes there from here (no window). */
+static __always_inline int lfp_ingress_shared(struct lfp_pkt *pkt)
+{
+	struct net_device___lfp *dev = lfp_kern_dev(pkt);
+	struct bpf_mprog_entry___lfp *entry;
+
+	if (!bpf_core_field_exists(dev->tcx_ingress))
+		return 0;       /* no tcx in this kernel */
+	entry = dev->tcx_ingress;
+	if (!entry)
+		return 0;
+#ifdef LFP_HOOK_XDP
+	return entry->fp_items[0].prog != NULL;
+#else
+	return entry->fp_items[1].prog != NULL;
+#endif
 }
 
 /* The verdict for a packet that is not this pipeline's (lfp_pkt_init):

@@ -17,7 +17,8 @@
 	X(LEASE_EXPIRED,          pipeline, pass, "no live controller holds the lease (gone, stopped or stuck)") \
 	X(WATCHED_TABLE_CHANGED,  pipeline, pass, "netfilter changed (legacy iptables, nf_tables, ipset); the controller has not applied it yet") \
 	X(PARSE_SHORT,            pipeline, pass, "frame shorter than its headers")         \
-	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")
+	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")                        \
+	X(TCX_OTHERS,             pipeline, pass, "tcx programs of another tool run on this ingress; the controller has not read them yet")
 
 /* Programs that are not pipelines (controller.c) know only the pipeline's. */
 #ifndef LFP_COUNTERS

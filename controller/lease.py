@@ -242,6 +242,8 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "a device moved to another namespace with its programs": "none (each packet's device is checked "
                                                                   "against this namespace's cookie)",
         "accept_redirects, bridge-nf-call-* and other sysctls without events": "<= 1 s (polled)",
-        "tcx programs of other tools (an ingress they run on stays with the kernel; no XDP redirect or "
-        "redirect_peer skips their egress programs)": "<= 1 s (polled: no event)",
+        "tcx programs of other tools on an ingress": "none (the pipeline reads the device's tcx programs per "
+                                                     "packet; the poll then leaves the ingress to the kernel)",
+        "tcx programs of other tools on an egress (no XDP redirect or redirect_peer skips them)":
+            "<= 1 s (polled: no event)",
     }

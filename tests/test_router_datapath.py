@@ -328,3 +328,37 @@ def test_a_device_moved_to_another_namespace_takes_no_fast_path_there(hook):
             assert {c.name: router.counter(c.name) for c in counters()} == before
         finally:
             router.close()
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_a_tcx_program_of_another_tool_on_the_ingress_sends_every_packet_to_the_kernel_at_once(
+        hook, router_ns, tmp_path):
+    """A tcx attachment sends no event, so the controller finds another
+    tool's program only by polling; the pipeline itself must not go around
+    it meanwhile (at XDP any tcx ingress program runs after it; at TC the
+    controller's is attached alone)."""
+    import subprocess
+    from pathlib import Path
+
+    source = Path(__file__).parent / "bpf" / "foreign_tc_drop.c"
+    obj_path = tmp_path / "foreign_drop.o"
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c", str(source),
+                    "-o", str(obj_path)], check=True)
+    router = LoadedRouter(hook, router_ns)
+    frame = CASES[0].frame()
+    links = []
+    try:
+        with entered(router_ns), dp.BpfObject.open(str(obj_path)) as foreign:
+            foreign.load()
+            if hook == "tc":       # ours first, as the controller attaches it
+                links.append(dp.attach_tc(router.prog, router.ifindex, direction="ingress", method="tcx"))
+            links.append(dp.attach_tc(foreign.program("foreign_drop"), router.ifindex, direction="ingress",
+                                      method="tcx"))
+            assert_passed(router, frame, "tcx_others")
+            links[-1].detach()
+            assert router.run(frame).retval == VERDICTS[hook][FORWARD]   # ours alone again
+    finally:
+        with entered(router_ns):
+            for link in links:
+                link.close()
+        router.close()
