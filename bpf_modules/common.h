@@ -263,7 +263,7 @@ static __always_inline int lfp_is_this_namespace(struct net *net)
 	return net->net_cookie == lfp_netns_cookie;
 }
 
-/* 0, or -1 for a packet that is not this pipeline's (lfp_not_ours): its
+/* 0, or -1 for a packet that is not this pipeline's (passed uncounted): its
  * device is in another namespace, or at TC an interface the controller has
  * not registered (it fills lfp_counters before attaching); neither has
  * counters this pipeline could find. */
@@ -672,19 +672,11 @@ static __always_inline int lfp_ingress_shared(struct lfp_pkt *pkt)
 #endif
 }
 
-/* The verdict for a packet that is not this pipeline's (lfp_pkt_init):
- * the kernel's, and at TC whatever the device's next tcx program (another
- * tool's, or another namespace's controller after a move) says of it:
- * TC_ACT_UNSPEC is tcx's "next", where TC_ACT_OK would end the chain. */
-static __always_inline int lfp_not_ours(void)
-{
-#ifdef LFP_HOOK_XDP
-	return XDP_PASS;
-#else
-	return TC_ACT_UNSPEC;
-#endif
-}
-
+/* A packet passed is the kernel's as if this pipeline were not there: at TC
+ * that includes whatever tcx programs follow ours on the device (another
+ * tool's attached since, or another namespace's controller after a move):
+ * TC_ACT_UNSPEC is tcx's "next program" (and cls_bpf's "next filter"),
+ * where TC_ACT_OK would end the chain. */
 static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
 {
 	(void)pkt;
@@ -704,7 +696,7 @@ static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
 	case LFP_DROP:
 		return TC_ACT_SHOT;
 	default:
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	}
 #endif
 }

@@ -39,9 +39,9 @@ SETUP = [
     f"ip neigh replace 198.18.10.4 lladdr {D} dev br0 nud permanent",
     "ip neigh replace 198.18.10.9 lladdr 02:00:00:00:ee:09 dev br0 nud permanent",
 ]
-XDP_PASS, XDP_REDIRECT, TC_ACT_OK, TC_ACT_REDIRECT = 2, 4, 0, 7
+XDP_PASS, XDP_REDIRECT, TC_ACT_UNSPEC, TC_ACT_REDIRECT = 2, 4, 0xFFFFFFFF, 7
 FWD, PASS = "forward", "pass"
-VERDICTS = {"xdp": {FWD: XDP_REDIRECT, PASS: XDP_PASS}, "tc": {FWD: TC_ACT_REDIRECT, PASS: TC_ACT_OK}}
+VERDICTS = {"xdp": {FWD: XDP_REDIRECT, PASS: XDP_PASS}, "tc": {FWD: TC_ACT_REDIRECT, PASS: TC_ACT_UNSPEC}}
 
 
 def _udp(src, dst, size=None, sport=40000):

@@ -26,8 +26,8 @@ from pipeline_loader import LoadedPipeline
 from fixtures.router_cases import CASES, FORWARD, IN_MAC, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC, STALE_MAC
 
 XDP_PASS, XDP_REDIRECT = 2, 4
-TC_ACT_OK, TC_ACT_REDIRECT = 0, 7
-VERDICTS = {"xdp": {FORWARD: XDP_REDIRECT, "pass": XDP_PASS}, "tc": {FORWARD: TC_ACT_REDIRECT, "pass": TC_ACT_OK}}
+TC_ACT_UNSPEC, TC_ACT_REDIRECT = 0xFFFFFFFF, 7      # (-1: tcx's "next program", read as a u32)
+VERDICTS = {"xdp": {FORWARD: XDP_REDIRECT, "pass": XDP_PASS}, "tc": {FORWARD: TC_ACT_REDIRECT, "pass": TC_ACT_UNSPEC}}
 
 SETUP = [
     "ip link add in0 address {in_mac} type veth peer name in0p",
@@ -322,8 +322,7 @@ def test_a_device_moved_to_another_namespace_takes_no_fast_path_there(hook):
             before = {c.name: router.counter(c.name) for c in counters()}
             router.ns = away                       # test runs on the device where it now is
             result = router.run(frame)
-            # XDP_PASS; at TC, TC_ACT_UNSPEC (tcx: the device's next program decides)
-            assert result.retval == {"xdp": XDP_PASS, "tc": 0xFFFFFFFF}[hook]
+            assert result.retval == VERDICTS[hook]["pass"]
             assert result.data_out == frame
             assert {c.name: router.counter(c.name) for c in counters()} == before
         finally:

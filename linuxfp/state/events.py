@@ -405,7 +405,8 @@ class EventStream:
         if not (need_routes or need_rules or need_sysctls or sysctl_links or sysctls_gone or need_netfilter
                 or need_xfrm or new_links or reread_links or with_peers):
             return extra_flushes
-        if netns_inode() != self.netns_inode and (need_sysctls or sysctl_links or need_netfilter or need_xfrm):
+        if netns_inode() != self.netns_inode and (need_sysctls or sysctl_links or need_netfilter or need_xfrm
+                                                  or new_links or reread_links):   # (tcx: by ifindex here)
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
                                "the stream was opened in (/proc/sys follows the thread)")
         extra: list[Message] = list(extra_flushes)

@@ -22,12 +22,12 @@ def _is_ours(prog_id: int) -> bool:
     if name is None:
         try:
             prog = dp.Program.from_id(prog_id)
+            try:
+                name = dp.prog_info(prog.fd)["name"]
+            finally:
+                prog.close()
         except (dp.BpfError, OSError):
             return False     # gone meanwhile, or unreadable: nothing we can vouch for
-        try:
-            name = dp.prog_info(prog.fd)["name"]
-        finally:
-            prog.close()
         if len(_names) >= _MAX_REMEMBERED:
             _names.clear()
         _names[prog_id] = name
@@ -39,9 +39,12 @@ def others_attached(ifindex: int) -> tuple[bool, bool]:
     found = []
     for direction in ("ingress", "egress"):
         try:
-            found.append(any(not _is_ours(prog_id) for prog_id in dp.tcx_attached(ifindex, direction)))
+            attached = dp.tcx_attached(ifindex, direction)
         except dp.BpfError as e:
-            # no tcx in this kernel, or the device is gone: none; anything
-            # else (more programs than the query holds): assume theirs
-            found.append(e.errno not in (errno.EINVAL, errno.ENODEV))
+            # no tcx in this kernel, or the device is gone (or, before tcx
+            # was released, has no entry): none; anything else (more
+            # programs than the query holds): assume theirs
+            found.append(e.errno not in (errno.EINVAL, errno.ENODEV, errno.ENOENT))
+            continue
+        found.append(any(not _is_ours(prog_id) for prog_id in attached))
     return found[0], found[1]
