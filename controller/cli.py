@@ -89,7 +89,7 @@ def _draw_png(dot: str, path: str) -> None:
 
 def cmd_status(args) -> int:
     from .daemon import current_layout
-    from .views import namespaces_text, status, status_text
+    from .views import namespaces_text, stats, status, status_text, with_stats
 
     check_runtime(need_compiler=False)
     if args.all:
@@ -109,6 +109,8 @@ def cmd_status(args) -> int:
                    else None)
         print(problem or f"ready: controller pid {data['controller_pid']}, lease held")
         return 1 if problem else 0
+    if args.stats:
+        data = with_stats(data, stats(current_layout()), detail=args.stats > 1)
     _print(data, args.json, status_text)
     return 0
 
@@ -236,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every namespace with pins: its controller, the links still serving, whether stale")
     p.add_argument("--check", action="store_true",
                    help="exit 0 only while a controller runs here and holds the lease (readiness probes)")
+    p.add_argument("-s", "--stats", action="count", default=0,
+                   help="with each interface's packet counts (like ip -s); twice: with the reasons")
     p = add("stats", cmd_stats, "fast-path and pass-to-kernel counters, response times")
     p.add_argument("--prometheus", action="store_true",
                    help="Prometheus text format instead (for node_exporter's textfile collector)")

@@ -133,6 +133,20 @@ def stats(layout: NamespaceLayout) -> dict:
             "response_time": runtime_files.load_json(layout.response_file)}
 
 
+def with_stats(status_data: dict, stats_data: dict, detail: bool = False) -> dict:
+    """`status_data` with each interface's packet counts from `stats_data`
+    (`status -s`); with `detail`, per node and reason too (`-s -s`)."""
+    counted = {i["ifindex"]: i for i in stats_data["interfaces"]}
+    interfaces = []
+    for entry in status_data["interfaces"]:
+        found = counted.get(entry["ifindex"])
+        if found is not None:
+            keys = ("fast_path", "passed_to_kernel", "dropped") + (("nodes",) if detail else ())
+            entry = {**entry, "stats": {k: found[k] for k in keys}}
+        interfaces.append(entry)
+    return {**status_data, "interfaces": interfaces}
+
+
 def status_text(data: dict) -> str:
     lines = [f"namespace {data['namespace']}: controller "
              + (f"running (pid {data['controller_pid']})" if data["controller_pid"] else "not running")]
@@ -144,6 +158,8 @@ def status_text(data: dict) -> str:
     for i in data["interfaces"]:
         line = (f"  {i['ifname']:<16} {i['hook']:<4} {i['mode'] or '-':<8} {i['shape']:<14} prog {i['prog_id']}  "
                 f"{i['state']}" + (f" ({i['origin']})" if i.get("origin") else ""))
+        if i.get("stats"):
+            line += "\n" + "\n".join(_stats_lines(i["stats"], indent="    "))
         if i.get("hook_reason"):
             line += f"\n    tc rather than xdp: {i['hook_reason']}"
         if i.get("error"):
@@ -155,19 +171,28 @@ def status_text(data: dict) -> str:
     return "\n".join(lines)
 
 
-def stats_text(data: dict) -> str:
+def _stats_lines(counted: dict, indent: str = "") -> list[str]:
+    """Packet counts of one interface: the totals, then (when `counted` has
+    its nodes) each drop, pass and event by node and reason."""
     descriptions = {c.name: c.description for c in counters()}
+    lines = [f"{indent}fast path {counted['fast_path']}, passed to kernel {counted['passed_to_kernel']}, "
+             f"dropped {counted.get('dropped', 0)}"]
+    for node, n in sorted(counted.get("nodes", {}).items()):
+        for reason, value in sorted(n.get("drops", {}).items(), key=lambda kv: -kv[1]):
+            lines.append(f"{indent}    {node:<8} drop {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
+        for reason, value in sorted(n["passed"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"{indent}    {node:<8} pass {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
+        for event, value in sorted(n.get("events", {}).items()):
+            lines.append(f"{indent}    {node:<8} seen {event:<22} {value:>12}  {descriptions.get(event, '')}")
+    return lines
+
+
+def stats_text(data: dict) -> str:
     lines = []
     for i in data["interfaces"]:
-        lines.append(f"{i['ifname']} [{i['hook']}]: fast path {i['fast_path']}, passed to kernel "
-                     f"{i['passed_to_kernel']}, dropped {i.get('dropped', 0)}")
-        for node, n in sorted(i["nodes"].items()):
-            for reason, value in sorted(n.get("drops", {}).items(), key=lambda kv: -kv[1]):
-                lines.append(f"    {node:<8} drop {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
-            for reason, value in sorted(n["passed"].items(), key=lambda kv: -kv[1]):
-                lines.append(f"    {node:<8} pass {reason:<22} {value:>12}  {descriptions.get(reason, '')}")
-            for event, value in sorted(n.get("events", {}).items()):
-                lines.append(f"    {node:<8} seen {event:<22} {value:>12}  {descriptions.get(event, '')}")
+        first, *rest = _stats_lines(i)
+        lines.append(f"{i['ifname']} [{i['hook']}]: {first}")
+        lines += rest
     rt = data.get("response_time")
     if rt and rt.get("all", {}).get("n"):
         a = rt["all"]

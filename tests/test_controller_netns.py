@@ -81,6 +81,14 @@ def test_traffic_takes_the_fast_path(router_topology, ip_forw_datagrams, hook):
         entry = {i["ifname"]: i for i in status(r)["interfaces"]}["to-src"]
         assert entry["hook"] == hook and entry["state"] == "active" and entry["prog_id"] > 0
         assert entry["shape"] == f"{hook}:router+transmit"
+        # status -s: each interface's counts beside it, like ip -s; -s -s: with the reasons
+        counted = {i["ifname"]: i for i in json.loads(linuxfp_cli(r.dut.name, "-j", "status", "-s").stdout)
+                   ["interfaces"]}["to-src"]["stats"]
+        assert counted["fast_path"] >= 200 and "nodes" not in counted
+        detailed = {i["ifname"]: i for i in json.loads(linuxfp_cli(r.dut.name, "-j", "status", "-s", "-s").stdout)
+                    ["interfaces"]}["to-src"]["stats"]
+        assert detailed["nodes"]["transmit"]["fast"]["forwarded"] >= 200
+        assert "fast path" in linuxfp_cli(r.dut.name, "status", "-s").stdout
     # stopped: the kernel path carries on, nothing is left attached
     assert ping(r.src, RouterTopology.SINK_IP, count=2) == 2
     before = ip_forw_datagrams(r.dut)
