@@ -79,14 +79,14 @@ class Installer:
         next interface of its shape (else the caller closes it once attached):
         for a shared shape (Shape.shared) a new interface costs an attach,
         not a load."""
-        if any(ifname == pipeline.ifname and (not node or node in pipeline.shape.nodes)
-               for ifname, node in self._faults):
-            raise dp.BpfError(f"load {pipeline.shape} on {pipeline.ifname} (fault injected by "
-                              f"{FAULT_LOAD_ENV})", errno.EACCES)
+        faulted = any(ifname == pipeline.ifname and (not node or node in pipeline.shape.nodes)
+                      for ifname, node in self._faults)
         shared = pipeline.shape.shared
-        if shared and compiled.digest in self._programs:
+        if shared and compiled.digest in self._programs and not faulted:
             return self._programs[compiled.digest], True
         obj = dp.BpfObject.open(compiled.data, name=f"lfp_{pipeline.hook}" if shared else f"lfp_if{pipeline.ifindex}")
+        counters_pin = self.layout.counters_pin(pipeline.ifindex)
+        new_counters = not shared and not os.path.exists(counters_pin)
         try:
             if pipeline.shape.device_bound:
                 obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
@@ -98,10 +98,17 @@ class Installer:
                 with self.maps.counter_array(pipeline.ifindex) as array:
                     obj.reuse_map(IF_COUNTERS_MAP, array)
             fresh = self.maps.prepare(obj, self._desired)
+            if faulted:         # as the verifier would refuse it
+                raise dp.BpfError(f"load {pipeline.shape} on {pipeline.ifname} (fault injected by "
+                                  f"{FAULT_LOAD_ENV})", errno.EACCES)
             obj.load()
             dp.makedirs(self.layout.maps_dir)
             self.maps.adopt(obj, fresh, self._desired)
             prog = obj.program(pipeline.shape.entry)
+        except BaseException:
+            if new_counters:    # made for a program that never ran: `stats` would list it
+                dp.unpin(counters_pin, missing_ok=True)
+            raise
         finally:
             obj.close()     # the program keeps its own fd, the pins the maps
         if shared:

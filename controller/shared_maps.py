@@ -193,8 +193,10 @@ class SharedMaps:
         array of maps (milliseconds), so a plan pays it once, not per
         interface (since 6.8; before, once per entry). The same update
         lets go of the arrays of interfaces gone since the last one."""
-        outer = self._counters_outer(desired)
         requested = list(dict.fromkeys(ifindexes))
+        if not requested:
+            return          # (an XDP-only namespace needs no lfp_counters at all)
+        outer = self._counters_outer(desired)
         wanted = [i for i in requested if i not in self._registered]
         beyond = [i for i in wanted if i >= outer.max_entries]
         if beyond:

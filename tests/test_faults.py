@@ -22,7 +22,7 @@ import pytest
 
 from controller import lease
 from controller.installer import FAULT_LOAD_ENV
-from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
+from controller.launcher import ControllerProcess, layout_of, linuxfp_cli, linuxfp_stats
 from controller_counting import Counting, reasons
 from linuxfp import datapath as dp
 from linuxfp.lab import Capture, RouterTopology, entered, inject, run_differential, standard_frames
@@ -111,8 +111,11 @@ def looking(checks: list[dict]):
 
 def _look(r, shown: dict | None = None) -> dict:
     shown = shown or _status(r)
+    counted = json.loads(linuxfp_cli(r.dut.name, "-j", "stats").stdout)["interfaces"]
     return {"status": {i["ifname"]: i for i in shown["interfaces"]}, "programs": _programs(r),
-            "kernel_path": {s["ifname"]: s for s in shown["kernel_path"]}}
+            "kernel_path": {s["ifname"]: s for s in shown["kernel_path"]},
+            "counted": {i["ifname"] for i in counted},
+            "counters_outer": os.path.exists(layout_of(r.dut.name).shared_map_pin("lfp_counters"))}
 
 
 def _status(router) -> dict:
@@ -320,6 +323,8 @@ def test_a_load_failing_at_start_leaves_that_interface_alone_on_the_kernel_path(
     assert shown["to-sink"]["state"] == "error" and "fault injected" in shown["to-sink"]["error"], shown
     assert shown["to-src"]["state"] == "active", shown
     assert checks[0]["programs"]["to-sink"] == 0 and checks[0]["programs"]["to-src"] != 0, checks[0]
+    # no counters for a program that never ran; an XDP-only namespace has no lfp_counters
+    assert checks[0]["counted"] == {"to-src"} and not checks[0]["counters_outer"], checks[0]
     fast = [step["fast_path"] for step in seen[0].per_step()]
     assert all(fast), f"to-src unaffected, fast path per step: {fast}"
 
