@@ -655,7 +655,7 @@ static __always_inline int lfp_arm_bridged_redirect(struct lfp_pkt *pkt, __u32 e
  * this one (the controller attaches it alone). A tcx attachment sends no
  * event: the controller finds it by polling and then leaves the ingress to
  * the kernel; until then every packet goes there from here (no window). */
-static __always_inline int lfp_ingress_shared(struct lfp_pkt *pkt)
+static __always_inline int lfp_tcx_others_on_ingress(struct lfp_pkt *pkt)
 {
 	struct net_device___lfp *dev = lfp_kern_dev(pkt);
 	struct bpf_mprog_entry___lfp *entry;
@@ -670,6 +670,18 @@ static __always_inline int lfp_ingress_shared(struct lfp_pkt *pkt)
 #else
 	return entry->fp_items[1].prog != NULL;
 #endif
+}
+
+/* Whether tcx programs run at the ingress of `dev`, a device reached by
+ * probe reads (untyped) that the controller never attaches to. */
+static __always_inline int lfp_tcx_on_ingress_of(const void *dev)
+{
+	struct bpf_mprog_entry___lfp *entry;
+
+	if (!bpf_core_field_exists(((struct net_device___lfp *)0)->tcx_ingress))
+		return 0;       /* no tcx in this kernel */
+	entry = BPF_CORE_READ((struct net_device___lfp *)dev, tcx_ingress);
+	return entry && BPF_CORE_READ(entry, fp_items[0].prog) != NULL;
 }
 
 /* A packet passed is the kernel's as if this pipeline were not there: at TC

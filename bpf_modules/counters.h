@@ -18,7 +18,7 @@
 	X(WATCHED_TABLE_CHANGED,  pipeline, pass, "netfilter changed (legacy iptables, nf_tables, ipset); the controller has not applied it yet") \
 	X(PARSE_SHORT,            pipeline, pass, "frame shorter than its headers")         \
 	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")                        \
-	X(TCX_OTHERS,             pipeline, pass, "tcx programs of another tool run on this ingress; the controller has not read them yet")
+	X(TCX_OTHERS,             pipeline, pass, "tcx programs of another tool run on this ingress (or on the bridge a frame is handed up to): the controller has not read them yet, or they are another namespace's LinuxFP's (a device moved in); briefly also while a hook is switched")
 
 /* Programs that are not pipelines (controller.c) know only the pipeline's. */
 #ifndef LFP_COUNTERS

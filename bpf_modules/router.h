@@ -293,21 +293,22 @@ static __always_inline enum lfp_counter lfp_ipv6_l3_refusal(struct lfp_pkt *pkt,
 static __always_inline enum lfp_counter lfp_ipv6_ingress_refusal(struct lfp_pkt *pkt)
 {
 	struct net_device___lfp_ip6 *dev = lfp_kern_dev(pkt);
+	struct net___lfp_ip6 *net = lfp_kern_net(pkt);
 	struct ipv6_devconf___lfp *all;
 	enum lfp_counter refusal;
 
 	/* (a kernel without IPv6 has neither field) */
-	if (!bpf_core_field_exists(dev->ip6_ptr) || !bpf_core_field_exists(dev->nd_net.net->ipv6))
+	if (!bpf_core_field_exists(dev->ip6_ptr) || !bpf_core_field_exists(net->ipv6))
 		return LFP_CNT_IPV6_DISABLED;
 	refusal = lfp_ipv6_l3_refusal(pkt, dev);
 	if (refusal != LFP_CNT_MAX)
 		return refusal;
-	all = dev->nd_net.net->ipv6.devconf_all;
+	all = net->ipv6.devconf_all;
 	if (!all)
 		return LFP_CNT_IPV6_DISABLED;
 	/* any hash policy but 0 reads what the lookup does not see (1: the
 	 * skb's L4 hash); the controller says so too, but polls the sysctl */
-	if (dev->nd_net.net->ipv6.sysctl.multipath_hash_policy)
+	if (net->ipv6.sysctl.multipath_hash_policy)
 		return LFP_CNT_IPV6_OFF;
 	/* Linux also forwards from a device with force_forwarding, but then
 	 * looks routes up as a host does (RT6_LOOKUP_F_REACHABLE), which the

@@ -313,7 +313,7 @@ class Installer:
             path = self.layout.link_pin(p.ifindex, p.hook)
             try:
                 link = dp.Link.from_pinned(path)
-                if not _runs_here(link, p):
+                if not link_runs_here(link, p):
                     link.detach()
                     link = None
             except (dp.BpfError, FileNotFoundError, OSError):
@@ -408,7 +408,7 @@ def _with_everything_reloaded(plan: Plan, installed: InstalledState, desired: Gr
     return replace(plan, replace=plan.replace + extra)
 
 
-def _runs_here(link, p: InstalledPipeline) -> bool:
+def link_runs_here(link, p: InstalledPipeline) -> bool:
     """Whether a pinned link still runs its program on the interface it was
     recorded for, in this namespace: a device moved to another namespace
     while no controller watched keeps its link, and there may even keep its

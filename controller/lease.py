@@ -242,8 +242,9 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "a device moved to another namespace with its programs": "none (each packet's device is checked "
                                                                   "against this namespace's cookie)",
         "accept_redirects, bridge-nf-call-* and other sysctls without events": "<= 1 s (polled)",
-        "tcx programs of other tools on an ingress": "none (the pipeline reads the device's tcx programs per "
-                                                     "packet; the poll then leaves the ingress to the kernel)",
-        "tcx programs of other tools on an egress (no XDP redirect or redirect_peer skips them)":
+        "tcx programs of other tools on an ingress, or on a bridge frames are handed up to":
+            "none (the pipeline reads the device's tcx programs per packet; the poll then leaves that path "
+            "to the kernel)",
+        "tcx programs of other tools on an egress (until seen, XDP redirects and redirect_peer skip them)":
             "<= 1 s (polled: no event)",
     }

@@ -9,8 +9,8 @@ from linuxfp import datapath as dp
 from linuxfp.synth import counters
 
 from . import lease, runtime_files
-from .installer import origins_path
-from .namespace import NamespaceLayout
+from .installer import link_runs_here, origins_path
+from .namespace import NamespaceLayout, netns_cookie
 from .version import version
 
 
@@ -20,6 +20,7 @@ def status(layout: NamespaceLayout) -> dict:
     origins = runtime_files.load_json(origins_path(layout)) or {}
     hook_notes = (runtime_files.load_json(layout.hooks_file) or {}) if pid else {}
     interfaces = []
+    here = netns_cookie() == layout.cookie      # (benches read a namespace's status from outside it)
     for p in saved.pipelines if saved else ():
         entry = {"ifname": p.ifname, "ifindex": p.ifindex, "hook": p.hook, "mode": p.mode,
                  "shape": p.shape, "prog_id": p.prog_id, "link_id": p.link_id,
@@ -38,7 +39,8 @@ def status(layout: NamespaceLayout) -> dict:
             else:
                 try:
                     info = dp.link_info(link.fd)
-                    if info.get("ifindex") != p.ifindex:
+                    # (a device moved away keeps its link: asked where ifindexes are ours)
+                    if (not link_runs_here(link, p) if here else info.get("ifindex") != p.ifindex):
                         entry["state"] = "missing"
                     entry["prog_id"] = info.get("prog_id", p.prog_id)
                 except dp.BpfError as e:

@@ -201,3 +201,44 @@ def test_bridge_and_router_cases(bridge_ns, hook):
     finally:
         up.close()
         out.close()
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_a_tcx_program_of_another_tool_on_the_bridge_keeps_frames_to_it_off_the_fast_path(bridge_ns, hook,
+                                                                                            tmp_path):
+    """br_pass_frame_up() runs the bridge device's own tcx programs before IP
+    sees a frame to the bridge's address; a tcx attachment sends no event,
+    so the bridge node must see it itself, from the first frame on."""
+    import subprocess
+    from pathlib import Path
+
+    from linuxfp import datapath as dp
+    from linuxfp.lab.netns import entered
+
+    source = Path(__file__).parent / "bpf" / "foreign_tc_drop.c"
+    obj_path = tmp_path / "foreign_drop.o"
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c", str(source),
+                    "-o", str(obj_path)], check=True)
+    bridge_mac = _mac(bridge_ns, "br0")
+    up = LoadedBridge(hook, bridge_ns)
+    frame = udp_frame(A, bridge_mac, "198.18.10.1", "198.18.12.1")      # routed from a port
+    try:
+        up.run(_udp(A, B, sport=1))                     # A's refresh (and settling after it)
+        time.sleep(0.02)
+        up.run(frame)                                   # first use of the bridge's entry
+        time.sleep(0.02)
+        assert up.run(frame).retval == VERDICTS[hook][FWD]
+        with entered(bridge_ns), dp.BpfObject.open(str(obj_path)) as foreign:
+            foreign.load()
+            link = dp.attach_tc(foreign.program("foreign_drop"), _ifindex(bridge_ns, "br0"), direction="ingress",
+                                method="tcx")
+        try:
+            before = up.counter("tcx_others")
+            result = up.run(frame)
+            assert (result.retval, up.counter("tcx_others") - before) == (VERDICTS[hook][PASS], 1)
+            assert result.data_out[:len(frame)] == frame
+        finally:
+            link.close()
+        assert up.run(frame).retval == VERDICTS[hook][FWD]
+    finally:
+        up.obj.close()

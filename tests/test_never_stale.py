@@ -438,6 +438,8 @@ def test_a_kept_link_whose_device_moved_away_is_not_adopted(router_topology, lab
         r.dut.run(["ip", "link", "set", "to-src", "netns", away.name])
         with entered(away):
             assert dp.tcx_attached(moved, "ingress"), "the moved device keeps its program"
+        shown = {i["ifindex"]: i for i in json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["interfaces"]}
+        assert shown[moved]["state"] == "missing", shown[moved]       # its link serves nothing here
         r.dut.run(["ip", "link", "add", "newcomer", "index", str(moved), "type", "veth", "peer", "name", "newpeer"])
         r.dut.run(["ip", "link", "set", "newpeer", "up"])
         r.dut.run(["ip", "link", "set", "newcomer", "up"])

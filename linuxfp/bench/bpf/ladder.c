@@ -89,7 +89,7 @@ int lfp_ladder(lfp_ctx_t *ctx)
 	struct iphdr *ip;
 
 #if LADDER >= 3
-	if (lfp_lease_check() != LFP_LEASE_OK || lfp_ingress_shared(&pkt))
+	if (lfp_lease_check() != LFP_LEASE_OK || lfp_tcx_others_on_ingress(&pkt))
 		return LADDER_PASS;
 #endif
 	if (lfp_parse_l2(&pkt) != LFP_NEXT || pkt.l3_proto != bpf_htons(ETH_P_IP))
