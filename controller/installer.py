@@ -85,8 +85,6 @@ class Installer:
         if shared and compiled.digest in self._programs and not faulted:
             return self._programs[compiled.digest], True
         obj = dp.BpfObject.open(compiled.data, name=f"lfp_{pipeline.hook}" if shared else f"lfp_if{pipeline.ifindex}")
-        counters_pin = self.layout.counters_pin(pipeline.ifindex)
-        new_counters = not shared and not os.path.exists(counters_pin)
         try:
             if pipeline.shape.device_bound:
                 obj.bind_to_device(pipeline.shape.entry, pipeline.ifindex)
@@ -105,10 +103,6 @@ class Installer:
             dp.makedirs(self.layout.maps_dir)
             self.maps.adopt(obj, fresh, self._desired)
             prog = obj.program(pipeline.shape.entry)
-        except BaseException:
-            if new_counters:    # made for a program that never ran: `stats` would list it
-                dp.unpin(counters_pin, missing_ok=True)
-            raise
         finally:
             obj.close()     # the program keeps its own fd, the pins the maps
         if shared:
@@ -267,6 +261,10 @@ class Installer:
                 # so it would act where Linux now acts otherwise. Back to Linux.
                 self.detach_pipeline(old)
                 message = f"detached: {message}"
+            elif how == "attach":
+                # nothing of ours runs there: no counters (`stats` would list
+                # them), whether the load or the attach failed
+                self.maps.forget_counters(p.ifindex)
             return InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape),
                                      compiled[p.shape].digest, error=message)
 
