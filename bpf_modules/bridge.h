@@ -172,21 +172,6 @@ static __always_inline int lfp_br_ipv6_unchanged(struct lfp_pkt *pkt)
 	return payload && pkt->len == sizeof(struct ethhdr) + 40 + payload;
 }
 
-/* The bridge device a frame handed up from this port reaches: the port's
- * rx_handler_data (untyped: read with probes) must still be this port. */
-struct net_device___lfp_brup {
-	void *rx_handler_data;  /* a bridge port's: its struct net_bridge_port */
-} __attribute__((preserve_access_index));
-
-struct net_bridge___lfp_brup {
-	struct net_device___lfp_brup *dev;
-} __attribute__((preserve_access_index));
-
-struct net_bridge_port___lfp_brup {
-	struct net_bridge___lfp_brup *br;
-	struct net_device___lfp_brup *dev;
-} __attribute__((preserve_access_index));
-
 /* Whether something would run on the bridge's own receive path that the
  * nodes after this one do not reproduce, as br_pass_frame_up() reaches it:
  * tcx programs there (another tool's: the controller attaches none to a
@@ -195,16 +180,8 @@ struct net_bridge_port___lfp_brup {
  * bridge's types unknown, the port not what it was) reads as yes. */
 static __always_inline int lfp_br_up_path_busy(struct lfp_pkt *pkt)
 {
-	struct net_device___lfp_brup *dev = lfp_kern_dev(pkt);
-	struct net_bridge_port___lfp_brup *port;
-	void *bridge;
+	void *bridge = lfp_kern_bridge_of_port(pkt);
 
-	if (!bpf_core_type_exists(struct net_bridge_port___lfp_brup))
-		return 1;
-	port = BPF_CORE_READ(dev, rx_handler_data);
-	if (!port || (void *)BPF_CORE_READ(port, dev) != (void *)dev)
-		return 1;
-	bridge = BPF_CORE_READ(port, br, dev);
 	return !bridge || lfp_tcx_on_ingress_of(bridge);
 }
 

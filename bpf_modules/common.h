@@ -672,6 +672,38 @@ static __always_inline int lfp_tcx_others_on_ingress(struct lfp_pkt *pkt)
 #endif
 }
 
+/* The bridge device of the bridge port the packet arrived on, through the
+ * port's rx_handler_data (untyped: read with probes), which must still be
+ * this port's; NULL when unsure (the bridge's types unknown, the port not
+ * what it was). */
+struct net_device___lfp_port {
+	void *rx_handler_data;  /* a bridge port's: its struct net_bridge_port */
+} __attribute__((preserve_access_index));
+
+struct net_bridge___lfp {
+	void *dev;              /* struct net_device */
+} __attribute__((preserve_access_index));
+
+struct net_bridge_port___lfp {
+	struct net_bridge___lfp *br;
+	void *dev;
+} __attribute__((preserve_access_index));
+
+static __always_inline void *lfp_kern_bridge_of_port(struct lfp_pkt *pkt)
+{
+	struct net_device___lfp_port *dev = lfp_kern_dev(pkt);
+	struct net_bridge_port___lfp *port;
+
+	/* (where the bridge is a module its types may be unknown; a constant,
+	 * so the verifier drops what follows) */
+	if (!bpf_core_type_exists(struct net_bridge_port___lfp))
+		return NULL;
+	port = BPF_CORE_READ(dev, rx_handler_data);
+	if (!port || BPF_CORE_READ(port, dev) != (void *)dev)
+		return NULL;
+	return BPF_CORE_READ(port, br, dev);
+}
+
 /* Whether tcx programs run at the ingress of `dev`, a device reached by
  * probe reads (untyped) that the controller never attaches to. */
 static __always_inline int lfp_tcx_on_ingress_of(const void *dev)

@@ -236,33 +236,21 @@ struct net_device___lfp_ip6 {
 	struct {
 		struct net___lfp_ip6 *net;
 	} nd_net;
-	void *rx_handler_data;  /* a bridge port's: its struct net_bridge_port */
 } __attribute__((preserve_access_index));
 
 struct net_device___lfp_ifindex {
 	int ifindex;
 } __attribute__((preserve_access_index));
 
-struct net_bridge___lfp_ip6 {
-	struct net_device___lfp_ip6 *dev;
-} __attribute__((preserve_access_index));
-
-struct net_bridge_port___lfp_ip6 {
-	struct net_bridge___lfp_ip6 *br;
-	struct net_device___lfp_ip6 *dev;
-} __attribute__((preserve_access_index));
-
 /* Why the device IP sees the packet arrive on refuses to route it: the
  * ingress itself, or the bridge a port handed it up to (bridge.h), reached
- * through the port's rx_handler_data (untyped: read with probes). IPv6 off
+ * through the port (lfp_kern_bridge_of_port: read with probes). IPv6 off
  * there (disable_ipv6: ipv6_rcv() drops), or its forwarding off, which
  * bpf_fib_lookup() checks first and a cached answer must check too.
  * LFP_CNT_MAX: neither. */
 static __always_inline enum lfp_counter lfp_ipv6_l3_refusal(struct lfp_pkt *pkt, struct net_device___lfp_ip6 *dev)
 {
-	struct net_bridge_port___lfp_ip6 *port;
 	struct inet6_dev___lfp *idev;
-
 	struct net_device___lfp_ip6 *bridge;
 
 	if (pkt->l3_ifindex == pkt->ingress_ifindex) {
@@ -271,15 +259,8 @@ static __always_inline enum lfp_counter lfp_ipv6_l3_refusal(struct lfp_pkt *pkt,
 			return LFP_CNT_IPV6_DISABLED;
 		return idev->cnf.forwarding ? LFP_CNT_MAX : LFP_CNT_FIB_FWD_DISABLED;
 	}
-	/* (where the bridge is a module its types may be unknown: off; a
-	 * constant, so the verifier drops what follows) */
-	if (!bpf_core_type_exists(struct net_bridge_port___lfp_ip6))
-		return LFP_CNT_IPV6_DISABLED;
-	/* the port's handler data must still be this port of that bridge */
-	port = BPF_CORE_READ(dev, rx_handler_data);
-	if (!port || (void *)BPF_CORE_READ(port, dev) != (void *)dev)
-		return LFP_CNT_IPV6_DISABLED;
-	bridge = BPF_CORE_READ(port, br, dev);
+	/* unsure of the bridge: off */
+	bridge = lfp_kern_bridge_of_port(pkt);
 	if (!bridge || BPF_CORE_READ((struct net_device___lfp_ifindex *)bridge, ifindex) != (int)pkt->l3_ifindex)
 		return LFP_CNT_IPV6_DISABLED;
 	idev = BPF_CORE_READ(bridge, ip6_ptr);
