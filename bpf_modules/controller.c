@@ -22,9 +22,22 @@
  * ip6tables-legacy and arptables-legacy replace their tables the same way
  * (at SOL_IPV6, and with ARPT_SO_* at SOL_IP). Only calls made in the
  * watched namespace count. Closing the program's link
- * (the controller exits) stops the watch, and the lease then runs out. */
+ * (the controller exits) stops the watch, and the lease then runs out.
+ *
+ * Sysctls: many that the graph depends on send no event when written
+ * (accept_local, route_localnet, send_redirects, accept_redirects,
+ * bridge-nf-call-iptables, ...). A cgroup sysctl program at the cgroup root
+ * runs in the writing system call before the kernel stores the value; for a
+ * net/ sysctl of the watched namespace it records the writing thread and
+ * bumps lfp_lease.sysctl_writes, and the datapath passes from then on. There
+ * is no hook once the value is stored, so the controller re-reads only after
+ * each recorded thread has left that write (controller/watch.py, through
+ * /proc/TID/syscall). */
+#include <bpf/bpf_core_read.h>
+
 #include "lease.h"
 #include "netns.h"       /* lfp_netns_cookie: the watched namespace */
+#include "pidns.h"       /* the writer, as the controller numbers threads */
 
 #define SOL_IP 0
 #define SOL_IPV6 41
@@ -107,6 +120,81 @@ int lfp_watch_setsockopt(struct bpf_sockopt *ctx)
 		__sync_fetch_and_add(&lease->changes_done, 1);
 	}
 	return 1;   /* never interfere: the kernel handles the option as always */
+}
+
+/* The threads that wrote a watched sysctl, as the controller's pid namespace
+ * numbers them (0: a thread it cannot see), and the writes each began: the
+ * controller re-reads once every thread whose count moved has left its
+ * write. LRU (approximate, per CPU): an entry evicted or not made leaves its
+ * writes unnamed, which the controller finds by adding the counts up and
+ * takes as in progress. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} lfp_sysctl_writers SEC(".maps");
+
+/* The views of the kernel's sysctl context this program reads. A net/
+ * sysctl's header belongs to the set of the namespace it was opened in
+ * (register_net_sysctl: &net->sysctls), which may not be the writer's own
+ * now (setns after open): the table's namespace is the one that changes. */
+struct ctl_table_set___lfp {
+	int unused;
+} __attribute__((preserve_access_index));
+
+struct net___sysctls {
+	struct ctl_table_set___lfp sysctls;
+} __attribute__((preserve_access_index));
+
+struct ctl_table_header___lfp {
+	struct ctl_table_set___lfp *set;
+} __attribute__((preserve_access_index));
+
+struct bpf_sysctl_kern___lfp {
+	struct ctl_table_header___lfp *head;
+} __attribute__((preserve_access_index));
+
+extern void *bpf_cast_to_kern_ctx(void *) __ksym;
+
+static __always_inline __u64 lfp_sysctl_netns_cookie(struct bpf_sysctl *ctx)
+{
+	struct bpf_sysctl_kern___lfp *kern = bpf_cast_to_kern_ctx(ctx);
+	struct ctl_table_set___lfp *set = BPF_CORE_READ(kern, head, set);
+	struct net *net = (void *)((char *)set - bpf_core_field_offset(struct net___sysctls, sysctls));
+
+	return BPF_CORE_READ(net, net_cookie);
+}
+
+SEC("cgroup/sysctl")
+int lfp_watch_sysctl(struct bpf_sysctl *ctx)
+{
+	char top[5] = {};        /* "net/": -E2BIG leaves it truncated, terminated */
+	__u32 key = 0, tid;
+	__u64 one = 1, *writes;
+	struct lfp_lease *lease;
+
+	if (!ctx->write)
+		return 1;
+	bpf_sysctl_get_name(ctx, top, sizeof(top), 0);
+	if (top[0] != 'n' || top[1] != 'e' || top[2] != 't' || top[3] != '/')
+		return 1;
+	if (lfp_sysctl_netns_cookie(ctx) != lfp_netns_cookie)
+		return 1;
+	lease = bpf_map_lookup_elem(&lfp_lease, &key);
+	if (!lease)
+		return 1;
+	/* the writer first: a controller that sees the count sees who */
+	tid = lfp_tid_seen_by_controller();
+	writes = bpf_map_lookup_elem(&lfp_sysctl_writers, &tid);
+	if (writes)
+		__sync_fetch_and_add(writes, 1);
+	else
+		bpf_map_update_elem(&lfp_sysctl_writers, &tid, &one, BPF_NOEXIST);
+	/* x86 orders these two adds; where the plain add is unordered (arm64),
+	 * a count seen before its thread is an unnamed write: in progress. */
+	__sync_fetch_and_add(&lease->sysctl_writes, 1);
+	return 1;   /* never interfere: the write goes ahead as always */
 }
 
 char _license[] SEC("license") = "GPL";

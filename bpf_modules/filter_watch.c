@@ -24,24 +24,10 @@
 
 #include "lease.h"
 #include "netns.h"
+#include "pidns.h"     /* lfp_is_controller */
 
 #define AF_NETLINK 16
 #define NETLINK_NETFILTER 12
-
-/* The controller's process, as its own pid namespace numbers it (a
- * container's is not the root one). */
-volatile const __u32 lfp_controller_tgid = 0;
-volatile const __u64 lfp_pidns_dev = 0;
-volatile const __u64 lfp_pidns_ino = 0;
-
-static __always_inline int lfp_is_controller(void)
-{
-	struct bpf_pidns_info ids = {};
-
-	if (bpf_get_ns_current_pid_tgid(lfp_pidns_dev, lfp_pidns_ino, &ids, sizeof(ids)))
-		return 0;     /* another pid namespace: not the controller */
-	return ids.tgid == lfp_controller_tgid;
-}
 
 /* The few kernel fields read, relocated against the running kernel's BTF. */
 struct sock_common {

@@ -26,16 +26,20 @@
  * changes_started / changes_done / changer_tgid: the watch of the tables
  * that change without an event (legacy iptables), bumped by the cgroup
  * setsockopt program synchronously with the system call, changes_started
- * before the kernel changes anything. watch_acked: the changes_started (plus
- * lfp_nfnl_sent, below) the controller last re-read the tables after
- * (written with each renewal).
- * Until they are equal again, the kernel decides.
+ * before the kernel changes anything. sysctl_writes: the writes to this
+ * namespace's net/ sysctls begun so far, bumped by the cgroup sysctl program
+ * before the kernel stores the value (many, e.g. accept_local or
+ * bridge-nf-call-iptables, send no event). watch_acked: the changes_started
+ * plus sysctl_writes (plus lfp_nfnl_sent, below) the controller last re-read
+ * the tables after (written with each renewal). Until they are equal again,
+ * the kernel decides.
  *
  * Layout mirrored in controller/lease.py. */
 struct lfp_lease {
 	__u64 changes_started;
 	__u64 changes_done;
 	__u64 watch_acked;
+	__u64 sysctl_writes;
 	__u32 held;
 	__u32 changer_tgid;     /* the process of the latest change */
 	struct bpf_timer lapse;
@@ -79,7 +83,7 @@ static __always_inline enum lfp_counter lfp_lease_check(void)
 
 	if (!lease || !lease->held || !sent)
 		return LFP_CNT_LEASE_EXPIRED;
-	if (lease->changes_started + *sent != lease->watch_acked)
+	if (lease->changes_started + lease->sysctl_writes + *sent != lease->watch_acked)
 		return LFP_CNT_WATCHED_TABLE_CHANGED;
 	return LFP_LEASE_OK;
 }

@@ -1,7 +1,7 @@
 """The controller's own BPF objects, loaded once per `linuxfp run` against
 the namespace's shared maps (creating and pinning them when they come
-first): bpf_modules/controller.c (the lease renewal and the legacy-iptables
-watch) and every node's kernel-side watch (`Node.watch`: raw tracepoints,
+first): bpf_modules/controller.c (the lease renewal and the watches of
+legacy iptables and of sysctls) and every node's kernel-side watch (`Node.watch`: raw tracepoints,
 attached for the controller's lifetime)."""
 from __future__ import annotations
 
@@ -12,19 +12,51 @@ from linuxfp import datapath as dp
 from linuxfp.graph import registered
 from linuxfp.synth import CompileError, ToolMissing, build_controller_programs, compile_source
 
+from .installer import FAULT_LOAD_ENV, load_faults
+
 log = logging.getLogger("linuxfp.companion")
 
 RENEW_PROGRAM = "lfp_lease_renew"
 WATCH_PROGRAM = "lfp_watch_setsockopt"
+SYSCTL_PROGRAM = "lfp_watch_sysctl"
+SYSCTL_WRITERS_MAP = "lfp_sysctl_writers"
 # A watch's optional SEC("syscall") programs: run once every tracepoint is
 # attached, and before they are detached (e.g. to tell the datapath whether
 # what the watch maintains can be trusted).
 WATCH_START, WATCH_STOP = "lfp_watch_start", "lfp_watch_stop"
+# What the lease can do without: a program the kernel refuses here is left
+# out of the load, and the controller polls what it would have watched.
+OPTIONAL_PROGRAMS = (SYSCTL_PROGRAM,)
 
 
 def _run_if_present(obj, program: str) -> None:
     if program in obj.program_sections():
         dp.test_run(obj.program(program).fd, b"")
+
+
+def _injected_fault(obj, skipped) -> None:
+    """LINUXFP_FAULT_LOAD naming a program of the controller's own object
+    (e.g. lfp_watch_sysctl) fails its load as a verifier rejection would,
+    while that program is in it: a fault injection for tests, never for
+    production."""
+    for name, _ in load_faults():
+        if name in obj.program_sections() and name not in skipped:
+            raise dp.VerifierError(f"load BPF object '{obj.name}': program '{name}' rejected by the verifier "
+                                   f"(fault injected by {FAULT_LOAD_ENV})", 13, "", name)
+
+
+def _set_identity(obj, netns_cookie: int) -> None:
+    """The constants a kernel-side program needs to tell what is the
+    controller's: its namespace (netns.h) and its process, as its own pid
+    namespace numbers it (pidns.h: what the controller does is not a change
+    to announce; a writer is named so the controller can find it)."""
+    rodata = obj.rodata_variables()
+    if "lfp_netns_cookie" in rodata:
+        obj.set_rodata({"lfp_netns_cookie": netns_cookie})
+    if "lfp_pidns_ino" in rodata:
+        pidns = os.stat("/proc/self/ns/pid")
+        obj.set_rodata({"lfp_controller_tgid": os.getpid(), "lfp_pidns_dev": pidns.st_dev,
+                        "lfp_pidns_ino": pidns.st_ino})
 
 
 class Companion:
@@ -33,29 +65,48 @@ class Companion:
         self.cookie = netns_cookie
         self.obj = None
         self.error: str | None = None
+        self.skipped: dict[str, str] = {}        # program -> why it was left out of the load
         self._watches: list = []                 # (object, [tracepoint fds]) per node
         self.watch_errors: dict[str, str] = {}   # node -> why its watch is not attached
         self._state_maps: dict[str, tuple[str, ...]] = {}   # watch object -> its node's state maps
 
     def load(self) -> bool:
         """False (with `error`) where it cannot load: then nothing renews the
-        lease, and the datapath leaves every packet to the kernel."""
+        lease, and the datapath leaves every packet to the kernel. A program
+        the lease can do without (OPTIONAL_PROGRAMS) that the kernel refuses
+        is left out instead (`skipped`, with why): what it watches is polled."""
         try:
-            obj = dp.BpfObject.open(build_controller_programs().data, name="lfp_controller")
-        except (CompileError, ToolMissing, dp.BpfError) as e:
+            compiled = build_controller_programs().data
+        except (CompileError, ToolMissing) as e:
             self.error = str(e)
             return False
-        try:
-            obj.set_rodata({"lfp_netns_cookie": self.cookie})
-            fresh = self.maps.prepare(obj, None)
-            obj.load()
-            self.maps.pin_fresh(obj, fresh)
-        except (dp.BpfError, OSError) as e:
-            obj.close()
-            self.error = str(e)
-            return False
-        self.obj = obj
-        return True
+        while True:
+            try:
+                obj = dp.BpfObject.open(compiled, name="lfp_controller")
+            except dp.BpfError as e:
+                self.error = str(e)
+                return False
+            try:
+                for program in self.skipped:
+                    obj.skip(program)
+                _set_identity(obj, self.cookie)
+                fresh = self.maps.prepare(obj, None)
+                _injected_fault(obj, self.skipped)
+                obj.load()
+                self.maps.pin_fresh(obj, fresh)
+            except (dp.BpfError, OSError) as e:
+                obj.close()
+                optional = [p for p in OPTIONAL_PROGRAMS if p not in self.skipped
+                            and getattr(e, "program", p) in OPTIONAL_PROGRAMS]
+                if optional and isinstance(e, dp.BpfError):
+                    why = str(e).splitlines()[0]
+                    log.warning("%s left out (%s): the controller polls what it would watch", optional, why)
+                    self.skipped.update((p, why) for p in optional)
+                    continue
+                self.error = str(e)
+                return False
+            self.obj = obj
+            return True
 
     def load_watches(self) -> tuple[str, ...]:
         """Attach every registered node's kernel-side watch; the names of
@@ -81,14 +132,7 @@ class Companion:
         self._state_maps[obj.name] = node.state_maps
         links = []
         try:
-            rodata = obj.rodata_variables()
-            if "lfp_netns_cookie" in rodata:
-                obj.set_rodata({"lfp_netns_cookie": self.cookie})
-            if "lfp_controller_tgid" in rodata:
-                # what the controller itself does is not a change to announce
-                pidns = os.stat("/proc/self/ns/pid")
-                obj.set_rodata({"lfp_controller_tgid": os.getpid(), "lfp_pidns_dev": pidns.st_dev,
-                                "lfp_pidns_ino": pidns.st_ino})
+            _set_identity(obj, self.cookie)
             fresh = self.maps.prepare(obj, None, share_all=True)
             obj.load()
             self.maps.pin_fresh(obj, fresh)
@@ -110,7 +154,7 @@ class Companion:
         return obj, links
 
     def program(self, name: str):
-        return self.obj.program(name) if self.obj is not None else None
+        return self.obj.program(name) if self.obj is not None and name not in self.skipped else None
 
     def close(self) -> None:
         for obj, links in self._watches:

@@ -17,7 +17,7 @@ from linuxfp.synth import build as build_shape
 
 from . import lease as lease_mod
 from . import runtime_files
-from .companion import RENEW_PROGRAM, WATCH_PROGRAM, Companion
+from .companion import RENEW_PROGRAM, Companion
 from .installer import Installer
 from .lease import Lease
 from .lease import windows as lease_windows
@@ -244,15 +244,16 @@ class Controller:
         else:
             log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
                       "so the datapath leaves every packet to the kernel", self.companion.error)
-        self.watch.start(self.companion.program(WATCH_PROGRAM))
+        self.watch.start(self.companion)
         # Before the first dump (run): no change falls between the two.
         node_watches = self.companion.load_watches()
         # ipsets are read again on the filter watch's count, polled without it
         self.sets_watched = "filter" in node_watches
         self.nft_watch.start()
         runtime_files.write_atomic(self.layout.windows_file,
-                                   _json(lease_windows(self.watch.attached, self.options.keep,
-                                                       self.nft_watch.attached, node_watches)))
+                                   _json(lease_windows(self.watch.attached and self.watch.covers_host,
+                                                       self.options.keep, self.nft_watch.attached, node_watches,
+                                                       self.watch.sysctls_attached and self.watch.covers_host)))
 
     def stop(self) -> None:
         if self.metrics_server is not None:

@@ -40,7 +40,7 @@ def origins_path(layout: NamespaceLayout) -> str:
     return layout.origins_file
 
 
-def _load_faults() -> tuple[tuple[str, str], ...]:
+def load_faults() -> tuple[tuple[str, str], ...]:
     faults = []
     for item in filter(None, (part.strip() for part in os.environ.get(FAULT_LOAD_ENV, "").split(","))):
         ifname, _, node = item.partition(":")
@@ -66,7 +66,7 @@ class Installer:
         self._origins: dict[str, dict] = {}      # where this plan's objects came from, by ifindex
         # digest -> the program every interface of that shape shares (_program)
         self._programs: dict[str, dp.Program] = {}
-        self._faults = _load_faults()
+        self._faults = load_faults()
 
     def read_back(self) -> InstalledState:
         """Map contents as currently pinned (used when adopting a datapath)."""

@@ -25,9 +25,9 @@ SENT_MAP = "lfp_nfnl_sent"
 NAMESPACE_MAPS = (LEASE_MAP, SENT_MAP)
 TERM_NS = 1_000_000_000      # how long a renewal keeps the fast path on
 RENEW_NS = 200_000_000       # how often the loop renews: a term spans several renewals
-# struct lfp_lease { __u64 changes_started, changes_done, watch_acked;
+# struct lfp_lease { __u64 changes_started, changes_done, watch_acked, sysctl_writes;
 #                    __u32 held, changer_tgid; struct bpf_timer lapse; }
-_VALUE = struct.Struct("<QQQII")
+_VALUE = struct.Struct("<QQQQII")
 _RENEWAL = struct.Struct("<QQ")  # struct lfp_renewal { __u64 watch_acked; __u64 term_ns; }
 _KEY = struct.pack("<I", 0)
 
@@ -39,13 +39,14 @@ class LeaseState:
     changes_started: int    # the watch's counters (controller/watch.py)
     changes_done: int
     changer_tgid: int
+    sysctl_writes: int      # net/ sysctl writes begun (the sysctl watch)
 
 
 def read(lease_map) -> LeaseState:
     """The lease as the datapath sees it."""
     raw = lease_map.lookup(_KEY)
-    started, done, acked, held, changer = _VALUE.unpack(raw[: _VALUE.size]) if raw else (0, 0, 0, 0, 0)
-    return LeaseState(bool(held), acked, started, done, changer)
+    started, done, acked, sysctls, held, changer = _VALUE.unpack(raw[: _VALUE.size]) if raw else (0,) * 6
+    return LeaseState(bool(held), acked, started, done, changer, sysctls)
 
 
 _SENT_KEY, _ARMED_KEY = struct.pack("<I", 0), struct.pack("<I", 1)
@@ -84,7 +85,7 @@ def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: i
     """Set the lease directly, with no timer to end it: for tests that load a
     pipeline without a controller."""
     value = bytearray(lease_map.value_size)
-    _VALUE.pack_into(value, 0, changes_started, 0, watch_acked, int(held), 0)
+    _VALUE.pack_into(value, 0, changes_started, 0, watch_acked, 0, int(held), 0)
     lease_map.update(_KEY, bytes(value))
 
 
@@ -202,7 +203,7 @@ class Lease:
 
 
 def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
-            node_watches: tuple[str, ...] = ()) -> dict[str, str]:
+            node_watches: tuple[str, ...] = (), sysctls_watched: bool = False) -> dict[str, str]:
     """Each source of truth the fast path depends on, and how stale the fast
     path can be about it (docs/datapath.md explains each)."""
     term = f"{TERM_NS / 1e9:g} s"
@@ -220,9 +221,11 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
             "the response time (until the cache is off)",
         "IPv6 forwarding switches (disable_ipv6, forwarding, proxy_ndp)": "none (read from the kernel per packet)",
         "IPv6 route MTU metrics, redirects accepted, ip6/inet tables":
-            "the response time (polled sysctls: <= 1 s; legacy ip6tables: the watch)",
+            "the response time (sysctls: " + ("none, the sysctl watch" if sysctls_watched else "<= 1 s, polled")
+            + "; legacy ip6tables: the watch)",
         "IPv4 multipath hash policy 1 or 2/3 set while multipath routes exist (XDP given up, the namespace "
-        "left to the kernel)": "<= 1 s (polled; TC reads policy 1 and the skb's L4 hash live)",
+        "left to the kernel)": ("none (the sysctl watch" if sysctls_watched else "<= 1 s (polled")
+        + "; TC reads policy 1 and the skb's L4 hash live)",
         "facts derived from routes (local sources, route MTUs, multipath)":
             "the response time (a fresh read where a route's group is unknown)",
         "addresses, neighbours, links, sysctls with events, xfrm policies":
@@ -241,7 +244,10 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "bridge port states and flags, bridge options": "the response time (linuxfp stats)",
         "a device moved to another namespace with its programs": "none (each packet's device is checked "
                                                                   "against this namespace's cookie)",
-        "accept_redirects, bridge-nf-call-* and other sysctls without events": "<= 1 s (polled)",
+        "accept_redirects, bridge-nf-call-* and other sysctls without events":
+            "none (cgroup sysctl watch: the datapath passes from the write on until the controller has re-read "
+            "them after the writer left the write; the 1 s poll behind it)" if sysctls_watched
+        else "<= 1 s (polled)",
         "tcx programs of other tools on an ingress, or on a bridge frames are handed up to":
             "none (the pipeline reads the device's tcx programs per packet; the poll then leaves that path "
             "to the kernel)",

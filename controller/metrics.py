@@ -90,7 +90,7 @@ class Collector:
             held.add_metric([ns], 1 if lease["held"] else 0)
             yield held
             watched = CounterMetricFamily(
-                "linuxfp_watched_table_changes", "changes to watched tables (legacy iptables and the like) "
+                "linuxfp_watched_table_changes", "changes to watched tables (legacy iptables, ipsets, sysctls without events) "
                 "the kernel announced; the datapath passes packets while one is being applied", labels=["netns"])
             watched.add_metric([ns], lease["watched_changes"])
             yield watched

@@ -81,8 +81,8 @@ def lease_state(layout: NamespaceLayout) -> dict | None:
             sent = lease.read_sent(sent_map)
         finally:
             sent_map.close()
-    return {"held": state.held, "watched_changes": state.changes_started + sent,
-            "acknowledged": state.watch_acked}
+    return {"held": state.held, "watched_changes": state.changes_started + state.sysctl_writes + sent,
+            "sysctl_writes": state.sysctl_writes, "acknowledged": state.watch_acked}
 
 
 def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | None:

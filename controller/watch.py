@@ -6,7 +6,10 @@ Legacy iptables (TableWatch): the kernel-side watch (bpf_modules/
 controller.c), a cgroup setsockopt program, counts the table replacements
 made in this namespace as they are requested, so the datapath stops acting
 on a table that is being changed before the change is made, instead of up to
-a poll interval after. This module attaches it and tells the controller when
+a poll interval after. Sysctls (SysctlWriters): the same object's cgroup
+sysctl program counts the writes to this namespace's net/ sysctls before the
+kernel stores them, naming each writing thread; the re-read waits until each
+has left its write. This module attaches both and tells the controller when
 a re-read is due.
 
 nf_tables (NftablesWatch): a commit is announced on NFNLGRP_NFTABLES once it
@@ -28,82 +31,190 @@ from linuxfp.state import netlink as nl
 from linuxfp.state.events import NFNLGRP_NFTABLES
 
 from . import lease
+from .companion import SYSCTL_PROGRAM, SYSCTL_WRITERS_MAP, WATCH_PROGRAM
 
 IN_FLIGHT_LIMIT_NS = 2_000_000_000
 
 log = logging.getLogger("linuxfp.watch")
 
 class TableWatch:
-    """Attached for the controller's lifetime (its link is an fd, not a pin:
-    it ends with the process, and the lease then runs out)."""
+    """Attached for the controller's lifetime (its links are fds, not pins:
+    they end with the process, and the lease then runs out)."""
 
     def __init__(self, maps) -> None:
         self.maps = maps
         self._link = None
+        self._sysctl_link = None
+        self._writers: SysctlWriters | None = None
         # replaces that ended without a counters call (failed ones)
         self._unpaired = 0
-        self._in_flight_since: int | None = None
+        self._sysctl_writes = 0      # the lease's sysctl_writes at the last settle
+        # since when a replace, a sysctl write, has looked in flight
+        self._in_flight_since: dict[str, int] = {}
         self.error: str | None = None
+        self.sysctl_error: str | None = None
 
     @property
     def attached(self) -> bool:
         return self._link is not None
 
-    def start(self, program) -> bool:
-        """Attach the companion's `program`; False (with `error` set) where
-        the kernel cannot, and legacy iptables is polled instead."""
+    @property
+    def sysctls_attached(self) -> bool:
+        return self._sysctl_link is not None
+
+    @property
+    def covers_host(self) -> bool:
+        """Whether the cgroup programs see every process: not from inside a
+        container's cgroup namespace (only its own processes are below its
+        root), where the host's changes are left to the 1 s poll."""
+        return dp.in_initial_cgroup_namespace()
+
+    def start(self, companion) -> bool:
+        """Attach the companion's cgroup programs; False (with `error` set)
+        where the kernel cannot attach the legacy-iptables one, which is then
+        polled instead (as are sysctls without theirs: `sysctl_error`)."""
+        self._link, self.error = self._attach(companion.program(WATCH_PROGRAM), dp.BPF_CGROUP_SETSOCKOPT)
+        if not self.covers_host:
+            log.warning("in a cgroup namespace of its own, the watches of legacy iptables and sysctls see only "
+                        "its processes: the host's changes are polled every second")
+        if self.error is not None:
+            log.warning("legacy iptables watch unavailable (%s): polling it every second instead", self.error)
+        self._sysctl_link, self.sysctl_error = self._attach(companion.program(SYSCTL_PROGRAM), dp.BPF_CGROUP_SYSCTL)
+        if SYSCTL_PROGRAM in companion.skipped:
+            self.sysctl_error = f"not loaded: {companion.skipped[SYSCTL_PROGRAM]}"
+        if self.sysctl_error is not None:
+            log.warning("sysctl watch unavailable (%s): polling sysctls every second instead", self.sysctl_error)
+        else:
+            self._writers = SysctlWriters(companion.obj.map(SYSCTL_WRITERS_MAP))
+            # writes counted before (a kept lease) were not this map's to name
+            lease_map = self.maps.get(lease.LEASE_MAP)
+            self._sysctl_writes = lease.read(lease_map).sysctl_writes if lease_map is not None else 0
+        return self.error is None
+
+    @staticmethod
+    def _attach(program, attach_type: int):
         try:
             if program is None:
                 raise dp.BpfError("the controller's programs did not load", errno.ENOENT)
             cgroup = dp.open_cgroup2_root()
             try:
-                self._link = dp.attach_cgroup(program.fd, cgroup.fd)
+                return dp.attach_cgroup(program.fd, cgroup.fd, attach_type), None
             finally:
                 cgroup.close()
         except (dp.BpfError, OSError) as e:
-            self.error = str(e)
-            log.warning("legacy iptables watch unavailable (%s): polling it every second instead", e)
-            return False
-        return True
+            return None, str(e)
 
-    def read(self) -> tuple[int, int, int] | None:
-        """(changes_started, changes_done, changer_tgid) as the datapath sees
-        them, or None while no lease map exists (nothing loaded yet)."""
+    def settled(self) -> int | None:
+        """The count of watched changes begun (what the lease acknowledges)
+        when none is in flight — a re-read made after this call sees every
+        change counted — else None."""
         lease_map = self.maps.get(lease.LEASE_MAP)
         if lease_map is None:
-            return None
+            return 0      # nothing loaded yet
         state = lease.read(lease_map)
         # each message the filter node's watch counted is a change begun and done
         sent = lease.read_sent(self.maps.get(lease.SENT_MAP))
-        return state.changes_started + sent, state.changes_done + sent, state.changer_tgid
-
-    def settled(self) -> int | None:
-        """changes_started when no change is in flight — a re-read made after
-        this call sees every change counted — else None."""
-        state = self.read()
-        if state is None:
-            return 0
-        started, done, changer = state
-        outstanding = started - done
-        if outstanding > self._unpaired and os.path.exists(f"/proc/{changer}"):
-            # replaced, counters not added yet: still in the kernel. A replace
-            # takes milliseconds; a live process that never adds counters (its
-            # replace failed) must not hold the fast path off for good: past
-            # IN_FLIGHT_LIMIT_NS the change counts as done (the 1 s poll
-            # re-reads the table again anyway).
-            now = time.monotonic_ns()
-            if self._in_flight_since is None:
-                self._in_flight_since = now
-            if now - self._in_flight_since < IN_FLIGHT_LIMIT_NS:
-                return None
-        self._in_flight_since = None
+        outstanding = state.changes_started - state.changes_done
+        # replaced, counters not added yet: still in the kernel
+        replacing = outstanding > self._unpaired and os.path.exists(f"/proc/{state.changer_tgid}")
+        # read after the count: every write counted names its thread by now
+        writing = (self._writers is not None and state.sysctl_writes != self._sysctl_writes
+                   and self._writers.writing(state.sysctl_writes - self._sysctl_writes))
+        # A replace takes milliseconds, a sysctl write microseconds; a live
+        # process that never adds counters (its replace failed) or a writer
+        # the controller cannot see must not hold the fast path off for good:
+        # past IN_FLIGHT_LIMIT_NS the change counts as done (the 1 s poll
+        # re-reads the tables again anyway). Each kind has its own clock.
+        if self._still_in_flight("replace", replacing) | self._still_in_flight("sysctl", writing):
+            return None
         self._unpaired = outstanding
-        return started
+        self._sysctl_writes = state.sysctl_writes
+        if self._writers is not None:
+            self._writers.settle()
+        return state.changes_started + state.sysctl_writes + sent
+
+    def _still_in_flight(self, kind: str, looks_in_flight: bool) -> bool:
+        if not looks_in_flight:
+            self._in_flight_since.pop(kind, None)
+            return False
+        now = time.monotonic_ns()
+        return now - self._in_flight_since.setdefault(kind, now) < IN_FLIGHT_LIMIT_NS
 
     def close(self) -> None:
-        if self._link is not None:
-            self._link.close()
-            self._link = None
+        for link in (self._link, self._sysctl_link):
+            if link is not None:
+                link.close()
+        self._link = self._sysctl_link = None
+        self._writers = None
+
+
+class SysctlWriters:
+    """The threads the sysctl watch saw writing (lfp_sysctl_writers: tid in
+    the controller's pid namespace -> writes begun) and whether any may be
+    inside its write still. The program runs before the kernel stores the
+    value and nothing runs after, so "done" is read from the thread:
+    /proc/TID/syscall shows it gone, outside any system call, or in one with
+    no net/ sysctl file among its arguments' descriptors. One sampled
+    "running" (on a CPU) could be anywhere: still writing, for now."""
+
+    def __init__(self, writers_map) -> None:
+        self.map = writers_map
+        self._seen: dict[int, int] = {}     # tid -> writes begun, at the last settle
+        self._now: dict[int, int] = {}
+
+    def writing(self, writes: int) -> bool:
+        """Whether any of the `writes` begun since the last settle may still
+        be in progress: its thread may be inside its write (0: a thread the
+        controller cannot see), or the threads named account for fewer
+        writes than that (an entry evicted or not made: unknown writers)."""
+        self._now = {int.from_bytes(k, "little"): int.from_bytes(v, "little") for k, v in self.map.items()}
+        named = 0
+        for tid, count in self._now.items():
+            seen = self._seen.get(tid, 0)
+            if count == seen:
+                continue
+            named += count - seen if count > seen else count     # smaller: evicted, made again
+            if tid == 0 or _may_write_sysctl(tid):
+                return True
+        return named < writes
+
+    def settle(self) -> None:
+        self._seen = self._now
+
+
+# Arguments of a system call that may name the descriptor it writes to
+# (write/pwrite/writev: the first; splice, copy_file_range: the third).
+_FD_ARGUMENTS = 4
+
+
+def _may_write_sysctl(tid: int) -> bool:
+    """Whether thread `tid` may be inside a write to a net/ sysctl now:
+    False once it is gone, outside a system call, or in one whose descriptor
+    arguments name no such file; True where the controller may not look."""
+    try:
+        with open(f"/proc/{tid}/syscall") as f:
+            fields = f.read().split()
+    except (FileNotFoundError, ProcessLookupError):
+        return False             # gone (its write ended with it)
+    except OSError:
+        return True              # not ours to read (ptrace rules): unknown
+    if not fields or fields[0] == "running":
+        return True
+    if int(fields[0]) < 0:
+        return False             # blocked outside a system call
+    for argument in fields[1: 1 + _FD_ARGUMENTS]:
+        fd = int(argument, 16)
+        if fd >= 1 << 20:
+            continue             # not a descriptor
+        try:
+            # procfs may be mounted elsewhere than /proc (a node agent's /hostproc)
+            if "/sys/net/" in os.readlink(f"/proc/{tid}/fd/{fd}"):
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            continue             # no such descriptor (or the thread is gone)
+        except OSError:
+            return True          # not ours to read: unknown
+    return False
 
 
 class NftablesWatch:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from controller import lease
-from controller.launcher import ControllerProcess, accelerator, linuxfp_cli, linuxfp_stats
+from controller.launcher import ControllerProcess, accelerator, linuxfp_cli, linuxfp_stats, wait_lease_current
 from linuxfp import datapath as dp
 from linuxfp.lab import RouterTopology, run_differential, standard_frames
 from linuxfp.lab.differential import Step
@@ -462,3 +462,163 @@ def _link_prog(link_id: int) -> int:
         return dp.link_info(link.fd)["prog_id"]
     finally:
         link.close()
+
+
+def _watched(stats_out: list[dict]):
+    """An `accelerate` whose steps' frames follow their changes at once
+    (NoGrace); the controller's stats once the last burst is in."""
+    @contextlib.contextmanager
+    def accelerate(topology):
+        with ControllerProcess(topology.dut.name, hook="xdp") as controller:
+            yield NoGrace(controller)
+            stats_out.append(linuxfp_stats(topology.dut.name))
+    return accelerate
+
+
+def test_a_sysctl_write_is_honoured_from_the_syscall_on(require_root):
+    """bridge-nf-call-iptables sends no event. Switched on while a FORWARD
+    rule drops some bridged frames, Linux drops them from the write on; the
+    sysctl watch (a cgroup sysctl program) makes the datapath defer to Linux
+    from the write, not a poll later: the burst follows the write at once
+    (a 1 s poll would have forwarded it through the fast path, unfiltered)."""
+    from linuxfp.lab import inject
+    from linuxfp.lab.bridged import BridgeTopology, bridge_frames, host_ip
+    from linuxfp.lab.frames import udp_frame
+
+    def nf_off(topology) -> None:
+        topology.dut.run(["iptables", "-A", "FORWARD", "-s", host_ip("a"), "-p", "udp", "--dport", "9",
+                          "-j", "DROP"])
+        topology.dut.sysctl("net.bridge.bridge-nf-call-iptables", 0)
+        if json.loads(linuxfp_cli(topology.dut.name, "-j", "status").stdout)["controller_pid"]:
+            # absorbed (the filter joins and leaves: two reloads of three XDP
+            # programs take a second or two here)
+            assert wait_lease_current(topology.dut.name, timeout=10)
+        a = topology.mac("a")
+        for host in ("b", "c"):   # known destinations for the burst
+            inject(topology.ns("a"), "to-dut", [udp_frame(a, topology.mac(host), host_ip("a"), "198.18.10.150",
+                                                          sport=51000)])
+        time.sleep(0.1)
+
+    stats: list[dict] = []
+    steps = (
+        Step("rule-nf-off", nf_off),
+        Step("nf-on", lambda t: t.dut.sysctl("net.bridge.bridge-nf-call-iptables", 1)),
+    )
+    report = run_differential(BridgeTopology(), steps, _watched(stats), bridge_frames, prefix="lfp-t")
+    assert report.ok, report.render()
+    fast = sum(i["fast_path"] for i in stats[0]["interfaces"])
+    passed = {name: n for i in stats[0]["interfaces"] for node in i["nodes"].values()
+              for name, n in node["passed"].items()}
+    assert fast > 0 and passed.get("watched_table_changed"), (fast, passed)
+
+
+def test_the_fast_path_resumes_once_the_controller_has_reread_the_sysctls(router_topology):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as controller:
+        before = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["lease"]
+        r.dut.run("sysctl -qw net.ipv4.conf.all.accept_local=1")
+        r.dut.run("sysctl -qw net.ipv4.conf.all.accept_local=0")
+        deadline = time.monotonic() + 5
+        while True:
+            fast = _fast_path(r)
+            _udp_burst(r, 20)
+            if _fast_path(r) - fast >= 20:
+                break
+            assert time.monotonic() < deadline, f"fast path never resumed\n{controller.stderr()}"
+            time.sleep(0.1)
+        assert "watch unavailable" not in controller.stderr()
+        shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
+        assert shown["lease"]["sysctl_writes"] == before["sysctl_writes"] + 2, (before, shown["lease"])
+        assert shown["windows"]["accept_redirects, bridge-nf-call-* and other sysctls without events"] \
+            .startswith("none")
+
+
+def test_a_refused_sysctl_watch_leaves_the_lease_and_polls(router_topology):
+    """A kernel that refuses the sysctl program (its probe reads under a
+    stricter lockdown, an older verifier) costs that watch only: it is left
+    out of the controller's object, the lease is renewed and the fast path
+    works, and status states the poll's window for those sysctls."""
+    from controller.installer import FAULT_LOAD_ENV
+
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp", env={FAULT_LOAD_ENV: "lfp_watch_sysctl"}) as controller:
+        fast = _fast_path(r)
+        _udp_burst(r, 20)
+        assert _fast_path(r) - fast >= 20, controller.stderr()
+        assert "left out" in controller.stderr() and "sysctl watch unavailable" in controller.stderr()
+        shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
+        assert shown["lease"]["held"]
+        assert shown["windows"]["accept_redirects, bridge-nf-call-* and other sysctls without events"] \
+            == "<= 1 s (polled)"
+        assert shown["windows"]["legacy iptables, ip6tables, arptables"].startswith("none")
+
+
+def test_a_sysctl_writer_counts_as_writing_while_it_is_inside_a_write_there(require_root):
+    """What the controller reads of a writing thread (/proc/TID/syscall):
+    blocked in a system call with a /proc/sys file among its descriptors
+    (flock, waiting for another's lock) it may still be writing; asleep
+    elsewhere, or gone, it is done."""
+    import fcntl
+    import subprocess
+    import sys
+
+    from controller.watch import _may_write_sysctl
+
+    held = open("/proc/sys/net/ipv4/ip_forward")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    blocked = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl\n"
+        "f = open('/proc/sys/net/ipv4/ip_forward')\n"
+        "print('ready', flush=True)\n"
+        "fcntl.flock(f, fcntl.LOCK_EX)\n")], stdout=subprocess.PIPE, text=True)
+    sleeping = subprocess.Popen(["sleep", "30"])
+    try:
+        assert blocked.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 5
+        while not _may_write_sysctl(blocked.pid) or "running" in open(f"/proc/{blocked.pid}/syscall").read():
+            assert time.monotonic() < deadline, open(f"/proc/{blocked.pid}/syscall").read()
+            time.sleep(0.02)
+        while "running" in open(f"/proc/{sleeping.pid}/syscall").read():   # not asleep yet
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert not _may_write_sysctl(sleeping.pid), open(f"/proc/{sleeping.pid}/syscall").read()
+    finally:
+        blocked.kill()
+        sleeping.kill()
+        blocked.wait()
+        sleeping.wait()
+        held.close()
+    assert not _may_write_sysctl(blocked.pid)     # gone
+
+
+class _Writers:
+    """lfp_sysctl_writers as SysctlWriters reads it."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, int] = {}
+
+    def items(self):
+        return [(tid.to_bytes(4, "little"), n.to_bytes(8, "little")) for tid, n in self.entries.items()]
+
+
+def test_sysctl_writes_no_thread_accounts_for_keep_the_fast_path_off():
+    """The lease counts every write; the writers map names their threads. A
+    write whose thread is not there (an LRU eviction, an entry not made) or
+    a thread the controller cannot see (0) may still be in progress; writes
+    all named by threads that have left them are done. Gone threads (the
+    tids here name no process) have left their writes."""
+    from controller.watch import SysctlWriters
+
+    gone = 4_200_000          # above PID_MAX_LIMIT (4 Mi): no such thread
+    table = _Writers()
+    writers = SysctlWriters(table)
+    table.entries = {gone: 2}
+    assert not writers.writing(2)
+    writers.settle()
+    table.entries = {gone: 3}
+    assert writers.writing(2), "one write of two named: the other's thread is unknown"
+    table.entries = {gone: 1, gone + 1: 1}    # evicted and made again, and a newcomer
+    assert not writers.writing(2)
+    writers.settle()
+    table.entries = {gone: 1, gone + 1: 1, 0: 1}
+    assert writers.writing(1), "a thread the controller cannot see"

@@ -1,9 +1,10 @@
-"""`linuxfp bench watch`: what the legacy-iptables watch (bpf_modules/watch.c)
-costs the host's processes. Its cgroup setsockopt program runs on every
-setsockopt of every process while a controller runs (a raw tracepoint on
-every system call, the alternative, cost +120 ns on each), so the figure is ns
-per system call with and without a controller, measured in the controller's
-own namespace, alternating the two systems to cancel drift."""
+"""`linuxfp bench watch`: what the watches of legacy iptables and of sysctls
+(bpf_modules/controller.c) cost the host's processes. Their cgroup programs
+run on every setsockopt and every /proc/sys access of every process while a
+controller runs (a raw tracepoint on every system call, the alternative,
+cost +120 ns on each), so the figure is ns per system call with and without
+a controller, measured in the controller's own namespace, alternating the
+two systems to cancel drift."""
 from __future__ import annotations
 
 import statistics
@@ -21,6 +22,9 @@ from .throughput import progress
 KINDS = {
     "getppid": "nothing runs (not a setsockopt)",
     "setsockopt": "SO_PRIORITY on a UDP socket: the program runs and lets it pass",
+    "sysctl-read": "pread of a net/ sysctl: the sysctl program runs and returns at once",
+    "sysctl-write": "pwrite of a net/ sysctl's own value: the sysctl program counts it and the controller "
+                    "re-reads (the datapath passes meanwhile)",
 }
 SYSTEMS = ("no controller", "controller")
 CALLS = 1_000_000

@@ -27,8 +27,10 @@ from .libbpf import (
     BPF_TCX_INGRESS,
     BPF_XDP,
 )
-from .cgroups import open_cgroup2_root
+from .cgroups import in_initial_cgroup_namespace, open_cgroup2_root
 from .links import (
+    BPF_CGROUP_SETSOCKOPT,
+    BPF_CGROUP_SYSCTL,
     Link,
     XdpAttachment,
     attach_cgroup,
@@ -76,6 +78,9 @@ __all__ = [
     "XdpAttachment",
     "XdpMd",
     "attach_cgroup",
+    "in_initial_cgroup_namespace",
+    "BPF_CGROUP_SETSOCKOPT",
+    "BPF_CGROUP_SYSCTL",
     "attach_raw_tracepoint",
     "attach_tc",
     "attach_xdp",

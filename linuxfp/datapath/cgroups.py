@@ -14,6 +14,17 @@ from .fds import OwnedFd
 from .libbpf import libc
 
 MNT_DETACH = 2
+CGROUP_NS_INIT_INO = 0xEFFFFFFB     # the initial cgroup namespace's inode (proc_ns.h)
+
+
+def in_initial_cgroup_namespace() -> bool:
+    """Whether the cgroup root this process can open is the host's: in
+    another cgroup namespace (a container's) it is that namespace's root,
+    and a cgroup program there sees only the processes below it."""
+    try:
+        return os.stat("/proc/self/ns/cgroup").st_ino == CGROUP_NS_INIT_INO
+    except OSError:
+        return True       # no cgroup namespaces: one hierarchy for all
 
 
 def _mounted_cgroup2() -> str | None:

@@ -261,6 +261,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_prog_query": (c_int, [c_int, c_int, c_uint32, POINTER(c_uint32), POINTER(c_uint32), POINTER(c_uint32)]),
     "bpf_program__flags": (c_uint32, [c_void_p]),
     "bpf_program__set_flags": (c_int, [c_void_p, c_uint32]),
+    "bpf_program__set_autoload": (c_int, [c_void_p, c_bool]),
     "bpf_program__fd": (c_int, [c_void_p]),
     "bpf_program__insn_cnt": (c_size_t, [c_void_p]),
     "bpf_program__type": (c_int, [c_void_p]),

@@ -378,7 +378,8 @@ def attach_raw_tracepoint(prog_fd: int, tracepoint: str) -> OwnedFd:
     return OwnedFd(fd)
 
 
-BPF_CGROUP_SETSOCKOPT = 22   # enum bpf_attach_type
+BPF_CGROUP_SYSCTL = 18       # enum bpf_attach_type
+BPF_CGROUP_SETSOCKOPT = 22
 
 
 def attach_cgroup(prog: int | HasFd, cgroup_fd: int, attach_type: int = BPF_CGROUP_SETSOCKOPT) -> OwnedFd:

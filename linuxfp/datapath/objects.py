@@ -249,6 +249,17 @@ class BpfObject:
             raise BpfError(f"bpf_program__set_flags('{program}' of '{self.name}')", errno_of(result))
         self._device_bound.append(program)
 
+    def skip(self, program: str) -> None:
+        """Leave `program` out of the load (libbpf's autoload off): the
+        object's other programs load without it."""
+        self._require_unloaded("skip")
+        prog = lib().bpf_object__find_program_by_name(self.handle, program.encode())
+        if not prog:
+            raise KeyError(f"object '{self.name}' has no program '{program}'")
+        result = lib().bpf_program__set_autoload(prog, False)
+        if result != 0:
+            raise BpfError(f"bpf_program__set_autoload('{program}' of '{self.name}')", errno_of(result))
+
     def insn_count(self, program: str) -> int:
         """Instructions of `program` as libbpf submits (or submitted) them."""
         prog = lib().bpf_object__find_program_by_name(self.handle, program.encode())

@@ -2,7 +2,12 @@
  * call of KIND over N calls (CLOCK_MONOTONIC around the whole loop).
  *   getppid     a call no watch program runs for
  *   setsockopt  SO_PRIORITY on a UDP socket: the watch's cgroup setsockopt
- *               program runs and lets it pass (not an x_tables option) */
+ *               program runs and lets it pass (not an x_tables option)
+ *   sysctl-read   pread of /proc/sys/net/ipv4/conf/lo/accept_local: the
+ *                 sysctl watch runs and returns at once (not a write)
+ *   sysctl-write  pwrite of that sysctl's own value back: the sysctl watch
+ *                 counts it (the controller then re-reads the sysctls) */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +30,7 @@ int main(int argc, char **argv)
 	double start;
 
 	if (argc < 2 || n <= 0) {
-		fprintf(stderr, "usage: %s getppid|setsockopt [N]\n", argv[0]);
+		fprintf(stderr, "usage: %s getppid|setsockopt|sysctl-read|sysctl-write [N]\n", argv[0]);
 		return 2;
 	}
 	if (strcmp(argv[1], "getppid") == 0) {
@@ -44,6 +49,23 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++) {
 			if (setsockopt(sock, SOL_SOCKET, SO_PRIORITY, &priority, sizeof(priority)) != 0) {
 				perror("setsockopt");
+				return 1;
+			}
+		}
+	} else if (strncmp(argv[1], "sysctl-", 7) == 0) {
+		int write_back = strcmp(argv[1], "sysctl-write") == 0;
+		int fd = open("/proc/sys/net/ipv4/conf/lo/accept_local", write_back ? O_RDWR : O_RDONLY);
+		char value[16];
+		ssize_t len;
+
+		if (fd < 0 || (len = pread(fd, value, sizeof(value), 0)) <= 0) {
+			perror("/proc/sys/net/ipv4/conf/lo/accept_local");
+			return 1;
+		}
+		start = now_ns();
+		for (long i = 0; i < n; i++) {
+			if ((write_back ? pwrite(fd, value, len, 0) : pread(fd, value, sizeof(value), 0)) <= 0) {
+				perror(argv[1]);
 				return 1;
 			}
 		}
