@@ -48,6 +48,23 @@
 
 #define CLOCK_MONOTONIC 1
 
+/* The controller's doorbell: a record per watched change wakes its event
+ * loop (which polls this map's fd with its netlink sockets) to look at once,
+ * instead of at its next idle timeout; the records themselves are
+ * discarded. A full ring drops the record, not the wake-up: the loop is
+ * already due. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} lfp_watch_doorbell SEC(".maps");
+
+static __always_inline void lfp_ring_doorbell(void)
+{
+	__u8 ring = 1;
+
+	bpf_ringbuf_output(&lfp_watch_doorbell, &ring, sizeof(ring), 0);
+}
+
 /* BPF_PROG_TEST_RUN's context for lfp_lease_renew (controller/lease.py);
  * a term of 0 revokes the lease at once. */
 struct lfp_renewal {
@@ -119,6 +136,7 @@ int lfp_watch_setsockopt(struct bpf_sockopt *ctx)
 	} else {
 		__sync_fetch_and_add(&lease->changes_done, 1);
 	}
+	lfp_ring_doorbell();
 	return 1;   /* never interfere: the kernel handles the option as always */
 }
 
@@ -194,6 +212,7 @@ int lfp_watch_sysctl(struct bpf_sysctl *ctx)
 	/* x86 orders these two adds; where the plain add is unordered (arm64),
 	 * a count seen before its thread is an unnamed write: in progress. */
 	__sync_fetch_and_add(&lease->sysctl_writes, 1);
+	lfp_ring_doorbell();
 	return 1;   /* never interfere: the write goes ahead as always */
 }
 

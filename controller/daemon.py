@@ -295,6 +295,9 @@ class Controller:
             stream_options = {"rcvbuf": self.options.netlink_rcvbuf} if self.options.netlink_rcvbuf else {}
             with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS, max_batch_ns=BATCH_MAX_NS,
                                     max_messages=BATCH_MAX_MESSAGES, **stream_options) as events:
+                if self.watch.doorbell is not None:
+                    # a watched change is looked at as it is counted, not at the next timeout
+                    events.add_wakeup(self.watch.doorbell.fileno(), self.watch.doorbell.drain)
                 # Changes settled before this read are in the dump below;
                 # ipset changes are counted from here on (disarmed below if
                 # no rule matches a set).
@@ -316,7 +319,9 @@ class Controller:
                 while not self._stop:
                     # Response times reach /run only once events pause, so the
                     # file write never delays the next change.
-                    batch = events.read_batch(timeout=0.01 if in_flight else 0.05 if response_dirty else 0.2)
+                    # (a change in flight is looked at again every 2 ms: a sysctl write
+                    # lasts microseconds, a table replace milliseconds)
+                    batch = events.read_batch(timeout=0.002 if in_flight else 0.05 if response_dirty else 0.2)
                     if batch is None:
                         if response_dirty:
                             runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))

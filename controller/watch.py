@@ -31,7 +31,7 @@ from linuxfp.state import netlink as nl
 from linuxfp.state.events import NFNLGRP_NFTABLES
 
 from . import lease
-from .companion import SYSCTL_PROGRAM, SYSCTL_WRITERS_MAP, WATCH_PROGRAM
+from .companion import DOORBELL_MAP, SYSCTL_PROGRAM, SYSCTL_WRITERS_MAP, WATCH_PROGRAM
 
 IN_FLIGHT_LIMIT_NS = 2_000_000_000
 
@@ -46,6 +46,8 @@ class TableWatch:
         self._link = None
         self._sysctl_link = None
         self._writers: SysctlWriters | None = None
+        # rung by the cgroup programs as they count a change (for the event loop)
+        self.doorbell: dp.Doorbell | None = None
         # replaces that ended without a counters call (failed ones)
         self._unpaired = 0
         self._sysctl_writes = 0      # the lease's sysctl_writes at the last settle
@@ -89,7 +91,15 @@ class TableWatch:
             # writes counted before (a kept lease) were not this map's to name
             lease_map = self.maps.get(lease.LEASE_MAP)
             self._sysctl_writes = lease.read(lease_map).sysctl_writes if lease_map is not None else 0
+        if self.attached or self.sysctls_attached:
+            self._open_doorbell(companion)
         return self.error is None
+
+    def _open_doorbell(self, companion) -> None:
+        try:
+            self.doorbell = dp.Doorbell(companion.obj.map(DOORBELL_MAP).fd)
+        except (dp.BpfError, KeyError) as e:
+            log.warning("the watches' doorbell is unavailable (%s): changes are looked at within 200 ms", e)
 
     @staticmethod
     def _attach(program, attach_type: int):
@@ -146,6 +156,9 @@ class TableWatch:
                 link.close()
         self._link = self._sysctl_link = None
         self._writers = None
+        if self.doorbell is not None:
+            self.doorbell.close()
+            self.doorbell = None
 
 
 class SysctlWriters:

@@ -527,6 +527,7 @@ def test_the_fast_path_resumes_once_the_controller_has_reread_the_sysctls(router
             assert time.monotonic() < deadline, f"fast path never resumed\n{controller.stderr()}"
             time.sleep(0.1)
         assert "watch unavailable" not in controller.stderr()
+        assert "doorbell is unavailable" not in controller.stderr()
         shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
         assert shown["lease"]["sysctl_writes"] == before["sysctl_writes"] + 2, (before, shown["lease"])
         assert shown["windows"]["accept_redirects, bridge-nf-call-* and other sysctls without events"] \

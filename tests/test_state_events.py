@@ -290,3 +290,47 @@ def test_ipv6_routes_that_stop_cached_answers_are_followed(netns):
         snap, kinds = step(stream, snap, "ip -6 addr change 2001:db8:5::1/64 dev a0 valid_lft 600 preferred_lft 600")
         assert "2001:db8:5::/64" in [i[2] for i, _why in snap.routes6_uncached], kinds
         snap = assert_converges(stream, snap)
+
+
+def test_a_wakeup_ends_the_wait_without_a_batch(netns):
+    """A watch's doorbell (add_wakeup) ends read_batch's wait as a netlink
+    event would, is drained, and makes no batch; events that come with it
+    still make one."""
+    import os
+
+    bell = os.eventfd(0, os.EFD_NONBLOCK)
+    rung = []
+
+    def drain() -> None:
+        rung.append(os.eventfd_read(bell))
+
+    try:
+        with EventStream() as stream:
+            stream.add_wakeup(bell, drain)
+            os.eventfd_write(bell, 1)
+            assert stream.read_batch(timeout=None) is None      # would wait for ever without it
+            assert rung == [1]
+            os.eventfd_write(bell, 1)
+            sh("ip link add d0 type veth peer name d1")
+            batch = stream.read_batch(timeout=WAIT)
+            assert batch is not None and "link" in batch.kinds and len(rung) == 2
+    finally:
+        os.close(bell)
+
+
+def test_a_bpf_ring_is_a_doorbell(netns):
+    """The BPF side of a doorbell: a ring buffer's fd is readable while
+    records wait, and drain() discards them."""
+    import select as select_
+
+    from linuxfp import datapath as dp
+
+    ring = dp.Map.create(27, 0, 0, 4096, name="lfp_test_ring")      # BPF_MAP_TYPE_RINGBUF
+    bell = dp.Doorbell(ring.fd)
+    try:
+        poller = select_.poll()
+        poller.register(bell.fileno(), select_.POLLIN)
+        assert poller.poll(0) == [] and bell.drain() == 0
+    finally:
+        bell.close()
+        ring.close()

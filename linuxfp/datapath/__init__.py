@@ -28,6 +28,7 @@ from .libbpf import (
     BPF_XDP,
 )
 from .cgroups import in_initial_cgroup_namespace, open_cgroup2_root
+from .ringbuf import Doorbell
 from .links import (
     BPF_CGROUP_SETSOCKOPT,
     BPF_CGROUP_SYSCTL,
@@ -78,6 +79,7 @@ __all__ = [
     "XdpAttachment",
     "XdpMd",
     "attach_cgroup",
+    "Doorbell",
     "in_initial_cgroup_namespace",
     "BPF_CGROUP_SETSOCKOPT",
     "BPF_CGROUP_SYSCTL",

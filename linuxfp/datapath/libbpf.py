@@ -262,6 +262,10 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_program__flags": (c_uint32, [c_void_p]),
     "bpf_program__set_flags": (c_int, [c_void_p, c_uint32]),
     "bpf_program__set_autoload": (c_int, [c_void_p, c_bool]),
+    # ring buffers (linuxfp/datapath/ringbuf.py)
+    "ring_buffer__new": (c_void_p, [c_int, c_void_p, c_void_p, c_void_p]),
+    "ring_buffer__consume": (c_int, [c_void_p]),
+    "ring_buffer__free": (None, [c_void_p]),
     "bpf_program__fd": (c_int, [c_void_p]),
     "bpf_program__insn_cnt": (c_size_t, [c_void_p]),
     "bpf_program__type": (c_int, [c_void_p]),

@@ -60,7 +60,7 @@ import errno
 import select
 import time
 from dataclasses import dataclass
-from typing import Self
+from typing import Callable, Self
 
 from . import decode
 from . import netlink as nl
@@ -177,6 +177,7 @@ class EventStream:
         self.netns_inode = netns_inode()
         self._sources: list[_Source] = []
         self._epoll = select.epoll()
+        self._wakeups: dict[int, Callable[[], object]] = {}   # fd -> its drain
         self._closed = False
         try:
             self._open(rcvbuf)
@@ -266,11 +267,25 @@ class EventStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def add_wakeup(self, fd: int, drain: Callable[[], object]) -> None:
+        """Also end read_batch's wait when `fd` turns readable (a watch that
+        has something for the caller to look at), calling `drain` so it
+        does not stay so."""
+        self._wakeups[fd] = drain
+        self._epoll.register(fd, select.EPOLLIN)
+
     def read_batch(self, timeout: float | None = None) -> EventBatch | None:
         """Wait up to `timeout` seconds (None: forever) for a change, then keep
         draining until the sockets stay quiet for `quiet_ns` or the batch hits
-        `max_batch_ns` / `max_messages`. None when nothing arrived."""
-        if not self._epoll.poll(-1 if timeout is None else timeout):
+        `max_batch_ns` / `max_messages`. None when nothing arrived — also
+        when only a wakeup (add_wakeup) ended the wait."""
+        ready = self._epoll.poll(-1 if timeout is None else timeout)
+        if not ready:
+            return None
+        woken = [fd for fd, _ in ready if fd in self._wakeups]
+        for fd in woken:
+            self._wakeups[fd]()
+        if len(woken) == len(ready):
             return None
         first = time.monotonic_ns()
         deadline = first + self.max_batch_ns
@@ -286,8 +301,13 @@ class EventStream:
             if len(raw) >= self.max_messages or now >= deadline:
                 break
             wait_ns = min(last + self.quiet_ns, deadline) - now
-            if wait_ns <= 0 or not self._epoll.poll(wait_ns / 1e9):
+            if wait_ns <= 0:
                 break
+            ready = self._epoll.poll(wait_ns / 1e9)
+            if not ready:
+                break
+            for fd in (fd for fd, _ in ready if fd in self._wakeups):
+                self._wakeups[fd]()     # the caller looks once the batch is in
         return self._build_batch(raw, overrun, first, last)
 
     # -- internals ---------------------------------------------------------------
