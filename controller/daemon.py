@@ -319,9 +319,10 @@ class Controller:
                 while not self._stop:
                     # Response times reach /run only once events pause, so the
                     # file write never delays the next change.
-                    # (a change in flight is looked at again every 2 ms: a sysctl write
-                    # lasts microseconds, a table replace milliseconds)
-                    batch = events.read_batch(timeout=0.002 if in_flight else 0.05 if response_dirty else 0.2)
+                    # (a change in flight is looked at again soon: a sysctl write lasts
+                    # microseconds, a table replace milliseconds and rings when done)
+                    batch = events.read_batch(timeout=0.002 if "sysctl" in self.watch.in_flight else
+                                              0.01 if in_flight else 0.05 if response_dirty else 0.2)
                     if batch is None:
                         if response_dirty:
                             runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))

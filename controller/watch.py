@@ -53,6 +53,7 @@ class TableWatch:
         self._sysctl_writes = 0      # the lease's sysctl_writes at the last settle
         # since when a replace, a sysctl write, has looked in flight
         self._in_flight_since: dict[str, int] = {}
+        self.in_flight: set[str] = set()     # what the last settled() waited for
         self.error: str | None = None
         self.sysctl_error: str | None = None
 
@@ -81,6 +82,10 @@ class TableWatch:
                         "its processes: the host's changes are polled every second")
         if self.error is not None:
             log.warning("legacy iptables watch unavailable (%s): polling it every second instead", self.error)
+        # writes counted before (a kept lease) are not the new map's to name;
+        # read before attaching, so that every write counted after is named
+        lease_map = self.maps.get(lease.LEASE_MAP)
+        self._sysctl_writes = lease.read(lease_map).sysctl_writes if lease_map is not None else 0
         self._sysctl_link, self.sysctl_error = self._attach(companion.program(SYSCTL_PROGRAM), dp.BPF_CGROUP_SYSCTL)
         if SYSCTL_PROGRAM in companion.skipped:
             self.sysctl_error = f"not loaded: {companion.skipped[SYSCTL_PROGRAM]}"
@@ -88,9 +93,6 @@ class TableWatch:
             log.warning("sysctl watch unavailable (%s): polling sysctls every second instead", self.sysctl_error)
         else:
             self._writers = SysctlWriters(companion.obj.map(SYSCTL_WRITERS_MAP))
-            # writes counted before (a kept lease) were not this map's to name
-            lease_map = self.maps.get(lease.LEASE_MAP)
-            self._sysctl_writes = lease.read(lease_map).sysctl_writes if lease_map is not None else 0
         if self.attached or self.sysctls_attached:
             self._open_doorbell(companion)
         return self.error is None
@@ -135,8 +137,11 @@ class TableWatch:
         # the controller cannot see must not hold the fast path off for good:
         # past IN_FLIGHT_LIMIT_NS the change counts as done (the 1 s poll
         # re-reads the tables again anyway). Each kind has its own clock.
-        if self._still_in_flight("replace", replacing) | self._still_in_flight("sysctl", writing):
+        self.in_flight = {kind for kind, looks in (("replace", replacing), ("sysctl", writing))
+                          if self._still_in_flight(kind, looks)}
+        if self.in_flight:
             return None
+        self._in_flight_since.clear()     # each change gets its own 2 s
         self._unpaired = outstanding
         self._sysctl_writes = state.sysctl_writes
         if self._writers is not None:
@@ -189,7 +194,8 @@ class SysctlWriters:
             named += count - seen if count > seen else count     # smaller: evicted, made again
             if tid == 0 or _may_write_sysctl(tid):
                 return True
-        return named < writes
+        # fewer: a write not named; more: one named since `writes` was read
+        return named != writes
 
     def settle(self) -> None:
         self._seen = self._now

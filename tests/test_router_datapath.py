@@ -329,13 +329,16 @@ def test_a_device_moved_to_another_namespace_takes_no_fast_path_there(hook):
             router.close()
 
 
-@pytest.mark.parametrize("hook", ["xdp", "tc"])
+@pytest.mark.parametrize("hook,theirs_first", [("xdp", False), ("tc", False), ("tc", True)],
+                         ids=["xdp", "tc", "tc-theirs-first"])
 def test_a_tcx_program_of_another_tool_on_the_ingress_sends_every_packet_to_the_kernel_at_once(
-        hook, router_ns, tmp_path):
+        hook, theirs_first, router_ns, tmp_path):
     """A tcx attachment sends no event, so the controller finds another
     tool's program only by polling; the pipeline itself must not go around
     it meanwhile (at XDP any tcx ingress program runs after it; at TC the
-    controller's is attached alone)."""
+    controller's is attached alone: one found ahead of it, as a tool that
+    was there first, counts too — a redirect of ours would skip what tcx
+    runs after us)."""
     import subprocess
     from pathlib import Path
 
@@ -349,12 +352,20 @@ def test_a_tcx_program_of_another_tool_on_the_ingress_sends_every_packet_to_the_
     try:
         with entered(router_ns), dp.BpfObject.open(str(obj_path)) as foreign:
             foreign.load()
-            if hook == "tc":       # ours first, as the controller attaches it
-                links.append(dp.attach_tc(router.prog, router.ifindex, direction="ingress", method="tcx"))
-            links.append(dp.attach_tc(foreign.program("foreign_drop"), router.ifindex, direction="ingress",
-                                      method="tcx"))
+
+            def attach_ours() -> None:
+                if hook == "tc":
+                    links.append(dp.attach_tc(router.prog, router.ifindex, direction="ingress", method="tcx"))
+
+            if not theirs_first:       # ours first, as the controller attaches it
+                attach_ours()
+            theirs = dp.attach_tc(foreign.program("foreign_drop"), router.ifindex, direction="ingress",
+                                  method="tcx")
+            links.append(theirs)
+            if theirs_first:
+                attach_ours()
             assert_passed(router, frame, "tcx_others")
-            links[-1].detach()
+            theirs.detach()
             assert router.run(frame).retval == VERDICTS[hook][FORWARD]   # ours alone again
     finally:
         with entered(router_ns):
