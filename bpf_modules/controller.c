@@ -38,6 +38,7 @@
 #include "lease.h"
 #include "netns.h"       /* lfp_netns_cookie: the watched namespace */
 #include "pidns.h"       /* the writer, as the controller numbers threads */
+#include "doorbell.h"    /* rung for every change counted */
 
 #define SOL_IP 0
 #define SOL_IPV6 41
@@ -47,23 +48,6 @@
 #define ARPT_SO_SET_ADD_COUNTERS 97
 
 #define CLOCK_MONOTONIC 1
-
-/* The controller's doorbell: a record per watched change wakes its event
- * loop (which polls this map's fd with its netlink sockets) to look at once,
- * instead of at its next idle timeout; the records themselves are
- * discarded. A full ring drops the record, not the wake-up: the loop is
- * already due. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4096);
-} lfp_watch_doorbell SEC(".maps");
-
-static __always_inline void lfp_ring_doorbell(void)
-{
-	__u8 ring = 1;
-
-	bpf_ringbuf_output(&lfp_watch_doorbell, &ring, sizeof(ring), 0);
-}
 
 /* BPF_PROG_TEST_RUN's context for lfp_lease_renew (controller/lease.py);
  * a term of 0 revokes the lease at once. */

@@ -25,6 +25,7 @@
 #include "lease.h"
 #include "netns.h"
 #include "pidns.h"     /* lfp_is_controller */
+#include "doorbell.h"  /* the controller reads the sets again at once */
 
 #define AF_NETLINK 16
 #define NETLINK_NETFILTER 12
@@ -60,6 +61,7 @@ int lfp_netfilter_message_sent(struct bpf_raw_tracepoint_args *ctx)
 	slot = bpf_map_lookup_elem(&lfp_nfnl_sent, &key);
 	if (slot)
 		__sync_fetch_and_add(slot, 1);
+	lfp_ring_doorbell();
 	return 0;
 }
 

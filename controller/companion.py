@@ -20,7 +20,6 @@ RENEW_PROGRAM = "lfp_lease_renew"
 WATCH_PROGRAM = "lfp_watch_setsockopt"
 SYSCTL_PROGRAM = "lfp_watch_sysctl"
 SYSCTL_WRITERS_MAP = "lfp_sysctl_writers"
-DOORBELL_MAP = "lfp_watch_doorbell"
 # A watch's optional SEC("syscall") programs: run once every tracepoint is
 # attached, and before they are detached (e.g. to tell the datapath whether
 # what the watch maintains can be trusted).

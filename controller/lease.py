@@ -21,8 +21,11 @@ LEASE_MAP = "lfp_lease"
 # Netfilter netlink messages sent in the namespace (the filter node's watch,
 # bpf_modules/filter_watch.c): one __u64 the datapath adds to changes_started.
 SENT_MAP = "lfp_nfnl_sent"
+# Rung by the kernel-side watches as they count a change (bpf_modules/
+# doorbell.h); the event loop polls it (controller/watch.py).
+DOORBELL_MAP = "lfp_watch_doorbell"
 # Maps every object of the namespace shares, whatever its nodes.
-NAMESPACE_MAPS = (LEASE_MAP, SENT_MAP)
+NAMESPACE_MAPS = (LEASE_MAP, SENT_MAP, DOORBELL_MAP)
 TERM_NS = 1_000_000_000      # how long a renewal keeps the fast path on
 RENEW_NS = 200_000_000       # how often the loop renews: a term spans several renewals
 # struct lfp_lease { __u64 changes_started, changes_done, watch_acked, sysctl_writes;

@@ -31,7 +31,7 @@ from linuxfp.state import netlink as nl
 from linuxfp.state.events import NFNLGRP_NFTABLES
 
 from . import lease
-from .companion import DOORBELL_MAP, SYSCTL_PROGRAM, SYSCTL_WRITERS_MAP, WATCH_PROGRAM
+from .companion import SYSCTL_PROGRAM, SYSCTL_WRITERS_MAP, WATCH_PROGRAM
 
 IN_FLIGHT_LIMIT_NS = 2_000_000_000
 
@@ -93,14 +93,16 @@ class TableWatch:
             log.warning("sysctl watch unavailable (%s): polling sysctls every second instead", self.sysctl_error)
         else:
             self._writers = SysctlWriters(companion.obj.map(SYSCTL_WRITERS_MAP))
-        if self.attached or self.sysctls_attached:
-            self._open_doorbell(companion)
+        self._open_doorbell()      # (the nodes' watches ring it too)
         return self.error is None
 
-    def _open_doorbell(self, companion) -> None:
+    def _open_doorbell(self) -> None:
+        doorbell = self.maps.get(lease.DOORBELL_MAP)      # pinned with the lease by the companion
         try:
-            self.doorbell = dp.Doorbell(companion.obj.map(DOORBELL_MAP).fd)
-        except (dp.BpfError, KeyError) as e:
+            if doorbell is None:
+                raise dp.BpfError("no pinned doorbell (the controller's programs did not load)", errno.ENOENT)
+            self.doorbell = dp.Doorbell(doorbell.fd)
+        except dp.BpfError as e:
             log.warning("the watches' doorbell is unavailable (%s): changes are looked at within 200 ms", e)
 
     @staticmethod

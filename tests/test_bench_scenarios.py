@@ -175,9 +175,13 @@ def test_response(tmp_path, capsys):
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)"):
         assert response[command]["n"] > 0
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)",
-                    "ipset add", "ipset del"):
+                    "ipset add", "ipset del", "iptables-legacy -A", "iptables-legacy -D"):
         for system in ("linux", "linuxfp-xdp"):
             assert response[command]["end_to_end"][system]["n"] > 0, command
+    # how long a watched change keeps the traffic on the kernel path, once re-read
+    for command in ("iptables-legacy -A", "sysctl -w (no event)", "ipset add", "iptables -A (filter present)"):
+        assert response[command]["errors"] == 0, response[command].get("first_error")
+        assert response[command]["kernel_path"]["n"] > 0, command
 
 
 def test_latency(tmp_path, capsys):

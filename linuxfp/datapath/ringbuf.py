@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 
 from .errors import BpfError
 from .libbpf import lib
@@ -20,13 +21,17 @@ _DISCARD = _SAMPLE(_discard)
 
 
 class Doorbell:
-    """Over a BPF_MAP_TYPE_RINGBUF map's fd, which stays the caller's."""
+    """Over a BPF_MAP_TYPE_RINGBUF map, through a descriptor of its own (a
+    duplicate of `map_fd`): it lives as long as the doorbell, whoever closes
+    theirs."""
 
     def __init__(self, map_fd: int) -> None:
-        self.map_fd = map_fd
-        self._rb = lib().ring_buffer__new(map_fd, ctypes.cast(_DISCARD, ctypes.c_void_p), None, None)
+        self.map_fd = os.dup(map_fd)
+        self._rb = lib().ring_buffer__new(self.map_fd, ctypes.cast(_DISCARD, ctypes.c_void_p), None, None)
         if not self._rb:
-            raise BpfError(f"ring_buffer__new(map fd {map_fd})", ctypes.get_errno() or errno.EINVAL)
+            code = ctypes.get_errno() or errno.EINVAL
+            os.close(self.map_fd)
+            raise BpfError(f"ring_buffer__new(map fd {map_fd})", code)
 
     def fileno(self) -> int:
         """Readable (EPOLLIN) while records wait."""
@@ -40,3 +45,4 @@ class Doorbell:
         if self._rb:
             lib().ring_buffer__free(self._rb)
             self._rb = None
+            os.close(self.map_fd)
