@@ -9,8 +9,10 @@ on a table that is being changed before the change is made, instead of up to
 a poll interval after. Sysctls (SysctlWriters): the same object's cgroup
 sysctl program counts the writes to this namespace's net/ sysctls before the
 kernel stores them, naming each writing thread; the re-read waits until each
-has left its write. This module attaches both and tells the controller when
-a re-read is due.
+has left its write. This module attaches both, opens the namespace's
+doorbell (bpf_modules/doorbell.h: every kernel-side watch rings it as it
+counts a change, so the event loop looks at once) and tells the controller
+when a re-read is due.
 
 nf_tables (NftablesWatch): a commit is announced on NFNLGRP_NFTABLES once it
 is in force; a thread of its own waits for that and marks the lease unsure at
@@ -46,7 +48,8 @@ class TableWatch:
         self._link = None
         self._sysctl_link = None
         self._writers: SysctlWriters | None = None
-        # rung by the cgroup programs as they count a change (for the event loop)
+        # rung by every kernel-side watch as it counts a change (for the event
+        # loop): these cgroup programs and the nodes' watches (ipsets)
         self.doorbell: dp.Doorbell | None = None
         # replaces that ended without a counters call (failed ones)
         self._unpaired = 0
