@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead: remove the pins of every namespace with no controller and no interface served "
                         "(e.g. deleted namespaces)")
     p = add("demo", cmd_demo, "build a throw-away topology and show it accelerated")
-    p.add_argument("scenario", choices=("router", "gateway", "bridge"), nargs="?", default="router")
+    p.add_argument("scenario", choices=("router", "gateway", "bridge", "flannel"), nargs="?", default="router")
     p.add_argument("--quick", action="store_true", help="shorter measurement")
     p = add("bench", cmd_bench, "benchmark scenarios: Linux and LinuxFP side by side")
     p.add_argument("scenario")

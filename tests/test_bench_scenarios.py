@@ -277,6 +277,12 @@ def test_flannel(tmp_path, capsys):
     # the inter-node runs cross the nodes' IP forwarding; bridged ones never do
     by_run = {(r["system"], r["placement"]): r["kernel_forwarded"] for r in result["runs"]}
     assert by_run[("linux", "inter-node")] > 0 and by_run[("linux", "intra-node")] == 0
+    # TCP bulk (iperf3) both ways of placing the server, both systems
+    for placement in ("intra-node", "inter-node"):
+        entry = result["tcp_bulk"][placement]["1"]
+        assert set(entry) == {"linux", "linuxfp"}, entry
+        assert all(measured["gbit_s"] > 0 for measured in entry.values()), entry
+    assert "TCP bulk" in next(tmp_path.glob("flannel-*.md")).read_text()
 
 
 def test_every_scenario_is_tested():

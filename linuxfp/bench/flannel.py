@@ -11,10 +11,17 @@ another pod of node 1 (intra-node: across cni0) and in a pod of node 2
 opens new flows, so each warms up for longer than connection tracking
 takes to call a UDP flow a stream (2 s): until then the filter node leaves
 it to the kernel. Everything shares the machine's CPUs, so a round trip's
-time is the CPU path of both directions through both nodes."""
+time is the CPU path of both directions through both nodes.
+
+TCP bulk: iperf3 (Debian's) from the same client pod to a server in each
+of those pods, 1 and 4 parallel streams; Gbit/s received, and the IPv4
+packets the nodes' kernels forwarded meanwhile (a GSO packet counts once),
+which says how much of the bulk took the kernel's path."""
 from __future__ import annotations
 
+import json
 import random
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -29,22 +36,29 @@ from .throughput import exclusive_machine, progress
 SYSTEM_NAMES = ("linux", "linuxfp")
 PLACEMENTS = ("intra-node", "inter-node")
 ECHO_PORT = 7007
+IPERF_PORT = 5201
 WARMUP_MS = 2600      # > conntrack's 2 s stream mark, so the measured part can be fast-pathed
 
 
-def run(options: Options) -> dict:
+def run(options: Options, look=None) -> dict:
+    """Measure; `look(lab)`, if given, runs in each LinuxFP measurement once
+    its traffic has gone through (the demo shows the nodes' graphs and
+    counters with it)."""
     from linuxfp.lab.counters import ip_forw_datagrams
     from linuxfp.lab.flannel import FlannelLab, FlannelLabSpec, check_dependencies
 
     started = timestamp()
     repetitions = options.reps(full=3)
     sessions_list = (1,) if options.quick else (1, 16)
+    streams_list = (1,) if options.quick else (1, 4)
     duration_ms = 500 if options.quick else 3000
+    bulk_seconds = 1 if options.quick else 5
     check_dependencies()
     client_tool = build_c_tool("rr", "the latency client")
     echo_tool = build_c_tool("udp_echo", "the pods' echo server")
     rng = random.Random()
     raw: list[dict] = []
+    bulk_raw: list[dict] = []
     errors: dict[str, str] = {}
     progress("flannel: bringing the lab up (the first run builds flanneld: a few minutes)")
     with exclusive_machine(), FlannelLab.up(FlannelLabSpec(nodes=2, pods_per_node=2,
@@ -57,7 +71,7 @@ def run(options: Options) -> dict:
         echoes: list[subprocess.Popen] = []
 
         def measure(index: int, name: str) -> None:
-            with _system(name, nodes):
+            with _system(name, nodes, (lambda: look(lab)) if look else None):
                 for placement in PLACEMENTS:
                     for sessions in sessions_list:
                         before = [ip_forw_datagrams(node) for node in nodes]
@@ -68,10 +82,21 @@ def run(options: Options) -> dict:
                                     "sessions": sessions, "kernel_forwarded": forwarded, **result})
                         progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, {sessions} session(s): "
                                  f"avg {result.get('avg_us', 0):.1f} µs, p99 {result.get('p99_us', 0):.1f} µs")
+                for placement in PLACEMENTS:
+                    for streams in streams_list:
+                        before = [ip_forw_datagrams(node) for node in nodes]
+                        result = _tcp_bulk(lab.namespace(client.name), servers[placement].ip, streams, bulk_seconds)
+                        forwarded = sum(ip_forw_datagrams(node) - b for node, b in zip(nodes, before))
+                        bulk_raw.append({"repetition": index, "system": name, "placement": placement,
+                                         "streams": streams, "kernel_forwarded": forwarded, **result})
+                        progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, TCP bulk, "
+                                 f"{streams} stream(s): {result['gbit_s']:.2f} Gbit/s, "
+                                 f"{forwarded} packets forwarded by the kernels")
 
         try:
             for pod in servers.values():
                 echoes.append(_start_echo(lab.namespace(pod.name), echo_tool))
+                echoes.append(_start_iperf_server(lab.namespace(pod.name)))
             in_turn(SYSTEM_NAMES, repetitions, measure, errors, "flannel")
         finally:
             for echo in echoes:
@@ -92,6 +117,23 @@ def run(options: Options) -> dict:
             if {"linux", "linuxfp"} <= set(entry):
                 reductions[f"{placement}, {sessions} session(s)"] = round(
                     1 - entry["linuxfp"]["avg_us"] / entry["linux"]["avg_us"], 3)
+    bulk: dict[str, dict] = {}
+    gains: dict[str, float] = {}
+    for placement in PLACEMENTS:
+        bulk[placement] = {}
+        for streams in streams_list:
+            entry = {}
+            for name in SYSTEM_NAMES:
+                runs = [r for r in bulk_raw if r["system"] == name and r["placement"] == placement
+                        and r["streams"] == streams]
+                if runs:
+                    entry[name] = {"gbit_s": round(statistics.median(r["gbit_s"] for r in runs), 3),
+                                   "kernel_forwarded": int(statistics.median(r["kernel_forwarded"] for r in runs)),
+                                   "retransmits": sum(r["retransmits"] for r in runs), "repetitions": len(runs)}
+            bulk[placement][str(streams)] = entry
+            if {"linux", "linuxfp"} <= set(entry) and entry["linux"]["gbit_s"]:
+                gains[f"{placement}, {streams} stream(s)"] = round(
+                    entry["linuxfp"]["gbit_s"] / entry["linux"]["gbit_s"] - 1, 3)
     return {
         "scenario": "flannel",
         "supported": True,
@@ -106,6 +148,10 @@ def run(options: Options) -> dict:
             "linuxfp": "a controller in each node namespace (hook auto: TC on pod veths and flannel.1)",
             "payload_bytes": PAYLOAD,
             "sessions": list(sessions_list),
+            "tcp_bulk": f"iperf3 -c SERVER -t {bulk_seconds} -P STREAMS from the client pod to an iperf3 -s in each "
+                        "server pod; Gbit/s received (median over repetitions); kernel_forwarded: IPv4 packets "
+                        "the nodes' kernels forwarded during the run (a GSO packet counts once)",
+            "streams": list(streams_list),
             "warmup_ms": WARMUP_MS,
             "duration_ms": duration_ms,
             "repetitions": repetitions,
@@ -114,11 +160,40 @@ def run(options: Options) -> dict:
         },
         "latency": latency,
         "reductions": reductions,
+        "tcp_bulk": bulk,
+        "tcp_bulk_gains": gains,
         "systems": {},
         "ratios": {},
         "errors": errors,
         "runs": raw,
+        "tcp_bulk_runs": bulk_raw,
     }
+
+
+def _start_iperf_server(pod) -> subprocess.Popen:
+    """iperf3's server in `pod`, one test at a time, until killed."""
+    proc = subprocess.Popen(pod.exec_argv(["iperf3", "-s", "-p", str(IPERF_PORT), "--forceflush"]), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    if proc.stdout is None or "Server listening" not in proc.stdout.readline() + proc.stdout.readline():
+        proc.kill()
+        raise RuntimeError(f"iperf3's server in {pod.name} did not start")
+    return proc
+
+
+def _tcp_bulk(pod, address: str, streams: int, seconds: int) -> dict:
+    """One iperf3 TCP run from `pod` to `address`: Gbit/s received and the
+    sender's retransmissions."""
+    argv = ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-t", str(seconds), "-P", str(streams), "-J"]
+    done = subprocess.run(pod.exec_argv(argv), capture_output=True, text=True, check=False, timeout=seconds + 30)
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        report = {"error": done.stderr.strip() or done.stdout.strip()[:200]}
+    if done.returncode != 0 or "error" in report:
+        raise RuntimeError(f"iperf3 to {address} failed: {report.get('error', done.returncode)}")
+    end = report["end"]
+    return {"gbit_s": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
+            "retransmits": end["sum_sent"].get("retransmits", 0)}
 
 
 def _start_echo(pod, tool: Path) -> subprocess.Popen:
@@ -130,7 +205,7 @@ def _start_echo(pod, tool: Path) -> subprocess.Popen:
     return proc
 
 
-def _system(name: str, nodes):
+def _system(name: str, nodes, look=None):
     import contextlib
 
     from controller.launcher import ControllerProcess
@@ -142,6 +217,8 @@ def _system(name: str, nodes):
             for controller in controllers:
                 controller.settled()
             yield
+            if look is not None:
+                look()
 
     return linuxfp() if name == "linuxfp" else contextlib.nullcontext()
 
@@ -151,7 +228,10 @@ def summary_line(result: dict) -> str:
     for placement, by_sessions in result["latency"].items():
         for sessions, entry in by_sessions.items():
             parts.append(f"{placement} {sessions} session(s): {avg_p99_text(entry)}")
-    return "flannel pod-to-pod round trip avg/p99 µs: " + " | ".join(parts)
+    text = "flannel pod-to-pod round trip avg/p99 µs: " + " | ".join(parts)
+    bulk = [f"{placement} {streams} stream(s): " + " / ".join(f"{name} {e['gbit_s']:.2f}" for name, e in entry.items())
+            for placement, by_streams in result.get("tcp_bulk", {}).items() for streams, entry in by_streams.items()]
+    return text + ("; TCP bulk Gbit/s: " + " | ".join(bulk) if bulk else "")
 
 
 def markdown(result: dict) -> str:
@@ -165,6 +245,17 @@ def markdown(result: dict) -> str:
              f"{' (quick run)' if result['quick'] else ''}.\n\n",
              table(["placement", "sessions", "system", *TABLE_HEADERS], rows)]
     if result["reductions"]:
-        lines.append("\nAverage round trip, LinuxFP vs Linux: "
-                     + ", ".join(f"{key} {value:+.0%}" for key, value in result["reductions"].items()) + " less\n")
+        lines.append("\nAverage round trip, LinuxFP vs Linux: " + ", ".join(
+            f"{key} {abs(value):.0%} {'shorter' if value >= 0 else 'longer'}"
+            for key, value in result["reductions"].items()) + "\n")
+    bulk_rows = [[placement, streams, name, f"{e['gbit_s']:.2f}", str(e["kernel_forwarded"]), str(e["retransmits"])]
+                 for placement, by_streams in result.get("tcp_bulk", {}).items()
+                 for streams, entry in by_streams.items() for name, e in entry.items()]
+    if bulk_rows:
+        lines += ["\nTCP bulk (iperf3), pod to pod:\n\n",
+                  table(["placement", "streams", "system", "Gbit/s", "kernel-forwarded packets", "retransmits"],
+                        bulk_rows)]
+        if result.get("tcp_bulk_gains"):
+            lines.append("\nTCP bulk, LinuxFP vs Linux: " + ", ".join(
+                f"{key} {value:+.0%}" for key, value in result["tcp_bulk_gains"].items()) + "\n")
     return "".join(lines)
