@@ -37,7 +37,8 @@ def test_example_node_renders_between_route_and_transmit_with_its_counters():
         "build(shape)\n"       # compiles: the header is found by path
         "print(json.dumps({'nodes': [n.name for n in registered()], 'src': src,\n"
         "                  'counters': {c.name: [c.node, c.kind] for c in counters()}}))\n"))
-    assert out["nodes"] == ["router", "transmit", "filter", "bridge", "bridge_filter", "bridge_tx", "egress_guard"]
+    assert out["nodes"] == ["router", "transmit", "filter", "bridge", "bridge_filter", "bridge_tx", "conntrack_tcp",
+                            "egress_guard"]
     src = out["src"]
     assert src.index("router_node(&pkt)") < src.index("egress_guard_node(&pkt)") < src.index("transmit_node(&pkt)")
     assert out["counters"]["guard_dropped"] == ["egress_guard", "drop"]

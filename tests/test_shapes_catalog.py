@@ -20,8 +20,11 @@ FORWARD_RULES = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT A
                  "-A FORWARD -d 198.19.0.0/24 -p udp -j DROP\nCOMMIT\n")
 
 
-def with_filter(snapshot):
-    ruleset = parse_save(FORWARD_RULES, "nft")
+STATEFUL_RULES = FORWARD_RULES.replace("COMMIT", "-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT")
+
+
+def with_filter(snapshot, rules: str = FORWARD_RULES):
+    ruleset = parse_save(rules, "nft")
     return replace(snapshot, netfilter=NetfilterState(active=True, tables=("nft:ip filter",), detail="test",
                                                       rulesets=(ruleset,)))
 
@@ -51,6 +54,9 @@ SNAPSHOTS = {
     "bridge+bridge_filter+router+filter, queued bridge":
         lambda: with_br_netfilter(with_filter(bridged_router_snapshot(bridge_qdisc="htb"))),
 }
+# The same with connection tracking on: the conntrack-TCP node joins the filter.
+SNAPSHOTS.update({f"{name}, stateful": (lambda make=make: with_filter(make(), STATEFUL_RULES))
+                  for name, make in list(SNAPSHOTS.items()) if "filter" in name})
 
 
 @pytest.mark.parametrize("hook", HOOK_CHOICES)

@@ -158,6 +158,7 @@ def registered() -> tuple[Node, ...]:
         from . import router, transmit  # noqa: F401  (built-ins register themselves)
         from . import iptables_filter  # noqa: F401
         from . import bridge, bridge_filter, bridge_tx  # noqa: F401
+        from . import conntrack_tcp  # noqa: F401
 
         _load_external()
         _registered = tuple(_REGISTRY)
