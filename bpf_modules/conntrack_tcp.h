@@ -4,17 +4,20 @@
  * With connection tracking on (the filter generation's LFP_FLT_CT), the
  * filter node hands every TCP packet to the kernel: conntrack follows each
  * segment's sequence and window numbers, state no program may update
- * (filter.h, conntrack.h). Until now such a packet reached that verdict
- * only after the router's lookup and the FORWARD stage's own checks — 300
- * to 600 ns spent per TCP segment and acknowledgement only to pass it.
- * This node gives the same verdict where Linux's conntrack runs
- * (PREROUTING), before the routing decision.
+ * (filter.h, conntrack.h). Reaching that verdict after the router's lookup
+ * and the FORWARD stage's own checks costs 300 to 600 ns per segment and
+ * acknowledgement; this node gives it where Linux's conntrack runs
+ * (PREROUTING), before the routing decision, for all IPv4 TCP that is not
+ * bridged (what the router would have passed for another reason too: its
+ * count is this node's then).
  *
- * Exact because handing a packet to the kernel always is, and it takes
- * nothing from the fast path: on the IP path every exit the fast path has
- * crosses FORWARD, where this packet would be passed anyway (bridged
+ * Exact because handing a packet to the kernel always is, and with the
+ * built-in nodes it takes nothing from the fast path: every exit of the IP
+ * path crosses FORWARD, where this packet would be passed anyway (bridged
  * frames skip this stage: the bridge node keeps its own per-frame
- * bookkeeping, and the bridge-filter node passes their TCP as before).
+ * bookkeeping, and the bridge-filter node passes their TCP as before). A
+ * node of its own (LINUXFP_NODES) with an IP exit before FORWARD would
+ * lose TCP here to the kernel: still exact, no longer free.
  * Placed only with the filter node (linuxfp/graph/nodes/conntrack_tcp.py);
  * the generation's bit is read per packet, so a ruleset that turns
  * connection tracking off lets TCP through to the nodes after it at once.

@@ -82,14 +82,14 @@ struct {
 	__type(value, __u8);
 } lfp_local_src SEC(".maps");
 
-/* Local sources that may be in lfp_local_src (hint.h). */
+/* Local addresses that may be in lfp_local_src (hint.h). */
 LFP_HINT_MAP(lfp_local_hint);
 
-static __always_inline int lfp_source_is_local(__be32 saddr)
+static __always_inline int lfp_address_is_local(__be32 addr)
 {
-	if (!lfp_hint_set(lfp_hint_of(&lfp_local_hint), saddr))
+	if (!lfp_hint_set(lfp_hint_of(&lfp_local_hint), addr))
 		return 0;
-	return bpf_map_lookup_elem(&lfp_local_src, &saddr) != NULL;
+	return bpf_map_lookup_elem(&lfp_local_src, &addr) != NULL;
 }
 
 static __always_inline int lfp_ipv4_is_multicast(__be32 a) { return (a & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000); }
@@ -531,7 +531,7 @@ static __always_inline enum lfp_counter lfp_ipv4_forward_refusal(struct lfp_ifac
 		return LFP_CNT_RP_FILTER;
 	if (ip->ttl <= 1)
 		return LFP_CNT_TTL_EXPIRED;
-	if (lfp_source_is_local(ip->saddr))
+	if (lfp_address_is_local(ip->saddr))
 		return LFP_CNT_LOCAL_SOURCE;
 	if (in->fwd_len_cap && tot_len > in->fwd_len_cap)
 		return LFP_CNT_ROUTE_MTU;
@@ -602,6 +602,13 @@ static __always_inline enum lfp_rc router_node(struct lfp_pkt *pkt)
 	refusal = lfp_ipv4_header_refusal(pkt, ip);
 	if (refusal != LFP_CNT_MAX)
 		return lfp_pass(pkt, refusal);
+	/* Addressed to one of this host's own addresses (the local table's,
+	 * the set the source check reads): Linux delivers it or, with unusual
+	 * policy rules, routes it anyway — the kernel's to decide either way,
+	 * and the FIB lookup that would tell costs more than a VXLAN outer
+	 * packet's or a node's own traffic's whole trip here otherwise. */
+	if (lfp_address_is_local(ip->daddr))
+		return lfp_pass(pkt, LFP_CNT_FIB_NOT_FORWARDED);
 	tot_len = bpf_ntohs(ip->tot_len);
 	refusal = lfp_ipv4_forward_refusal(in, ip, tot_len);
 	if (refusal != LFP_CNT_MAX)

@@ -42,7 +42,8 @@ def test_flannel_demo_quick(require_root):
         assert set(result["latency"][placement]["1"]) == {"linux", "linuxfp"}
         assert all(e["gbit_s"] > 0 for e in result["tcp_bulk"][placement]["1"].values())
     graph = result["graph"]
-    assert re.search(r"flannel\.1 \(ifindex \d+\) \[tc\]: parse -> router -> ", graph), graph
+    # (kube-proxy's rules track connections: TCP goes to the kernel before routing)
+    assert re.search(r"flannel\.1 \(ifindex \d+\) \[tc\]: parse -> conntrack_tcp -> router -> ", graph), graph
     assert re.search(r"veth\w+ \(ifindex \d+\) \[tc\]: parse -> bridge -> bridge_filter -> ", graph), graph
     assert sum(i["fast_path"] for i in result["stats"]["interfaces"]) > 0, result["stats"]
     after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())

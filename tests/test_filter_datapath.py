@@ -140,3 +140,58 @@ def test_generations_never_mix(filter_ns):
         assert first.counter("filter_stale") == 0
     finally:
         first.obj.close()
+
+
+def test_tcp_goes_to_the_kernel_before_routing_while_connections_are_tracked(filter_ns):
+    """The conntrack-TCP node passes IPv4 TCP before the router looks
+    anything up while the generation tracks connections; UDP and IPv6 are
+    not its business; and a ruleset without tracking makes TCP the filter's
+    again as soon as its generation is written, before any reload."""
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+
+    from linuxfp.lab.netns import entered
+
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    drop = "-A FORWARD -d 198.19.1.0/24 -p tcp -j DROP\n"
+    filter_ns.run(["iptables-restore"], input=head + "-A FORWARD -m conntrack --ctstate INVALID -j DROP\n"
+                  + drop + "COMMIT\n")
+    loaded = pipeline_loader.LoadedPipeline(filter_ns, "in0", "xdp", ("conntrack_tcp", "router", "filter", "transmit"),
+                                            "test_ct_tcp")
+
+    def frame(dst: str, l4) -> bytes:
+        return bytes(Ether(src="02:00:00:00:01:02", dst=IN_MAC) / IP(src="198.18.1.1", dst=dst) / l4)
+
+    allowed, blocked = frame("198.19.2.5", TCP(sport=40000, dport=80, flags="A")), \
+        frame("198.19.1.5", TCP(sport=40000, dport=80, flags="A"))
+
+    def looked_up() -> int:
+        return sum(loaded.counter(name) for name in ("fib_cache_hit", "fib_cache_miss", "fib_cache_off"))
+
+    try:
+        for tcp in (allowed, blocked):
+            tracked, lookups = loaded.counter("ct_tcp_tracked"), looked_up()
+            result = loaded.run(tcp)
+            assert (result.retval, result.data_out) == (XDP_PASS, tcp)
+            assert (loaded.counter("ct_tcp_tracked"), looked_up()) == (tracked + 1, lookups)
+        others = (frame("198.19.2.5", UDP(sport=40000, dport=53)),
+                  bytes(Ether(src="02:00:00:00:01:02", dst=IN_MAC) / IPv6(src="2001:db8::1", dst="2001:db8:1::5")
+                        / TCP(sport=40000, dport=80, flags="A")))
+        for other in others:
+            tracked = loaded.counter("ct_tcp_tracked")
+            loaded.run(other)
+            assert loaded.counter("ct_tcp_tracked") == tracked
+        # the same rule without tracking: the running program classifies TCP again
+        filter_ns.run(["iptables-restore"], input=head + drop + "COMMIT\n")
+        with entered(filter_ns):
+            tables = build_graph(read_snapshot(), "xdp").tables
+        loaded.write([t for t in tables if t.owner == "filter" and t.name != CFG])
+        loaded.write([t for t in tables if t.name == CFG])
+        tracked = loaded.counter("ct_tcp_tracked")
+        assert loaded.run(blocked).retval == XDP_DROP
+        assert loaded.run(allowed).retval == XDP_REDIRECT
+        assert loaded.counter("ct_tcp_tracked") == tracked
+    finally:
+        loaded.close()
+        filter_ns.run(["iptables", "-F", "FORWARD"])

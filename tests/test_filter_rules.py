@@ -269,8 +269,10 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
     stateful = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
                           "-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n", "nft")
     graph = build_graph(router_snapshot(netfilter=netfilter(stateful)), "xdp")
+    # (and TCP, which it would pass, goes to the kernel before routing: conntrack_tcp.h)
     assert {p.ifname: p.shape.nodes for p in graph.pipelines} == {
-        "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
+        "left": ("conntrack_tcp", "router", "filter", "transmit"),
+        "right": ("conntrack_tcp", "router", "filter", "transmit")}
     assert filter_plan(router_snapshot(netfilter=netfilter(stateful))).classifier.used & CONNTRACK_BIT
     # a nat table alone turns tracking on: the filter applies with no FORWARD rule
     nat = parse_save("*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"

@@ -23,7 +23,7 @@ from linuxfp.state import read_snapshot
 from linuxfp.synth import counters
 
 from pipeline_loader import LoadedPipeline
-from fixtures.router_cases import CASES, FORWARD, IN_MAC, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC, STALE_MAC
+from fixtures.router_cases import CASES, FORWARD, IN_MAC, LOCAL, OUT_MAC, NEXT_HOP_MAC, HAIRPIN_MAC, STALE_MAC, udp
 
 XDP_PASS, XDP_REDIRECT = 2, 4
 TC_ACT_UNSPEC, TC_ACT_REDIRECT = 0xFFFFFFFF, 7      # (-1: tcx's "next program", read as a u32)
@@ -123,6 +123,17 @@ def assert_passed(router, frame, counter):
     before = router.counter(counter)
     assert router.run(frame).retval == VERDICTS[router.hook]["pass"]
     assert router.counter(counter) == before + 1
+
+
+def test_a_local_destination_is_passed_before_any_fib_lookup(router):
+    """Addressed to the host itself (a node's own traffic, VXLAN's outer
+    packets): passed before the lookup, which would only say so — none of
+    the cache's counters moves, whatever the TTL."""
+    looked_up = ("fib_cache_hit", "fib_cache_miss", "fib_cache_off")
+    for frame in (udp(dst=LOCAL), udp(dst=LOCAL, ttl=1), udp(dst="198.18.1.255")):   # an address, a broadcast /32
+        before = {name: router.counter(name) for name in looked_up}
+        assert_passed(router, bytes(frame), "fib_not_forwarded")
+        assert {name: router.counter(name) for name in looked_up} == before, frame.summary()
 
 
 def test_ingress_forwarding_off_is_a_map_update_away(router, router_ns):

@@ -110,6 +110,7 @@ def test_catalog_follows_the_declarations():
         assert [n.stage for n in chosen] == sorted(n.stage for n in chosen), shape
         assert "transmit" in shape.nodes, shape           # applies everywhere, needs nothing
         assert "filter" not in shape.nodes or "router" in shape.nodes, shape   # FORWARD sees routed packets
+        assert "conntrack_tcp" not in shape.nodes or "filter" in shape.nodes, shape   # its verdict is FORWARD's
     for hook in HOOKS:
         assert {s.nodes for s in catalog if s.hook == hook} == {s.nodes for s in catalog}
 

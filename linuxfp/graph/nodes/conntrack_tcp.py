@@ -15,7 +15,6 @@ class ConntrackTcp(Node):
     name = "conntrack_tcp"
     stage = Stage.PREROUTING
     header = modules_dir() / "conntrack_tcp.h"
-    inputs = ("netfilter",)
 
     def applies(self, snapshot, link) -> bool:
         # Where the rules make the kernel track connections; the datapath

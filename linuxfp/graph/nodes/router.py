@@ -93,7 +93,7 @@ class Router(Node):
         local = local_source_addresses(snapshot)
         return (
             Table(LOCAL_SRC, self.name, 4, 1, frozenset((socket.inet_aton(a), b"\x01") for a in local),
-                  kind=HASH, describe="local addresses: refused as sources"),
+                  kind=HASH, describe="local addresses: refused as sources, passed as destinations"),
             hint_table(LOCAL_HINT, self.name, (be32(a) for a in local), "prefilter of lfp_local_src"),
             Table(FIB_POLICY, self.name, 4, 4, fib_policy_entries(snapshot), kind=ARRAY,
                   describe="the FIB-answer cache, per family: off where an answer changes with no generation"),
