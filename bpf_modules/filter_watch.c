@@ -49,11 +49,14 @@ int lfp_netfilter_message_sent(struct bpf_raw_tracepoint_args *ctx)
 	__u32 key = LFP_NFNL_ARMED;
 	__u64 *slot;
 
-	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_NETLINK ||
-	    BPF_CORE_READ(sk, sk_protocol) != NETLINK_NETFILTER)
-		return 0;
+	/* Disarmed (no rule matches an ipset: most hosts, most of the time),
+	 * every sendmsg of the host costs one inlined array read here, before
+	 * anything of the socket is read. */
 	slot = bpf_map_lookup_elem(&lfp_nfnl_sent, &key);
 	if (!slot || !*slot)
+		return 0;
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_NETLINK ||
+	    BPF_CORE_READ(sk, sk_protocol) != NETLINK_NETFILTER)
 		return 0;
 	if (BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie) != lfp_netns_cookie || lfp_is_controller())
 		return 0;

@@ -208,9 +208,9 @@ def test_scale(tmp_path, capsys):
 def test_watch(tmp_path, capsys):
     result = bench("watch", tmp_path, capsys)
     for system in ("no controller", "controller"):
-        assert set(result["ns_per_call"][system]) == {"getppid", "setsockopt", "sysctl-read", "sysctl-write"}
+        assert set(result["ns_per_call"][system]) == {"getppid", "setsockopt", "sysctl-read", "sysctl-write", "send"}
         assert all(v > 0 for v in result["ns_per_call"][system].values())
-    assert set(result["added_ns_per_call"]) == {"getppid", "setsockopt", "sysctl-read", "sysctl-write"}
+    assert set(result["added_ns_per_call"]) == {"getppid", "setsockopt", "sysctl-read", "sysctl-write", "send"}
 
 
 def test_rules(tmp_path, capsys):

@@ -1,5 +1,7 @@
 """`linuxfp bench watch`: what the watches of legacy iptables and of sysctls
-(bpf_modules/controller.c) cost the host's processes. Their cgroup programs
+(bpf_modules/controller.c), and the filter node's of netfilter netlink
+messages (bpf_modules/filter_watch.c, a raw tracepoint on every sendmsg of
+the host), cost the host's processes. The cgroup programs
 run on every setsockopt and every /proc/sys access of every process while a
 controller runs (a raw tracepoint on every system call, the alternative,
 cost +120 ns on each), so the figure is ns per system call with and without
@@ -25,6 +27,8 @@ KINDS = {
     "sysctl-read": "pread of a net/ sysctl: the sysctl program runs and returns at once",
     "sysctl-write": "pwrite of a net/ sysctl's own value: the sysctl program counts it and the controller "
                     "re-reads (the datapath passes meanwhile)",
+    "send": "one byte over an AF_UNIX datagram pair and back: the filter node's raw tracepoint on every "
+            "sendmsg runs and returns (not netfilter netlink)",
 }
 SYSTEMS = ("no controller", "controller")
 CALLS = 1_000_000

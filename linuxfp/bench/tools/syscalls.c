@@ -6,7 +6,10 @@
  *   sysctl-read   pread of /proc/sys/net/ipv4/conf/lo/accept_local: the
  *                 sysctl watch runs and returns at once (not a write)
  *   sysctl-write  pwrite of that sysctl's own value back: the sysctl watch
- *                 counts it (the controller then re-reads the sysctls) */
+ *                 counts it (the controller then re-reads the sysctls)
+ *   send        one byte over an AF_UNIX datagram socket pair, received
+ *               back: the filter node's raw tracepoint on every sendmsg
+ *               (sock_send_length) runs and returns (not netfilter) */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +33,7 @@ int main(int argc, char **argv)
 	double start;
 
 	if (argc < 2 || n <= 0) {
-		fprintf(stderr, "usage: %s getppid|setsockopt|sysctl-read|sysctl-write [N]\n", argv[0]);
+		fprintf(stderr, "usage: %s getppid|setsockopt|sysctl-read|sysctl-write|send [N]\n", argv[0]);
 		return 2;
 	}
 	if (strcmp(argv[1], "getppid") == 0) {
@@ -66,6 +69,21 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++) {
 			if ((write_back ? pwrite(fd, value, len, 0) : pread(fd, value, sizeof(value), 0)) <= 0) {
 				perror(argv[1]);
+				return 1;
+			}
+		}
+	} else if (strcmp(argv[1], "send") == 0) {
+		int pair[2];
+		char byte = 'x';
+
+		if (socketpair(AF_UNIX, SOCK_DGRAM, 0, pair) != 0) {
+			perror("socketpair");
+			return 1;
+		}
+		start = now_ns();
+		for (long i = 0; i < n; i++) {
+			if (send(pair[0], &byte, 1, 0) != 1 || recv(pair[1], &byte, 1, 0) != 1) {
+				perror("send");
 				return 1;
 			}
 		}
