@@ -379,7 +379,7 @@ def summarize(samples: list[Sample], all_cycles) -> dict:
 
 def run(options: Options) -> dict:
     started = timestamp()
-    iterations = options.reps(full=100, quick=3)
+    iterations = options.reps(full=100, quick=2)
     tag = secrets.token_hex(2)
     samples: list[Sample] = []
     with exclusive_machine(), Lab(options.lab_prefix) as lab, contextlib.ExitStack() as stack:

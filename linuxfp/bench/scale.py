@@ -55,10 +55,10 @@ CHURN_PROTOCOL = 12      # replaces flip the routes' protocol: a change the kern
 NEIGH_PROBE, ADDR_PROBE = "198.18.3.1", "198.18.3.2"
 CHURN_PROBES = 5     # neighbour and address changes made one after the other during the burst
 APPLIED_TIMEOUT_S = 60.0
-RESTARTS, QUICK_RESTARTS = 10, 3
+RESTARTS, QUICK_RESTARTS = 10, 2
 RUNNING_AFTER_RESTART_S = 0.3   # traffic on the new controller's datapath before the next restart
-INTERFACES, QUICK_INTERFACES = 400, 40
-ADDED, QUICK_ADDED = 30, 5       # veths added one at a time to a running controller
+INTERFACES, QUICK_INTERFACES = 400, 20
+ADDED, QUICK_ADDED = 30, 3       # veths added one at a time to a running controller
 
 
 def _routes(line: Line, start: int, count: int, verb: str = "add", extra: str = "") -> str:
