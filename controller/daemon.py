@@ -244,6 +244,9 @@ class Controller:
         else:
             log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
                       "so the datapath leaves every packet to the kernel", self.companion.error)
+        # Before the first dump: a tcx program is ours when it uses one of
+        # these (not when it is merely named like ours).
+        kstate.tcx.own_lease_maps(lease_mod.namespace_lease_ids(self.layout))
         self.watch.start(self.companion)
         # Before the first dump (run): no change falls between the two.
         node_watches = self.companion.load_watches()

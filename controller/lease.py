@@ -257,3 +257,31 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "tcx programs of other tools on an egress (until seen, XDP redirects and redirect_peer skip them)":
             "<= 1 s (polled: no event)",
     }
+
+
+def namespace_lease_ids(layout) -> frozenset[int]:
+    """The ids of the lease maps pinned for the namespace of `layout`: this
+    version's and other versions' (their maps-* directories, or the top of
+    the pin directory before those). Every program of LinuxFP's in the
+    namespace uses one; an id outlives no map, so none is another's."""
+    import os
+
+    from .namespace import MAPS_DIR_PREFIX
+
+    try:
+        names = os.listdir(layout.pin_dir)
+    except FileNotFoundError:
+        return frozenset()
+    paths = [os.path.join(layout.pin_dir, name, LEASE_MAP) for name in names if name.startswith(MAPS_DIR_PREFIX)]
+    paths.append(os.path.join(layout.pin_dir, LEASE_MAP))
+    ids = set()
+    for path in paths:
+        try:
+            pinned = dp.Map.from_pinned(path)
+        except (dp.BpfError, OSError):
+            continue
+        try:
+            ids.add(dp.map_info(pinned.fd)["id"])
+        finally:
+            pinned.close()
+    return frozenset(ids)

@@ -177,15 +177,17 @@ def test_an_interface_that_fails_stays_on_the_kernel_path(router_topology, tmp_p
             foreign.detach()
 
 
-@pytest.mark.parametrize("hook", ["xdp", "tc"])
-@pytest.mark.parametrize("where", ["ingress", "egress"])
-def test_tcx_programs_of_another_tool_are_never_bypassed(router_topology, tmp_path, hook, where):
+@pytest.mark.parametrize("hook,where,program", [(hook, where, "foreign_drop") for hook in ("xdp", "tc")
+                                                for where in ("ingress", "egress")]
+                         + [("xdp", "egress", "lfp_impostor")])
+def test_tcx_programs_of_another_tool_are_never_bypassed(router_topology, tmp_path, hook, where, program):
     """Another tool attaches a tcx program that drops everything to the
     DUT's ingress (to-src) or egress (to-sink) while the controller runs:
     Linux then forwards nothing. No event announces it; within the poll the
     fast path must stop going around it (an XDP redirect skips tcx egress;
     our XDP, or our tcx program ahead of theirs, skips their tcx ingress
-    program), and take over again once it is gone."""
+    program), and take over again once it is gone. Named lfp_* as ours
+    are, it is still theirs: ours use the namespace's lease map."""
     from linuxfp import datapath as dp
     from linuxfp.lab import Capture, entered, settle
 
@@ -197,7 +199,7 @@ def test_tcx_programs_of_another_tool_are_never_bypassed(router_topology, tmp_pa
     with ControllerProcess(r.dut.name, hook=hook):
         with entered(r.dut), dp.BpfObject.open(obj_path) as obj:
             obj.load()
-            link = dp.attach_tc(obj.program("foreign_drop"), ifindex, direction=where, method="tcx")
+            link = dp.attach_tc(obj.program(program), ifindex, direction=where, method="tcx")
         try:
             # at the ingress the pipeline passes from the first packet on; at
             # the egress the poll (every second) must notice it

@@ -60,6 +60,8 @@ def test_info_offsets_match_uapi(header_layout: dict[str, int]) -> None:
         "bpf_prog_info.name": info.PROG_INFO_NAME,
         "bpf_prog_info.ifindex": info.PROG_INFO_IFINDEX,
         "bpf_prog_info.xlated_prog_len": info.PROG_INFO_XLATED_LEN,
+        "bpf_prog_info.nr_map_ids": info.PROG_INFO_NR_MAP_IDS,
+        "bpf_prog_info.map_ids": info.PROG_INFO_MAP_IDS,
         "bpf_map_info.type": info.MAP_INFO_TYPE,
         "bpf_map_info.id": info.MAP_INFO_ID,
         "bpf_map_info.key_size": info.MAP_INFO_KEY_SIZE,

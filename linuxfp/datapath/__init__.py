@@ -16,7 +16,7 @@ See docs/datapath-binding.md.
 
 from .environment import check_environment
 from .errors import BpfError, DependencyError, KernelHazard, TestRunInterrupted, VerifierError
-from .info import link_info, map_info, prog_info
+from .info import link_info, map_info, prog_info, prog_map_ids
 from .libbpf import (
     BPF_ANY,
     BPF_EXIST,
@@ -98,6 +98,7 @@ __all__ = [
     "pin",
     "possible_cpus",
     "prog_info",
+    "prog_map_ids",
     "remove_tree",
     "test_run",
     "unpin",

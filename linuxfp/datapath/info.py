@@ -21,6 +21,8 @@ PROG_INFO_TYPE = 0
 PROG_INFO_ID = 4
 PROG_INFO_TAG = 8
 PROG_INFO_XLATED_LEN = 20
+PROG_INFO_NR_MAP_IDS = 52
+PROG_INFO_MAP_IDS = 56
 PROG_INFO_NAME = 64
 PROG_INFO_IFINDEX = 80
 
@@ -70,6 +72,21 @@ def prog_info(fd: int) -> dict[str, Any]:
         "ifindex": _u32(raw, PROG_INFO_IFINDEX),
         "xlated_len": _u32(raw, PROG_INFO_XLATED_LEN),
     }
+
+
+def prog_map_ids(fd: int, most: int = 64) -> tuple[int, ...]:
+    """The ids of the maps a program uses (bpf_prog_info.map_ids), up to
+    `most` of them."""
+    ids = (ctypes.c_uint32 * most)()
+    buffer = ctypes.create_string_buffer(_INFO_BUFFER_SIZE)
+    struct.pack_into("<I", buffer, PROG_INFO_NR_MAP_IDS, most)
+    struct.pack_into("<Q", buffer, PROG_INFO_MAP_IDS, ctypes.addressof(ids))
+    length = ctypes.c_uint32(_INFO_BUFFER_SIZE)
+    result = lib().bpf_obj_get_info_by_fd(fd, buffer, ctypes.byref(length))
+    if result != 0:
+        raise BpfError(f"bpf_obj_get_info_by_fd(prog fd {fd})", errno_of(result))
+    count = min(_u32(buffer.raw, PROG_INFO_NR_MAP_IDS), most)
+    return tuple(ids[:count])
 
 
 def map_info(fd: int) -> dict[str, Any]:

@@ -3,8 +3,11 @@ kernel 6.6 on): a redirect of ours would skip them — out of the ingress path
 they run in, or past the egress path (an XDP redirect, bpf_redirect_peer
 into a veth's peer). No netlink event announces a tcx attachment: they are
 read with the snapshot, for each new device, and by the 1 s poll
-(`refresh_polled`). LinuxFP's own programs are named lfp_* (the entry
-functions of its pipelines, the bench ladder)."""
+(`refresh_polled`). A program is LinuxFP's when it uses one of the
+namespace's lease maps (`own_lease_maps`, given by the controller: every
+pipeline checks the lease), whatever it is called — a program of another
+tool named lfp_* included; where no controller said which maps those are
+(`linuxfp graph` alone, the bench ladder), by its name: lfp_*."""
 from __future__ import annotations
 
 import errno
@@ -14,23 +17,35 @@ from linuxfp import datapath as dp
 OWN_PREFIX = "lfp_"
 _MAX_REMEMBERED = 4096
 
-_names: dict[int, str] = {}      # program id -> its name (an id is not reused while its program lives)
+# program id -> (its name, the maps it uses): an id is not reused while its program lives
+_seen: dict[int, tuple[str, frozenset[int]]] = {}
+_lease_maps: frozenset[int] = frozenset()
+
+
+def own_lease_maps(map_ids: frozenset[int]) -> None:
+    """The ids of this namespace's lease maps (the current one and those of
+    other versions' pins): a program using one is LinuxFP's."""
+    global _lease_maps
+    _lease_maps = frozenset(map_ids)
 
 
 def _is_ours(prog_id: int) -> bool:
-    name = _names.get(prog_id)
-    if name is None:
+    seen = _seen.get(prog_id)
+    if seen is None:
         try:
             prog = dp.Program.from_id(prog_id)
             try:
-                name = dp.prog_info(prog.fd)["name"]
+                seen = (dp.prog_info(prog.fd)["name"], frozenset(dp.prog_map_ids(prog.fd)))
             finally:
                 prog.close()
         except (dp.BpfError, OSError):
             return False     # gone meanwhile, or unreadable: nothing we can vouch for
-        if len(_names) >= _MAX_REMEMBERED:
-            _names.clear()
-        _names[prog_id] = name
+        if len(_seen) >= _MAX_REMEMBERED:
+            _seen.clear()
+        _seen[prog_id] = seen
+    name, maps = seen
+    if _lease_maps:
+        return bool(maps & _lease_maps)
     return name.startswith(OWN_PREFIX)
 
 

@@ -10,4 +10,11 @@ int foreign_drop(struct __sk_buff *skb)
 	return TC_ACT_SHOT;
 }
 
+/* The same, named as LinuxFP names its programs: it is still not ours. */
+SEC("tc")
+int lfp_impostor(struct __sk_buff *skb)
+{
+	return TC_ACT_SHOT;
+}
+
 char _license[] SEC("license") = "GPL";

@@ -84,6 +84,8 @@ int main(void)
 	FIELD(bpf_prog_info, name);
 	FIELD(bpf_prog_info, ifindex);
 	FIELD(bpf_prog_info, xlated_prog_len);
+	FIELD(bpf_prog_info, nr_map_ids);
+	FIELD(bpf_prog_info, map_ids);
 	FIELD(bpf_map_info, type);
 	FIELD(bpf_map_info, id);
 	FIELD(bpf_map_info, key_size);
