@@ -59,8 +59,17 @@ def _needs_compiler() -> bool:
 
 def cmd_graph(args) -> int:
     from linuxfp.graph import build_graph, to_dot, to_text
-    from linuxfp.state import read_snapshot
+    from linuxfp.state import read_snapshot, tcx
 
+    from .daemon import current_layout
+    from .lease import namespace_lease_ids
+
+    # tcx programs are ours by the lease map they use, as for the controller
+    # (where the pins cannot be read, e.g. unprivileged: by name)
+    try:
+        tcx.own_lease_maps(namespace_lease_ids(current_layout()))
+    except Exception:  # noqa: BLE001 - a refinement; the name rule stands without it
+        pass
     graph = build_graph(read_snapshot(), args.hook)
     if args.png:
         _draw_png(to_dot(graph), args.png)

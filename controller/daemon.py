@@ -51,6 +51,12 @@ class RunOptions:
     metrics: tuple[str, int] | None = None   # serve /metrics on (address, port)
 
 
+def _map_id(m) -> int:
+    from linuxfp.datapath import map_info
+
+    return map_info(m.fd)["id"]
+
+
 def current_layout() -> NamespaceLayout:
     return NamespaceLayout(bpffs_root(), netns_cookie())
 
@@ -180,10 +186,24 @@ class Controller:
             return False
         self.installed = self.installer.apply(todo, self.installed, graph, compiled)
         self.lease.withhold("; ".join(self.installer.maps.full.values()) or None)
+        self._claim_own_programs(only_if_new=True)   # a lease first pinned by an install (no companion)
         if todo.touches_programs or failed or renamed:   # the file records pipelines; map contents live in the maps
             self._save_hook_notes()
             runtime_files.save_installed(self.layout, self.installed)
         return True
+
+    def _claim_own_programs(self, only_if_new: bool = False) -> None:
+        """A tcx program is ours when it uses one of the namespace's lease
+        maps (not when it is merely named like ours): tell the state layer
+        their ids, which the tcx poll and the next dump ask. `only_if_new`:
+        only when the lease our programs now use is not among them (one
+        map_info per batch)."""
+        current = self.installer.maps.get(lease_mod.LEASE_MAP)
+        current_id = _map_id(current) if current is not None else None
+        if only_if_new and (current_id is None or current_id in kstate.tcx.own_lease_ids()):
+            return
+        ids = lease_mod.namespace_lease_ids(self.layout)
+        kstate.tcx.own_lease_maps(ids | {current_id} if ids and current_id is not None else ids)
 
     def _log_paths(self, graph: Graph) -> None:
         """One log line per interface whose path changed: the fast path (hook,
@@ -244,9 +264,7 @@ class Controller:
         else:
             log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
                       "so the datapath leaves every packet to the kernel", self.companion.error)
-        # Before the first dump: a tcx program is ours when it uses one of
-        # these (not when it is merely named like ours).
-        kstate.tcx.own_lease_maps(lease_mod.namespace_lease_ids(self.layout))
+        self._claim_own_programs()      # before the first dump reads tcx attachments
         self.watch.start(self.companion)
         # Before the first dump (run): no change falls between the two.
         node_watches = self.companion.load_watches()

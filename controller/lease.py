@@ -263,7 +263,9 @@ def namespace_lease_ids(layout) -> frozenset[int]:
     """The ids of the lease maps pinned for the namespace of `layout`: this
     version's and other versions' (their maps-* directories, or the top of
     the pin directory before those). Every program of LinuxFP's in the
-    namespace uses one; an id outlives no map, so none is another's."""
+    namespace uses one; an id outlives no map, so none is another's. Empty
+    (ownership then goes by name) when a pin is there but cannot be read: a
+    set without the lease our own programs use would call them foreign."""
     import os
 
     from .namespace import MAPS_DIR_PREFIX
@@ -276,10 +278,12 @@ def namespace_lease_ids(layout) -> frozenset[int]:
     paths.append(os.path.join(layout.pin_dir, LEASE_MAP))
     ids = set()
     for path in paths:
+        if not os.path.lexists(path):
+            continue
         try:
             pinned = dp.Map.from_pinned(path)
         except (dp.BpfError, OSError):
-            continue
+            return frozenset()
         try:
             ids.add(dp.map_info(pinned.fd)["id"])
         finally:

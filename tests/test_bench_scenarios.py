@@ -150,6 +150,23 @@ def test_breakdown_refuses_cache_rungs_where_the_cache_is_off():
     assert all("FIB cache is off" in e for e in raw["errors"].values())
 
 
+def test_a_low_rung_on_the_controllers_tc_link_outlasts_its_tcx_poll():
+    """Rung 1 reads no map of the controller's, yet is bound to its lease
+    map: the controller, which takes a tcx program for its own by that map,
+    leaves it on its link past the 1 s poll (unbound, the link was severed
+    as another tool's)."""
+    import time
+
+    from linuxfp.bench.breakdown import _install
+    from linuxfp.bench.topology import build_line
+    from linuxfp.lab.netns import Lab
+
+    with Lab("lfp-t-lad") as lab:
+        line = build_line(lab, 2)
+        with _install("tc", 1)(line):      # raises on leaving if the controller replaced it
+            time.sleep(2.5)
+
+
 def test_hooks(tmp_path, capsys):
     result = bench("hooks", tmp_path, capsys, as_json=False)
     assert result["errors"] == {}

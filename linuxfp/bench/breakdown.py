@@ -20,7 +20,7 @@ from pathlib import Path
 from controller.launcher import ControllerProcess, layout_of, linuxfp_stats
 from controller.shared_maps import IF_COUNTERS_MAP, SharedMaps
 from controller.views import status
-from linuxfp.datapath import BpfObject, Link, Map, Program
+from linuxfp.datapath import BpfObject, Link, Map, Program, bind_map
 from linuxfp.synth import compile_source
 from linuxfp.synth.render import counters_define
 
@@ -122,6 +122,9 @@ def _install(hook: str, rung: int):
             })
             obj.load()
             prog = held.enter_context(contextlib.closing(obj.program("lfp_ladder")))
+            # The controller takes a tcx program for its own by the lease map
+            # it uses (linuxfp/state/tcx.py); the low rungs read none.
+            bind_map(prog.fd, obj.map("lfp_lease").fd)
             link = held.enter_context(contextlib.closing(_controller_link(layout, line, hook)))
             original = held.enter_context(contextlib.closing(Program.from_id(link.prog_id)))
             # On the controller's own link: no second attachment, and the

@@ -16,7 +16,7 @@ See docs/datapath-binding.md.
 
 from .environment import check_environment
 from .errors import BpfError, DependencyError, KernelHazard, TestRunInterrupted, VerifierError
-from .info import link_info, map_info, prog_info, prog_map_ids
+from .info import bind_map, link_info, map_info, prog_info, prog_map_ids
 from .libbpf import (
     BPF_ANY,
     BPF_EXIST,
@@ -99,6 +99,7 @@ __all__ = [
     "possible_cpus",
     "prog_info",
     "prog_map_ids",
+    "bind_map",
     "remove_tree",
     "test_run",
     "unpin",

@@ -89,6 +89,14 @@ def prog_map_ids(fd: int, most: int = 64) -> tuple[int, ...]:
     return tuple(ids[:count])
 
 
+def bind_map(prog_fd: int, map_fd: int) -> None:
+    """Make a program use a map it does not reference (BPF_PROG_BIND_MAP):
+    the map lives as long as the program and is among its map_ids."""
+    result = lib().bpf_prog_bind_map(prog_fd, map_fd, None)
+    if result != 0:
+        raise BpfError(f"bpf_prog_bind_map(prog fd {prog_fd}, map fd {map_fd})", errno_of(result))
+
+
 def map_info(fd: int) -> dict[str, Any]:
     """{'id', 'type', 'name', 'key_size', 'value_size', 'max_entries', 'map_flags'} of a map fd."""
     raw = _info(fd, "map")

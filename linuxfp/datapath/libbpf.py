@@ -302,6 +302,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_obj_pin": (c_int, [c_int, c_char_p]),
     "bpf_obj_get": (c_int, [c_char_p]),
     "bpf_obj_get_info_by_fd": (c_int, [c_int, c_void_p, POINTER(c_uint32)]),
+    "bpf_prog_bind_map": (c_int, [c_int, c_int, c_void_p]),
     "bpf_map_get_fd_by_id": (c_int, [c_uint32]),
     "bpf_prog_get_fd_by_id": (c_int, [c_uint32]),
     "bpf_link_get_fd_by_id": (c_int, [c_uint32]),

@@ -4,10 +4,11 @@ they run in, or past the egress path (an XDP redirect, bpf_redirect_peer
 into a veth's peer). No netlink event announces a tcx attachment: they are
 read with the snapshot, for each new device, and by the 1 s poll
 (`refresh_polled`). A program is LinuxFP's when it uses one of the
-namespace's lease maps (`own_lease_maps`, given by the controller: every
-pipeline checks the lease), whatever it is called — a program of another
-tool named lfp_* included; where no controller said which maps those are
-(`linuxfp graph` alone, the bench ladder), by its name: lfp_*."""
+namespace's lease maps (`own_lease_maps`: every pipeline checks the lease,
+the bench ladder is bound to it), whatever it is called — a program of
+another tool named lfp_* included, one that uses our pinned lease map
+excluded; where nothing said which maps those are (a process other than
+the controller that found no pins), by its name: lfp_*."""
 from __future__ import annotations
 
 import errno
@@ -24,9 +25,13 @@ _lease_maps: frozenset[int] = frozenset()
 
 def own_lease_maps(map_ids: frozenset[int]) -> None:
     """The ids of this namespace's lease maps (the current one and those of
-    other versions' pins): a program using one is LinuxFP's."""
+    other versions' pins): a program using one is LinuxFP's. Empty: by name."""
     global _lease_maps
     _lease_maps = frozenset(map_ids)
+
+
+def own_lease_ids() -> frozenset[int]:
+    return _lease_maps
 
 
 def _is_ours(prog_id: int) -> bool:

@@ -65,8 +65,9 @@ static __always_inline int ladder_redirect(__u32 egress)
 
 #define LADDER_PASS lfp_verdict(&pkt, LFP_PASS)
 
-/* Named like LinuxFP's own programs (lfp_*): on the controller's link, it is
- * not a tcx program of another tool (linuxfp/state/tcx.py). */
+/* Bound to the controller's lease map (breakdown.py; the low rungs read
+ * none): on the controller's link it uses the map that makes a program
+ * LinuxFP's own, not a tcx program of another tool (linuxfp/state/tcx.py). */
 SEC(LADDER_SECTION)
 int lfp_ladder(lfp_ctx_t *ctx)
 {
