@@ -66,5 +66,6 @@ def others_attached(ifindex: int) -> tuple[bool, bool]:
             # programs than the query holds): assume theirs
             found.append(e.errno not in (errno.EINVAL, errno.ENODEV, errno.ENOENT))
             continue
-        found.append(any(not _is_ours(prog_id) for prog_id in attached))
+        # LinuxFP attaches at ingress only: whatever runs at egress is another's
+        found.append(any(direction == "egress" or not _is_ours(prog_id) for prog_id in attached))
     return found[0], found[1]
