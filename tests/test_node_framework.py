@@ -62,6 +62,26 @@ def _burst_to_sink(router, count: int) -> int:
 
 
 @pytest.mark.netns
+def test_counters_are_numbered_alike_whichever_node_a_process_imports_first():
+    """A process that imports a node's module before anything asks for the
+    registry (a test, a tool) numbers the counters as the controller does:
+    otherwise it would read another version of the maps' layout and
+    mislabel every counter."""
+    def numbering(first: str) -> dict:
+        code = (f"import {first}\n" if first else "") + (
+            "import json\nfrom linuxfp.graph.nodes import registered\n"
+            "from linuxfp.synth import counters\nfrom linuxfp.synth.compile import maps_layout_digest\n"
+            "print(json.dumps({'nodes': [n.name for n in registered()], 'digest': maps_layout_digest(),\n"
+            "                  'counters': [c.name for c in counters()]}))")
+        return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                         env=_env()).stdout)
+
+    canonical = numbering("")
+    for first in ("linuxfp.graph.nodes.iptables_filter", "linuxfp.graph.nodes.bridge_tx",
+                  "linuxfp.graph.nodes.conntrack_tcp"):
+        assert numbering(first) == canonical, first
+
+
 def test_example_node_lets_through_drops_and_passes(router_topology, ip_forw_datagrams):
     r = router_topology
     egress = r.dut_right.name

@@ -149,19 +149,25 @@ def _load_external() -> None:
         spec.loader.exec_module(module)
 
 
+# The built-in nodes' modules, in the order that numbers their counters:
+# the same in every process (the controller's, `linuxfp stats`', a test's),
+# whichever of them a process happened to import first.
+_BUILTIN_MODULES = ("router", "transmit", "iptables_filter", "bridge", "bridge_filter", "bridge_tx", "conntrack_tcp")
+
+
 def registered() -> tuple[Node, ...]:
-    """Every node, built-in ones first, in registration order (the order of
-    their counters)."""
+    """Every node: the built-in ones in _BUILTIN_MODULES' order, then those
+    LINUXFP_NODES adds, in registration order (the order of their
+    counters)."""
     global _registered
     if _registered is None or len(_registered) != len(_REGISTRY):
-        # Imported here, not at the top: each built-in imports this package.
-        from . import router, transmit  # noqa: F401  (built-ins register themselves)
-        from . import iptables_filter  # noqa: F401
-        from . import bridge, bridge_filter, bridge_tx  # noqa: F401
-        from . import conntrack_tcp  # noqa: F401
-
+        # Imported here, not at the top: each built-in imports this package
+        # (and registers itself).
+        for module in _BUILTIN_MODULES:
+            importlib.import_module(f"{__name__}.{module}")
         _load_external()
-        _registered = tuple(_REGISTRY)
+        rank = {f"{__name__}.{module}": i for i, module in enumerate(_BUILTIN_MODULES)}
+        _registered = tuple(sorted(_REGISTRY, key=lambda n: rank.get(type(n).__module__, len(rank))))
     return _registered
 
 
