@@ -51,12 +51,6 @@ class RunOptions:
     metrics: tuple[str, int] | None = None   # serve /metrics on (address, port)
 
 
-def _map_id(m) -> int:
-    from linuxfp.datapath import map_info
-
-    return map_info(m.fd)["id"]
-
-
 def current_layout() -> NamespaceLayout:
     return NamespaceLayout(bpffs_root(), netns_cookie())
 
@@ -74,6 +68,7 @@ class Controller:
         self.watch = TableWatch(self.installer.maps)
         self.sets_watched = False   # the filter node's watch is attached (start)
         self._sets_armed = False    # ... and counts netfilter netlink messages
+        self._lease_known = None    # (the installer's lease map, its id)
         self.nft_watch = NftablesWatch(self.lease)
         self.installed = InstalledState()
         self.response = ResponseTimes()
@@ -196,14 +191,23 @@ class Controller:
         """A tcx program is ours when it uses one of the namespace's lease
         maps (not when it is merely named like ours): tell the state layer
         their ids, which the tcx poll and the next dump ask. `only_if_new`:
-        only when the lease our programs now use is not among them (one
-        map_info per batch)."""
+        only when the lease our programs now use is not among them."""
         current = self.installer.maps.get(lease_mod.LEASE_MAP)
-        current_id = _map_id(current) if current is not None else None
+        current_id = self._lease_id(current) if current is not None else None
         if only_if_new and (current_id is None or current_id in kstate.tcx.own_lease_ids()):
             return
         ids = lease_mod.namespace_lease_ids(self.layout)
         kstate.tcx.own_lease_maps(ids | {current_id} if ids and current_id is not None else ids)
+
+    def _lease_id(self, lease_map) -> int:
+        """The id of the lease map the installer holds, asked of the kernel
+        once per map object (not once per batch)."""
+        known = self._lease_known
+        if known is None or known[0] is not lease_map:
+            from linuxfp.datapath import map_info
+
+            known = self._lease_known = (lease_map, map_info(lease_map.fd)["id"])
+        return known[1]
 
     def _log_paths(self, graph: Graph) -> None:
         """One log line per interface whose path changed: the fast path (hook,

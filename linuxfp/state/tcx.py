@@ -5,10 +5,10 @@ into a veth's peer). No netlink event announces a tcx attachment: they are
 read with the snapshot, for each new device, and by the 1 s poll
 (`refresh_polled`). A program is LinuxFP's when it uses one of the
 namespace's lease maps (`own_lease_maps`: every pipeline checks the lease,
-the bench ladder is bound to it), whatever it is called — a program of
-another tool named lfp_* included, one that uses our pinned lease map
-excluded; where nothing said which maps those are (a process other than
-the controller that found no pins), by its name: lfp_*."""
+the bench ladder is bound to it), whatever it is called: a program of
+another tool named lfp_* is theirs. At an egress every program is another
+tool's (LinuxFP attaches at ingress only). Where nothing said which maps
+are the lease's (a process that found no readable pins), by the name lfp_*."""
 from __future__ import annotations
 
 import errno
