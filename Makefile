@@ -14,8 +14,13 @@ shapes: deps
 demo: deps shapes
 	$(PYTHON) -m controller.cli demo router
 
+# Two workers (one per vCPU here; labs mostly wait on the kernel), one test
+# file per worker at a time so a file's module fixtures are built once; then
+# the few tests that watch host-wide state (every namespace's pins), alone.
+TEST_WORKERS ?= 2
 test: deps shapes
-	$(PYTHON) -m pytest -q --durations=20 tests
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=20 tests
+	$(PYTHON) -m pytest -q -m serial tests
 
 bench: deps shapes
 	$(PYTHON) -m controller.cli bench router

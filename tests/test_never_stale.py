@@ -122,6 +122,7 @@ def _namespace_name(router) -> str:
     return json.loads(linuxfp_cli(router.dut.name, "-j", "status").stdout)["namespace"]
 
 
+@pytest.mark.serial    # another run's reclaiming would race this one's
 def test_pins_of_a_deleted_namespace_are_reclaimed_by_the_next_run(lab):
     kept = RouterTopology(prefixes=2)(lab)
     other = RouterTopology(prefixes=2)(lab)
@@ -141,6 +142,7 @@ def test_pins_of_a_deleted_namespace_are_reclaimed_by_the_next_run(lab):
         assert _pinned(name) is None, "the next `linuxfp run` reclaims them"
 
 
+@pytest.mark.serial    # another run's reclaiming would race this one's
 def test_detach_stale_removes_pins_nobody_serves_and_keeps_the_rest(require_root):
     root = dp.bpffs_root()
     stale = os.path.join(root, "linuxfp", "ns-18446744073709551000")   # no namespace has this cookie
@@ -246,6 +248,7 @@ def _attached(router) -> list[int]:
     return programs
 
 
+@pytest.mark.serial    # another run's reclaiming would race this one's
 def test_without_keep_a_killed_controller_takes_its_programs_with_it(router_topology):
     """Unpinned links live as long as the controller's fds: SIGKILL detaches
     everything at once (no lease to wait for), and what stays pinned (maps)
