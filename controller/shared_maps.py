@@ -36,6 +36,21 @@ class LayoutMismatch(dp.BpfError):
     graph fills it with: one of the two sources of the layout is stale."""
 
 
+def check_layout(obj, table) -> None:
+    """Refuse `obj` if map `table.name` is not laid out as the table packs
+    it: key and value sizes, and where the object's BTF describes them, the
+    C types member by member (name, offset, size)."""
+    declared = obj.map_layout(table.name)
+    if declared != (table.key_size, table.value_size):
+        raise LayoutMismatch(
+            f"map {table.name} of node {table.owner}: the compiled object declares key/value "
+            f"{declared[0]}/{declared[1]} bytes, the table {table.key_size}/{table.value_size}", 22)
+    for part, ctype, compiled in zip(("key", "value"), (table.key, table.value), obj.map_types(table.name)):
+        problem = ctype.mismatch(compiled) if compiled is not None else None
+        if problem:
+            raise LayoutMismatch(f"map {table.name} of node {table.owner}, {part}: {problem}", 22)
+
+
 @functools.cache
 def _batch_waits_once() -> bool:
     """Whether the kernel waits for one grace period per batched update of
@@ -125,12 +140,7 @@ class SharedMaps:
                     and name != COUNTERS_MAP:
                 continue              # the program's own (.rodata)
             if table is not None:
-                declared = obj.map_layout(name)
-                if declared != (table.key_size, table.value_size):
-                    raise LayoutMismatch(
-                        f"map {name} of node {table.owner}: the compiled object declares key/value "
-                        f"{declared[0]}/{declared[1]} bytes, the table {table.key_size}/{table.value_size}",
-                        22)
+                check_layout(obj, table)
             m = self.get(name)
             if m is not None:
                 obj.reuse_map(name, m)

@@ -85,7 +85,14 @@ BPF_TC_EGRESS = 1 << 1
 BPF_TC_F_REPLACE = 1 << 0
 
 # BTF kinds (uapi btf.h)
+BTF_KIND_INT = 1
+BTF_KIND_ARRAY = 3
 BTF_KIND_STRUCT = 4
+BTF_KIND_UNION = 5
+BTF_KIND_TYPEDEF = 8
+BTF_KIND_VOLATILE = 9
+BTF_KIND_CONST = 10
+BTF_KIND_RESTRICT = 11
 BTF_KIND_VAR = 14
 BTF_KIND_DATASEC = 15
 
@@ -215,6 +222,16 @@ class BtfType(Structure):
     ]
 
 
+class BtfMember(Structure):
+    """struct btf_member: follows a struct's btf_type, vlen of them."""
+
+    _fields_ = [
+        ("name_off", c_uint32),
+        ("type", c_uint32),
+        ("offset", c_uint32),    # bits; with kflag: bitfield size << 24 | bit offset
+    ]
+
+
 class BtfVarSecinfo(Structure):
     _fields_ = [
         ("type", c_uint32),
@@ -280,10 +297,13 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_map__set_max_entries": (c_int, [c_void_p, c_uint32]),
     "bpf_map__key_size": (c_uint32, [c_void_p]),
     "bpf_map__value_size": (c_uint32, [c_void_p]),
+    "bpf_map__btf_key_type_id": (c_uint32, [c_void_p]),
+    "bpf_map__btf_value_type_id": (c_uint32, [c_void_p]),
     # BTF
     "btf__find_by_name_kind": (c_int, [c_void_p, c_char_p, c_uint32]),
     "btf__type_by_id": (POINTER(BtfType), [c_void_p, c_uint32]),
     "btf__name_by_offset": (c_char_p, [c_void_p, c_uint32]),
+    "btf__resolve_size": (ctypes.c_int64, [c_void_p, c_uint32]),
     "btf__load_vmlinux_btf": (c_void_p, []),
     "btf__free": (None, [c_void_p]),
     # low-level map syscalls

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from . import pins
-from .btf import SectionVariable, datasec_variables
+from .btf import CTypeShape, SectionVariable, datasec_variables, type_shape
 from .environment import explain_load_failure
 from .errors import BpfError, VerifierError
 from .fds import OwnedFd, fd_kind
@@ -220,6 +220,18 @@ class BpfObject:
         if not handle:
             raise KeyError(f"object '{self.name}' has no map '{name}'")
         return int(lib().bpf_map__key_size(handle)), int(lib().bpf_map__value_size(handle))
+
+    def map_types(self, name: str) -> tuple[CTypeShape | None, CTypeShape | None]:
+        """The C types of map `name`'s key and value as the object's BTF
+        describes them (None where it declares only a size)."""
+        handle = lib().bpf_object__find_map_by_name(self.handle, name.encode())
+        if not handle:
+            raise KeyError(f"object '{self.name}' has no map '{name}'")
+        btf = lib().bpf_object__btf(self.handle)
+        if not btf:
+            return None, None
+        return (type_shape(btf, lib().bpf_map__btf_key_type_id(handle)),
+                type_shape(btf, lib().bpf_map__btf_value_type_id(handle)))
 
     def set_max_entries(self, name: str, max_entries: int) -> None:
         """Size map `name` before load (e.g. an array indexed by ifindex)."""

@@ -3,13 +3,12 @@ bpf_modules/common.h) and the XDP egress set, as the pipeline's own tables.
 Pure: reads only the snapshot."""
 from __future__ import annotations
 
-import struct
 
 from linuxfp.state.model import BR_STATE_FORWARDING
 
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
-from .tables import ARRAY, DEVMAP, Table, u32
+from .tables import ARRAY, DEVMAP, U32, CType, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
 IFACES, TX_PORTS, TX6_PORTS, BRIDGE_TX_PORTS = "lfp_ifaces", "lfp_tx_ports", "lfp_tx6_ports", "lfp_br_tx_ports"
@@ -26,15 +25,16 @@ PLAIN_KINDS = frozenset({"", "veth"})
 # bypasses the egress qdisc, is then indistinguishable from Linux's output.
 PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
 
-_IFACE_VALUE = struct.Struct("<II6sHHH")     # struct lfp_iface
+IFACE = CType("struct lfp_iface", (("flags", "I"), ("mtu", "I"), ("mac", "6s"), ("fwd_len_cap", "H"),
+                                     ("tx_len_cap", "H"), ("fwd_len_cap6", "H")))     # common.h
 
 
 def pack_iface(f: IfaceFacts) -> bytes:
-    return _IFACE_VALUE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap, f.tx_len_cap, f.fwd_len_cap6)
+    return IFACE.pack(f.flags, f.mtu, f.mac, f.fwd_len_cap, f.tx_len_cap, f.fwd_len_cap6)
 
 
 def unpack_iface(ifindex: int, raw: bytes) -> IfaceFacts:
-    flags, mtu, mac, cap, tx_cap, cap6 = _IFACE_VALUE.unpack(raw[: _IFACE_VALUE.size])
+    flags, mtu, mac, cap, tx_cap, cap6 = IFACE.unpack(raw[: IFACE.size])
     return IfaceFacts(ifindex, flags, mtu, mac, cap, tx_cap, cap6)
 
 
@@ -193,18 +193,18 @@ def interface_tables(facts: tuple[IfaceFacts, ...]) -> tuple[Table, ...]:
     sending routed IPv4 — forwarding — or routed IPv6) and
     lfp_br_tx_ports (those a bridged one may use: bridge ports that send)."""
     usable = [f for f in facts if f.ifindex < MAX_IFACE_SLOTS]
-    ifaces = Table(IFACES, "pipeline", 4, _IFACE_VALUE.size,
-                   frozenset((u32(f.ifindex), pack_iface(f)) for f in usable if pack_iface(f) != bytes(_IFACE_VALUE.size)),
+    ifaces = Table(IFACES, "pipeline", U32, IFACE,
+                   frozenset((u32(f.ifindex), pack_iface(f)) for f in usable if pack_iface(f) != bytes(IFACE.size)),
                    kind=ARRAY, by_ifindex=True, describe="interface facts by ifindex")
-    tx = Table(TX_PORTS, "pipeline", 4, 4,
+    tx = Table(TX_PORTS, "pipeline", U32, U32,
                frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
                          if f.flags & IF_XDP_TX and f.flags & IF_TC_TX and f.flags & IF_FORWARDING),
                kind=DEVMAP, by_ifindex=True, describe="XDP egresses of routed IPv4")
-    tx6 = Table(TX6_PORTS, "pipeline", 4, 4,
+    tx6 = Table(TX6_PORTS, "pipeline", U32, U32,
                 frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
                           if f.flags & IF_XDP_TX and f.flags & IF_ROUTED_TX and f.flags & IF_IPV6_TX),
                 kind=DEVMAP, by_ifindex=True, describe="XDP egresses of routed IPv6")
-    bridged = Table(BRIDGE_TX_PORTS, "pipeline", 4, 4,
+    bridged = Table(BRIDGE_TX_PORTS, "pipeline", U32, U32,
                     frozenset((u32(f.ifindex), u32(f.ifindex)) for f in usable
                               if f.flags & IF_XDP_TX and f.flags & IF_BRIDGE_TX),
                     kind=DEVMAP, by_ifindex=True, describe="XDP egresses of bridged frames")

@@ -4,8 +4,11 @@ reconcile.py plans the difference, controller/installer.py writes it); no
 node has a writer of its own.
 
 Entries are packed bytes, keyed exactly as the map is, so the installed
-contents read back from a pinned map compare equal to the desired ones, and
-the layouts are checked against the compiled object when it loads.
+contents read back from a pinned map compare equal to the desired ones. Each
+table names the C types of its key and value (CType): the one Python
+description of those layouts, which packs the entries and which the
+controller checks member by member against the compiled object's BTF
+before it shares or writes a map (controller/shared_maps.py).
 """
 from __future__ import annotations
 
@@ -16,6 +19,76 @@ from functools import cached_property
 from typing import Iterable, Mapping
 
 HASH, ARRAY, DEVMAP = "hash", "array", "devmap"
+
+
+@dataclass(frozen=True)
+class CType:
+    """A map key's or value's C type: "struct NAME" and its members in
+    order as (name, struct format), an unnamed member "" being padding the
+    C struct leaves implicit; or a scalar ("__u32", "__be32") as one
+    unnamed member."""
+
+    name: str
+    members: tuple[tuple[str, str], ...]
+
+    @cached_property
+    def packer(self) -> struct.Struct:
+        return struct.Struct("<" + "".join(fmt for _, fmt in self.members))
+
+    @property
+    def size(self) -> int:
+        return self.packer.size
+
+    # pack(*members) -> bytes, unpack(bytes) -> tuple: the struct's own bound
+    # methods once asked for (tables of 100 000 entries are packed with them)
+    @cached_property
+    def pack(self):
+        return self.packer.pack
+
+    @cached_property
+    def unpack(self):
+        return self.packer.unpack
+
+    @cached_property
+    def layout(self) -> tuple[tuple[str, int, int], ...] | None:
+        """The named members as (name, offset, size) in bits, like the BTF
+        view (linuxfp/datapath/btf.py's CTypeShape); None for a scalar."""
+        if not self.name.startswith(("struct ", "union ")):
+            return None
+        out, offset = [], 0
+        for member, fmt in self.members:
+            size = struct.calcsize("<" + fmt)
+            if member:
+                out.append((member, 8 * offset, 8 * size))
+            offset += size
+        return tuple(out)
+
+    def mismatch(self, compiled) -> str | None:
+        """How the compiled object's view of this type (a CTypeShape: name,
+        size in bytes, members) differs from this one; None when alike."""
+        if compiled.name != self.name:
+            return f"the compiled object holds {compiled.name}, the table {self.name}"
+        if compiled.size != self.size:
+            return f"{self.name} is {compiled.size} bytes in the compiled object, {self.size} in the table"
+        if compiled.members is None or self.layout is None:
+            return None
+        if tuple(compiled.members) != self.layout:
+            return (f"{self.name} members differ: compiled {_members(compiled.members)}; "
+                    f"table {_members(self.layout)}")
+        return None
+
+
+def _members(members) -> str:
+    """name@byte offset:bytes, as a mismatch message shows them."""
+    return ", ".join(f"{name}@{offset / 8:g}:{size / 8:g}" for name, offset, size in members)
+
+
+def scalar(name: str, fmt: str) -> CType:
+    return CType(name, (("", fmt),))
+
+
+U8, U32, BE32 = scalar("__u8", "B"), scalar("__u32", "I"), scalar("__be32", "4s")
+HINT = CType("struct lfp_hint", (("bits", "32s"),))     # hint.h
 
 
 @dataclass(frozen=True)
@@ -32,8 +105,8 @@ class Table:
 
     name: str
     owner: str
-    key_size: int
-    value_size: int
+    key: CType
+    value: CType
     entries: frozenset[tuple[bytes, bytes]] = frozenset()
     kind: str = HASH
     by_ifindex: bool = False
@@ -41,10 +114,19 @@ class Table:
     describe: str = field(default="", compare=False)    # what an entry means, for `linuxfp graph`
 
     def __post_init__(self) -> None:
+        key_size, value_size = self.key_size, self.value_size
         for key, value in self.entries:
-            if len(key) != self.key_size or len(value) != self.value_size:
+            if len(key) != key_size or len(value) != value_size:
                 raise ValueError(f"{self.name}: entry of {len(key)}/{len(value)} bytes, "
                                  f"layout is {self.key_size}/{self.value_size}")
+
+    @property
+    def key_size(self) -> int:
+        return self.key.size
+
+    @property
+    def value_size(self) -> int:
+        return self.value.size
 
     @cached_property
     def as_dict(self) -> Mapping[bytes, bytes]:
@@ -56,6 +138,7 @@ class Table:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "owner": self.owner, "kind": self.kind, "entries": len(self.entries),
+                "key": self.key.name, "value": self.value.name,
                 "key_size": self.key_size, "value_size": self.value_size, "summary": self.summary,
                 "describe": self.describe}
 
@@ -87,7 +170,7 @@ def hint(values: Iterable[int]) -> bytes:
 
 def hint_table(name: str, owner: str, values: Iterable[int], describe: str) -> Table:
     """A one-entry array holding a hint (LFP_HINT_MAP in hint.h)."""
-    return Table(name, owner, 4, 32, frozenset({(u32(0), hint(values))}), kind=ARRAY, summary=True,
+    return Table(name, owner, U32, HINT, frozenset({(u32(0), hint(values))}), kind=ARRAY, summary=True,
                  describe=describe)
 
 

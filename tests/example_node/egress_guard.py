@@ -4,7 +4,7 @@ and no controller code."""
 from pathlib import Path
 
 from linuxfp.graph.nodes import Node, Stage, register
-from linuxfp.graph.tables import HASH, Table, u32
+from linuxfp.graph.tables import HASH, U8, U32, Table, u32
 
 VERDICTS = {"lfp-guard:drop": 1, "lfp-guard:pass": 2}
 
@@ -16,7 +16,7 @@ class EgressGuard(Node):
     inputs = ("links",)              # its table changes only with the links
 
     def tables(self, snapshot):
-        return (Table("lfp_guarded", self.name, 4, 1,
+        return (Table("lfp_guarded", self.name, U32, U8,
                       frozenset((u32(link.index), bytes([VERDICTS[link.alias]]))
                                 for link in snapshot.links if link.alias in VERDICTS),
                       kind=HASH, describe="guarded egresses (1 drop, 2 pass)"),)

@@ -3,7 +3,6 @@ of a Linux bridge, decided from a mirror of the kernel's FDB; it owns the
 mirror (lfp_fdb) and the ports' settings (lfp_br_ports)."""
 from __future__ import annotations
 
-import struct
 
 from linuxfp.resources import modules_dir
 
@@ -11,7 +10,7 @@ from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
 from ..filtering.scope import filter_scope
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
-from ..tables import ARRAY, HASH, Table, u32
+from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
 
 PORTS, FDB = "lfp_br_ports", "lfp_fdb"
@@ -32,9 +31,9 @@ FDB_STICKY = 1 << 0              # struct lfp_fdb_entry.flags (bridge_fdb.h)
 FDB_NO_AGEING = 1 << 1
 FDB_HAND_UP = 1 << 2
 
-_PORT_VALUE = struct.Struct("<IIII")      # struct lfp_br_port
-_FDB_KEY = struct.Struct("<IH6s")         # struct lfp_fdb_key
-_FDB_VALUE = struct.Struct("<IIQ")        # struct lfp_fdb_entry (bridge_fdb.h)
+PORT = CType("struct lfp_br_port", (("bridge", "I"), ("flags", "I"), ("mtu", "I"), ("refresh_ms", "I")))
+FDB_KEY = CType("struct lfp_fdb_key", (("bridge", "I"), ("vlan", "H"), ("mac", "6s")))      # bridge_fdb.h
+FDB_ENTRY = CType("struct lfp_fdb_entry", (("port", "I"), ("flags", "I"), ("refreshed_ns", "Q")))
 
 # The kernel refreshes an entry's age from the frames it sees; the fast path
 # lets one frame per source entry through this often (at most), and at least
@@ -94,9 +93,9 @@ class Bridge(Node):
 
     def tables(self, snapshot) -> tuple[Table, ...]:
         return (
-            Table(PORTS, self.name, 4, _PORT_VALUE.size, port_entries(snapshot), kind=ARRAY, by_ifindex=True,
+            Table(PORTS, self.name, U32, PORT, port_entries(snapshot), kind=ARRAY, by_ifindex=True,
                   describe="bridge ports: bridge, state and flags, MTU, ageing refresh"),
-            Table(FDB, self.name, _FDB_KEY.size, _FDB_VALUE.size, fdb_entries(snapshot), kind=HASH,
+            Table(FDB, self.name, FDB_KEY, FDB_ENTRY, fdb_entries(snapshot), kind=HASH,
                   describe="FDB mirror: (bridge, VLAN, MAC) -> port"),
         )
 
@@ -247,7 +246,7 @@ def port_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
             flags |= BRP_ISOLATED
         if port.learning:
             flags |= BRP_LEARNING
-        out.add((u32(link.index), _PORT_VALUE.pack(link.master, flags, link.mtu, refresh_ms(bridge))))
+        out.add((u32(link.index), PORT.pack(link.master, flags, link.mtu, refresh_ms(bridge))))
     return frozenset(out)
 
 
@@ -265,7 +264,7 @@ def _own_address(entry) -> bool:
 
 
 def fdb_key(bridge: int, vlan: int, mac: str) -> bytes:
-    return _FDB_KEY.pack(bridge, vlan, bytes(int(part, 16) for part in mac.split(":")))
+    return FDB_KEY.pack(bridge, vlan, bytes(int(part, 16) for part in mac.split(":")))
 
 
 def fdb_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
@@ -279,12 +278,12 @@ def fdb_entries(snapshot) -> frozenset[tuple[bytes, bytes]]:
             # frame to another local address is dropped by ip_rcv().
             if bridge is not None and bridge.mac == entry.mac:
                 out.append((fdb_key(entry.master, 0, entry.mac),
-                            _FDB_VALUE.pack(entry.master, FDB_HAND_UP | FDB_STICKY | FDB_NO_AGEING, 0)))
+                            FDB_ENTRY.pack(entry.master, FDB_HAND_UP | FDB_STICKY | FDB_NO_AGEING, 0)))
         elif _mirrored(entry):
             flags = FDB_STICKY if entry.flags & NTF_STICKY else 0
             if entry.static or entry.flags & NTF_EXT_LEARNED:
                 flags |= FDB_NO_AGEING          # the kernel never ages these: no refresh frames
-            out.append((fdb_key(entry.master, entry.vlan, entry.mac), _FDB_VALUE.pack(entry.port, flags, 0)))
+            out.append((fdb_key(entry.master, entry.vlan, entry.mac), FDB_ENTRY.pack(entry.port, flags, 0)))
             if len(out) == FDB_CAPACITY:
                 break
     return frozenset(out)

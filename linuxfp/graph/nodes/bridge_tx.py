@@ -4,19 +4,17 @@ owns the bridge devices' table (lfp_br_devs) and reads the bridge node's
 FDB mirror and ports."""
 from __future__ import annotations
 
-import struct
-
 from linuxfp.resources import modules_dir
 
 from ..interfaces import ARPHRD_ETHER
-from ..tables import ARRAY, Table, u32
+from ..tables import ARRAY, U32, CType, Table, u32
 from . import Node, Stage, register
 from .bridge import bridge_blocker
 
 DEVS = "lfp_br_devs"
 BRD_BRIDGE = 1 << 0              # struct lfp_br_dev.flags (LFP_BRD_* in bridge_tx.h)
 BRD_SENDS = 1 << 1
-_DEV_VALUE = struct.Struct("<I")
+DEV = CType("struct lfp_br_dev", (("flags", "I"),))
 
 # Root qdiscs under which the bridge device queues nothing (a bridge is made
 # with noqueue): sending to the port directly skips no queue of its own.
@@ -36,8 +34,8 @@ class BridgeTx(Node):
         return ("router",)              # only routed packets have a bridge egress
 
     def tables(self, snapshot) -> tuple[Table, ...]:
-        return (Table(DEVS, self.name, 4, _DEV_VALUE.size,
-                      frozenset((u32(index), _DEV_VALUE.pack(flags)) for index, flags in bridge_devices(snapshot).items()),
+        return (Table(DEVS, self.name, U32, DEV,
+                      frozenset((u32(index), DEV.pack(flags)) for index, flags in bridge_devices(snapshot).items()),
                       kind=ARRAY, by_ifindex=True, describe="bridge devices: whether routed packets may leave through them"),)
 
     def notes(self, snapshot) -> tuple[str, ...]:

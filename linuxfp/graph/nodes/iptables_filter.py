@@ -5,7 +5,6 @@ netfilter configuration is within what it reproduces (filtering/scope.py);
 otherwise the ingress stays on the kernel path with the reason."""
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from linuxfp.resources import modules_dir
@@ -14,7 +13,7 @@ from ..filtering.classifier import FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, C
 from ..filtering.predicates import WIDTH
 from ..filtering.program import Program, compile_program
 from ..filtering.scope import filter_scope
-from ..tables import ARRAY, HASH, Table, u32
+from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
 
 OBSTACLE = "iptables_filter"
@@ -162,16 +161,23 @@ def check_capacity(classifier: Classifier) -> None:
             raise TooLarge(f"{count} entries for {table}, which holds {CAPACITY[table] // 2} per generation")
 
 
+# filter.h's keys and values
+LPM_KEY = CType("struct lfp_flt_lpm_key", (("prefixlen", "I"), ("gen", "I"), ("value", "4s")))
+IF_KEY = CType("struct lfp_flt_if_key", (("gen", "I"), ("ifindex", "I")))
+IF_CLASSES = CType("struct lfp_flt_if_classes", (("in", "I"), ("out", "I")))
+PAIR_KEY = CType("struct lfp_flt_pair_key", (("gen", "I"), ("node", "I"), ("left", "I"), ("right", "I")))
+CFG_VALUE = CType("struct lfp_flt_cfg", (("gen", "I"),))
+
+
 def lpm_key(generation: int, name: str, value: int, length: int) -> bytes:
     """struct lfp_flt_lpm_key: the generation, then the value as on the wire
     (an address, or protocol and port / ICMP type or code, padded)."""
     width = WIDTH[name]
-    data = (value << (32 - width)).to_bytes(4, "big")
-    return struct.pack("<II", 32 + length, generation) + data
+    return LPM_KEY.pack(32 + length, generation, (value << (32 - width)).to_bytes(4, "big"))
 
 
 def pair_key(generation: int, node: int, left: int, right: int) -> bytes:
-    return struct.pack("<IIII", generation, node, left, right)
+    return PAIR_KEY.pack(generation, node, left, right)
 
 
 def filter_tables(classifier: Classifier | None) -> tuple[Table, ...]:
@@ -186,14 +192,14 @@ def filter_tables(classifier: Classifier | None) -> tuple[Table, ...]:
             if used & FIELD_BIT[name]:
                 lpm[name] = frozenset((lpm_key(gen, name, value, length), u32(cls)) for value, length, cls in entries)
         if used & (FIELD_BIT["iif"] | FIELD_BIT["oif"]):
-            ifs = frozenset((u32(gen) + u32(index), u32(i) + u32(o)) for index, i, o in classifier.interfaces)
+            ifs = frozenset((IF_KEY.pack(gen, index), IF_CLASSES.pack(i, o)) for index, i, o in classifier.interfaces)
         comb = frozenset([(pair_key(gen, node, left, right), u32(cls)) for node, left, right, cls in classifier.pairs]
                          + [(pair_key(gen, VERDICT_NODE, cls, 0), u32(verdict | (rule + 1) << 2))
                             for cls, verdict, rule in classifier.verdicts])
-        cfg = frozenset({(u32(0), u32(gen))})
-    return tuple(Table(LPM_TABLE[name], FILTER.name, 12, 4, lpm[name], kind=HASH,
+        cfg = frozenset({(u32(0), CFG_VALUE.pack(gen))})
+    return tuple(Table(LPM_TABLE[name], FILTER.name, LPM_KEY, U32, lpm[name], kind=HASH,
                        describe=f"filter classes of {name} prefixes") for name in LPM_FIELDS) + (
-        Table(IFS, FILTER.name, 8, 8, ifs, kind=HASH, describe="filter classes of interfaces as -i / -o"),
-        Table(COMB, FILTER.name, 16, 4, comb, kind=HASH, describe="filter classes of class pairs; verdicts"),
-        Table(CFG, FILTER.name, 4, 4, cfg, kind=ARRAY, describe="current filter generation (its low bits: fields used)"),
+        Table(IFS, FILTER.name, IF_KEY, IF_CLASSES, ifs, kind=HASH, describe="filter classes of interfaces as -i / -o"),
+        Table(COMB, FILTER.name, PAIR_KEY, U32, comb, kind=HASH, describe="filter classes of class pairs; verdicts"),
+        Table(CFG, FILTER.name, U32, CFG_VALUE, cfg, kind=ARRAY, describe="current filter generation (its low bits: fields used)"),
     )

@@ -9,7 +9,7 @@ import socket
 from linuxfp.resources import modules_dir
 
 from ..interfaces import ARPHRD_ETHER, ipv6_routing_blocker, routing_blocker
-from ..tables import ARRAY, HASH, Table, be32, hint_table, u32
+from ..tables import ARRAY, BE32, HASH, U8, U32, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
 LOCAL_TABLE = 255
@@ -92,10 +92,10 @@ class Router(Node):
     def tables(self, snapshot) -> tuple[Table, ...]:
         local = local_source_addresses(snapshot)
         return (
-            Table(LOCAL_SRC, self.name, 4, 1, frozenset((socket.inet_aton(a), b"\x01") for a in local),
+            Table(LOCAL_SRC, self.name, BE32, U8, frozenset((socket.inet_aton(a), b"\x01") for a in local),
                   kind=HASH, describe="local addresses: refused as sources, passed as destinations"),
             hint_table(LOCAL_HINT, self.name, (be32(a) for a in local), "prefilter of lfp_local_src"),
-            Table(FIB_POLICY, self.name, 4, 4, fib_policy_entries(snapshot), kind=ARRAY,
+            Table(FIB_POLICY, self.name, U32, U32, fib_policy_entries(snapshot), kind=ARRAY,
                   describe="the FIB-answer cache, per family: off where an answer changes with no generation"),
         )
 

@@ -10,11 +10,13 @@ from linuxfp.resources import modules_dir
 
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
 from ..interfaces import mac_bytes
-from ..tables import ARRAY, HASH, Table, be32, hint_table, u32
+from ..tables import ARRAY, HASH, U8, U32, CType, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
 NEIGH, NEIGH6, NEIGH_HINT, PEERS = "lfp_neigh", "lfp_neigh6", "lfp_neigh_hint", "lfp_peers"
-_PEER_VALUE = struct.Struct("<6sHI")     # struct lfp_peer
+NEIGH_KEY = CType("struct lfp_neigh_key", (("ifindex", "I"), ("addr", "4s")))
+NEIGH6_KEY = CType("struct lfp_neigh6_key", (("ifindex", "I"), ("addr", "16s")))
+PEER = CType("struct lfp_peer", (("mac", "6s"), ("pad", "H"), ("mtu", "I")))
 
 _NUD_CONFIRMED = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
 _NUD_STALE = 0x04
@@ -39,10 +41,10 @@ class Transmit(Node):
         ipv4 = [n for n in states if ":" not in n.address]
         ipv6 = [n for n in states if ":" in n.address]
         tables = (
-            Table(NEIGH, self.name, 8, 1, frozenset((neigh_key(n.ifindex, n.address), bytes([n.state]))
+            Table(NEIGH, self.name, NEIGH_KEY, U8, frozenset((neigh_key(n.ifindex, n.address), bytes([n.state]))
                                                     for n in ipv4),
                   kind=HASH, describe="IPv4 next hops' neighbour states (1 confirmed, 2 stale, 3 probing)"),
-            Table(NEIGH6, self.name, 20, 1, frozenset((neigh_key(n.ifindex, n.address), bytes([n.state]))
+            Table(NEIGH6, self.name, NEIGH6_KEY, U8, frozenset((neigh_key(n.ifindex, n.address), bytes([n.state]))
                                                       for n in ipv6),
                   kind=HASH, describe="IPv6 next hops' neighbour states (1 confirmed, 2 stale, 3 probing)"),
             hint_table(NEIGH_HINT, self.name, (neigh_fold(n.ifindex, n.address) for n in states
@@ -55,8 +57,8 @@ class Transmit(Node):
     _neighbours_memo: tuple | None = None
 
     def _peers_table(self, snapshot) -> Table:
-        return Table(PEERS, self.name, 4, _PEER_VALUE.size,
-                     frozenset((u32(link.index), _PEER_VALUE.pack(mac_bytes(peer.mac), 0, peer.mtu))
+        return Table(PEERS, self.name, U32, PEER,
+                     frozenset((u32(link.index), PEER.pack(mac_bytes(peer.mac), 0, peer.mtu))
                                for link, peer in deliverable_peers(snapshot)),
                      kind=ARRAY, by_ifindex=True,
                      describe="veths whose peer (another namespace) takes frames straight: its MAC and MTU")
@@ -79,8 +81,8 @@ TRANSMIT = register(Transmit())
 def neigh_key(ifindex: int, address: str) -> bytes:
     """struct lfp_neigh_key, or struct lfp_neigh6_key for an IPv6 address."""
     if ":" in address:
-        return u32(ifindex) + socket.inet_pton(socket.AF_INET6, address)
-    return u32(ifindex) + socket.inet_aton(address)
+        return NEIGH6_KEY.pack(ifindex, socket.inet_pton(socket.AF_INET6, address))
+    return NEIGH_KEY.pack(ifindex, socket.inet_aton(address))
 
 
 def neigh_fold(ifindex: int, address: str) -> int:
