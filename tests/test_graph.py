@@ -225,6 +225,39 @@ def test_bridged_ipv4_meets_forward_where_br_netfilter_shows_it_to_iptables():
         assert "bridge_filter" not in graph.pipeline(2).shape.nodes     # not a bridge port
 
 
+def test_a_bridge_port_pipeline_is_a_dag_of_the_bridged_and_the_routed_path():
+    """Behind the bridge, bridged frames skip the IP stages and frames to the
+    bridge's own MAC skip br_netfilter's FORWARD: `graph` shows both paths
+    (text, -j, dot); a pipeline with one path shows no branch."""
+    from linuxfp.graph.model import Pipeline
+    from linuxfp.graph.shape import Shape
+
+    port = Pipeline(5, "port", Shape("tc", ("bridge", "bridge_filter", "conntrack_tcp", "router", "filter",
+                                            "bridge_tx", "transmit")))
+    assert port.paths() == (
+        ("forwarded by bridge", ("bridge", "bridge_filter", "transmit")),
+        ("handed up to IP", ("bridge", "conntrack_tcp", "router", "filter", "bridge_tx", "transmit")))
+    plain = Pipeline(2, "left", Shape("xdp", ("router", "filter", "transmit")))
+    assert plain.paths() == (("", ("router", "filter", "transmit")),)
+    # a bridge with nothing deciding behind it: what it hands up goes to the kernel
+    alone = Pipeline(6, "p2", Shape("tc", ("bridge", "bridge_filter", "transmit")))
+    assert alone.paths() == (("forwarded by bridge", ("bridge", "bridge_filter", "transmit")),)
+
+    graph = build_graph(bridged_router_snapshot())
+    text = to_text(graph)
+    assert ("port (ifindex 5) [tc]: parse -> bridge -> router -> bridge_tx -> transmit -> egress\n"
+            "  forwarded by bridge: parse -> bridge -> transmit -> egress\n"
+            "  handed up to IP:     parse -> bridge -> router -> bridge_tx -> transmit -> egress") in text
+    assert "forwarded by" not in text.split("port (ifindex 5)")[0]     # the uplinks: one path
+    assert graph.to_dict()["pipelines"][2]["paths"] == [
+        {"via": "forwarded by bridge", "nodes": ["bridge", "transmit"]},
+        {"via": "handed up to IP", "nodes": ["bridge", "router", "bridge_tx", "transmit"]}]
+    dot = to_dot(graph)
+    assert '"port.bridge" -> "port.transmit" [label="forwarded by bridge"];' in dot
+    assert '"port.bridge" -> "port.router" [label="handed up to IP"];' in dot
+    assert dot.count('"port.bridge_tx" -> "port.transmit"') == 1 and dot.count('"port" -> "port.bridge"') == 1
+
+
 def test_interface_facts_follow_sysctls_and_redirect_capability():
     snap = router_snapshot(sysctls=Sysctls(ip_forward=True, interfaces=(
         sysctl(1), sysctl(2, rp_filter=2), sysctl(3, forwarding=False))))

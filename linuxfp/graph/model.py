@@ -106,9 +106,18 @@ class Pipeline:
     def nodes(self) -> tuple[str, ...]:
         return self.shape.nodes
 
+    def paths(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The paths through this pipeline's nodes, each with what sends a
+        packet there ("" for the only one): nodes/__init__.py's paths_through."""
+        from .nodes import node_named, paths_through
+
+        return tuple((via, tuple(n.name for n in nodes))
+                     for via, nodes in paths_through(tuple(node_named(n) for n in self.nodes)))
+
     def to_dict(self) -> dict:
         return {"ifindex": self.ifindex, "ifname": self.ifname, "hook": self.hook,
-                "nodes": list(self.nodes), "shape": str(self.shape), "hook_note": self.hook_note}
+                "nodes": list(self.nodes), "shape": str(self.shape), "hook_note": self.hook_note,
+                "paths": [{"via": via, "nodes": list(nodes)} for via, nodes in self.paths()]}
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,26 @@ def in_stage_order(nodes: Iterable[Node]) -> tuple[Node, ...]:
     return tuple(sorted(nodes, key=lambda n: n.stage))
 
 
-__all__ = ["Node", "Stage", "register", "registered", "node_named", "in_stage_order"]
+def paths_through(nodes: tuple[Node, ...]) -> tuple[tuple[str, tuple[Node, ...]], ...]:
+    """The paths a packet can take through a pipeline (its nodes in stage
+    order), each with what sends it there: behind a node that decides
+    before IP (a bridge), the frames it forwards skip the IP stages (the
+    compiled pipeline skips them: templates/pipeline.c.j2), and the frames
+    it hands up to IP skip the stages that only act on what it forwarded
+    (br_netfilter's FORWARD); a second path only where a node decides on
+    it. Otherwise one path, unnamed."""
+    first = next((i for i, n in enumerate(nodes) if n.decides and n.stage < Stage.PREROUTING), None)
+    if first is None:
+        return (("", nodes),)
+    head, tail = nodes[: first + 1], nodes[first + 1:]
+    paths = [(f"forwarded by {nodes[first].name}", head + tuple(n for n in tail if not n.stage.is_ip))]
+    handed_up = tuple(n for n in tail if n.stage >= Stage.PREROUTING)
+    if any(n.decides for n in handed_up):
+        paths.append(("handed up to IP", head + handed_up))
+    return tuple(paths)
+
+
+__all__ = ["Node", "Stage", "register", "registered", "node_named", "in_stage_order", "paths_through"]
 
 
 def state_maps() -> frozenset[str]:
