@@ -63,6 +63,16 @@ struct lfp_fwd {
 #define LFP_FWD_NF_IPV4       (1u << 3)   /* bridged IPv4 that br_netfilter shows iptables (bridge_filter.h) */
 #define LFP_FWD_DEC_HOP_LIMIT (1u << 4)   /* IPv6 forwarding: hop limit - 1, next hop in nexthop6 */
 
+/* A count that holds only if the packet leaves through the fast path: a
+ * node after the one counting may still hand it to the kernel, which then
+ * counts it itself (iptables' rule counters). lfp_verdict() adds the packet
+ * to pkt->tally when it is sent or dropped (a drop after the counting node
+ * happens after it in Linux too), never when it goes to the kernel. */
+struct lfp_tally {
+	__u64 packets;
+	__u64 bytes;
+};
+
 struct lfp_pkt {
 	lfp_ctx_t *ctx;
 	void *data;
@@ -77,6 +87,8 @@ struct lfp_pkt {
 	void *counters;         /* this interface's counter array (lfp_pkt_init) */
 	void *dev;              /* the kernel's struct net_device of the ingress (lfp_pkt_init) */
 	void *net;              /* its struct net */
+	struct lfp_tally *tally;        /* NULL: nothing to count on the way out */
+	__u32 tally_len;                /* the length it counts (e.g. IP's, as netfilter sees it) */
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
@@ -271,6 +283,7 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
 	struct net_device___lfp *dev = lfp_kern_dev_of(ctx);
 
+	pkt->tally = NULL;
 	pkt->dev = dev;
 	pkt->net = dev->nd_net.net;
 	if (!lfp_is_this_namespace(pkt->net))
@@ -723,7 +736,10 @@ static __always_inline int lfp_tcx_on_ingress_of(const void *dev)
  * where TC_ACT_OK would end the chain. */
 static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
 {
-	(void)pkt;
+	if ((rc == LFP_REDIRECT || rc == LFP_DROP) && pkt->tally) {
+		pkt->tally->packets++;
+		pkt->tally->bytes += pkt->tally_len;
+	}
 #ifdef LFP_HOOK_XDP
 	switch (rc) {
 	case LFP_REDIRECT:

@@ -235,7 +235,50 @@ struct lfp_flt_flow {
 struct lfp_flt_cached {
 	struct lfp_flt_flow flow;
 	__u32 verdict;          /* LFP_FLT_* | (rule + 1) << 2 */
+	__u32 cls;              /* the flow's last class (the verdict's key) */
+	__u32 pad;
+	/* What the fast path decided for this flow since it took the slot, not
+	 * yet in lfp_flt_hits: the slot is written by its own CPU alone, so a
+	 * steady flow's count costs two adds to a line it just read. */
+	struct lfp_tally tally;
 };
+
+/* The fast path's decisions per classifier generation and class, moved
+ * here from a cache slot when another flow takes it. `linuxfp stats` adds
+ * both up and gives each class's packets to the rules Linux would have
+ * counted for it (classifier.py's `counted`): what iptables -L -v misses.
+ * LRU: every ruleset change makes a generation, and the pairs of earlier
+ * ones, no longer flushed to, are the first to go once 16 384 pairs have
+ * had traffic (a current pair that has not been flushed to for longest
+ * could go too: its count is then low, never high). */
+struct lfp_flt_hit_key {
+	__u32 gen;
+	__u32 cls;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct lfp_flt_hit_key);
+	__type(value, struct lfp_tally);
+} lfp_flt_hits SEC(".maps");
+
+/* The slot's count into lfp_flt_hits before another flow takes it. */
+static __always_inline void lfp_flt_flush(struct lfp_flt_cached *cached)
+{
+	struct lfp_flt_hit_key key = { .gen = cached->flow.gen, .cls = cached->cls };
+	struct lfp_tally *hits;
+
+	if (!cached->tally.packets)
+		return;
+	hits = bpf_map_lookup_elem(&lfp_flt_hits, &key);
+	if (hits) {
+		hits->packets += cached->tally.packets;
+		hits->bytes += cached->tally.bytes;
+	} else {
+		bpf_map_update_elem(&lfp_flt_hits, &key, &cached->tally, BPF_NOEXIST);
+	}
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -274,7 +317,7 @@ static __always_inline int lfp_flt_same(const struct lfp_flt_flow *a, const stru
 /* The classifier: the verdict word for `flow`, or LFP_FLT_UNSURE when an
  * entry it needs is missing or the generation changed meanwhile. */
 static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u32 used,
-					       const struct lfp_flt_flow *flow)
+					       const struct lfp_flt_flow *flow, __u32 *cls)
 {
 	__u32 gen = flow->gen;
 	__u32 src = 0, dst = 0, sport = 0, dport = 0, iif = 0, oif = 0;
@@ -313,6 +356,7 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 	verdict_key.gen = gen;
 	verdict_key.node = 6;
 	verdict_key.left = last;
+	*cls = last;
 	rule = bpf_map_lookup_elem(&lfp_flt_comb, &verdict_key);
 	/* A missing pair reads as the empty set, which is only true while the
 	 * generation's entries are all there: the old one's are erased only
@@ -330,7 +374,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	struct lfp_flt_flow flow = {};
 	struct lfp_flt_cached *cached;
 	struct lfp_flt_cfg *cfg;
-	__u32 zero = 0, slot, verdict, used;
+	__u32 zero = 0, slot, verdict, used, cls = 0;
 	struct iphdr *ip;
 
 	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
@@ -372,17 +416,25 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 
 	slot = lfp_flt_slot(&flow);
 	cached = bpf_map_lookup_elem(&lfp_flt_cache, &slot);
-	if (cached && lfp_flt_same(&cached->flow, &flow)) {
+	if (!cached)
+		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);     /* cannot happen: slot < LFP_FLT_CACHE_SLOTS */
+	if (lfp_flt_same(&cached->flow, &flow)) {
 		verdict = cached->verdict;
 	} else {
-		verdict = lfp_flt_classify(cfg, used, &flow);
+		verdict = lfp_flt_classify(cfg, used, &flow, &cls);
 		if (verdict == LFP_FLT_UNSURE)
 			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
-		if (cached) {
-			cached->flow = flow;
-			cached->verdict = verdict;
-		}
+		lfp_flt_flush(cached);
+		cached->flow = flow;
+		cached->verdict = verdict;
+		cached->cls = cls;
+		cached->tally.packets = 0;
+		cached->tally.bytes = 0;
 	}
+	/* counted as iptables counts it (skb->len at FORWARD: the IP packet),
+	 * once the packet leaves through the fast path (lfp_verdict) */
+	pkt->tally = &cached->tally;
+	pkt->tally_len = bpf_ntohs(ip->tot_len);
 	switch (verdict & 3) {
 	case LFP_FLT_ACCEPT:
 		return LFP_NEXT;

@@ -142,9 +142,12 @@ def linuxfp_stats(netns: str) -> dict:
     step, and a Python start per reading cost them more than the steps."""
     import json
 
+    from linuxfp.lab.netns import Namespace, entered
+
     from .views import stats
 
-    return json.loads(json.dumps(stats(layout_of(netns))))
+    with entered(Namespace(netns)):      # what nodes count is attributed to its configuration
+        return json.loads(json.dumps(stats(layout_of(netns))))
 
 
 def wait_lease_current(netns: str, timeout: float = 5.0) -> bool:

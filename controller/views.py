@@ -132,7 +132,39 @@ def stats(layout: NamespaceLayout) -> dict:
             "nodes": nodes,
         })
     return {"namespace": layout.name, "interfaces": interfaces,
-            "response_time": runtime_files.load_json(layout.response_file)}
+            "response_time": runtime_files.load_json(layout.response_file),
+            "nodes": node_stats(layout) if interfaces else {}}
+
+
+def node_stats(layout: NamespaceLayout) -> dict:
+    """What each node counted beyond its reasons (Node.stats): e.g. the
+    filter's packets per iptables rule. Reads the pinned maps, and the
+    configuration only if some node has counts to attribute."""
+    from linuxfp import state as kstate
+    from linuxfp.graph.nodes import registered
+
+    opened: dict[str, dp.Map | None] = {}
+    read: list = []
+
+    def maps(name: str):
+        if name not in opened:
+            path = layout.shared_map_pin(name)
+            opened[name] = dp.Map.from_pinned(path) if os.path.exists(path) else None
+        return opened[name]
+
+    def snapshot():
+        if not read:
+            read.append(kstate.read_snapshot())
+        return read[0]
+
+    if netns_cookie() != layout.cookie:
+        return {}          # the configuration to attribute to is another namespace's
+    try:
+        return {node.name: detail for node in registered() if (detail := node.stats(maps, snapshot))}
+    finally:
+        for m in opened.values():
+            if m is not None:
+                m.close()
 
 
 def with_stats(status_data: dict, stats_data: dict, detail: bool = False) -> dict:
@@ -195,6 +227,11 @@ def stats_text(data: dict) -> str:
         first, *rest = _stats_lines(i)
         lines.append(f"{i['ifname']} [{i['hook']}]: {first}")
         lines += rest
+    if data.get("nodes"):
+        from linuxfp.graph.nodes import node_named
+
+        for name, detail in data["nodes"].items():
+            lines += node_named(name).stats_lines(detail)
     rt = data.get("response_time")
     if rt and rt.get("all", {}).get("n"):
         a = rt["all"]

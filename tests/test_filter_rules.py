@@ -219,6 +219,34 @@ def test_connection_tracking_matches_are_constants_of_established_connections():
     assert {r.position: r.action for r in program.unsupported} == {3: "kernel", 5: "kernel"}
 
 
+def test_the_counters_linux_adds_a_decided_packet_to():
+    """verdict_and_counted: every rule matched on the way (jump, a rule
+    without a target, RETURN), then the deciding rule or the policy; with
+    two backends, an accepted packet counts in both, a dropped one only in
+    the backend that drops it; one the kernel decides counts nothing."""
+    from linuxfp.graph.filtering.program import policy_of, verdict_and_counted
+
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    nft = parse_save(head + ":COUNT - [0:0]\n-A FORWARD -p udp -j COUNT\n-A FORWARD -d 198.19.1.0/24 -j DROP\n"
+                     "-A COUNT -s 198.18.0.0/15\n-A COUNT -j RETURN\nCOMMIT\n", "nft")
+    legacy = parse_save(head + "-A FORWARD -d 198.19.2.0/24 -j DROP\n-A FORWARD -p udp -m udp --dport 9 -j LOG\n"
+                        "COMMIT\n", "legacy")
+    program = compile_program(filter_scope(netfilter(nft, legacy)).forward, LINKS)
+    by_text = {(r.backend, r.text): r.index for r in program.rules}
+    jump, drop1 = by_text[("nft", "-A FORWARD -p udp -j COUNT")], by_text[("nft", "-A FORWARD -d 198.19.1.0/24 -j DROP")]
+    count, back = by_text[("nft", "-A COUNT -s 198.18.0.0/15")], by_text[("nft", "-A COUNT -j RETURN")]
+    drop2 = by_text[("legacy", "-A FORWARD -d 198.19.2.0/24 -j DROP")]
+
+    def counted(dst, dport):
+        fields = packet_fields(_ip("198.18.0.5"), _ip(dst), 17, 1000, dport, 2, 3)
+        return verdict_and_counted(program, matched_boxes(program, fields))
+
+    assert counted("198.19.3.1", 7) == (ACCEPT, -1, (jump, count, back, policy_of(0), policy_of(1)))
+    assert counted("198.19.1.1", 7) == (DROP, drop1, (jump, count, back, drop1))
+    assert counted("198.19.2.1", 7) == (DROP, drop2, (drop2,))
+    assert counted("198.19.3.1", 9)[::2] == (KERNEL, ())      # LOG: the kernel counts
+
+
 def _ip(text: str) -> int:
     return int.from_bytes(bytes(int(x) for x in text.split(".")), "big")
 

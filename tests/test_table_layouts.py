@@ -86,3 +86,19 @@ def test_padding_is_an_unnamed_member():
     padded = CType("struct t", (("a", "I"), ("", "4x"), ("b", "Q")))
     assert padded.size == 16 and padded.layout == (("a", 0, 32), ("b", 64, 64))
     assert padded.pack(1, 2) == (1).to_bytes(4, "little") + bytes(4) + (2).to_bytes(8, "little")
+
+
+def test_what_stats_reads_back_is_laid_out_as_the_filter_declares_it():
+    """The flow cache and per-class counts are the datapath's own (never
+    synced), but `linuxfp stats` unpacks them: the same check."""
+    from linuxfp.graph.nodes.iptables_filter import CACHE, CACHED, HIT_KEY, HITS, TALLY
+
+    path = next(p for p in _objects() if "filter" in p.name)
+    obj = BpfObject.open(path.read_bytes(), name="layout")
+    try:
+        key, value = obj.map_types(HITS)
+        assert HIT_KEY.mismatch(key) is None and TALLY.mismatch(value) is None
+        _, cached = obj.map_types(CACHE)
+        assert CACHED.mismatch(cached) is None, CACHED.mismatch(cached)
+    finally:
+        obj.close()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .predicates import FIELDS, WIDTH
-from .program import Program, bit_indexes, verdict
+from .program import Program, bit_indexes, verdict_and_counted
 
 # Phase-2 nodes (bpf_modules/filter.h): node id, left, right.
 PAIRS = ((1, ("src",), ("dst",)), (2, ("l4s",), ("l4d",)), (3, ("iif",), ("oif",)),
@@ -49,6 +49,10 @@ class Classifier:
     interfaces: tuple[tuple[int, int, int], ...]      # ifindex, iif class, oif class
     pairs: tuple[tuple[int, int, int, int], ...]      # node, left, right, class
     verdicts: tuple[tuple[int, int, int], ...]        # class, verdict, rule index (or -1)
+    # per class (its index): the counters Linux adds a packet of it to when
+    # the fast path decides it (program.verdict_and_counted): what
+    # `linuxfp stats` attributes the datapath's per-class counts to
+    counted: tuple[tuple[int, ...], ...] = ()
 
     @cached_property
     def pair_index(self) -> dict[tuple[int, int, int], int]:
@@ -120,19 +124,23 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
         else:
             level[left + right] = ([lbits[0] & rbits[0]], False)
     final, _ = level[FIELDS]
-    verdicts = tuple((cls, *verdict(program, bits & everything)) for cls, bits in enumerate(final))
+    decided = [verdict_and_counted(program, bits & everything) for bits in final]
+    verdicts = tuple((cls, decision, rule) for cls, (decision, rule, _) in enumerate(decided))
+    counted = tuple(trail for _, _, trail in decided)
     interfaces = tuple((index, interface_classes["iif"][index], interface_classes["oif"][index])
                        for index in sorted(ifindexes))
     # Interfaces count only where rules name them: link churn must not
     # make a new generation of an unchanged classifier.
     if not used & (FIELD_BIT["iif"] | FIELD_BIT["oif"]):
         interfaces = ()
-    body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
+    # (counted too: a rule that only counts makes a new generation, so the
+    # per-class counts of one are never attributed to another's rules)
+    body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted)
     # The low bits are `used`: the datapath reads both in one word, so it
     # can never pair one generation with another's fields.
     digest = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big")
     generation = (digest & ~USED_MASK & 0xFFFFFFFF) | used or (USED_MASK + 1)
-    return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts)
+    return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted)
 
 
 def _field_nodes(program: Program, name: str) -> dict[tuple[int, int], int]:

@@ -156,15 +156,34 @@ def _action(rule, table, unsupported: bool) -> tuple[str, str]:
 def verdict(program: Program, matched: int) -> tuple[int, int]:
     """(ACCEPT/DROP/KERNEL, deciding rule index or -1 for a policy) for a
     packet inside exactly the boxes whose bits are set in `matched`."""
+    return verdict_and_counted(program, matched)[:2]
+
+
+def policy_of(position: int) -> int:
+    """How counted() names the policy of program.backends[position]'s FORWARD."""
+    return -1 - position
+
+
+def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple[int, ...]]:
+    """verdict(), and the counters Linux adds that packet to when the fast
+    path decides it (ACCEPT or DROP; none for KERNEL, where Linux counts
+    itself): every rule it matches on its way through the chains, jumps
+    and rules without a target included, in order, and a built-in chain's
+    policy as policy_of(backend position). Two backends are two hooks whose
+    order the fast path does not know: a drop counts only the backend that
+    drops (a hook after it never sees the packet, one before it would have
+    counted it too)."""
     hits = sorted({program.box_rule[box] for box in bit_indexes(matched)})
-    results = []
-    for backend in program.backends:
-        results.append(_run_builtin(program, backend, "FORWARD", hits))
+    results, trails = [], []
+    for position, backend in enumerate(program.backends):
+        trail: list[int] = []
+        results.append(_run_builtin(program, backend, "FORWARD", hits, trail, position))
+        trails.append(tuple(trail))
     for wanted in (KERNEL, DROP):
-        for result in results:
+        for result, trail in zip(results, trails):
             if result[0] == wanted:
-                return result
-    return (ACCEPT, results[0][1] if results else -1)
+                return (*result, trail if wanted == DROP else ())
+    return (ACCEPT, results[0][1] if results else -1, tuple(i for trail in trails for i in trail))
 
 
 def bit_indexes(bits: int) -> list[int]:
@@ -176,24 +195,28 @@ def bit_indexes(bits: int) -> list[int]:
     return out
 
 
-def _run_builtin(program: Program, backend: str, name: str, hits: list[int]) -> tuple[int, int]:
+def _run_builtin(program: Program, backend: str, name: str, hits: list[int], trail: list[int],
+                 position: int) -> tuple[int, int]:
     _, _, policy, _ = program.chain(backend, name)
-    outcome = _run(program, backend, name, hits, 0)
+    outcome = _run(program, backend, name, hits, 0, trail)
     if outcome is not None:
         return outcome
+    trail.append(policy_of(position))
     return (DROP if policy == "DROP" else ACCEPT if policy == "ACCEPT" else KERNEL, -1)
 
 
-def _run(program: Program, backend: str, name: str, hits: list[int], depth: int):
+def _run(program: Program, backend: str, name: str, hits: list[int], depth: int, trail: list[int]):
     """A terminal (verdict, rule), or None when the chain returns. `hits`:
     the rules the packet matches, in program order (a chain's rules are
-    consecutive and in chain order)."""
+    consecutive and in chain order). `trail` gets every rule matched on the
+    way (their counters)."""
     if depth > MAX_DEPTH:
         return (KERNEL, -1)
     for index in hits:
         rule = program.rules[index]
         if rule.chain != name or rule.backend != backend:
             continue
+        trail.append(index)
         if rule.action == "accept":
             return (ACCEPT, index)
         if rule.action == "drop":
@@ -203,7 +226,7 @@ def _run(program: Program, backend: str, name: str, hits: list[int], depth: int)
         if rule.action == "return":
             return None
         if rule.action in ("jump", "goto"):
-            outcome = _run(program, backend, rule.jump, hits, depth + 1)
+            outcome = _run(program, backend, rule.jump, hits, depth + 1, trail)
             if outcome is not None or rule.action == "goto":
                 return outcome
     return None

@@ -107,6 +107,18 @@ class Node:
         (e.g. the rules it evaluates and those it leaves to the kernel)."""
         return ()
 
+    def stats(self, maps, snapshot) -> dict | None:
+        """What the node counted beyond its reasons, for `linuxfp stats`
+        (the filter: packets per iptables rule). `maps(name)` opens one of
+        the namespace's pinned maps (None if absent); `snapshot()` reads the
+        configuration (call it only when there is something to attribute).
+        None: nothing to add. Reads only; never called by the controller."""
+        return None
+
+    def stats_lines(self, detail: dict) -> list[str]:
+        """`stats`'s result as text lines."""
+        return []
+
     def refreshed(self, table: str, messages) -> frozenset[bytes]:
         """Keys of `table` to rewrite even if unchanged, because a netlink
         message announced them and the datapath writes these entries too."""

@@ -18,6 +18,7 @@ from . import Node, Stage, register
 
 OBSTACLE = "iptables_filter"
 CFG, IFS, COMB = "lfp_flt_cfg", "lfp_flt_ifs", "lfp_flt_comb"
+CACHE, HITS = "lfp_flt_cache", "lfp_flt_hits"
 LPM_TABLE = {name: f"lfp_flt_{name}" for name in LPM_FIELDS}
 assert {node for node, _, _ in PAIRS} | {VERDICT_NODE} == set(range(1, 7))   # filter.h's nodes
 
@@ -38,6 +39,9 @@ class Filter(Node):
     header = modules_dir() / "filter.h"
     covers = frozenset({OBSTACLE})
     inputs = ("netfilter", "links")
+    # per namespace: the flow cache (whose slots hold counts not yet moved)
+    # and the per-class counts, both read by `linuxfp stats`
+    state_maps = (CACHE, HITS)
     # ipsets change with no event: the watch makes the datapath pass from
     # every netfilter netlink message until the sets are read again.
     watch = modules_dir() / "filter_watch.c"
@@ -100,7 +104,97 @@ class Filter(Node):
         return tuple(lines)
 
 
+    def stats(self, maps, snapshot) -> dict | None:
+        totals = fast_path_counts(maps(HITS), maps(CACHE))
+        if not totals:
+            return None
+        return attribute(totals, filter_plan(snapshot()))
+
+    def stats_lines(self, detail: dict) -> list[str]:
+        lines = ["iptables rules: packets and bytes the fast path decided (iptables -L -v counts the kernel's only)"]
+        for row in detail["rules"]:
+            what = (f"{row['chain']} #{row['position']}" if "position" in row
+                    else f"{row['chain']} policy {row['policy']}")
+            lines.append(f"  iptables-{row['backend']} {what:<20} {row['packets']:>12} {row['bytes']:>14}  "
+                         f"{row.get('rule', '')}".rstrip())
+        earlier = detail["earlier_rulesets"]
+        if earlier["packets"]:
+            lines.append(f"  under earlier rulesets (not attributed): {earlier['packets']} packets, "
+                         f"{earlier['bytes']} bytes")
+        return lines
+
+
 FILTER = register(Filter())
+
+# filter.h's per-flow cache slot and per-class counts, as `stats` reads them
+TALLY = CType("struct lfp_tally", (("packets", "Q"), ("bytes", "Q")))     # common.h
+HIT_KEY = CType("struct lfp_flt_hit_key", (("gen", "I"), ("cls", "I")))
+CACHED = CType("struct lfp_flt_cached", (("flow", "28s"), ("verdict", "I"), ("cls", "I"), ("pad", "I"),
+                                         ("tally", "16s")))
+
+
+def fast_path_counts(hits_map, cache_map) -> dict[tuple[int, int], list[int]]:
+    """(generation, class) -> [packets, bytes] the fast path decided: the
+    moved counts, then those still in cache slots (read in this order, a
+    slot moved in between is missed until the next read, never counted
+    twice)."""
+    totals: dict[tuple[int, int], list[int]] = {}
+
+    def add(gen: int, cls: int, packets: int, size: int) -> None:
+        if packets:
+            entry = totals.setdefault((gen, cls), [0, 0])
+            entry[0] += packets
+            entry[1] += size
+
+    if hits_map is not None:
+        for key, values in hits_map.items_percpu():
+            gen, cls = HIT_KEY.unpack(key)
+            for value in values:
+                add(gen, cls, *TALLY.unpack(value[:TALLY.size]))
+    if cache_map is not None:
+        for _, values in cache_map.items_percpu():
+            for value in values:
+                flow, _, cls, _, tally = CACHED.unpack(value[:CACHED.size])
+                add(int.from_bytes(flow[:4], "little"), cls, *TALLY.unpack(tally))
+    return totals
+
+
+def attribute(totals: dict[tuple[int, int], list[int]], plan: FilterPlan) -> dict:
+    """Per rule (and built-in chain policy) of the current ruleset, the
+    packets and bytes the fast path decided that Linux would have added to
+    its counter (classifier.counted); counts of other generations (the
+    rules changed since) in one sum."""
+    from ..filtering.program import policy_of
+
+    classifier, program = plan.classifier, plan.program
+    per_rule: dict[int, list[int]] = {}
+    earlier = [0, 0]
+    for (gen, cls), (packets, size) in totals.items():
+        if classifier is None or gen != classifier.generation or cls >= len(classifier.counted):
+            earlier[0] += packets
+            earlier[1] += size
+            continue
+        for item in classifier.counted[cls]:
+            entry = per_rule.setdefault(item, [0, 0])
+            entry[0] += packets
+            entry[1] += size
+    rows = []
+    if program is not None:
+        for position, backend in enumerate(program.backends):
+            for chain_backend, chain, _, indexes in program.chains:
+                if chain_backend != backend:
+                    continue
+                for index in indexes:
+                    if index in per_rule:
+                        rule = program.rules[index]
+                        rows.append({"backend": backend, "chain": chain, "position": rule.position,
+                                     "rule": rule.text, "packets": per_rule[index][0], "bytes": per_rule[index][1]})
+            if policy_of(position) in per_rule:
+                packets, size = per_rule[policy_of(position)]
+                rows.append({"backend": backend, "chain": "FORWARD", "policy": program.chain(backend, "FORWARD")[2],
+                             "packets": packets, "bytes": size})
+    return {"generation": f"{classifier.generation:08x}" if classifier is not None else None, "rules": rows,
+            "earlier_rulesets": {"packets": earlier[0], "bytes": earlier[1]}}
 
 # The last plan: its netfilter state (by identity), the links it depends on
 # (their (ifindex, name) pairs, or None when no rule names an interface),

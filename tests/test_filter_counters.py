@@ -1,0 +1,90 @@
+"""iptables' rule counters under LinuxFP: a packet the fast path decides
+never reaches the kernel's counters, so `linuxfp stats` gives each rule and
+chain policy what Linux would have added to it. The kernel's counters plus
+the fast path's equal Linux alone's, rule by rule, packets and bytes — the
+rules a packet passes on its way (a jump, a rule without a target, a
+RETURN) as well as the one that decides — and the fast path took part."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from controller.launcher import ControllerProcess, linuxfp_stats
+from controller.views import stats_text
+from linuxfp.lab.frames import udp_frame
+from linuxfp.lab.packet_io import inject
+
+pytestmark = pytest.mark.netns
+
+RULESET = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:COUNT - [0:0]\n"
+           "-A FORWARD -p udp -j COUNT\n"
+           "-A FORWARD -d 198.19.1.0/24 -j DROP\n"
+           "-A FORWARD -p udp -m udp --dport 7 -j ACCEPT\n"
+           "-A COUNT -s 198.18.0.0/15\n"
+           "-A COUNT -d 198.19.3.0/24 -j RETURN\n"
+           "COMMIT\n")
+BLOCKED, ALLOWED = "198.19.1.9", "198.19.3.9"
+SAVE = {"iptables-restore": "iptables-save", "iptables-legacy-restore": "iptables-legacy-save"}
+BACKEND = {"iptables-restore": "nft", "iptables-legacy-restore": "legacy"}
+
+
+def _frames(r, rounds: int) -> list[bytes]:
+    src, dut_mac = r.src_if, r.dut_left.mac
+    frames = []
+    for n in range(rounds):
+        for dst, dport, size in ((BLOCKED, 9, 18), (ALLOWED, 7, 40), (ALLOWED, 9, 100)):
+            # every flow decided by another rule: DROP, ACCEPT, the policy
+            frames.append(udp_frame(src.mac, dut_mac, str(src.ip), dst, sport=3000 + n, dport=dport,
+                                    payload=bytes(size)))
+    return frames
+
+
+def _kernel_counters(r, save: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(chain, "#position" or "policy") -> (packets, bytes), from `iptables-save -c`."""
+    out = r.dut.run([save, "-c", "-t", "filter"]).stdout
+    counters, positions = {}, {}
+    for line in out.splitlines():
+        if m := re.match(r"^:(\S+) (ACCEPT|DROP) \[(\d+):(\d+)\]", line):
+            counters[(m[1], "policy")] = (int(m[3]), int(m[4]))
+        elif m := re.match(r"^\[(\d+):(\d+)\] -A (\S+) ", line):
+            positions[m[3]] = positions.get(m[3], 0) + 1
+            counters[(m[3], f"#{positions[m[3]]}")] = (int(m[1]), int(m[2]))
+    return counters
+
+
+def _send(r, frames) -> None:
+    for _ in range(3):       # a few bursts: the fast path's share grows once neighbours are confirmed
+        inject(r.src, r.src_if.name, frames)
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("restore", ["iptables-restore", "iptables-legacy-restore"])
+def test_kernel_and_fast_path_counters_add_up_to_linux_alones(router_topology, restore):
+    r = router_topology
+    frames = _frames(r, 20)
+    r.dut.run([restore], input=RULESET)
+    _send(r, frames)
+    linux = _kernel_counters(r, SAVE[restore])
+    assert linux[("FORWARD", "#2")][0] == 60 and linux[("FORWARD", "policy")][0] == 60, linux
+
+    r.dut.run([restore], input=RULESET)       # counters from zero again
+    with ControllerProcess(r.dut.name, hook="xdp") as controller:
+        controller.settled()
+        _send(r, frames)
+        kernel = _kernel_counters(r, SAVE[restore])
+        stats = linuxfp_stats(r.dut.name)
+    rows = stats["nodes"]["filter"]["rules"]
+    fast = {(row["chain"], f"#{row['position']}" if "position" in row else "policy"): (row["packets"], row["bytes"])
+            for row in rows if row["backend"] == BACKEND[restore]}
+    assert fast.get(("FORWARD", "#2"), (0, 0))[0] > 0, (fast, stats["interfaces"])   # the fast path took part
+    together = {key: tuple(a + b for a, b in zip(value, fast.get(key, (0, 0)))) for key, value in kernel.items()}
+    assert together == linux, {"linux": linux, "kernel": kernel, "fast path": fast}
+    assert set(fast) <= set(linux)
+    assert stats["nodes"]["filter"]["earlier_rulesets"]["packets"] == 0
+    text = stats_text(stats)
+    drop = fast[("FORWARD", "#2")]
+    assert re.search(rf"iptables-{BACKEND[restore]} FORWARD #2 +{drop[0]} +{drop[1]}  -A FORWARD -d 198.19.1.0/24 -j DROP",
+                     text), text
+    assert f"iptables-{BACKEND[restore]} FORWARD policy ACCEPT" in text, text
