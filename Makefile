@@ -19,8 +19,9 @@ demo: deps shapes
 # the few tests that watch host-wide state (every namespace's pins), alone.
 TEST_WORKERS ?= 2
 test: deps shapes
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=20 tests
-	$(PYTHON) -m pytest -q -m serial tests
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=20 tests; \
+	parallel=$$?; $(PYTHON) -m pytest -q -m serial tests; serial=$$?; \
+	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 bench: deps shapes
 	$(PYTHON) -m controller.cli bench router

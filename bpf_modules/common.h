@@ -65,9 +65,12 @@ struct lfp_fwd {
 
 /* A count that holds only if the packet leaves through the fast path: a
  * node after the one counting may still hand it to the kernel, which then
- * counts it itself (iptables' rule counters). lfp_verdict() adds the packet
- * to pkt->tally when it is sent or dropped (a drop after the counting node
- * happens after it in Linux too), never when it goes to the kernel. */
+ * counts it itself (iptables' rule counters). The pipeline's exit after its
+ * nodes (lfp_leave() in templates/pipeline.c.j2) adds the packet to
+ * pkt->tally when it is sent or dropped (a drop after the counting node
+ * happens after it in Linux too), never when it goes to the kernel. Only
+ * pipelines with a node whose header defines LFP_TALLIES (filter.h) carry
+ * any of it: the others compile exactly as without it. */
 struct lfp_tally {
 	__u64 packets;
 	__u64 bytes;
@@ -283,7 +286,6 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 {
 	struct net_device___lfp *dev = lfp_kern_dev_of(ctx);
 
-	pkt->tally = NULL;
 	pkt->dev = dev;
 	pkt->net = dev->nd_net.net;
 	if (!lfp_is_this_namespace(pkt->net))
@@ -736,10 +738,7 @@ static __always_inline int lfp_tcx_on_ingress_of(const void *dev)
  * where TC_ACT_OK would end the chain. */
 static __always_inline int lfp_verdict(struct lfp_pkt *pkt, enum lfp_rc rc)
 {
-	if ((rc == LFP_REDIRECT || rc == LFP_DROP) && pkt->tally) {
-		pkt->tally->packets++;
-		pkt->tally->bytes += pkt->tally_len;
-	}
+	(void)pkt;
 #ifdef LFP_HOOK_XDP
 	switch (rc) {
 	case LFP_REDIRECT:

@@ -32,6 +32,9 @@
 #include "conntrack.h"
 #include "parse.h"
 
+/* Its verdicts count per rule on the way out (pkt->tally, common.h). */
+#define LFP_TALLIES 1
+
 #define LFP_COUNTERS_FILTER(X)                                                            \
 	X(FILTER_DROPPED,         filter, drop, "dropped by an iptables FORWARD rule or policy") \
 	X(FILTER_KERNEL,          filter, pass, "an iptables rule the fast path does not reproduce") \
@@ -276,7 +279,9 @@ static __always_inline void lfp_flt_flush(struct lfp_flt_cached *cached)
 		hits->packets += cached->tally.packets;
 		hits->bytes += cached->tally.bytes;
 	} else {
-		bpf_map_update_elem(&lfp_flt_hits, &key, &cached->tally, BPF_NOEXIST);
+		/* (BPF_ANY: another CPU may have made the entry meanwhile; this
+		 * CPU's copy in it is still zero, so nothing is overwritten) */
+		bpf_map_update_elem(&lfp_flt_hits, &key, &cached->tally, BPF_ANY);
 	}
 }
 
@@ -425,16 +430,19 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 		if (verdict == LFP_FLT_UNSURE)
 			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
 		lfp_flt_flush(cached);
+		/* the count first: a reader never sees the new flow's key with
+		 * the old flow's count */
+		cached->tally.packets = 0;
+		cached->tally.bytes = 0;
 		cached->flow = flow;
 		cached->verdict = verdict;
 		cached->cls = cls;
-		cached->tally.packets = 0;
-		cached->tally.bytes = 0;
 	}
 	/* counted as iptables counts it (skb->len at FORWARD: the IP packet),
-	 * once the packet leaves through the fast path (lfp_verdict) */
+	 * once the packet leaves through the fast path (lfp_leave) */
 	pkt->tally = &cached->tally;
-	pkt->tally_len = bpf_ntohs(ip->tot_len);
+	/* (0 in a GRO packet beyond 64 KiB, IPv4 BIG TCP: its length is the skb's) */
+	pkt->tally_len = ip->tot_len ? bpf_ntohs(ip->tot_len) : pkt->len - sizeof(struct ethhdr);
 	switch (verdict & 3) {
 	case LFP_FLT_ACCEPT:
 		return LFP_NEXT;

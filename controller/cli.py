@@ -119,7 +119,7 @@ def cmd_status(args) -> int:
         print(problem or f"ready: controller pid {data['controller_pid']}, lease held")
         return 1 if problem else 0
     if args.stats:
-        data = with_stats(data, stats(current_layout()), detail=args.stats > 1)
+        data = with_stats(data, stats(current_layout(), nodes=False), detail=args.stats > 1)
     _print(data, args.json, status_text)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+from types import SimpleNamespace
 
 from linuxfp import datapath as dp
 from linuxfp.synth import counters
@@ -98,7 +99,9 @@ def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | Non
     return {c.name: by_id.get(c.id, 0) for c in counters()}
 
 
-def stats(layout: NamespaceLayout) -> dict:
+def stats(layout: NamespaceLayout, nodes: bool = True) -> dict:
+    """Packet counts per interface, node and reason; with `nodes`, what
+    each node counted beyond them (node_stats: the filter's per rule)."""
     saved = runtime_files.load_installed(layout)
     table = {c.name: c for c in counters()}
     interfaces = []
@@ -133,7 +136,7 @@ def stats(layout: NamespaceLayout) -> dict:
         })
     return {"namespace": layout.name, "interfaces": interfaces,
             "response_time": runtime_files.load_json(layout.response_file),
-            "nodes": node_stats(layout) if interfaces else {}}
+            "nodes": node_stats(layout) if interfaces and nodes else {}}
 
 
 def node_stats(layout: NamespaceLayout) -> dict:
@@ -152,15 +155,24 @@ def node_stats(layout: NamespaceLayout) -> dict:
             opened[name] = dp.Map.from_pinned(path) if os.path.exists(path) else None
         return opened[name]
 
-    def snapshot():
+    def configuration():
         if not read:
-            read.append(kstate.read_snapshot())
+            links, netfilter = kstate.read_links_and_netfilter()
+            read.append(SimpleNamespace(links=links, netfilter=netfilter))
         return read[0]
 
     if netns_cookie() != layout.cookie:
         return {}          # the configuration to attribute to is another namespace's
+    out = {}
     try:
-        return {node.name: detail for node in registered() if (detail := node.stats(maps, snapshot))}
+        for node in registered():
+            try:
+                detail = node.stats(maps, configuration)
+            except Exception as exc:     # one node's reading never hides the counters
+                detail = {"error": f"{type(exc).__name__}: {exc}"}
+            if detail:
+                out[node.name] = detail
+        return out
     finally:
         for m in opened.values():
             if m is not None:

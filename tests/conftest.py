@@ -19,6 +19,13 @@ from linuxfp.lab.topology import Router, RouterTopology
 
 TEST_PREFIX = "lfp-t"
 
+# iptables-legacy takes a host-wide lock (/run/xtables.lock) and, without
+# -w, fails at once when another process holds it. Each worker of a parallel
+# run (make test: pytest-xdist) changes only its own namespaces' tables, so
+# each takes a lock of its own; the programs it starts inherit it.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("XTABLES_LOCKFILE", f"/run/xtables-linuxfp-{os.environ['PYTEST_XDIST_WORKER']}.lock")
+
 ROOT_REQUIRED = (
     "network-namespace tests must run as root (they create namespaces, veths and "
     "AF_PACKET sockets): run `sudo python3 -m pytest`"

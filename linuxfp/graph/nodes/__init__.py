@@ -107,12 +107,14 @@ class Node:
         (e.g. the rules it evaluates and those it leaves to the kernel)."""
         return ()
 
-    def stats(self, maps, snapshot) -> dict | None:
+    def stats(self, maps, configuration) -> dict | None:
         """What the node counted beyond its reasons, for `linuxfp stats`
         (the filter: packets per iptables rule). `maps(name)` opens one of
-        the namespace's pinned maps (None if absent); `snapshot()` reads the
-        configuration (call it only when there is something to attribute).
-        None: nothing to add. Reads only; never called by the controller."""
+        the namespace's pinned maps (None if absent); `configuration()`
+        reads what a snapshot holds of the links and netfilter (an object
+        with those two fields; call it only when there is something to
+        attribute). None: nothing to add. Reads only; never called by the
+        controller."""
         return None
 
     def stats_lines(self, detail: dict) -> list[str]:

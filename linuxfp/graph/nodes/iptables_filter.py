@@ -104,14 +104,16 @@ class Filter(Node):
         return tuple(lines)
 
 
-    def stats(self, maps, snapshot) -> dict | None:
+    def stats(self, maps, configuration) -> dict | None:
         totals = fast_path_counts(maps(HITS), maps(CACHE))
         if not totals:
             return None
-        return attribute(totals, filter_plan(snapshot()))
+        return attribute(totals, filter_plan(configuration()))
 
     def stats_lines(self, detail: dict) -> list[str]:
         lines = ["iptables rules: packets and bytes the fast path decided (iptables -L -v counts the kernel's only)"]
+        if "error" in detail:
+            return lines + [f"  cannot attribute them: {detail['error']}"]
         for row in detail["rules"]:
             what = (f"{row['chain']} #{row['position']}" if "position" in row
                     else f"{row['chain']} policy {row['policy']}")
@@ -209,7 +211,9 @@ def filter_plan(snapshot) -> FilterPlan:
     """The compiled rules for this snapshot (every ingress asks)."""
     global _last
     nf, links = snapshot.netfilter, snapshot.links
-    if _last is not None and _last[0] is nf:
+    # (equal but not the same object: a re-read, e.g. `linuxfp stats` asking
+    # again; the controller hands unchanged state on as the same object)
+    if _last is not None and (_last[0] is nf or _last[0] == nf):
         names = _link_names(links) if _last[1] is not None else None
         if names == _last[1]:
             return _last[2]
