@@ -8,12 +8,12 @@ the controller has re-read the tables after."""
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from dataclasses import dataclass
 
 from linuxfp import datapath as dp
+from linuxfp.graph.tables import U32, U64, CType
 
 log = logging.getLogger("linuxfp.lease")
 
@@ -28,11 +28,15 @@ DOORBELL_MAP = "lfp_watch_doorbell"
 NAMESPACE_MAPS = (LEASE_MAP, SENT_MAP, DOORBELL_MAP)
 TERM_NS = 1_000_000_000      # how long a renewal keeps the fast path on
 RENEW_NS = 200_000_000       # how often the loop renews: a term spans several renewals
-# struct lfp_lease { __u64 changes_started, changes_done, watch_acked, sysctl_writes;
-#                    __u32 held, changer_tgid; struct bpf_timer lapse; }
-_VALUE = struct.Struct("<QQQQII")
-_RENEWAL = struct.Struct("<QQ")  # struct lfp_renewal { __u64 watch_acked; __u64 term_ns; }
-_KEY = struct.pack("<I", 0)
+# lease.h's and controller.c's layouts (shared_maps.py checks the maps'
+# against every object's BTF as it loads)
+LEASE = CType("struct lfp_lease", (("changes_started", "Q"), ("changes_done", "Q"), ("watch_acked", "Q"),
+                                   ("sysctl_writes", "Q"), ("held", "I"), ("changer_tgid", "I"),
+                                   ("lapse", "16s")))     # struct bpf_timer: the kernel's
+RENEWAL = CType("struct lfp_renewal", (("watch_acked", "Q"), ("term_ns", "Q")))
+NAMESPACE_TYPES = {LEASE_MAP: (U32, LEASE), SENT_MAP: (U32, U64)}
+_RENEWAL = RENEWAL.packer
+_KEY = U32.pack(0)
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,11 @@ class LeaseState:
 def read(lease_map) -> LeaseState:
     """The lease as the datapath sees it."""
     raw = lease_map.lookup(_KEY)
-    started, done, acked, sysctls, held, changer = _VALUE.unpack(raw[: _VALUE.size]) if raw else (0,) * 6
+    started, done, acked, sysctls, held, changer, _ = LEASE.unpack(raw[: LEASE.size]) if raw else (0,) * 7
     return LeaseState(bool(held), acked, started, done, changer, sysctls)
 
 
-_SENT_KEY, _ARMED_KEY = struct.pack("<I", 0), struct.pack("<I", 1)
+_SENT_KEY, _ARMED_KEY = U32.pack(0), U32.pack(1)
 
 
 def read_sent(sent_map) -> int:
@@ -60,12 +64,12 @@ def read_sent(sent_map) -> int:
     if sent_map is None:
         return 0
     raw = sent_map.lookup(_SENT_KEY)
-    return struct.unpack_from("<Q", raw)[0] if raw else 0
+    return U64.unpack(raw[: U64.size])[0] if raw else 0
 
 
 def arm_sent(sent_map, armed: bool) -> None:
     """Whether the filter node's watch counts netfilter netlink messages."""
-    sent_map.update(_ARMED_KEY, struct.pack("<Q", int(armed)))
+    sent_map.update(_ARMED_KEY, U64.pack(int(armed)))
 
 
 def revoke_pinned(path: str) -> None:
@@ -87,9 +91,7 @@ def revoke_pinned(path: str) -> None:
 def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: int = 0) -> None:
     """Set the lease directly, with no timer to end it: for tests that load a
     pipeline without a controller."""
-    value = bytearray(lease_map.value_size)
-    _VALUE.pack_into(value, 0, changes_started, 0, watch_acked, 0, int(held), 0)
-    lease_map.update(_KEY, bytes(value))
+    lease_map.update(_KEY, LEASE.pack(changes_started, 0, watch_acked, 0, int(held), 0, bytes(16)))
 
 
 # watch_acked while a change the controller has not re-read yet is known to

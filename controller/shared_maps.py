@@ -16,7 +16,7 @@ from linuxfp.graph.nodes import state_maps
 from linuxfp.graph.tables import ARRAY, DEVMAP
 from linuxfp.synth import counters
 
-from .lease import NAMESPACE_MAPS
+from .lease import NAMESPACE_MAPS, NAMESPACE_TYPES
 from .namespace import NamespaceLayout
 
 log = logging.getLogger("linuxfp.maps")
@@ -45,10 +45,16 @@ def check_layout(obj, table) -> None:
         raise LayoutMismatch(
             f"map {table.name} of node {table.owner}: the compiled object declares key/value "
             f"{declared[0]}/{declared[1]} bytes, the table {table.key_size}/{table.value_size}", 22)
-    for part, ctype, compiled in zip(("key", "value"), (table.key, table.value), obj.map_types(table.name)):
+    check_types(obj, table.name, f"of node {table.owner}", table.key, table.value)
+
+
+def check_types(obj, name: str, whose: str, key, value) -> None:
+    """Refuse `obj` if its BTF lays map `name`'s key or value out otherwise
+    than the CTypes `key` and `value` (member by member)."""
+    for part, ctype, compiled in zip(("key", "value"), (key, value), obj.map_types(name)):
         problem = ctype.mismatch(compiled) if compiled is not None else None
         if problem:
-            raise LayoutMismatch(f"map {table.name} of node {table.owner}, {part}: {problem}", 22)
+            raise LayoutMismatch(f"map {name} {whose}, {part}: {problem}", 22)
 
 
 @functools.cache
@@ -141,6 +147,8 @@ class SharedMaps:
                 continue              # the program's own (.rodata)
             if table is not None:
                 check_layout(obj, table)
+            elif name in NAMESPACE_TYPES:
+                check_types(obj, name, "the namespace's (controller/lease.py)", *NAMESPACE_TYPES[name])
             m = self.get(name)
             if m is not None:
                 obj.reuse_map(name, m)

@@ -102,3 +102,24 @@ def test_what_stats_reads_back_is_laid_out_as_the_filter_declares_it():
         assert CACHED.mismatch(cached) is None, CACHED.mismatch(cached)
     finally:
         obj.close()
+
+
+def test_the_namespace_maps_are_laid_out_as_the_controller_reads_them():
+    """The lease and the netfilter-message count: controller/lease.py's
+    CTypes against every shipped object that declares them (the
+    controller's own object included)."""
+    from controller.lease import NAMESPACE_TYPES
+    from controller.shared_maps import check_types
+
+    seen = set()
+    for path in _objects():
+        obj = BpfObject.open(path.read_bytes(), name=path.stem[:15])
+        try:
+            for name, (key, value) in NAMESPACE_TYPES.items():
+                if name in obj.map_names():
+                    check_types(obj, name, "test", key, value)
+                    seen.add((name, path.name))
+        finally:
+            obj.close()
+    assert {name for name, _ in seen} == set(NAMESPACE_TYPES)
+    assert any(file == "controller.o" for _, file in seen)

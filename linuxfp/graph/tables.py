@@ -87,7 +87,7 @@ def scalar(name: str, fmt: str) -> CType:
     return CType(name, (("", fmt),))
 
 
-U8, U32, BE32 = scalar("__u8", "B"), scalar("__u32", "I"), scalar("__be32", "4s")
+U8, U32, U64, BE32 = scalar("__u8", "B"), scalar("__u32", "I"), scalar("__u64", "Q"), scalar("__be32", "4s")
 HINT = CType("struct lfp_hint", (("bits", "32s"),))     # hint.h
 
 
