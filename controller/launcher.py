@@ -2,6 +2,7 @@
 used by the tests, the differential harness, the demo and the benchmarks."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -99,6 +100,18 @@ class ControllerProcess:
         self._stderr.seek(0)
         return self._stderr.read()
 
+    @contextlib.contextmanager
+    def paused(self):
+        """Stop the controller (SIGSTOP) for the body and resume it after:
+        whatever the kernel sends meanwhile waits in its sockets, as behind a
+        controller too slow to read them."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
@@ -171,8 +184,6 @@ def wait_lease_current(netns: str, timeout: float = 5.0) -> bool:
 def accelerator(hook: str = "auto"):
     """An `accelerate(topology)` factory for the differential harness: the
     controller running in the topology's DUT."""
-    import contextlib
-
     @contextlib.contextmanager
     def accelerate(topology):
         with ControllerProcess(topology.dut.name, hook=hook) as controller:
