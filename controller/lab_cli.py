@@ -21,6 +21,18 @@ def add_lab_parser(add) -> None:
     p.add_argument("--pods-per-node", type=_at_least(0), default=2, metavar="M", help="pods per node (default 2)")
     p.add_argument("--name", default=None,
                    help="lab name (default random for up; for down: the only lab running)")
+    p.add_argument("--vxlan-port", type=_port, default=8472, metavar="PORT",
+                   help="flanneld's VXLAN UDP port (default 8472, flannel's)")
+    p.add_argument("--gbp", action="store_true", help="VXLAN Group Policy extension (flannel's GBP option)")
+    p.add_argument("--learning", action="store_true",
+                   help="flannel.1 learns remote MACs (flannel's Learning option; default nolearning)")
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be a UDP port, 1..65535")
+    return value
 
 
 def _at_least(minimum: int):
@@ -50,7 +62,8 @@ def cmd_lab(args) -> int:
         if args.action == "up":
             # SIGTERM during bring-up removes the half-built lab, as Ctrl-C does.
             signal.signal(signal.SIGTERM, _sigterm_interrupts)
-            spec = FlannelLabSpec(nodes=args.nodes, pods_per_node=args.pods_per_node, name=args.name)
+            spec = FlannelLabSpec(nodes=args.nodes, pods_per_node=args.pods_per_node, name=args.name,
+                                  vxlan_port=args.vxlan_port, gbp=args.gbp, learning=args.learning)
             lab = FlannelLab.up(spec, progress=_progress)
             lab.detach()
             data = lab.summary()

@@ -7,6 +7,7 @@ minutes, progress on the terminal); later runs reuse the cached binaries.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -264,6 +265,7 @@ def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str =
     from linuxfp.lab.packet_io import Capture, settle
 
     underlay = [ipaddress.IPv4Address(node.underlay_ip) for node in flannel.state.nodes]
+    vxlan_port = flannel.vxlan_port.to_bytes(2, "big")
     points = {"client": (client.name, "eth0"), "server": (server.name, "eth0"),
               "node1:eth0": ("node1", "eth0"), "node2:eth0": ("node2", "eth0")}
     captures = {label: Capture(flannel.namespace(ns), dev, label) for label, (ns, dev) in points.items()}
@@ -278,7 +280,7 @@ def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str =
     # or to the VXLAN port (outer); neighbour and other traffic left out
     def ours(frame: bytes) -> bool:
         return len(frame) > 37 and frame[12:14] == b"\x08\x00" and frame[23] == 17 and (
-            (40123).to_bytes(2, "big") in (frame[34:36], frame[36:38]) or frame[36:38] == (8472).to_bytes(2, "big"))
+            (40123).to_bytes(2, "big") in (frame[34:36], frame[36:38]) or frame[36:38] == vxlan_port)
     return {label: [normalise_ip_id(f, underlay)[0] for f in got if ours(f)] for label, got in frames.items()}
 
 
@@ -290,49 +292,141 @@ def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flan
     both pods and both underlay ends receive is what Linux alone gives them
     (the same exchange of one connection, run without, then with
     LinuxFP), and the nodes' kernels forward (almost) none of it."""
-    from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
-    from controller_counting import reasons
-    from linuxfp.lab.counters import ip_forw_datagrams
+    from controller.launcher import ControllerProcess, linuxfp_cli
 
-    client, server = flannel.pods_on("node1")[0], flannel.pods_on("node2")[0]
-    nodes = [flannel.namespace("node1"), flannel.namespace("node2")]
-    count = 200
-    echo = flannel.namespace(server.name).popen(["python3", "-c", RAW_ECHO, server.ip],
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _exchange_frames(flannel, client, server, count, "first")
-        forwarded = [ip_forw_datagrams(node) for node in nodes]
-        linux = _exchange_frames(flannel, client, server, count)
-        by_linux = [ip_forw_datagrams(node) - before for node, before in zip(nodes, forwarded)]
-        with ControllerProcess(nodes[0].name, hook="tc") as first, ControllerProcess(nodes[1].name, hook="tc") as second:
+    inter_node = _InterNode(flannel)
+    with inter_node.echo():
+        linux = inter_node.linux()
+        with ControllerProcess(inter_node.nodes[0].name, hook="tc") as first, \
+                ControllerProcess(inter_node.nodes[1].name, hook="tc") as second:
             first.settled()
             second.settled()
-            shapes = {entry["ifname"]: entry["shape"]
-                      for entry in json.loads(linuxfp_cli(nodes[0].name, "-j", "status").stdout)["interfaces"]}
+            shapes = {entry["ifname"]: entry["shape"] for entry in
+                      json.loads(linuxfp_cli(inter_node.nodes[0].name, "-j", "status").stdout)["interfaces"]}
             assert "router" in shapes.get(VXLAN_DEVICE, ""), shapes
-            # (the bridge mirror's entries, new to the datapath, settle
-            # with their first frames: a first run, then the one compared)
-            _exchange_frames(flannel, client, server, count)
-            forwarded = [ip_forw_datagrams(node) for node in nodes]
-            accelerated = _exchange_frames(flannel, client, server, count)
-            by_kernel = [ip_forw_datagrams(node) - before for node, before in zip(nodes, forwarded)]
-            stats = [linuxfp_stats(node.name) for node in nodes]
+            inter_node.assert_fast_as(linux)
+
+
+def test_pods_stay_connected_as_linux_connects_them_with_etcd_and_flanneld_down(flannel: FlannelLab) -> None:
+    """The control plane failing changes nothing that flanneld programmed:
+    with etcd down (controllers started then), then every flanneld down too,
+    then both back (flanneld re-reads its lease and re-programs the same
+    routes, neighbours and FDB entries under the running controllers), the
+    inter-node exchange is Linux's, byte for byte, and takes the fast path."""
+    from controller.launcher import ControllerProcess
+
+    inter_node = _InterNode(flannel)
+    try:
+        with inter_node.echo():
+            linux = inter_node.linux()
+            flannel.stop_etcd()
+            with ControllerProcess(inter_node.nodes[0].name, hook="tc") as first, \
+                    ControllerProcess(inter_node.nodes[1].name, hook="tc") as second:
+                first.settled()
+                second.settled()
+                inter_node.assert_fast_as(linux, "etcd down")
+                flannel.stop_flanneld()
+                inter_node.assert_fast_as(linux, "etcd and flanneld down")
+                flannel.start_control_plane()
+                first.settled()
+                second.settled()
+                inter_node.assert_fast_as(linux, "etcd and flanneld back")
     finally:
-        os.killpg(echo.pid, 15)
-        echo.wait()
-    for label, frames in linux.items():
-        # requests and answers (outer at the underlay ends, inner at the pods)
-        assert len(frames) == count + 2, (label, len(frames))
-        assert accelerated[label] == frames, label
-    assert all(n >= count for n in by_linux), by_linux
-    fast = [reasons(s, ("fast",)) for s in stats]
-    # each node routes the requests or answers into flannel.1 and the
-    # others from it into its pod, less the FDB refreshes' frames
-    # (the long ones below are the kernel's too)
-    assert all(n <= 0.1 * count + count // 25 for n in by_kernel), (by_kernel, [reasons(s) for s in stats])
-    assert all(f.get("forwarded", 0) >= 0.9 * count and f.get("into_peer", 0) >= 0.9 * count for f in fast), fast
-    # the long ones (1 200 bytes) were the kernel's: Linux would have lowered a path MTU with them
-    assert all(reasons(s).get("tx_too_long", 0) >= 2 * (count // 25) for s in stats), [reasons(s) for s in stats]
+        flannel.start_control_plane()       # the module's other tests need them
+
+
+def test_vxlan_options_flannel_can_set_stay_exact_in_the_fast_path(require_root: None) -> None:
+    """flanneld's other vxlan options — another UDP port, Group Policy (the
+    mark in the header, and set from it on receive), learning on — are the
+    device's own transmit and receive, which the fast path hands packets to
+    and takes them from: the exchange is Linux's and fast. (What the fast
+    path cannot follow — external mode, an underlay in another namespace —
+    keeps flannel.1 on the kernel path: tests/test_graph.py.)"""
+    from controller.launcher import ControllerProcess
+
+    spec = FlannelLabSpec(nodes=2, pods_per_node=1, vxlan_port=4789, gbp=True, learning=True)
+    with FlannelLab.up(spec, progress=_progress) as lab:
+        details = lab.namespace("node1").run(["ip", "-d", "link", "show", VXLAN_DEVICE]).stdout
+        assert "dstport 4789" in details and " gbp" in details and "nolearning" not in details, details
+        inter_node = _InterNode(lab)
+        with inter_node.echo():
+            linux = inter_node.linux()
+            with ControllerProcess(inter_node.nodes[0].name, hook="tc") as first, \
+                    ControllerProcess(inter_node.nodes[1].name, hook="tc") as second:
+                first.settled()
+                second.settled()
+                inter_node.assert_fast_as(linux)
+
+
+class _InterNode:
+    """One UDP flow between the first pods of node1 and node2: its frames
+    under Linux alone, then with controllers running, compared."""
+
+    COUNT = 200
+
+    def __init__(self, flannel: FlannelLab) -> None:
+        self.flannel = flannel
+        self.client, self.server = flannel.pods_on("node1")[0], flannel.pods_on("node2")[0]
+        self.nodes = [flannel.namespace("node1"), flannel.namespace("node2")]
+
+    @contextlib.contextmanager
+    def echo(self) -> Iterator[None]:
+        echo = self.flannel.namespace(self.server.name).popen(["python3", "-c", RAW_ECHO, self.server.ip],
+                                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _exchange_frames(self.flannel, self.client, self.server, self.COUNT, "first")
+            yield
+        finally:
+            os.killpg(echo.pid, 15)
+            echo.wait()
+
+    def _run(self) -> tuple[dict[str, list[bytes]], list[int]]:
+        from linuxfp.lab.counters import ip_forw_datagrams
+
+        before = [ip_forw_datagrams(node) for node in self.nodes]
+        frames = _exchange_frames(self.flannel, self.client, self.server, self.COUNT)
+        return frames, [ip_forw_datagrams(node) - b for node, b in zip(self.nodes, before)]
+
+    def linux(self) -> dict[str, list[bytes]]:
+        frames, by_linux = self._run()
+        assert all(n >= self.COUNT for n in by_linux), by_linux
+        for label, got in frames.items():
+            # requests and answers (outer at the underlay ends, inner at the pods)
+            assert len(got) == self.COUNT + 2, (label, len(got))
+        return frames
+
+    def assert_fast_as(self, linux: dict[str, list[bytes]], when: str = "") -> None:
+        from controller.launcher import linuxfp_stats
+        from controller_counting import reasons
+
+        count = self.COUNT
+        # (the bridge mirror's entries, new to the datapath, settle with
+        # their first frames: a first run, then the one compared)
+        self._run()
+        before = [linuxfp_stats(node.name) for node in self.nodes]
+        accelerated, by_kernel = self._run()
+        after = [linuxfp_stats(node.name) for node in self.nodes]
+
+        def during(kinds: tuple[str, ...] = ("passed", "drops")) -> list[dict[str, int]]:
+            """Each node's counts of the compared run alone (a test may run several)."""
+            deltas = []
+            for old, new in zip(before, after):
+                old_counts = reasons(old, kinds)
+                deltas.append({k: v - old_counts.get(k, 0) for k, v in reasons(new, kinds).items()})
+            return deltas
+
+        for label, frames in linux.items():
+            assert accelerated[label] == frames, (when, label)
+        fast, passed = during(("fast",)), during()
+        # each node routes the requests or answers into flannel.1 and the
+        # others from it into its pod, less the FDB refreshes' frames
+        # (the long ones below are the kernel's too)
+        assert all(n <= 0.1 * count + count // 25 for n in by_kernel), (when, by_kernel, passed)
+        assert all(f.get("forwarded", 0) >= 0.9 * count and f.get("into_peer", 0) >= 0.9 * count for f in fast), \
+            (when, fast)
+        # the long ones (1 200 bytes, each node's into flannel.1) were the
+        # kernel's: Linux would have lowered a path MTU with them
+        assert all(p.get("tx_too_long", 0) >= count // 25 for p in passed), (when, passed)
 
 
 def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_when_deleted(flannel: FlannelLab) -> None:

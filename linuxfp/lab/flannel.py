@@ -64,8 +64,7 @@ NETWORK = "198.18.0.0/16"
 UNDERLAY_PREFIX = "192.0.2"
 VNI = 1
 VXLAN_PORT = 8472
-NETWORK_CONFIG = {"Network": NETWORK, "SubnetLen": 24,
-                  "Backend": {"Type": "vxlan", "VNI": VNI, "Port": VXLAN_PORT}}
+NETWORK_CONFIG = {"Network": NETWORK, "SubnetLen": 24}     # and the spec's "Backend"
 ETCD_PREFIX = "/coreos.com/network"
 ETCD_CLIENT_PORT = 2379
 SERVICE_NAME = "echo"
@@ -102,6 +101,13 @@ class FlannelLabSpec:
     pods_per_node: int = 2
     name: str | None = None        # default: random; namespaces are lfpfl-<name>-...
     timeout_s: float = 60.0        # per readiness wait (etcd, each flanneld, VXLAN peers)
+    # flanneld's vxlan backend options (its network config's "Backend")
+    vxlan_port: int = VXLAN_PORT
+    gbp: bool = False              # VXLAN Group Policy: the packet mark rides in the header
+    learning: bool = False         # flannel.1 learns remote MACs (flanneld's default: nolearning)
+
+    def backend(self) -> dict:
+        return {"Type": "vxlan", "VNI": VNI, "Port": self.vxlan_port, "GBP": self.gbp, "Learning": self.learning}
 
 
 def _quiet(message: str) -> None:
@@ -167,6 +173,7 @@ class FlannelLab:
             underlay_namespace=f"{NAMESPACE_PREFIX}-{name}-underlay" if spec.nodes > 2 else None,
             etcd=Daemon("etcd", first, str(directory / "etcd.log"), marker=str(directory / "etcd")),
             etcd_endpoint=f"http://{UNDERLAY_PREFIX}.1:{ETCD_CLIENT_PORT}",
+            backend=spec.backend(),
         )
         lab = cls(state, binaries, progress)
         lab._guard_until_down()
@@ -247,6 +254,47 @@ class FlannelLab:
 
     def summary(self) -> dict:
         return self.state.to_dict()
+
+    @property
+    def vxlan_port(self) -> int:
+        """The UDP port of the outer VXLAN packets."""
+        return int(self.state.backend.get("Port") or VXLAN_PORT)
+
+    # --- the control plane failing and coming back ----------------------------
+
+    def stop_etcd(self) -> None:
+        """Stop etcd (SIGTERM): flanneld loses its store, nothing it programmed changes."""
+        self._stopped(self._stop(self.state.etcd))
+
+    def stop_flanneld(self, node: str | None = None) -> None:
+        """Stop flanneld on `node`, or on every node: what it programmed stays."""
+        for each in self.state.nodes:
+            if node is None or each.name == node:
+                self._stopped(self._stop(each.flanneld))
+
+    def start_control_plane(self, timeout: float = 60.0) -> None:
+        """Start etcd and every flanneld that is not running (etcd keeps its
+        data directory, flanneld its lease) and wait until each node has its
+        subnet and the VXLAN entries for the others again."""
+        state = self.state
+        if not self._running(state.etcd):
+            self.progress(f"starting etcd in {state.etcd.namespace} again")
+            self._start_etcd()
+        restarted = [node for node in state.nodes if not self._running(node.flanneld)]
+        for node in restarted:
+            self.progress(f"starting flanneld on {node.name} again")
+            self._start_flanneld(node)
+        for node in restarted:
+            self._wait_subnet(node, timeout)
+        self._wait_vxlan_peers(timeout)
+
+    def _running(self, daemon: Daemon) -> bool:
+        return daemon.pid is not None and _runs(daemon.pid, daemon.marker)
+
+    def _stopped(self, problems: list[str]) -> None:
+        if problems:
+            raise FlannelLabError("; ".join(problems))
+        self.state.save()
 
     # --- pods ----------------------------------------------------------------
 
@@ -363,7 +411,7 @@ class FlannelLab:
             "--logger", "zap", "--log-outputs", "stderr",
         ])
         self._wait(etcd, "etcd to answer its health check", 20.0, self._etcd_healthy)
-        config = json.dumps(NETWORK_CONFIG)
+        config = json.dumps({**NETWORK_CONFIG, "Backend": self.state.backend})
         done = Namespace(first.namespace).run(self._etcdctl("put", f"{ETCD_PREFIX}/config", config), check=False)
         if done.returncode != 0:
             raise self._failure(etcd, f"could not store flannel's network config: {done.stderr.strip()}")
@@ -562,7 +610,10 @@ def _scratch_directory(name: str) -> Path:
 
 def summary_text(data: dict) -> str:
     """What `linuxfp lab flannel up` prints."""
-    lines = [f"Flannel lab {data['name']}: pod network {data['network']}, VXLAN VNI {VNI} port {VXLAN_PORT}",
+    backend = data.get("backend") or {}
+    options = "".join(f", {name}" for name in ("GBP", "Learning") if backend.get(name))
+    lines = [f"Flannel lab {data['name']}: pod network {data['network']}, "
+             f"VXLAN VNI {backend.get('VNI', VNI)} port {backend.get('Port', VXLAN_PORT)}{options}",
              f"  etcd {data['etcd_endpoint']} in {data['etcd']['namespace']} (pid {data['etcd']['pid']})"]
     for node in data["nodes"]:
         lines.append(f"  {node['name']}: netns {node['namespace']}, eth0 {node['underlay_ip']}, "

@@ -109,6 +109,7 @@ class LabState:
     service: Service | None = None
     # Every namespace in creation order (adopted before it is created).
     namespaces: list[str] = field(default_factory=list)
+    backend: dict = field(default_factory=dict)   # flanneld's "Backend" config (vxlan, VNI, port, ...)
 
     @property
     def run_file(self) -> Path:
@@ -150,6 +151,7 @@ class LabState:
                 **{k: v for k, v in service.items() if k != "ports"},
                 ports=[ServicePort(**p) for p in service["ports"]]),
             namespaces=list(data.get("namespaces", [])),
+            backend=dict(data.get("backend", {})),
         )
 
     def save(self) -> None:
