@@ -81,6 +81,7 @@ class Collector:
 
         yield from self._interfaces(ns, state)
         yield from self._packets(ns, state)
+        yield from self._node_series(ns)
 
         lease = state.get("lease")
         if lease is not None:
@@ -162,6 +163,26 @@ class Collector:
                         packets.add_metric([ns, i["ifname"], i["hook"], c.node, c.kind, c.name], values[c.name])
         yield packets
         yield events
+
+    def _node_series(self, ns: str):
+        """What nodes count beyond their reasons (Node.stats_series), e.g.
+        the filter's packets per iptables rule."""
+        from prometheus_client.core import CounterMetricFamily
+
+        from linuxfp.graph.nodes import registered
+
+        families: dict[str, CounterMetricFamily] = {}
+        by_name = {node.name: node for node in registered()}
+        for node_name, detail in views.node_stats(self.layout).items():
+            if "error" in detail:
+                continue
+            for series in by_name[node_name].stats_series(detail):
+                family = families.get(series.name)
+                if family is None:
+                    family = families[series.name] = CounterMetricFamily(
+                        f"linuxfp_{series.name}", series.help, labels=["netns", *(k for k, _ in series.labels)])
+                family.add_metric([ns, *(v for _, v in series.labels)], series.value)
+        yield from families.values()
 
     # -- the controller ------------------------------------------------------
 

@@ -7,11 +7,14 @@ RETURN) as well as the one that decides — and the fast path took part."""
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 
 import pytest
 
-from controller.launcher import ControllerProcess, linuxfp_stats
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.launcher import ControllerProcess, linuxfp_cli, linuxfp_stats
 from controller.views import stats_text
 from linuxfp.lab.frames import udp_frame
 from linuxfp.lab.packet_io import inject
@@ -75,6 +78,7 @@ def test_kernel_and_fast_path_counters_add_up_to_linux_alones(router_topology, r
         _send(r, frames)
         kernel = _kernel_counters(r, SAVE[restore])
         stats = linuxfp_stats(r.dut.name)
+        prometheus = linuxfp_cli(r.dut.name, "stats", "--prometheus").stdout
     rows = stats["nodes"]["filter"]["rules"]
     fast = {(row["chain"], f"#{row['position']}" if "position" in row else "policy"): (row["packets"], row["bytes"])
             for row in rows if row["backend"] == BACKEND[restore]}
@@ -88,3 +92,13 @@ def test_kernel_and_fast_path_counters_add_up_to_linux_alones(router_topology, r
     assert re.search(rf"iptables-{BACKEND[restore]} FORWARD #2 +{drop[0]} +{drop[1]}  -A FORWARD -d 198.19.1.0/24 -j DROP",
                      text), text
     assert f"iptables-{BACKEND[restore]} FORWARD policy ACCEPT" in text, text
+    # the same counts as Prometheus series, one per rule, with its text
+    series = {(sample.labels["chain"], sample.labels["rule"]): (sample.labels["spec"], sample.value)
+              for family in text_string_to_metric_families(prometheus) for sample in family.samples
+              if sample.name == "linuxfp_iptables_fast_path_packets_total"
+              and sample.labels["backend"] == BACKEND[restore]}
+    assert series[("FORWARD", "2")] == ("-A FORWARD -d 198.19.1.0/24 -j DROP", drop[0]), series
+    assert series[("FORWARD", "policy")] == ("-P FORWARD ACCEPT", fast[("FORWARD", "policy")][0]), series
+    assert {(chain, f"#{rule}" if rule != "policy" else rule) for chain, rule in series} == set(fast)
+    lint = subprocess.run(["promtool", "check", "metrics"], input=prometheus, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import Iterable
@@ -121,6 +122,11 @@ class Node:
         """`stats`'s result as text lines."""
         return []
 
+    def stats_series(self, detail: dict) -> list["Series"]:
+        """`stats`'s result as Prometheus counters (controller/metrics.py
+        adds the netns label and groups them by name)."""
+        return []
+
     def refreshed(self, table: str, messages) -> frozenset[bytes]:
         """Keys of `table` to rewrite even if unchanged, because a netlink
         message announced them and the datapath writes these entries too."""
@@ -128,6 +134,16 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<node {self.name} stage={self.stage.name}>"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One sample of a node's counter: its metric name (without the
+    linuxfp_ prefix), help text, labels and value."""
+    name: str
+    help: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
 
 
 _REGISTRY: list[Node] = []

@@ -14,7 +14,7 @@ from ..filtering.predicates import WIDTH
 from ..filtering.program import Program, compile_program
 from ..filtering.scope import filter_scope
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
-from . import Node, Stage, register
+from . import Node, Series, Stage, register
 
 OBSTACLE = "iptables_filter"
 CFG, IFS, COMB = "lfp_flt_cfg", "lfp_flt_ifs", "lfp_flt_comb"
@@ -124,6 +124,29 @@ class Filter(Node):
             lines.append(f"  under earlier rulesets (not attributed): {earlier['packets']} packets, "
                          f"{earlier['bytes']} bytes")
         return lines
+
+    def stats_series(self, detail: dict) -> list[Series]:
+        if "rules" not in detail:
+            return []
+        series = []
+        for row in detail["rules"]:
+            # the rule's text too: a position moves when rules are inserted above it
+            labels = (("backend", row["backend"]), ("table", "filter"), ("chain", row["chain"]),
+                      ("rule", str(row["position"]) if "position" in row else "policy"),
+                      ("spec", row.get("rule") or f"-P {row['chain']} {row['policy']}"))
+            series.append(Series("iptables_fast_path_packets", RULE_PACKETS_HELP, labels, row["packets"]))
+            series.append(Series("iptables_fast_path_bytes", RULE_BYTES_HELP, labels, row["bytes"]))
+        earlier = detail["earlier_rulesets"]
+        series.append(Series("iptables_fast_path_earlier_packets", EARLIER_HELP, (), earlier["packets"]))
+        return series
+
+
+RULE_PACKETS_HELP = ("packets the fast path decided that Linux would have counted on this iptables rule (or "
+                     "chain policy): iptables -L -v counts only the kernel's; this ruleset generation's, "
+                     "from zero when the rules change")
+RULE_BYTES_HELP = "bytes (IP length) of linuxfp_iptables_fast_path_packets"
+EARLIER_HELP = ("packets the fast path decided under earlier iptables rulesets of this datapath, no longer "
+                "attributed to a rule")
 
 
 FILTER = register(Filter())
