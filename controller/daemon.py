@@ -31,6 +31,9 @@ from .watch import NftablesWatch, TableWatch
 log = logging.getLogger("linuxfp.controller")
 
 POLL_INTERVAL_S = 1.0   # for configuration that changes without a netlink event
+# Nodes' periodic work (Node.upkeep), run only while no change waits: giving
+# iptables-legacy its counts reads every flow cache slot (tens of ms).
+UPKEEP_INTERVAL_S = 5.0
 # No extra wait for the rest of a burst: a command's notifications are queued
 # together, and whatever arrives while we reconcile is drained as the next
 # batch, so bursts coalesce by themselves. (epoll cannot wait less than 1 ms,
@@ -86,6 +89,10 @@ class Controller:
         self._logged_paths: dict[int, tuple] = {}
         self.metrics_server = None
         self._stop = False
+        self._snapshot = None               # the last one reconciled: the final upkeep's
+        self._upkeep_memory: dict = {}      # per node (Node.upkeep), saved in the run dir
+        self._upkeep_said: dict[str, str] = {}
+        self._last_upkeep = 0.0
 
     # -- one reconcile step ------------------------------------------------
 
@@ -142,9 +149,35 @@ class Controller:
         self.lease.settle_unsure(seq)
         return snapshot
 
+    def _upkeep(self, snapshot) -> None:
+        """Every node's periodic work (Node.upkeep); what they remember is
+        saved with the run files, so a --keep restart goes on from it."""
+        from linuxfp.graph.nodes import registered
+
+        self._last_upkeep = time.monotonic()
+        if snapshot is None:
+            return
+        changed = False
+        for node in registered():
+            memory = self._upkeep_memory.setdefault(node.name, {})
+            before = _json(memory)
+            try:
+                node.upkeep(self.installer.maps.get, snapshot, memory)
+            except Exception as exc:      # counts, never the datapath: say it once, go on
+                said = f"{type(exc).__name__}: {exc}"
+                if self._upkeep_said.get(node.name) != said:
+                    log.warning("%s: periodic work failed: %s", node.name, said)
+                self._upkeep_said[node.name] = said
+                continue
+            self._upkeep_said.pop(node.name, None)
+            changed |= _json(memory) != before
+        if changed:
+            runtime_files.write_atomic(self.layout.upkeep_file, _json(self._upkeep_memory))
+
     def reconcile(self, snapshot, messages=()) -> bool:
         """Bring the datapath in line with `snapshot` (`messages`: the batch
         that led to it); True if anything changed."""
+        self._snapshot = snapshot
         done_snapshot, done_graph, done_installed = self._reconciled
         graph = done_graph if snapshot is done_snapshot else build_graph(snapshot, self.options.hook)
         self._skipped = graph.skipped
@@ -292,6 +325,8 @@ class Controller:
             self.lease.revoke()
             self.watch.close()
             self.companion.close()
+            # What the fast path counted since the last upkeep, before its maps go.
+            self._upkeep(self._snapshot)
             if self.options.keep:
                 runtime_files.save_installed(self.layout, self.installed)
                 log.info("datapath kept in place (--keep); the next `linuxfp run` adopts it")
@@ -309,6 +344,8 @@ class Controller:
             signal.signal(sig, self._request_stop)
         notifier = Notifier()      # systemd (Type=notify), when it started us
         self.start()
+        # (a node finds out whether it still applies: e.g. the counts map it names)
+        self._upkeep_memory = runtime_files.load_json(self.layout.upkeep_file) or {}
         try:
             if self.options.metrics is not None:
                 from .metrics_server import MetricsServer
@@ -352,6 +389,8 @@ class Controller:
                         if response_dirty:
                             runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
                             response_dirty = False
+                        if time.monotonic() - self._last_upkeep >= UPKEEP_INTERVAL_S:
+                            self._upkeep(snapshot)
                         self._save_skipped()
                         self._save_hook_notes()   # a reason may change with no program touched
                     if batch is not None:

@@ -94,6 +94,12 @@ class NamespaceLayout:
         return os.path.join(self.run_dir, "hooks.json")
 
     @property
+    def upkeep_file(self) -> str:
+        """What nodes' periodic work remembers (Node.upkeep), as long as the
+        datapath: e.g. the counts already given to iptables-legacy."""
+        return os.path.join(self.run_dir, "upkeep.json")
+
+    @property
     def origins_file(self) -> str:
         """Per interface: the installed object's digest and where it came
         from (precompiled, cache, compiled)."""

@@ -189,17 +189,30 @@ def _legacy_blob(sock: socket.socket, table: str) -> bytes:
 def legacy_fingerprint(tables: tuple[str, ...]) -> bytes:
     """A digest of every legacy table's rules, counters left out (traffic
     must not look like a rule change)."""
-    digest = hashlib.blake2b(digest_size=16)
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     try:
+        blobs: dict[str, bytes | OSError] = {}
         for table in tables:
-            digest.update(table.encode() + b"\0")
             try:
-                digest.update(_legacy_rules_only(_legacy_blob(sock, table)))
+                blobs[table] = _legacy_blob(sock, table)
             except OSError as exc:
-                digest.update(f"error {exc.errno}".encode())
+                blobs[table] = exc
     finally:
         sock.close()
+    return fingerprint_of_blobs(tables, blobs)
+
+
+def fingerprint_of_blobs(tables: tuple[str, ...], blobs: dict[str, bytes | OSError]) -> bytes:
+    """legacy_fingerprint over blobs already read (xt_counters.py reads them
+    once for both the comparison and the entries)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for table in tables:
+        digest.update(table.encode() + b"\0")
+        blob = blobs.get(table)
+        if isinstance(blob, bytes):
+            digest.update(_legacy_rules_only(blob))
+        else:
+            digest.update(f"error {getattr(blob, 'errno', None)}".encode())
     return digest.digest()
 
 

@@ -122,6 +122,15 @@ class Node:
         """`stats`'s result as text lines."""
         return []
 
+    def upkeep(self, maps, snapshot, memory: dict) -> None:
+        """The node's periodic work on the kernel's side, run by the
+        controller when idle, every few seconds and once as it stops (the
+        filter gives iptables-legacy's counters the packets the fast path
+        decided). `maps(name)` opens one of the namespace's pinned maps
+        (None if absent); `memory` is the node's own JSON-able dict, which
+        the controller keeps as long as the datapath (across --keep
+        restarts). An exception is logged, never fatal."""
+
     def stats_series(self, detail: dict) -> list["Series"]:
         """`stats`'s result as Prometheus counters (controller/metrics.py
         adds the netns label and groups them by name)."""

@@ -5,6 +5,7 @@ netfilter configuration is within what it reproduces (filtering/scope.py);
 otherwise the ingress stays on the kernel path with the reason."""
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from linuxfp.resources import modules_dir
@@ -111,7 +112,8 @@ class Filter(Node):
         return attribute(totals, filter_plan(configuration()))
 
     def stats_lines(self, detail: dict) -> list[str]:
-        lines = ["iptables rules: packets and bytes the fast path decided (iptables -L -v counts the kernel's only)"]
+        lines = ["iptables rules: packets and bytes the fast path decided (iptables-nft -L -v counts only the "
+                 "kernel's; iptables-legacy's counters get these added every few seconds)"]
         if "error" in detail:
             return lines + [f"  cannot attribute them: {detail['error']}"]
         for row in detail["rules"]:
@@ -124,6 +126,9 @@ class Filter(Node):
             lines.append(f"  under earlier rulesets (not attributed): {earlier['packets']} packets, "
                          f"{earlier['bytes']} bytes")
         return lines
+
+    def upkeep(self, maps, snapshot, memory: dict) -> None:
+        give_back_legacy_counts(maps, snapshot, memory)
 
     def stats_series(self, detail: dict) -> list[Series]:
         if "rules" not in detail:
@@ -177,11 +182,21 @@ def fast_path_counts(hits_map, cache_map) -> dict[tuple[int, int], list[int]]:
             for value in values:
                 add(gen, cls, *TALLY.unpack(value[:TALLY.size]))
     if cache_map is not None:
+        read = _SLOT.unpack_from      # 4 096 slots per CPU: one unpack each, no slicing
         for _, values in cache_map.items_percpu():
             for value in values:
-                flow, _, cls, _, tally = CACHED.unpack(value[:CACHED.size])
-                add(int.from_bytes(flow[:4], "little"), cls, *TALLY.unpack(tally))
+                add(*read(value))
     return totals
+
+
+def _slot_reader() -> struct.Struct:
+    """A cache slot's (generation, class, packets, bytes), at CACHED's
+    offsets: the generation is the flow key's first member."""
+    at = {name: offset // 8 for name, offset, _ in CACHED.layout}
+    return struct.Struct(f"<{at['flow']}xI{at['cls'] - at['flow'] - 4}xI{at['tally'] - at['cls'] - 4}xQQ")
+
+
+_SLOT = _slot_reader()
 
 
 def attribute(totals: dict[tuple[int, int], list[int]], plan: FilterPlan) -> dict:
@@ -220,6 +235,52 @@ def attribute(totals: dict[tuple[int, int], list[int]], plan: FilterPlan) -> dic
                              "packets": packets, "bytes": size})
     return {"generation": f"{classifier.generation:08x}" if classifier is not None else None, "rules": rows,
             "earlier_rulesets": {"packets": earlier[0], "bytes": earlier[1]}}
+
+def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
+    """Add to iptables-legacy's counters, rule by rule, what the fast path
+    decided since the last time (state/xt_counters.py): `iptables-legacy -L
+    -v` then counts as Linux alone would. `memory` holds, per (generation,
+    class), what was given back, for the counts map it was read from (a new
+    map starts from nothing). Counts still in a flow's cache slot when
+    another CPU's flush moved them may read lower once; they are given when
+    they read higher. What was counted under a ruleset the rules have since
+    left (at most one interval's worth) stays in `linuxfp stats` only."""
+    from linuxfp.state.xt_counters import TableChanged, add_counters
+
+    plan = filter_plan(snapshot)
+    program, classifier = plan.program, plan.classifier
+    legacy = next((r for r in snapshot.netfilter.rulesets if r.backend == "legacy"), None)
+    hits = maps(HITS)
+    if classifier is None or program is None or legacy is None or "legacy" not in program.backends or hits is None:
+        return
+    if memory.get("map") != hits.id:
+        memory.clear()
+        memory.update({"map": hits.id, "given": {}})
+    given = memory["given"]
+    generation = classifier.generation
+    due: dict[tuple[int, int], list[int]] = {}
+    now: dict[str, list[int]] = {}
+    for (gen, cls), (packets, size) in fast_path_counts(hits, maps(CACHE)).items():
+        if gen != generation:
+            continue
+        key = f"{gen}:{cls}"
+        before = given.get(key, [0, 0])
+        if packets > before[0]:
+            due[(gen, cls)] = [packets - before[0], size - before[1]]
+            now[key] = [packets, size]
+    if not due:
+        return
+    additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
+                 for row in attribute(due, plan)["rules"] if row["backend"] == "legacy"}
+    if additions:
+        try:
+            add_counters(legacy, "filter", additions)
+        except TableChanged:
+            return      # read again at the next poll; given then, or left to a new generation
+    # only this generation's: earlier ones are never given again
+    memory["given"] = {key: value for key, value in {**given, **now}.items()
+                       if key.split(":")[0] == str(generation)}
+
 
 # The last plan: its netfilter state (by identity), the links it depends on
 # (their (ifindex, name) pairs, or None when no rule names an interface),
