@@ -69,3 +69,31 @@ def test_a_steady_ipv6_flow_is_served_from_the_answer_cache(lab, hook, ip_forwar
     ingress = next(i for i in stats["interfaces"] if i["ifname"] == r.dut_left.name)
     assert ingress["fast_path"] >= 190, stats
     assert ingress["nodes"]["router"]["events"].get("fib_cache_hit", 0) >= 150, stats
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_an_ip6tables_firewall_of_the_host_alone_keeps_ipv6_in_the_fast_path(require_root, backend):
+    """ip6tables rules for what the host itself receives and sends (INPUT,
+    OUTPUT) never see a forwarded IPv6 packet: the fast path keeps carrying
+    it, byte for byte as Linux. A rule that tracks connections (IPv6
+    conntrack then sees every forwarded packet) takes IPv6 back to the
+    kernel."""
+    from linuxfp.lab import Step
+    from linuxfp.lab.standard6 import mtu_routes
+
+    def host_firewall(r):
+        mtu_routes(r)
+        r.dut.run(f"ip6tables-{backend} -A INPUT -p tcp --dport 22 -j DROP")
+        r.dut.run(f"ip6tables-{backend} -A OUTPUT -p udp --dport 53 -j REJECT")
+
+    def tracking(r):
+        r.dut.run(f"ip6tables-{backend} -I INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT")
+
+    steps = (Step("host-firewall", host_firewall), Step("tracking", tracking))
+    report = run_differential(RouterTopology(prefixes=8, ipv6=True), steps, accelerator(hook="xdp"),
+                              frames=standard6_frames, prefix="lfp-t6h")
+    assert report.ok, report.render()
+    alone = {o.step: o.forwarded_by_kernel for o in report.kernel}
+    with_fp = {o.step: o.forwarded_by_kernel for o in report.accelerated}
+    assert with_fp["host-firewall"] < alone["host-firewall"] // 2, report.render()
+    assert with_fp["tracking"] == alone["tracking"] > 0, report.render()

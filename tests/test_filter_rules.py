@@ -15,7 +15,7 @@ import pytest
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, TooLarge, build_classifier, classify
 from linuxfp.graph.filtering.program import ACCEPT, DROP, KERNEL, compile_program, matched_boxes, packet_fields, verdict
-from linuxfp.graph.filtering.scope import filter_scope
+from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6
 from linuxfp.graph.nodes.iptables_filter import filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, Coverage, probe_addresses, random_ruleset
 from linuxfp.state.iptables import ParseError, parse_rule, parse_save
@@ -151,6 +151,50 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
     # an empty filter table (iptables-nft leaves one behind) filters nothing
     empty = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n", "nft")
     assert filter_scope(netfilter(empty)) == filter_scope(netfilter())
+
+
+def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_it():
+    """ip6tables rules that filter only what the host receives or sends
+    (INPUT, OUTPUT) leave forwarded IPv6 to the fast path; a FORWARD rule,
+    connection tracking, another table's rules, a native table or rules
+    that were not read keep it on the kernel path, with the reason."""
+    from linuxfp.graph.interfaces import ip6tables_blocker
+
+    def ip6(text: str, backend: str = "nft", tables=None) -> NetfilterState:
+        ruleset = parse_save(text, backend, "ip6")
+        if tables is None:
+            tables = tuple(f"nft:ip6 {t.name}" for t in ruleset.tables) if backend == "nft" else ()
+        legacy = tuple(t.name for t in ruleset.tables) if backend == "legacy" else ()
+        return NetfilterState(active=bool(tables), tables=tables, detail="test", rulesets6=(ruleset,),
+                              legacy_ip6_tables=legacy)
+
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    for backend in ("nft", "legacy"):
+        host_only = ip6(head + "-A INPUT -p tcp -m tcp --dport 22 -j DROP\n-A OUTPUT -d 2001:db8::/32 -j REJECT\n"
+                        "COMMIT\n", backend)
+        assert filter_scope6(host_only) == FilterScope((), ()) and ip6tables_blocker(host_only) is None
+        # IPv4's scope does not see them
+        assert filter_scope(host_only) == filter_scope(netfilter())
+        forward = ip6(head + "-A FORWARD -d 2001:db8:1::/48 -j DROP\nCOMMIT\n", backend)
+        assert ip6tables_blocker(forward) == (f"ip6tables-{backend} FORWARD rules or policy: the fast path "
+                                              "evaluates iptables' IPv4 rules only")
+        policy = ip6(head.replace(":FORWARD ACCEPT", ":FORWARD DROP") + "COMMIT\n", backend)
+        assert ip6tables_blocker(policy) is not None
+        tracked = ip6(head + "-A INPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
+        assert ip6tables_blocker(tracked) == (f"ip6tables turns IPv6 connection tracking on (ip6tables-{backend} "
+                                              "table filter: INPUT #1 (conntrack)): the fast path looks up IPv4 "
+                                              "connections only")
+        raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -m rpfilter --invert -j DROP\n"
+                  "COMMIT\n", backend)
+        assert "ip6tables-" + backend + " table raw: rules" in ip6tables_blocker(raw)
+    # native tables that see IPv6 (inet, a non-iptables ip6 table) and unread ones do too
+    native = NetfilterState(active=True, tables=("nft:inet fw",), detail="test")
+    assert "nf_tables table inet fw" in ip6tables_blocker(native)
+    assert "ip6 mine" in ip6tables_blocker(NetfilterState(active=True, tables=("nft:ip6 mine",), detail="test"))
+    unread = NetfilterState(active=True, tables=("nft:ip6 filter",), detail="test")
+    assert "ip6tables-nft holds tables whose rules were not read" in ip6tables_blocker(unread)
+    # and IPv4's own tables are not IPv6's business
+    assert ip6tables_blocker(netfilter(corpus("docker-host.rules"))) is None
 
 
 def test_scoped_fallbacks_name_the_rule_and_the_match():

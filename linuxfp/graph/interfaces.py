@@ -8,6 +8,7 @@ from linuxfp.state.model import BR_STATE_FORWARDING
 
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
+from .filtering.scope import filter_scope6
 from .tables import ARRAY, DEVMAP, U32, CType, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
@@ -96,22 +97,40 @@ def ipv6_routing_blocker(snapshot) -> str | None:
     nf, sysctls, rules = snapshot.netfilter, snapshot.sysctls, snapshot.rules
     if _ipv6_memo[0] is nf and _ipv6_memo[1] is sysctls and _ipv6_memo[2] is rules:
         return _ipv6_memo[3]
-    why = None
-    tables = [t for t in nf.tables if t.startswith(("nft:ip6 ", "nft:inet "))]
-    tables += [f"legacy:ip6 {t}" for t in nf.legacy_ip6_tables]
-    if tables:
-        why = f"netfilter has IPv6 tables ({', '.join(tables)}): the fast path evaluates iptables' IPv4 rules only"
-    elif sysctls.ipv6_multipath_hash_policy != 0:
-        why = (f"net.ipv6.fib_multipath_hash_policy={sysctls.ipv6_multipath_hash_policy} hashes what "
-               "bpf_fib_lookup does not see (policy 1: the skb's L4 hash where the NIC or a socket set one)")
-    elif any(r.family == 10 and (r.fwmark or r.fwmask) for r in rules):
-        why = "IPv6 policy rules match fwmark, which XDP cannot see (and TC sees only before netfilter sets it)"
-    elif any(r.family == 10 and (r.suppress_prefixlen != -1 or r.suppress_ifgroup != -1) for r in rules):
-        why = "IPv6 policy rules suppress answers (suppress_prefixlength/ifgroup), which bpf_fib_lookup ignores"
-    elif any(r.family == 10 and r.uid_range not in (None, (0, 0xFFFFFFFF)) for r in rules):
-        why = "IPv6 policy rules match a uid range (bpf_fib_lookup looks up as the namespace's uid 0)"
+    why = ip6tables_blocker(nf) or _ipv6_lookup_blocker(sysctls, rules)
     _ipv6_memo[:] = [nf, sysctls, rules, why]
     return why
+
+
+def _ipv6_lookup_blocker(sysctls, rules) -> str | None:
+    """Why bpf_fib_lookup's IPv6 answer could differ from the kernel's."""
+    if sysctls.ipv6_multipath_hash_policy != 0:
+        return (f"net.ipv6.fib_multipath_hash_policy={sysctls.ipv6_multipath_hash_policy} hashes what "
+                "bpf_fib_lookup does not see (policy 1: the skb's L4 hash where the NIC or a socket set one)")
+    if any(r.family == 10 and (r.fwmark or r.fwmask) for r in rules):
+        return "IPv6 policy rules match fwmark, which XDP cannot see (and TC sees only before netfilter sets it)"
+    if any(r.family == 10 and (r.suppress_prefixlen != -1 or r.suppress_ifgroup != -1) for r in rules):
+        return "IPv6 policy rules suppress answers (suppress_prefixlength/ifgroup), which bpf_fib_lookup ignores"
+    if any(r.family == 10 and r.uid_range not in (None, (0, 0xFFFFFFFF)) for r in rules):
+        return "IPv6 policy rules match a uid range (bpf_fib_lookup looks up as the namespace's uid 0)"
+    return None
+
+
+def ip6tables_blocker(netfilter) -> str | None:
+    """Why ip6tables (or a native nft table) could do something to a
+    forwarded IPv6 packet — FORWARD rules, connection tracking, other tables'
+    rules: the fast path evaluates IPv4 rules only. None: only what the host
+    sends or receives is filtered (INPUT, OUTPUT), or nothing."""
+    scope = filter_scope6(netfilter)
+    if scope.uncovered:
+        return f"netfilter could touch forwarded IPv6: {scope.uncovered[0]}"
+    if scope.forward:
+        tools = ", ".join(ruleset.tool for ruleset in scope.forward)
+        return f"{tools} FORWARD rules or policy: the fast path evaluates iptables' IPv4 rules only"
+    if scope.stateful:
+        return (f"ip6tables turns IPv6 connection tracking on ({scope.stateful[0]}): the fast path "
+                "looks up IPv4 connections only")
+    return None
 
 
 def routing_blocker(link, snapshot) -> str | None:

@@ -508,6 +508,9 @@ class NetfilterState(_JsonMixin):
     # and why a backend's rules could not be read.
     rulesets: tuple["Ruleset", ...] = ()
     errors: tuple[str, ...] = ()
+    # The same for ip6tables (both backends; family "ip6").
+    rulesets6: tuple["Ruleset", ...] = ()
+    errors6: tuple[str, ...] = ()
     # Legacy x_tables of the other families (ip6tables-legacy,
     # arptables-legacy): what bridged IPv6 and ARP frames may meet through
     # br_netfilter.

@@ -32,6 +32,7 @@ import socket
 import struct
 import subprocess
 import threading
+from dataclasses import dataclass
 
 from . import netlink as nl
 from .iptables import Ruleset, read_ruleset
@@ -54,7 +55,6 @@ XT_TABLE_MAXNAMELEN = 32
 NF_INET_NUMHOOKS = 5
 _IPT_GETINFO = struct.Struct(f"={XT_TABLE_MAXNAMELEN}sI{NF_INET_NUMHOOKS}I{NF_INET_NUMHOOKS}III")
 _IPT_GET_ENTRIES_HEADER = 40  # offsetof(struct ipt_get_entries, entrytable)
-_IPT_ENTRY_TARGET_OFFSET = 88  # offsetof(struct ipt_entry, target_offset)
 _XT_ENTRY_TARGET_SIZE = 32  # sizeof(struct xt_entry_target)
 _VERDICT_ACCEPT = -1 - 1  # standard target verdict for NF_ACCEPT (-NF_ACCEPT - 1)
 
@@ -121,11 +121,37 @@ _libc.getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_
                              ctypes.POINTER(ctypes.c_uint32)]
 
 
-def _getsockopt(fd: int, optname: int, buf: ctypes.Array) -> None:
+@dataclass(frozen=True)
+class XtFamily:
+    """One family's x_tables as its getsockopt calls see them: the socket
+    level, the file listing its tables, and where struct ipt_entry /
+    ip6t_entry keep the offsets and counters (tests/test_xt_layout.py
+    checks them against the kernel's BTF)."""
+
+    name: str               # "ip" or "ip6", as Ruleset.family
+    level: int              # SOL_IP / SOL_IPV6
+    socket_family: int
+    names_file: str         # /proc/net/..._tables_names
+    target_offset: int      # offsetof(struct ipt_entry, target_offset)
+    next_offset: int        # offsetof(..., next_offset)
+    counters: int           # offsetof(..., counters): 16 bytes
+
+
+IPV4 = XtFamily("ip", socket.IPPROTO_IP, socket.AF_INET, "ip_tables_names", 88, 90, 96)
+IPV6 = XtFamily("ip6", socket.IPPROTO_IPV6, socket.AF_INET6, "ip6_tables_names", 140, 142, 152)
+_IPT_ENTRY_TARGET_OFFSET = IPV4.target_offset   # (legacy_table_findings reads IPv4 tables)
+
+
+def _getsockopt(fd: int, optname: int, buf: ctypes.Array, level: int = socket.IPPROTO_IP) -> None:
     size = ctypes.c_uint32(len(buf))
-    if _libc.getsockopt(fd, socket.IPPROTO_IP, optname, buf, ctypes.byref(size)) != 0:
+    if _libc.getsockopt(fd, level, optname, buf, ctypes.byref(size)) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
+
+
+def xt_socket(family: XtFamily = IPV4) -> socket.socket:
+    """A socket to ask (or tell) the family's x_tables."""
+    return socket.socket(family.socket_family, socket.SOCK_RAW, socket.IPPROTO_RAW)
 
 
 def legacy_table_names(family_file: str = "ip_tables_names") -> tuple[str, ...]:
@@ -143,7 +169,7 @@ def legacy_table_findings(table: str) -> str | None:
     no-op (only built-in chains, all with policy ACCEPT)."""
     if table == "nat":
         return "nat table (enables connection tracking)"
-    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    sock = xt_socket()
     try:
         info = ctypes.create_string_buffer(_IPT_GETINFO.pack(table.encode(), 0, *[0] * 10, 0, 0), _IPT_GETINFO.size)
         _getsockopt(sock.fileno(), IPT_SO_GET_INFO, info)
@@ -176,33 +202,41 @@ def legacy_table_findings(table: str) -> str | None:
         sock.close()
 
 
-def _legacy_blob(sock: socket.socket, table: str) -> bytes:
+def _legacy_blob(sock: socket.socket, table: str, family: XtFamily = IPV4) -> bytes:
+    """GET_INFO's answer, then the table's entries (ipt_getinfo and
+    ip6t_getinfo have one layout, as do the GET_ENTRIES headers)."""
     info = ctypes.create_string_buffer(_IPT_GETINFO.pack(table.encode(), 0, *[0] * 10, 0, 0), _IPT_GETINFO.size)
-    _getsockopt(sock.fileno(), IPT_SO_GET_INFO, info)
+    _getsockopt(sock.fileno(), IPT_SO_GET_INFO, info, family.level)
     size = _IPT_GETINFO.unpack(info.raw)[-1]
     entries = ctypes.create_string_buffer(_IPT_GET_ENTRIES_HEADER + size)
     struct.pack_into(f"={XT_TABLE_MAXNAMELEN}sI", entries, 0, table.encode(), size)
-    _getsockopt(sock.fileno(), IPT_SO_GET_ENTRIES, entries)
+    _getsockopt(sock.fileno(), IPT_SO_GET_ENTRIES, entries, family.level)
     return info.raw + entries.raw[_IPT_GET_ENTRIES_HEADER:]
 
 
-def legacy_fingerprint(tables: tuple[str, ...]) -> bytes:
-    """A digest of every legacy table's rules, counters left out (traffic
-    must not look like a rule change)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+def legacy_blobs(tables: tuple[str, ...], family: XtFamily = IPV4) -> dict[str, bytes | OSError]:
+    """Each table's blob (_legacy_blob), or why it could not be read."""
+    sock = xt_socket(family)
     try:
         blobs: dict[str, bytes | OSError] = {}
         for table in tables:
             try:
-                blobs[table] = _legacy_blob(sock, table)
+                blobs[table] = _legacy_blob(sock, table, family)
             except OSError as exc:
                 blobs[table] = exc
+        return blobs
     finally:
         sock.close()
-    return fingerprint_of_blobs(tables, blobs)
 
 
-def fingerprint_of_blobs(tables: tuple[str, ...], blobs: dict[str, bytes | OSError]) -> bytes:
+def legacy_fingerprint(tables: tuple[str, ...], family: XtFamily = IPV4) -> bytes:
+    """A digest of every legacy table's rules, counters left out (traffic
+    must not look like a rule change)."""
+    return fingerprint_of_blobs(tables, legacy_blobs(tables, family), family)
+
+
+def fingerprint_of_blobs(tables: tuple[str, ...], blobs: dict[str, bytes | OSError],
+                         family: XtFamily = IPV4) -> bytes:
     """legacy_fingerprint over blobs already read (xt_counters.py reads them
     once for both the comparison and the entries)."""
     digest = hashlib.blake2b(digest_size=16)
@@ -210,45 +244,41 @@ def fingerprint_of_blobs(tables: tuple[str, ...], blobs: dict[str, bytes | OSErr
         digest.update(table.encode() + b"\0")
         blob = blobs.get(table)
         if isinstance(blob, bytes):
-            digest.update(_legacy_rules_only(blob))
+            digest.update(_legacy_rules_only(blob, family))
         else:
             digest.update(f"error {getattr(blob, 'errno', None)}".encode())
     return digest.digest()
 
 
-_IPT_ENTRY_COUNTERS = 96     # offsetof(struct ipt_entry, counters): 16 bytes
-_IPT_ENTRY_NEXT_OFFSET = 90  # offsetof(struct ipt_entry, next_offset)
-
-
-def _legacy_rules_only(blob: bytes) -> bytes:
+def _legacy_rules_only(blob: bytes, family: XtFamily = IPV4) -> bytes:
     """The blob with every entry's packet/byte counters zeroed: traffic must
     not look like a rule change."""
     info, entries = blob[:_IPT_GETINFO.size], bytearray(blob[_IPT_GETINFO.size:])
     offset = 0
-    while offset + _IPT_ENTRY_NEXT_OFFSET + 2 <= len(entries):
-        entries[offset + _IPT_ENTRY_COUNTERS:offset + _IPT_ENTRY_COUNTERS + 16] = bytes(16)
-        step = struct.unpack_from("=H", entries, offset + _IPT_ENTRY_NEXT_OFFSET)[0]
+    while offset + family.next_offset + 2 <= len(entries):
+        entries[offset + family.counters:offset + family.counters + 16] = bytes(16)
+        step = struct.unpack_from("=H", entries, offset + family.next_offset)[0]
         if step == 0:
             break
         offset += step
     return info + bytes(entries)
 
 
-# (netns cookie, backend) -> (fingerprint, ruleset or error text)
-_read_cache: dict[tuple[int, str], tuple[object, Ruleset | str]] = {}
+# (netns cookie, backend, family) -> (fingerprint, ruleset or error text)
+_read_cache: dict[tuple[int, str, str], tuple[object, Ruleset | str]] = {}
 _cache_lock = threading.Lock()
 
 
-def _cached_ruleset(backend: str, fingerprint: object) -> Ruleset | str:
-    """The backend's ruleset, re-read only when its fingerprint changed;
-    a text when it cannot be read."""
-    key = (nl.netns_cookie(), backend)       # inodes are recycled, cookies never
+def _cached_ruleset(backend: str, fingerprint: object, family: str = "ip") -> Ruleset | str:
+    """The backend's ruleset of `family`, re-read only when its fingerprint
+    changed; a text when it cannot be read."""
+    key = (nl.netns_cookie(), backend, family)       # inodes are recycled, cookies never
     with _cache_lock:
         known = _read_cache.get(key)
     if known is not None and fingerprint is not None and known[0] == fingerprint:
         return known[1]
     try:
-        result: Ruleset | str = read_ruleset(backend)
+        result: Ruleset | str = read_ruleset(backend, family)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         result = str(exc)
     with _cache_lock:
@@ -283,9 +313,17 @@ def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
         _collect(_cached_ruleset("nft", nft_generation()), rulesets, errors)
     if any(t.startswith("legacy:") for t in tables):
         _collect(_cached_ruleset("legacy", legacy_fingerprint(legacy_names)), rulesets, errors)
+    # ip6tables' rules too: what of them touches forwarded IPv6 (scope.py)
+    rulesets6, errors6 = [], []
+    if any(t.startswith("ip6 ") for t in nft or ()):
+        _collect(_cached_ruleset("nft", nft_generation(), "ip6"), rulesets6, errors6)
+    legacy6 = legacy_table_names(IPV6.names_file)
+    if legacy6:
+        _collect(_cached_ruleset("legacy", legacy_fingerprint(legacy6, IPV6), "ip6"), rulesets6, errors6)
     return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details),
                           rulesets=tuple(rulesets), errors=tuple(errors),
-                          legacy_ip6_tables=legacy_table_names("ip6_tables_names"),
+                          rulesets6=tuple(rulesets6), errors6=tuple(errors6),
+                          legacy_ip6_tables=legacy6,
                           legacy_arp_tables=legacy_table_names("arp_tables_names"),
                           ipsets=_matched_sets(rulesets, fresh_sets))
 

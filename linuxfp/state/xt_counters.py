@@ -20,13 +20,12 @@ another process holds it.
 """
 from __future__ import annotations
 
-import socket
 import struct
 
 from . import netlink as nl
 from .iptables import Ruleset
-from .netfilter import (_IPT_ENTRY_NEXT_OFFSET, _IPT_ENTRY_TARGET_OFFSET, _IPT_GETINFO, NF_INET_NUMHOOKS,
-                        XT_TABLE_MAXNAMELEN, _legacy_blob, _read_cache, fingerprint_of_blobs, legacy_table_names)
+from .netfilter import (_IPT_GETINFO, IPV4, NF_INET_NUMHOOKS, XT_TABLE_MAXNAMELEN, _read_cache,
+                        fingerprint_of_blobs, legacy_blobs, legacy_table_names, xt_socket)
 
 IPT_SO_SET_ADD_COUNTERS = 65            # IPT_BASE_CTL + 1
 # struct xt_counters_info: name, num_counters, then u64-aligned counters
@@ -56,9 +55,9 @@ def entry_indexes(blob: bytes) -> tuple[int, dict[tuple[str, int | None], int]]:
     found: dict[tuple[str, int | None], int] = {}
     chain, position, offset = None, 0, 0
     for index in range(num_entries):
-        if offset + _IPT_ENTRY_NEXT_OFFSET + 2 > len(entries):
+        if offset + IPV4.next_offset + 2 > len(entries):
             break
-        target_offset, next_offset = struct.unpack_from("=HH", entries, offset + _IPT_ENTRY_TARGET_OFFSET)
+        target_offset, next_offset = struct.unpack_from("=HH", entries, offset + IPV4.target_offset)
         name = _TARGET_NAME.unpack_from(entries, offset + target_offset)[1].split(b"\0", 1)[0]
         if offset in starts:
             chain, position = starts[offset], 0
@@ -83,31 +82,25 @@ def add_counters(ruleset: Ruleset, table: str, additions: dict[tuple[str, int | 
     position) or (chain, None) for a built-in chain's policy. Raises
     TableChanged when the legacy tables changed since `ruleset` was read
     (the caller tries again once it has read them again)."""
-    cookie = nl.netns_cookie()
-    known = _read_cache.get((cookie, "legacy"))
-    if known is None or known[1] is not ruleset:
+    known = _read_cache.get((nl.netns_cookie(), "legacy", IPV4.name))
+    if ruleset.family != IPV4.name or known is None or known[1] is not ruleset:
         raise TableChanged("the legacy ruleset was read again since")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    names = legacy_table_names()
+    blobs = legacy_blobs(names)
+    blob = blobs.get(table)
+    if not isinstance(blob, bytes) or fingerprint_of_blobs(names, blobs) != known[0]:
+        raise TableChanged("the legacy tables changed since they were read")
+    count, indexes = entry_indexes(blob)
+    counters = bytearray(_COUNTER.size * count)
+    for key, (packets, size) in additions.items():
+        index = indexes.get(key)
+        if index is None:
+            raise TableChanged(f"{table} has no entry for {key[0]} "
+                               f"{'policy' if key[1] is None else f'rule {key[1]}'}")
+        _COUNTER.pack_into(counters, index * _COUNTER.size, packets, size)
+    sock = xt_socket()
     try:
-        names = legacy_table_names()
-        blobs: dict[str, bytes | OSError] = {}
-        for name in names:
-            try:
-                blobs[name] = _legacy_blob(sock, name)
-            except OSError as exc:
-                blobs[name] = exc
-        blob = blobs.get(table)
-        if not isinstance(blob, bytes) or fingerprint_of_blobs(names, blobs) != known[0]:
-            raise TableChanged("the legacy tables changed since they were read")
-        count, indexes = entry_indexes(blob)
-        counters = bytearray(_COUNTER.size * count)
-        for key, (packets, size) in additions.items():
-            index = indexes.get(key)
-            if index is None:
-                raise TableChanged(f"{table} has no entry for {key[0]} "
-                                   f"{'policy' if key[1] is None else f'rule {key[1]}'}")
-            _COUNTER.pack_into(counters, index * _COUNTER.size, packets, size)
-        sock.setsockopt(socket.IPPROTO_IP, IPT_SO_SET_ADD_COUNTERS,
+        sock.setsockopt(IPV4.level, IPT_SO_SET_ADD_COUNTERS,
                         _COUNTERS_INFO.pack(table.encode(), count) + bytes(counters))
     finally:
         sock.close()

@@ -19,8 +19,15 @@ Uncovered, with the reason:
   iptables-nft cannot express) — their base chains may sit on any hook;
 * raw/mangle/security tables that hold rules or a policy other than ACCEPT;
 * a backend whose rules could not be read.
-Tables of families ip6 and arp do not touch forwarded IPv4 packets (IPv6 and
-ARP always go to the kernel), so they are neither.
+Tables of families ip6 and arp do not touch forwarded IPv4 packets, so they
+are neither.
+
+`filter_scope6` asks the same of ip6tables and forwarded IPv6 (tables of
+families ip and arp are then the irrelevant ones). The filter node evaluates
+IPv4 rules only, so for IPv6 any FORWARD rule, connection tracking or
+uncovered table keeps forwarded IPv6 on the kernel path
+(graph/interfaces.py, bridge.py); tables that only filter what the host
+sends or receives (INPUT, OUTPUT) leave it alone, as for IPv4.
 """
 from __future__ import annotations
 
@@ -28,8 +35,8 @@ from dataclasses import dataclass
 
 from linuxfp.state.iptables import BUILTIN_CHAINS, Ruleset
 
-# Families whose tables never see a forwarded IPv4 packet.
-_IRRELEVANT_FAMILIES = ("ip6", "arp")
+# Per family: the nf_tables families whose tables never see its forwarded packets.
+_IRRELEVANT_FAMILIES = {"ip": ("ip6", "arp"), "ip6": ("ip", "arp")}
 # Tables iptables-nft manages (and iptables-nft-save prints).
 _XTABLES = frozenset(BUILTIN_CHAINS)
 # Matches and targets that make the kernel track connections once loaded.
@@ -53,49 +60,67 @@ class FilterScope:
         return bool(self.forward) or bool(self.stateful)
 
 
-_last: tuple[object, FilterScope] | None = None    # every node asks about the same state
+# per family, the last netfilter state asked about and its scope (every node asks about the same state)
+_last: dict[str, tuple[object, FilterScope]] = {}
 
 
 def filter_scope(netfilter) -> FilterScope:
-    global _last
-    if _last is None or _last[0] is not netfilter:
-        _last = (netfilter, _scope(netfilter))
-    return _last[1]
+    """What of iptables' rules touches forwarded IPv4 packets."""
+    return _remembered("ip", netfilter)
 
 
-def _scope(netfilter) -> FilterScope:
-    uncovered: list[str] = list(netfilter.errors)
+def filter_scope6(netfilter) -> FilterScope:
+    """What of ip6tables' rules touches forwarded IPv6 packets."""
+    return _remembered("ip6", netfilter)
+
+
+def _remembered(family: str, netfilter) -> FilterScope:
+    known = _last.get(family)
+    if known is None or known[0] is not netfilter:
+        if family == "ip":
+            scope = _scope(netfilter, family, netfilter.rulesets, netfilter.errors,
+                           {"nft" if e.startswith("nft:ip ") else "legacy" for e in netfilter.tables
+                            if e.startswith(("nft:ip ", "legacy:"))})
+        else:
+            holders = {"nft" for e in netfilter.tables if e.startswith("nft:ip6 ")}
+            scope = _scope(netfilter, family, netfilter.rulesets6, netfilter.errors6,
+                           holders | ({"legacy"} if netfilter.legacy_ip6_tables else set()))
+        known = _last[family] = (netfilter, scope)
+    return known[1]
+
+
+def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> FilterScope:
+    uncovered: list[str] = list(errors)
     for entry in netfilter.tables:
         backend, _, name = entry.partition(":")
         if backend != "nft":
             continue
-        family, _, table = name.partition(" ")
-        if family in _IRRELEVANT_FAMILIES:
+        table_family, _, table = name.partition(" ")
+        if table_family in _IRRELEVANT_FAMILIES[family]:
             continue
-        if family != "ip" or table not in _XTABLES:
+        if table_family != family or table not in _XTABLES:
             uncovered.append(f"nf_tables table {name} (native nft: the filter node reads iptables rules only)")
-    read = {ruleset.backend for ruleset in netfilter.rulesets}
-    holders = {"nft" if entry.startswith("nft:ip ") else "legacy" for entry in netfilter.tables
-               if entry.startswith(("nft:ip ", "legacy:"))}
-    if not netfilter.errors:
-        uncovered.extend(f"iptables-{backend} holds tables whose rules were not read"
+    read = {ruleset.backend for ruleset in rulesets}
+    if not errors:
+        tool = "iptables" if family == "ip" else "ip6tables"
+        uncovered.extend(f"{tool}-{backend} holds tables whose rules were not read"
                          for backend in sorted(holders - read))
     forward, stateful = [], []
-    for ruleset in netfilter.rulesets:
+    for ruleset in rulesets:
         for name in ruleset.incompatible:
-            uncovered.append(f"iptables-{ruleset.backend}-save cannot show all of {name!r} (native nft chains "
+            uncovered.append(f"{ruleset.tool}-save cannot show all of {name!r} (native nft chains "
                              "or rules; `nft list ruleset` shows them)")
         for table in ruleset.tables:
-            uncovered.extend(_table_findings(ruleset.backend, table))
-            stateful.extend(_tracking(ruleset.backend, table))
+            uncovered.extend(_table_findings(ruleset.tool, table))
+            stateful.extend(_tracking(ruleset.tool, table))
         filter_table = ruleset.table("filter")
         if filter_table is not None and _forward_filters(filter_table):
             forward.append(ruleset)
     return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful))
 
 
-def _table_findings(backend: str, table) -> list[str]:
-    where = f"iptables-{backend} table {table.name}"
+def _table_findings(tool: str, table) -> list[str]:
+    where = f"{tool} table {table.name}"
     found = []
     builtin = BUILTIN_CHAINS.get(table.name, ())
     for chain in table.chains:
@@ -107,11 +132,11 @@ def _table_findings(backend: str, table) -> list[str]:
     return found
 
 
-def _tracking(backend: str, table) -> list[str]:
+def _tracking(tool: str, table) -> list[str]:
     """What in this table makes the kernel track connections: a rule that
     uses it (a nat table itself does not: without conntrack its chains see
     no packet)."""
-    where = f"iptables-{backend} table {table.name}"
+    where = f"{tool} table {table.name}"
     for chain in table.chains:
         for rule in chain.rules:
             ct = set(rule.modules) & CONNTRACK_MATCHES
