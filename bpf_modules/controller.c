@@ -111,6 +111,11 @@ int lfp_watch_setsockopt(struct bpf_sockopt *ctx)
 		return 1;
 	if (bpf_get_netns_cookie(ctx) != lfp_netns_cookie)
 		return 1;
+	/* The controller's own counters (what the fast path decided, given to
+	 * iptables-legacy: linuxfp/state/xt_counters.py) end no replace:
+	 * counted, they would make one in flight look done. */
+	if (counters && lfp_is_controller())
+		return 1;
 	lease = bpf_map_lookup_elem(&lfp_lease, &key);
 	if (!lease)
 		return 1;

@@ -31,9 +31,12 @@ from .watch import NftablesWatch, TableWatch
 log = logging.getLogger("linuxfp.controller")
 
 POLL_INTERVAL_S = 1.0   # for configuration that changes without a netlink event
-# Nodes' periodic work (Node.upkeep), run only while no change waits: giving
-# iptables-legacy its counts reads every flow cache slot (tens of ms).
+# Nodes' periodic work (Node.upkeep), run while no change waits — giving
+# iptables-legacy its counts reads every flow cache slot (tens of ms) — and
+# never while a watched change is in flight; once overdue, it runs between
+# batches too, so steady netlink churn cannot starve it.
 UPKEEP_INTERVAL_S = 5.0
+UPKEEP_OVERDUE_S = 30.0
 # No extra wait for the rest of a burst: a command's notifications are queued
 # together, and whatever arrives while we reconcile is drained as the next
 # batch, so bursts coalesce by themselves. (epoll cannot wait less than 1 ms,
@@ -172,7 +175,10 @@ class Controller:
             self._upkeep_said.pop(node.name, None)
             changed |= _json(memory) != before
         if changed:
-            runtime_files.write_atomic(self.layout.upkeep_file, _json(self._upkeep_memory))
+            try:
+                runtime_files.write_atomic(self.layout.upkeep_file, _json(self._upkeep_memory))
+            except OSError as exc:       # a --keep restart may then give some counts again
+                log.warning("cannot save what the nodes' periodic work remembers: %s", exc)
 
     def reconcile(self, snapshot, messages=()) -> bool:
         """Bring the datapath in line with `snapshot` (`messages`: the batch
@@ -389,8 +395,6 @@ class Controller:
                         if response_dirty:
                             runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))
                             response_dirty = False
-                        if time.monotonic() - self._last_upkeep >= UPKEEP_INTERVAL_S:
-                            self._upkeep(snapshot)
                         self._save_skipped()
                         self._save_hook_notes()   # a reason may change with no program touched
                     if batch is not None:
@@ -442,6 +446,10 @@ class Controller:
                             self.reconcile(snapshot)
                         snapshot = self._follow_sets(snapshot)
                         self.lease.settle_unsure(seq)
+                    since_upkeep = time.monotonic() - self._last_upkeep
+                    if (since_upkeep >= UPKEEP_OVERDUE_S or (batch is None and since_upkeep >= UPKEEP_INTERVAL_S)) \
+                            and not (in_flight or self.lease.unsure or watched != self.lease.watch_acked):
+                        self._upkeep(snapshot)
                     # Renewed only here, by the loop itself, once what arrived has
                     # been applied: a stuck loop or a stopped process lets it lapse.
                     if not self._stop:

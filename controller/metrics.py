@@ -58,6 +58,9 @@ class Collector:
 
     def __init__(self, layout: NamespaceLayout, controller=None) -> None:
         self.layout, self.controller = layout, controller
+        # per counter series (and its epoch), the highest value served: a
+        # count read lower for a moment is not a reset (Node.stats_series)
+        self._served: dict[tuple, float] = {}
 
     def describe(self):
         # Registering a collector calls describe(); without it the registry
@@ -167,21 +170,32 @@ class Collector:
     def _node_series(self, ns: str):
         """What nodes count beyond their reasons (Node.stats_series), e.g.
         the filter's packets per iptables rule."""
-        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         from linuxfp.graph.nodes import registered
 
-        families: dict[str, CounterMetricFamily] = {}
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         by_name = {node.name: node for node in registered()}
-        for node_name, detail in views.node_stats(self.layout).items():
+        # served by the controller: attributed with its own snapshot
+        snapshot = self.controller._snapshot if self.controller is not None else None
+        if self.controller is not None and snapshot is None:
+            return          # nothing reconciled yet, nothing to attribute
+        served = {}
+        for node_name, detail in views.node_stats(self.layout, snapshot).items():
             if "error" in detail:
                 continue
             for series in by_name[node_name].stats_series(detail):
                 family = families.get(series.name)
                 if family is None:
-                    family = families[series.name] = CounterMetricFamily(
+                    kind = CounterMetricFamily if series.kind == "counter" else GaugeMetricFamily
+                    family = families[series.name] = kind(
                         f"linuxfp_{series.name}", series.help, labels=["netns", *(k for k, _ in series.labels)])
-                family.add_metric([ns, *(v for _, v in series.labels)], series.value)
+                value = series.value
+                if series.kind == "counter":
+                    key = (series.name, series.labels, series.epoch)
+                    value = served[key] = max(value, self._served.get(key, value))
+                family.add_metric([ns, *(v for _, v in series.labels)], value)
+        self._served = served      # (series gone, or of another epoch: forgotten)
         yield from families.values()
 
     # -- the controller ------------------------------------------------------

@@ -5,8 +5,11 @@ prometheus_client's own start_http_server() cannot be stopped (Debian 12
 ships 0.16, where it returns nothing), so its WSGI app is served here by a
 wsgiref server we can shut down. The thread only answers scrapes: every
 value is read at scrape time by controller/metrics.py, nothing polls. It
-shares the interpreter with the event loop, so a scrape costs the loop at
-most the GIL for the few milliseconds it takes to read the maps."""
+shares the interpreter with the event loop, so a scrape costs the loop the
+GIL for as long as it reads the maps: milliseconds, and with iptables rules
+counted in the fast path, every flow cache slot too (~15 ms for 4 096 slots
+per CPU); their attribution uses the loop's own snapshot (the rules as last
+applied), never a read of the kernel's state beside it."""
 from __future__ import annotations
 
 import socket

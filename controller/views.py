@@ -139,10 +139,12 @@ def stats(layout: NamespaceLayout, nodes: bool = True) -> dict:
             "nodes": node_stats(layout) if interfaces and nodes else {}}
 
 
-def node_stats(layout: NamespaceLayout) -> dict:
+def node_stats(layout: NamespaceLayout, snapshot=None) -> dict:
     """What each node counted beyond its reasons (Node.stats): e.g. the
     filter's packets per iptables rule. Reads the pinned maps, and the
-    configuration only if some node has counts to attribute."""
+    configuration only if some node has counts to attribute — or takes
+    `snapshot`'s (the running controller's: a scrape it serves must not
+    read the kernel's state beside its event loop, whose caches it shares)."""
     from linuxfp import state as kstate
     from linuxfp.graph.nodes import registered
 
@@ -156,6 +158,8 @@ def node_stats(layout: NamespaceLayout) -> dict:
         return opened[name]
 
     def configuration():
+        if snapshot is not None:
+            return snapshot
         if not read:
             links, netfilter = kstate.read_links_and_netfilter()
             read.append(SimpleNamespace(links=links, netfilter=netfilter))

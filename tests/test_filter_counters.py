@@ -135,3 +135,50 @@ def test_legacy_counters_get_each_fast_path_count_once_across_a_kept_restart(rou
         controller.settled()
         _send(r, frames)
     assert _kernel_counters(r, SAVE[restore]) == linux_twice
+
+
+def _lease(netns: str):
+    """The DUT's lease as its datapath sees it (changes_started / _done: the
+    kernel-side watch's counts of legacy table replaces and counter adds)."""
+    from controller import lease
+    from controller.launcher import layout_of
+    from linuxfp import datapath as dp
+
+    with dp.Map.from_pinned(layout_of(netns).shared_map_pin(lease.LEASE_MAP)) as lease_map:
+        return lease.read(lease_map)
+
+
+def test_legacy_give_back_is_periodic_unseen_by_the_watch_and_once_per_count(router_topology):
+    """While the controller runs, every few seconds: iptables-legacy's
+    counters reach Linux alone's without a stop. The controller's own
+    counters call is not counted by the watch of legacy tables (which takes
+    iptables-legacy's as the end of its replace: counted, the controller's
+    would make a replace in flight look done). And rules that change and
+    come back (the same generation) get nothing given twice: after the
+    restore zeroed them, they stay at zero."""
+    from controller.daemon import UPKEEP_INTERVAL_S
+
+    r = router_topology
+    restore = "iptables-legacy-restore"
+    frames = _frames(r, 20)
+    r.dut.run([restore], input=RULESET)
+    _send(r, frames)
+    linux = _kernel_counters(r, SAVE[restore])
+    zero = {key: (0, 0) for key in linux}
+    r.dut.run([restore], input=RULESET)
+    with ControllerProcess(r.dut.name, hook="xdp") as controller:
+        controller.settled()
+        _send(r, frames)
+        before = _lease(r.dut.name)
+        time.sleep(UPKEEP_INTERVAL_S + 1)
+        assert _kernel_counters(r, SAVE[restore]) == linux
+        after = _lease(r.dut.name)
+        assert (after.changes_started, after.changes_done) == (before.changes_started, before.changes_done)
+        # another ruleset, then this one again: its counts were given
+        r.dut.run([restore], input=RULESET.replace("--dport 7", "--dport 8"))
+        controller.settled()
+        time.sleep(UPKEEP_INTERVAL_S + 1)       # a give-back under the other rules
+        r.dut.run([restore], input=RULESET)
+        controller.settled()
+        time.sleep(UPKEEP_INTERVAL_S + 1)
+        assert _kernel_counters(r, SAVE[restore]) == zero

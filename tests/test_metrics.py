@@ -163,3 +163,34 @@ def test_response_histogram_counts_every_batch():
     assert h["updated_batches"] == 2 and h["resyncs"] == 1
     assert h["last_resync_unix"] == pytest.approx(time.time(), abs=5)
     assert rt.summary()["histogram"]["total_batches"] == 5
+
+
+def test_a_node_counter_read_lower_for_a_moment_is_not_served_as_a_reset(monkeypatch):
+    """The filter's per-rule counts can read lower for a moment (a flow's
+    cache slot moved by another CPU between two map reads): served by the
+    controller, a counter never goes down while its rules (epoch) stay, and
+    starts afresh with new ones; the earlier rulesets' sum is a gauge."""
+    from types import SimpleNamespace
+
+    from controller import metrics, views
+    from controller.namespace import NamespaceLayout
+
+    readings = iter([(7, "0000000a"), (5, "0000000a"), (9, "0000000a"), (2, "0000000b")])
+
+    def node_stats(layout, snapshot=None):
+        assert snapshot == "the loop's snapshot"      # never a read of its own
+        packets, generation = next(readings)
+        row = {"backend": "legacy", "chain": "FORWARD", "position": 1, "rule": "-A FORWARD -j DROP",
+               "packets": packets, "bytes": 100 * packets}
+        return {"filter": {"generation": generation, "rules": [row],
+                           "earlier_rulesets": {"packets": 3, "bytes": 300}}}
+
+    monkeypatch.setattr(views, "node_stats", node_stats)
+    collector = metrics.Collector(NamespaceLayout("/nonexistent", 1),
+                                  controller=SimpleNamespace(_snapshot="the loop's snapshot"))
+    served = []
+    for _ in range(4):
+        families = {f.name: f for f in collector._node_series("ns-1")}
+        served.append(families["linuxfp_iptables_fast_path_packets"].samples[0].value)
+        assert families["linuxfp_iptables_fast_path_earlier_packets"].type == "gauge"
+    assert served == [7, 7, 9, 2]

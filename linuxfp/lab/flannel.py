@@ -268,24 +268,33 @@ class FlannelLab:
 
     def stop_flanneld(self, node: str | None = None) -> None:
         """Stop flanneld on `node`, or on every node: what it programmed stays."""
-        for each in self.state.nodes:
-            if node is None or each.name == node:
-                self._stopped(self._stop(each.flanneld))
+        self._stopped([problem for each in self.state.nodes if node is None or each.name == node
+                       for problem in self._stop(each.flanneld)])
 
     def start_control_plane(self, timeout: float = 60.0) -> None:
         """Start etcd and every flanneld that is not running (etcd keeps its
-        data directory, flanneld its lease) and wait until each node has its
-        subnet and the VXLAN entries for the others again."""
+        data directory, flanneld its lease) and wait until each restarted
+        flanneld has written its subnet file again and handled every other
+        node's lease (what it programmed before stayed: it programs the same
+        routes, neighbour and FDB entries again)."""
         state = self.state
         if not self._running(state.etcd):
             self.progress(f"starting etcd in {state.etcd.namespace} again")
             self._start_etcd()
         restarted = [node for node in state.nodes if not self._running(node.flanneld)]
+        logged = {}
         for node in restarted:
             self.progress(f"starting flanneld on {node.name} again")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(node.subnet_file)      # so that the wait below sees the new one
+            logged[node.name] = _size(node.flanneld.log)
             self._start_flanneld(node)
         for node in restarted:
             self._wait_subnet(node, timeout)
+            others = len(state.nodes) - 1
+            self._wait(node.flanneld, f"flanneld on {node.name} to handle the other nodes' leases", timeout,
+                       lambda node=node: _log_since(node.flanneld.log, logged[node.name])
+                       .count(LEASE_HANDLED) >= others)
         self._wait_vxlan_peers(timeout)
 
     def _running(self, daemon: Daemon) -> bool:
@@ -411,7 +420,8 @@ class FlannelLab:
             "--logger", "zap", "--log-outputs", "stderr",
         ])
         self._wait(etcd, "etcd to answer its health check", 20.0, self._etcd_healthy)
-        config = json.dumps({**NETWORK_CONFIG, "Backend": self.state.backend})
+        # (a run file from before the options were kept: flannel's defaults)
+        config = json.dumps({**NETWORK_CONFIG, "Backend": self.state.backend or FlannelLabSpec().backend()})
         done = Namespace(first.namespace).run(self._etcdctl("put", f"{ETCD_PREFIX}/config", config), check=False)
         if done.returncode != 0:
             raise self._failure(etcd, f"could not store flannel's network config: {done.stderr.strip()}")
@@ -572,6 +582,26 @@ def _json(namespace: str, argv: list[str]) -> list | None:
         return json.loads(done.stdout or "[]")
     except ValueError:
         return None
+
+
+# what flanneld (pkg/backend/vxlan/vxlan_network.go) logs as it programs a remote lease
+LEASE_HANDLED = "Received Subnet Event with VxLan"
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _log_since(path: str, offset: int) -> str:
+    try:
+        with open(path, errors="replace") as log:
+            log.seek(offset)
+            return log.read()
+    except OSError:
+        return ""
 
 
 def _read_env(path: str) -> dict[str, str]:

@@ -147,12 +147,16 @@ class Node:
 
 @dataclass(frozen=True)
 class Series:
-    """One sample of a node's counter: its metric name (without the
-    linuxfp_ prefix), help text, labels and value."""
+    """One sample of a node's metric: its name (without the linuxfp_
+    prefix), help text, labels, value, and whether it is a counter (only
+    grows while `epoch` stays the same: a reading lower than one before is
+    a transient one) or a gauge."""
     name: str
     help: str
     labels: tuple[tuple[str, str], ...]
     value: float
+    kind: str = "counter"
+    epoch: str = ""          # e.g. the ruleset generation the count belongs to
 
 
 _REGISTRY: list[Node] = []

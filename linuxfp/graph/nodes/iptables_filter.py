@@ -69,10 +69,11 @@ class Filter(Node):
     def tables(self, snapshot) -> tuple[Table, ...]:
         global _last_tables
         classifier = filter_plan(snapshot).classifier
-        if _last_tables is None or _last_tables[0] is not classifier:
+        last = _last_tables
+        if last is None or last[0] is not classifier:
             # the same objects while the classifier is: the sync skips them
-            _last_tables = (classifier, filter_tables(classifier))
-        return _last_tables[1]
+            last = _last_tables = (classifier, filter_tables(classifier))
+        return last[1]
 
     def notes(self, snapshot) -> tuple[str, ...]:
         plan = filter_plan(snapshot)
@@ -139,19 +140,22 @@ class Filter(Node):
             labels = (("backend", row["backend"]), ("table", "filter"), ("chain", row["chain"]),
                       ("rule", str(row["position"]) if "position" in row else "policy"),
                       ("spec", row.get("rule") or f"-P {row['chain']} {row['policy']}"))
-            series.append(Series("iptables_fast_path_packets", RULE_PACKETS_HELP, labels, row["packets"]))
-            series.append(Series("iptables_fast_path_bytes", RULE_BYTES_HELP, labels, row["bytes"]))
+            generation = detail.get("generation") or ""
+            series.append(Series("iptables_fast_path_packets", RULE_PACKETS_HELP, labels, row["packets"],
+                                 epoch=generation))
+            series.append(Series("iptables_fast_path_bytes", RULE_BYTES_HELP, labels, row["bytes"], epoch=generation))
         earlier = detail["earlier_rulesets"]
-        series.append(Series("iptables_fast_path_earlier_packets", EARLIER_HELP, (), earlier["packets"]))
+        # (a gauge: an earlier generation's counts leave the LRU map first)
+        series.append(Series("iptables_fast_path_earlier_packets", EARLIER_HELP, (), earlier["packets"], kind="gauge"))
         return series
 
 
 RULE_PACKETS_HELP = ("packets the fast path decided that Linux would have counted on this iptables rule (or "
-                     "chain policy): iptables -L -v counts only the kernel's; this ruleset generation's, "
-                     "from zero when the rules change")
+                     "chain policy), this ruleset generation's (from zero when the rules change): "
+                     "iptables-nft -L -v counts only the kernel's; iptables-legacy's counters have these added")
 RULE_BYTES_HELP = "bytes (IP length) of linuxfp_iptables_fast_path_packets"
 EARLIER_HELP = ("packets the fast path decided under earlier iptables rulesets of this datapath, no longer "
-                "attributed to a rule")
+                "attributed to a rule (the oldest leave first)")
 
 
 FILTER = register(Filter())
@@ -240,11 +244,14 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     """Add to iptables-legacy's counters, rule by rule, what the fast path
     decided since the last time (state/xt_counters.py): `iptables-legacy -L
     -v` then counts as Linux alone would. `memory` holds, per (generation,
-    class), what was given back, for the counts map it was read from (a new
-    map starts from nothing). Counts still in a flow's cache slot when
-    another CPU's flush moved them may read lower once; they are given when
-    they read higher. What was counted under a ruleset the rules have since
-    left (at most one interval's worth) stays in `linuxfp stats` only."""
+    class) still in the counts map, what was given back, for the map it was
+    read from (a new map starts from nothing): a ruleset that comes back
+    (the same rules, the same generation) gives only what came since. A
+    count that reads lower than what was given (a cache slot moved by
+    another CPU while it was read; an entry evicted and made again) is given
+    once it reads higher. What was counted under a ruleset the rules have
+    since left (at most one interval's worth) stays in `linuxfp stats`
+    only, unless those rules come back."""
     from linuxfp.state.xt_counters import TableChanged, add_counters
 
     plan = filter_plan(snapshot)
@@ -253,33 +260,34 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     hits = maps(HITS)
     if classifier is None or program is None or legacy is None or "legacy" not in program.backends or hits is None:
         return
-    if memory.get("map") != hits.id:
+    if memory.get("map") != hits.id or not isinstance(memory.get("given"), dict):
         memory.clear()
         memory.update({"map": hits.id, "given": {}})
-    given = memory["given"]
+    given: dict[str, list[int]] = memory["given"]
+    counted = {f"{gen}:{cls}": (gen, cls, packets, size)
+               for (gen, cls), (packets, size) in fast_path_counts(hits, maps(CACHE)).items()}
     generation = classifier.generation
     due: dict[tuple[int, int], list[int]] = {}
-    now: dict[str, list[int]] = {}
-    for (gen, cls), (packets, size) in fast_path_counts(hits, maps(CACHE)).items():
-        if gen != generation:
-            continue
-        key = f"{gen}:{cls}"
+    for key, (gen, cls, packets, size) in counted.items():
         before = given.get(key, [0, 0])
-        if packets > before[0]:
+        if gen == generation and packets > before[0] and size >= before[1]:
             due[(gen, cls)] = [packets - before[0], size - before[1]]
-            now[key] = [packets, size]
-    if not due:
-        return
-    additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
-                 for row in attribute(due, plan)["rules"] if row["backend"] == "legacy"}
-    if additions:
-        try:
-            add_counters(legacy, "filter", additions)
-        except TableChanged:
-            return      # read again at the next poll; given then, or left to a new generation
-    # only this generation's: earlier ones are never given again
-    memory["given"] = {key: value for key, value in {**given, **now}.items()
-                       if key.split(":")[0] == str(generation)}
+    if due:
+        additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
+                     for row in attribute(due, plan)["rules"] if row["backend"] == "legacy"}
+        if additions:
+            try:
+                add_counters(legacy, "filter", additions)
+            except TableChanged:
+                return      # read again at the next poll; given then, or left to a new generation
+    # what the map still holds (an evicted pair is forgotten with it)
+    remembered = {}
+    for key, (gen, cls, packets, size) in counted.items():
+        if (gen, cls) in due:
+            remembered[key] = [packets, size]
+        elif key in given:
+            remembered[key] = given[key]
+    memory["given"] = remembered
 
 
 # The last plan: its netfilter state (by identity), the links it depends on
@@ -296,11 +304,13 @@ def filter_plan(snapshot) -> FilterPlan:
     global _last
     nf, links = snapshot.netfilter, snapshot.links
     # (equal but not the same object: a re-read, e.g. `linuxfp stats` asking
-    # again; the controller hands unchanged state on as the same object)
-    if _last is not None and (_last[0] is nf or _last[0] == nf):
-        names = _link_names(links) if _last[1] is not None else None
-        if names == _last[1]:
-            return _last[2]
+    # again; the controller hands unchanged state on as the same object.
+    # Read once: a metrics scrape may ask from another thread.)
+    last = _last
+    if last is not None and (last[0] is nf or last[0] == nf):
+        names = _link_names(links) if last[1] is not None else None
+        if names == last[1]:
+            return last[2]
     plan = _plan(nf, links)
     names = _link_names(links) if plan.program is not None and plan.program.interface_fields else None
     _last = (nf, names, plan)
