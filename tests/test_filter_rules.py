@@ -184,6 +184,15 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
         assert ip6tables_blocker(tracked) == (f"ip6tables turns IPv6 connection tracking on (ip6tables-{backend} "
                                               "table filter: INPUT #1 (conntrack)): the fast path looks up IPv4 "
                                               "connections only")
+        # the socket match defragments every IPv6 packet at PREROUTING, even from INPUT
+        socket = ip6(head + "-A INPUT -p tcp -m socket --transparent -j ACCEPT\nCOMMIT\n", backend)
+        assert ip6tables_blocker(socket) == (f"ip6tables turns IPv6 defragmentation on (ip6tables-{backend} "
+                                             "table filter: INPUT #1 (socket)): fragments are held and "
+                                             "reassembled before forwarding")
+        # a nat table without NAT targets is inert while nothing tracks connections
+        inert = ip6("*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:X - [0:0]\n-A POSTROUTING -j X\n"
+                    "COMMIT\n", backend)
+        assert ip6tables_blocker(inert) is None
         raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -m rpfilter --invert -j DROP\n"
                   "COMMIT\n", backend)
         assert "ip6tables-" + backend + " table raw: rules" in ip6tables_blocker(raw)

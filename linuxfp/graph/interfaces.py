@@ -130,6 +130,9 @@ def ip6tables_blocker(netfilter) -> str | None:
     if scope.stateful:
         return (f"ip6tables turns IPv6 connection tracking on ({scope.stateful[0]}): the fast path "
                 "looks up IPv4 connections only")
+    if scope.defrag:
+        return (f"ip6tables turns IPv6 defragmentation on ({scope.defrag[0]}): fragments are held "
+                "and reassembled before forwarding")
     return None
 
 

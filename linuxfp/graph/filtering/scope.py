@@ -44,6 +44,12 @@ CONNTRACK_MATCHES = frozenset({"conntrack", "state", "connmark", "connlabel", "c
                                "helper", "cluster", "ipvs"})
 CONNTRACK_TARGETS = frozenset({"CT", "NOTRACK", "CONNMARK", "CONNSECMARK", "SNAT", "DNAT", "MASQUERADE",
                                "REDIRECT", "NETMAP", "SYNPROXY"})
+# ... and those that turn defragmentation on without it (whichever chain
+# they sit in: the defrag hook then holds every fragment at PREROUTING).
+# Routed fragments and bridged IPv4 ones go to the kernel anyway; bridged
+# IPv6 ones would not (bridge.h), so for IPv6 this keeps IPv6 off the fast path.
+DEFRAG_MATCHES = frozenset({"socket"})
+DEFRAG_TARGETS = frozenset({"TPROXY"})
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class FilterScope:
     forward: tuple[Ruleset, ...]
     uncovered: tuple[str, ...]
     stateful: tuple[str, ...] = ()   # what turns connection tracking on (empty: it is off)
+    defrag: tuple[str, ...] = ()     # what turns defragmentation on without it
 
     @property
     def filters_forward(self) -> bool:
@@ -105,7 +112,7 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
         tool = "iptables" if family == "ip" else "ip6tables"
         uncovered.extend(f"{tool}-{backend} holds tables whose rules were not read"
                          for backend in sorted(holders - read))
-    forward, stateful = [], []
+    forward, stateful, defrag = [], [], []
     for ruleset in rulesets:
         for name in ruleset.incompatible:
             uncovered.append(f"{ruleset.tool}-save cannot show all of {name!r} (native nft chains "
@@ -113,10 +120,11 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
         for table in ruleset.tables:
             uncovered.extend(_table_findings(ruleset.tool, table))
             stateful.extend(_tracking(ruleset.tool, table))
+            defrag.extend(_first_use(ruleset.tool, table, DEFRAG_MATCHES, DEFRAG_TARGETS))
         filter_table = ruleset.table("filter")
         if filter_table is not None and _forward_filters(filter_table):
             forward.append(ruleset)
-    return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful))
+    return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful), tuple(defrag))
 
 
 def _table_findings(tool: str, table) -> list[str]:
@@ -136,12 +144,17 @@ def _tracking(tool: str, table) -> list[str]:
     """What in this table makes the kernel track connections: a rule that
     uses it (a nat table itself does not: without conntrack its chains see
     no packet)."""
+    return _first_use(tool, table, CONNTRACK_MATCHES, CONNTRACK_TARGETS)
+
+
+def _first_use(tool: str, table, matches: frozenset[str], targets: frozenset[str]) -> list[str]:
+    """The table's first rule using one of `matches` or `targets`, named."""
     where = f"{tool} table {table.name}"
     for chain in table.chains:
         for rule in chain.rules:
-            ct = set(rule.modules) & CONNTRACK_MATCHES
-            if ct or rule.target in CONNTRACK_TARGETS:
-                return [f"{where}: {chain.name} #{rule.position} ({', '.join(sorted(ct)) or rule.target})"]
+            used = set(rule.modules) & matches
+            if used or rule.target in targets:
+                return [f"{where}: {chain.name} #{rule.position} ({', '.join(sorted(used)) or rule.target})"]
     return []
 
 
