@@ -142,11 +142,19 @@ def test_the_set_watch_counts_only_while_rules_match_sets(router_topology):
         assert "ipsets compiled in: lfp-late (hash:ip, 2 members)" in linuxfp_cli(r.dut.name, "graph").stdout
         # `linuxfp graph` read the sets over netfilter netlink: the watch counted it
         assert wait_lease_current(r.dut.name)
+        watched = _watched(r)
         before = _nodes(r)
+        # `linuxfp stats` reads what the controller published, no ipset: the watch counts nothing
+        assert _watched(r) == watched
         inject(r.src, r.src_if.name, _frames(r, "198.19.2.78") + _frames(r, ALLOWED))
         settle([sink], quiet=0.3)
         got = [f.data for f in sink.stop()]
         after = _nodes(r)
     assert [f[30:34] for f in got] == [bytes((198, 19, 3, 9))] * 8
+    def flat(nodes):
+        return {f"{node}.{kind}.{reason}": value for node, detail in nodes.items()
+                for kind in ("passed", "drops", "fast") for reason, value in detail.get(kind, {}).items()}
+    # (on failure: what else the frames met, e.g. a watched change not yet re-read)
+    delta = {k: v - flat(before).get(k, 0) for k, v in flat(after).items() if v != flat(before).get(k, 0)}
     assert (after["filter"]["drops"].get("filter_dropped", 0)
-            - before["filter"]["drops"].get("filter_dropped", 0)) == 8, (before, after)
+            - before["filter"]["drops"].get("filter_dropped", 0)) == 8, delta

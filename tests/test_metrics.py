@@ -177,8 +177,8 @@ def test_a_node_counter_read_lower_for_a_moment_is_not_served_as_a_reset(monkeyp
 
     readings = iter([(7, "0000000a"), (5, "0000000a"), (9, "0000000a"), (2, "0000000b")])
 
-    def node_stats(layout, snapshot=None):
-        assert snapshot == "the loop's snapshot"      # never a read of its own
+    def node_stats(layout, published=None):
+        assert published == {"filter": "the controller's"}     # never a read of its own
         packets, generation = next(readings)
         row = {"backend": "legacy", "chain": "FORWARD", "position": 1, "rule": "-A FORWARD -j DROP",
                "packets": packets, "bytes": 100 * packets}
@@ -187,7 +187,7 @@ def test_a_node_counter_read_lower_for_a_moment_is_not_served_as_a_reset(monkeyp
 
     monkeypatch.setattr(views, "node_stats", node_stats)
     collector = metrics.Collector(NamespaceLayout("/nonexistent", 1),
-                                  controller=SimpleNamespace(_snapshot="the loop's snapshot"))
+                                  controller=SimpleNamespace(published={"filter": "the controller's"}))
     served = []
     for _ in range(4):
         families = {f.name: f for f in collector._node_series("ns-1")}

@@ -244,14 +244,19 @@ def test_ipsets_rules_match_are_read(netns):
        "ipset create lfp-nested hash:net,iface", "ipset add lfp-nested 198.18.0.0/15,a",
        "ipset add lfp-nested 198.18.64.0/24,b",
        "ipset create lfp-physdev hash:net,iface", "ipset add lfp-physdev 198.18.0.0/16,physdev:eth0",
+       "ipset create lfp-bitmap bitmap:ip range 198.19.0.0/16 netmask 26", "ipset add lfp-bitmap 198.19.1.9",
+       "ipset create lfp-ports bitmap:port range 1-1024", "ipset add lfp-ports 53",
        "ipset create lfp-unused hash:ip")
     for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs", "lfp-sctp", "lfp-iface",
-                 "lfp-physdev", "lfp-nested"):
+                 "lfp-physdev", "lfp-nested", "lfp-bitmap", "lfp-ports"):
         sh(f"iptables -A FORWARD -m set --match-set {name} src -j DROP")
     snap = read_snapshot()
     sets = {s.name: s for s in snap.netfilter.ipsets}
-    assert sorted(sets) == ["lfp-except", "lfp-expire", "lfp-iface", "lfp-mask", "lfp-nested", "lfp-net",
-                            "lfp-pairs", "lfp-physdev", "lfp-sctp"]
+    assert sorted(sets) == ["lfp-bitmap", "lfp-except", "lfp-expire", "lfp-iface", "lfp-mask", "lfp-nested",
+                            "lfp-net", "lfp-pairs", "lfp-physdev", "lfp-ports", "lfp-sctp"]
+    # a bitmap:ip's netmask is each member's length, as a hash:ip's; bitmap:port is not mirrored
+    assert sets["lfp-bitmap"].prefixes == ((0xC6130100, 26),) and sets["lfp-bitmap"].unsupported is None
+    assert "bitmap:port is not mirrored" in sets["lfp-ports"].unsupported
     # "+" is a character of the name; `wildcard` makes the name a prefix
     assert sets["lfp-iface"].ifaces == ((0xC6120000, 16, "veth+", False), (0xC6130000, 16, "veth", True))
     assert "nested members naming different interfaces" in sets["lfp-nested"].unsupported

@@ -42,11 +42,15 @@ class Coverage:
         return f"matches: {m}; targets: {t}"
 
 
+# A bitmap:ip holds addresses of one range only (at most 65 536): the
+# routed side of RouterTopology's prefixes.
+BITMAP_RANGE = "198.19.0.0/16"
 # The ipsets random_ruleset() may match (random_ipsets() fills them): a set
-# of prefixes, one of addresses, one of addresses under a netmask, and sets
-# of (address or prefix, protocol:port).
+# of prefixes, one of addresses, one of addresses under a netmask, sets of
+# (address or prefix, protocol:port) or (prefix, interface), and a bitmap.
 IPSETS = (("lfp-net", "hash:net"), ("lfp-ip", "hash:ip"), ("lfp-mask", "hash:ip netmask 24"),
-          ("lfp-port", "hash:ip,port"), ("lfp-netport", "hash:net,port"), ("lfp-iface", "hash:net,iface"))
+          ("lfp-port", "hash:ip,port"), ("lfp-netport", "hash:net,port"), ("lfp-iface", "hash:net,iface"),
+          ("lfp-bitmap", f"bitmap:ip range {BITMAP_RANGE} netmask 26"))
 # RouterTopology's DUT interfaces, a wildcard, a name with "+" (only itself)
 SET_IFACES = ("to-src", "to-sink", "to- wildcard", "lo", "to-+")
 SET_PORTS = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmp:8/0", "icmp:3/3", "gre:0")
@@ -167,6 +171,8 @@ def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int =
         lines += [f"create {name} {kind} -exist", f"flush {name}"]
         for _ in range(rng.randrange(members + 1)):
             member = rng.choice(pool) if kind.startswith("hash:net") else rng.choice(edges)
+            if kind.startswith("bitmap:ip") and ipaddress.ip_address(member) not in ipaddress.ip_network(BITMAP_RANGE):
+                continue        # (ipset refuses an address outside the range)
             if kind.endswith(",port"):
                 member += "," + rng.choice(SET_PORTS)
             elif kind.endswith(",iface"):

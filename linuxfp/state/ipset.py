@@ -3,13 +3,15 @@
 thread's network namespace.
 
 Only what the filter node can mirror exactly is decoded into members: IPv4
-sets of types hash:ip and hash:net (a set of prefixes: hash:ip's `netmask`
-is each member's length), hash:ip,port and hash:net,port (prefix, protocol,
+sets of types hash:ip, hash:net and bitmap:ip (a set of prefixes: hash:ip's
+and bitmap:ip's `netmask` is each member's length; a bitmap's range holds
+every member, and an address outside it matches none), hash:ip,port and hash:net,port (prefix, protocol,
 port; an ICMP member's port is type << 8 | code), hash:net,iface (prefix,
 interface name, whether the name is a `wildcard` prefix). Everything else is read as a reason
 the fast path cannot evaluate the set (`IpSet.unsupported`), so the rules
 that match it go to the kernel:
-* other types and dimensions (list:set, bitmap:*, hash:ip,port,ip, ...), IPv6,
+* other types and dimensions (list:set, bitmap:port, bitmap:ip,mac,
+  hash:ip,port,ip, ...), IPv6,
   physdev members (a bridge port's name),
   members of protocols whose ports the fast path does not read (SCTP,
   UDPLITE);
@@ -58,7 +60,7 @@ IPSET_ATTR_IPADDR_IPV4 = 1
 IPSET_FLAG_NOMATCH = 1 << 2
 NFPROTO_IPV4 = 2
 
-MIRRORED_TYPES = ("hash:ip", "hash:net", "hash:ip,port", "hash:net,port", "hash:net,iface")
+MIRRORED_TYPES = ("hash:ip", "hash:net", "hash:ip,port", "hash:net,port", "hash:net,iface", "bitmap:ip")
 # Protocols of a port member the fast path reads the same value for: TCP and
 # UDP ports, ICMP type and code, and protocols without ports (port 0).
 _PORTED = (6, 17)
