@@ -96,6 +96,9 @@ class Controller:
         self._upkeep_memory: dict = {}      # per node (Node.upkeep), saved in the run dir
         self._upkeep_said: dict[str, str] = {}
         self._last_upkeep = 0.0
+        # per node, what it published for `linuxfp stats` (Node.publish),
+        # as last written to the run dir
+        self.published: dict[str, dict] = {}
 
     # -- one reconcile step ------------------------------------------------
 
@@ -195,7 +198,30 @@ class Controller:
             return False
         worked = self._reconcile(snapshot, graph, messages)
         self._reconciled = (snapshot, graph, self.installed)
+        self._publish(snapshot)
         return worked
+
+    def _publish(self, snapshot) -> None:
+        """Each node's Node.publish, written to the run dir when one changed
+        (a node returns the same object while nothing did)."""
+        from linuxfp.graph.nodes import registered
+
+        fresh = {}
+        for node in registered():
+            try:
+                data = node.publish(snapshot)
+            except Exception as exc:      # the counts lose their names, never the datapath
+                log.warning("%s: cannot publish what its counts mean: %s", node.name, exc)
+                continue
+            if data is not None:
+                fresh[node.name] = data
+        if fresh.keys() == self.published.keys() and all(fresh[k] is self.published[k] for k in fresh):
+            return
+        self.published = fresh
+        try:
+            runtime_files.write_atomic(self.layout.published_file, _json(fresh))
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self.layout.published_file, exc)
 
     def _reconcile(self, snapshot, graph: Graph, messages) -> bool:
         compiled, failed = self._compile(graph)

@@ -176,12 +176,10 @@ class Collector:
 
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         by_name = {node.name: node for node in registered()}
-        # served by the controller: attributed with its own snapshot
-        snapshot = self.controller._snapshot if self.controller is not None else None
-        if self.controller is not None and snapshot is None:
-            return          # nothing reconciled yet, nothing to attribute
+        # served by the controller: what it published (Node.publish) as it is
+        published = self.controller.published if self.controller is not None else None
         served = {}
-        for node_name, detail in views.node_stats(self.layout, snapshot).items():
+        for node_name, detail in views.node_stats(self.layout, published).items():
             if "error" in detail:
                 continue
             for series in by_name[node_name].stats_series(detail):

@@ -8,8 +8,8 @@ value is read at scrape time by controller/metrics.py, nothing polls. It
 shares the interpreter with the event loop, so a scrape costs the loop the
 GIL for as long as it reads the maps: milliseconds, and with iptables rules
 counted in the fast path, every flow cache slot too (~15 ms for 4 096 slots
-per CPU); their attribution uses the loop's own snapshot (the rules as last
-applied), never a read of the kernel's state beside it."""
+per CPU); they are attributed with what the loop published (the rules as
+last applied, Node.publish), never a read of the kernel's state beside it."""
 from __future__ import annotations
 
 import socket

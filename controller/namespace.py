@@ -94,6 +94,12 @@ class NamespaceLayout:
         return os.path.join(self.run_dir, "hooks.json")
 
     @property
+    def published_file(self) -> str:
+        """What nodes publish for `linuxfp stats` to make sense of their
+        counts (Node.publish): e.g. the filter's rules by classifier class."""
+        return os.path.join(self.run_dir, "published.json")
+
+    @property
     def upkeep_file(self) -> str:
         """What nodes' periodic work remembers (Node.upkeep), as long as the
         datapath: e.g. the counts already given to iptables-legacy."""

@@ -120,7 +120,8 @@ def running_controller(layout: NamespaceLayout) -> int | None:
 
 def remove_run_dir(layout: NamespaceLayout) -> None:
     for path in (layout.state_file, layout.response_file, layout.windows_file, layout.kernel_path_file,
-                 layout.hooks_file, layout.origins_file, layout.upkeep_file, layout.pid_file):
+                 layout.hooks_file, layout.origins_file, layout.upkeep_file, layout.published_file,
+                 layout.pid_file):
         try:
             os.unlink(path)
         except FileNotFoundError:

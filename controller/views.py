@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import struct
-from types import SimpleNamespace
 
 from linuxfp import datapath as dp
 from linuxfp.synth import counters
@@ -139,17 +138,15 @@ def stats(layout: NamespaceLayout, nodes: bool = True) -> dict:
             "nodes": node_stats(layout) if interfaces and nodes else {}}
 
 
-def node_stats(layout: NamespaceLayout, snapshot=None) -> dict:
+def node_stats(layout: NamespaceLayout, published: dict | None = None) -> dict:
     """What each node counted beyond its reasons (Node.stats): e.g. the
-    filter's packets per iptables rule. Reads the pinned maps, and the
-    configuration only if some node has counts to attribute — or takes
-    `snapshot`'s (the running controller's: a scrape it serves must not
-    read the kernel's state beside its event loop, whose caches it shares)."""
-    from linuxfp import state as kstate
+    filter's packets per iptables rule. Reads the pinned maps and what the
+    controller published for them (Node.publish; `published` when the
+    controller itself asks) — never the kernel's configuration, whose
+    netfilter reads the filter's watch would take for a change."""
     from linuxfp.graph.nodes import registered
 
     opened: dict[str, dp.Map | None] = {}
-    read: list = []
 
     def maps(name: str):
         if name not in opened:
@@ -157,21 +154,13 @@ def node_stats(layout: NamespaceLayout, snapshot=None) -> dict:
             opened[name] = dp.Map.from_pinned(path) if os.path.exists(path) else None
         return opened[name]
 
-    def configuration():
-        if snapshot is not None:
-            return snapshot
-        if not read:
-            links, netfilter = kstate.read_links_and_netfilter()
-            read.append(SimpleNamespace(links=links, netfilter=netfilter))
-        return read[0]
-
-    if netns_cookie() != layout.cookie:
-        return {}          # the configuration to attribute to is another namespace's
+    if published is None:
+        published = runtime_files.load_json(layout.published_file) or {}
     out = {}
     try:
         for node in registered():
             try:
-                detail = node.stats(maps, configuration)
+                detail = node.stats(maps, published.get(node.name))
             except Exception as exc:     # one node's reading never hides the counters
                 detail = {"error": f"{type(exc).__name__}: {exc}"}
             if detail:

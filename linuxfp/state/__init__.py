@@ -80,7 +80,7 @@ from .model import (
     rules_are_default,
 )
 from .netfilter import read_netfilter
-from .read import netns_inode, read_links_and_netfilter, read_snapshot, refresh_netfilter, refresh_polled
+from .read import netns_inode, read_snapshot, refresh_netfilter, refresh_polled
 from .sysctl import read_sysctls
 
 __all__ = [
@@ -157,7 +157,6 @@ __all__ = [
     "routes_may_be_flushed",
     "netns_inode",
     "read_netfilter",
-    "read_links_and_netfilter",
     "read_snapshot",
     "read_sysctls",
     "refresh_netfilter",

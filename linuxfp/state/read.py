@@ -16,7 +16,6 @@ from . import netlink as nl
 from .genl import NetdevFamily
 from .model import (
     Link,
-    NetfilterState,
     Route,
     Rule,
     Snapshot,
@@ -193,16 +192,6 @@ def read_snapshot() -> Snapshot:
         route_mtus6=route_mtus6,
         routes6_uncached=routes6_uncached,
     )
-
-
-def read_links_and_netfilter() -> tuple[tuple[Link, ...], NetfilterState]:
-    """The links (as dumped, in snapshot order; without the XDP features and
-    tcx fields read_snapshot adds) and the netfilter state: what attributing
-    the filter's counts needs, without a route table that may hold a BGP
-    full table (`linuxfp stats`)."""
-    with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
-        links = sorted(dump_links(sock), key=link_order)
-    return tuple(links), read_netfilter()
 
 
 def _tcx_fields(ifindex: int) -> dict[str, bool]:

@@ -108,14 +108,20 @@ class Node:
         (e.g. the rules it evaluates and those it leaves to the kernel)."""
         return ()
 
-    def stats(self, maps, configuration) -> dict | None:
+    def publish(self, snapshot) -> dict | None:
+        """What `stats` needs to make sense of the node's counts, as JSON
+        (the filter: the rules of its classifier generation), published by
+        the controller in its run directory whenever it changes: `linuxfp
+        stats` then reads no kernel state of its own. Return the same object
+        while nothing changed (the controller writes only a new one)."""
+        return None
+
+    def stats(self, maps, published) -> dict | None:
         """What the node counted beyond its reasons, for `linuxfp stats`
         (the filter: packets per iptables rule). `maps(name)` opens one of
-        the namespace's pinned maps (None if absent); `configuration()`
-        reads what a snapshot holds of the links and netfilter (an object
-        with those two fields; call it only when there is something to
-        attribute). None: nothing to add. Reads only; never called by the
-        controller."""
+        the namespace's pinned maps (None if absent); `published` is what
+        `publish` gave the controller (None if nothing was). None: nothing
+        to add. Reads only."""
         return None
 
     def stats_lines(self, detail: dict) -> list[str]:

@@ -106,11 +106,14 @@ class Filter(Node):
         return tuple(lines)
 
 
-    def stats(self, maps, configuration) -> dict | None:
+    def publish(self, snapshot) -> dict | None:
+        return attribution(filter_plan(snapshot))
+
+    def stats(self, maps, published) -> dict | None:
         totals = fast_path_counts(maps(HITS), maps(CACHE))
         if not totals:
             return None
-        return attribute(totals, filter_plan(configuration()))
+        return attribute(totals, published)
 
     def stats_lines(self, detail: dict) -> list[str]:
         lines = ["iptables rules: packets and bytes the fast path decided (iptables-nft -L -v counts only the "
@@ -203,42 +206,70 @@ def _slot_reader() -> struct.Struct:
 _SLOT = _slot_reader()
 
 
-def attribute(totals: dict[tuple[int, int], list[int]], plan: FilterPlan) -> dict:
-    """Per rule (and built-in chain policy) of the current ruleset, the
-    packets and bytes the fast path decided that Linux would have added to
-    its counter (classifier.counted); counts of other generations (the
-    rules changed since) in one sum."""
+_last_attribution: tuple[object, dict] | None = None
+
+
+def attribution(plan: FilterPlan) -> dict:
+    """What attributing the fast path's counts needs, as JSON (what the
+    controller publishes for `linuxfp stats`, which then reads no netfilter
+    state of its own — reading ipsets would trip the filter's watch): the
+    classifier generation, each rule or policy that counts as a row, and per
+    class the rows Linux would have added a packet of it to
+    (classifier.counted). The same object while the classifier is."""
+    global _last_attribution
     from ..filtering.program import policy_of
 
     classifier, program = plan.classifier, plan.program
-    per_rule: dict[int, list[int]] = {}
-    earlier = [0, 0]
-    for (gen, cls), (packets, size) in totals.items():
-        if classifier is None or gen != classifier.generation or cls >= len(classifier.counted):
-            earlier[0] += packets
-            earlier[1] += size
-            continue
-        for item in classifier.counted[cls]:
-            entry = per_rule.setdefault(item, [0, 0])
-            entry[0] += packets
-            entry[1] += size
-    rows = []
-    if program is not None:
+    last = _last_attribution
+    if last is not None and last[0] is classifier:
+        return last[1]
+    rows: list[dict] = []
+    row_of: dict[int, int] = {}
+    if program is not None and classifier is not None:
         for position, backend in enumerate(program.backends):
             for chain_backend, chain, _, indexes in program.chains:
                 if chain_backend != backend:
                     continue
                 for index in indexes:
-                    if index in per_rule:
-                        rule = program.rules[index]
-                        rows.append({"backend": backend, "chain": chain, "position": rule.position,
-                                     "rule": rule.text, "packets": per_rule[index][0], "bytes": per_rule[index][1]})
-            if policy_of(position) in per_rule:
-                packets, size = per_rule[policy_of(position)]
-                rows.append({"backend": backend, "chain": "FORWARD", "policy": program.chain(backend, "FORWARD")[2],
-                             "packets": packets, "bytes": size})
-    return {"generation": f"{classifier.generation:08x}" if classifier is not None else None, "rules": rows,
+                    rule = program.rules[index]
+                    row_of[index] = len(rows)
+                    rows.append({"backend": backend, "chain": chain, "position": rule.position, "rule": rule.text})
+            row_of[policy_of(position)] = len(rows)
+            rows.append({"backend": backend, "chain": "FORWARD", "policy": program.chain(backend, "FORWARD")[2]})
+    published = {
+        "generation": f"{classifier.generation:08x}" if classifier is not None else None,
+        "rows": rows,
+        "classes": [[row_of[item] for item in items if item in row_of] for items in classifier.counted]
+        if classifier is not None else [],
+    }
+    _last_attribution = (classifier, published)
+    return published
+
+
+def attribute(totals: dict[tuple[int, int], list[int]], published: dict | None) -> dict:
+    """Per rule (and built-in chain policy) of the ruleset `published`
+    describes (attribution()), the packets and bytes the fast path decided
+    that Linux would have added to its counter; counts of other generations
+    (the rules changed since) in one sum."""
+    published = published or {}
+    generation = published.get("generation")
+    rows, classes = published.get("rows", []), published.get("classes", [])
+    per_row: dict[int, list[int]] = {}
+    earlier = [0, 0]
+    for (gen, cls), (packets, size) in totals.items():
+        if generation is None or f"{gen:08x}" != generation or cls >= len(classes):
+            earlier[0] += packets
+            earlier[1] += size
+            continue
+        for row in classes[cls]:
+            entry = per_row.setdefault(row, [0, 0])
+            entry[0] += packets
+            entry[1] += size
+    counted = [{**rows[row], "packets": per_row[row][0], "bytes": per_row[row][1]}
+               for row in range(len(rows)) if row in per_row]
+    return {"generation": generation, "rules": counted,
             "earlier_rulesets": {"packets": earlier[0], "bytes": earlier[1]}}
+
 
 def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     """Add to iptables-legacy's counters, rule by rule, what the fast path
@@ -274,7 +305,7 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
             due[(gen, cls)] = [packets - before[0], size - before[1]]
     if due:
         additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
-                     for row in attribute(due, plan)["rules"] if row["backend"] == "legacy"}
+                     for row in attribute(due, attribution(plan))["rules"] if row["backend"] == "legacy"}
         if additions:
             try:
                 add_counters(legacy, "filter", additions)
