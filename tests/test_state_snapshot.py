@@ -246,14 +246,20 @@ def test_ipsets_rules_match_are_read(netns):
        "ipset create lfp-physdev hash:net,iface", "ipset add lfp-physdev 198.18.0.0/16,physdev:eth0",
        "ipset create lfp-bitmap bitmap:ip range 198.19.0.0/16 netmask 26", "ipset add lfp-bitmap 198.19.1.9",
        "ipset create lfp-ports bitmap:port range 1-1024", "ipset add lfp-ports 53",
+       "ipset create lfp-list list:set", "ipset add lfp-list lfp-net", "ipset add lfp-list lfp-bitmap",
+       "ipset create lfp-mixed list:set", "ipset add lfp-mixed lfp-net", "ipset add lfp-mixed lfp-pairs",
        "ipset create lfp-unused hash:ip")
     for name in ("lfp-net", "lfp-mask", "lfp-expire", "lfp-except", "lfp-pairs", "lfp-sctp", "lfp-iface",
-                 "lfp-physdev", "lfp-nested", "lfp-bitmap", "lfp-ports"):
+                 "lfp-physdev", "lfp-nested", "lfp-bitmap", "lfp-ports", "lfp-list", "lfp-mixed"):
         sh(f"iptables -A FORWARD -m set --match-set {name} src -j DROP")
     snap = read_snapshot()
     sets = {s.name: s for s in snap.netfilter.ipsets}
-    assert sorted(sets) == ["lfp-bitmap", "lfp-except", "lfp-expire", "lfp-iface", "lfp-mask", "lfp-nested",
-                            "lfp-net", "lfp-pairs", "lfp-physdev", "lfp-ports", "lfp-sctp"]
+    assert sorted(sets) == ["lfp-bitmap", "lfp-except", "lfp-expire", "lfp-iface", "lfp-list", "lfp-mask",
+                            "lfp-mixed", "lfp-nested", "lfp-net", "lfp-pairs", "lfp-physdev", "lfp-ports", "lfp-sctp"]
+    # a list:set matches what its members match: a union of address sets' prefixes
+    assert sets["lfp-list"].prefixes == ((0xC6130100, 26), (0xC6336400, 24), (0xCB007107, 32))
+    assert sets["lfp-list"].unsupported is None and sets["lfp-list"].members == ("lfp-net", "lfp-bitmap")
+    assert "member lfp-pairs is a hash:ip,port" in sets["lfp-mixed"].unsupported
     # a bitmap:ip's netmask is each member's length, as a hash:ip's; bitmap:port is not mirrored
     assert sets["lfp-bitmap"].prefixes == ((0xC6130100, 26),) and sets["lfp-bitmap"].unsupported is None
     assert "bitmap:port is not mirrored" in sets["lfp-ports"].unsupported
@@ -272,6 +278,7 @@ def test_ipsets_rules_match_are_read(netns):
     assert refresh_polled(snap, sets=False) is snap
     fresh = {s.name: s for s in refresh_polled(snap).netfilter.ipsets}
     assert (0xC0000200, 25) in fresh["lfp-net"].prefixes
+    assert (0xC0000200, 25) in fresh["lfp-list"].prefixes      # through the list too
 
 
 def test_snapshot_belongs_to_its_namespace(netns):

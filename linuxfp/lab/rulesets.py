@@ -47,10 +47,13 @@ class Coverage:
 BITMAP_RANGE = "198.19.0.0/16"
 # The ipsets random_ruleset() may match (random_ipsets() fills them): a set
 # of prefixes, one of addresses, one of addresses under a netmask, sets of
-# (address or prefix, protocol:port) or (prefix, interface), and a bitmap.
+# (address or prefix, protocol:port) or (prefix, interface), a bitmap, and
+# a list of address sets.
 IPSETS = (("lfp-net", "hash:net"), ("lfp-ip", "hash:ip"), ("lfp-mask", "hash:ip netmask 24"),
           ("lfp-port", "hash:ip,port"), ("lfp-netport", "hash:net,port"), ("lfp-iface", "hash:net,iface"),
-          ("lfp-bitmap", f"bitmap:ip range {BITMAP_RANGE} netmask 26"))
+          ("lfp-bitmap", f"bitmap:ip range {BITMAP_RANGE} netmask 26"), ("lfp-list", "list:set"))
+# what a list:set may hold: the address sets above it
+LISTED = ("lfp-net", "lfp-ip", "lfp-mask", "lfp-bitmap")
 # RouterTopology's DUT interfaces, a wildcard, a name with "+" (only itself)
 SET_IFACES = ("to-src", "to-sink", "to- wildcard", "lo", "to-+")
 SET_PORTS = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmp:8/0", "icmp:3/3", "gre:0")
@@ -169,6 +172,9 @@ def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int =
     lines = []
     for name, kind in IPSETS:
         lines += [f"create {name} {kind} -exist", f"flush {name}"]
+        if kind == "list:set":
+            lines += [f"add {name} {member} -exist" for member in rng.sample(LISTED, rng.randrange(len(LISTED) + 1))]
+            continue
         for _ in range(rng.randrange(members + 1)):
             member = rng.choice(pool) if kind.startswith("hash:net") else rng.choice(edges)
             if kind.startswith("bitmap:ip") and ipaddress.ip_address(member) not in ipaddress.ip_network(BITMAP_RANGE):

@@ -10,8 +10,9 @@ port; an ICMP member's port is type << 8 | code), hash:net,iface (prefix,
 interface name, whether the name is a `wildcard` prefix). Everything else is read as a reason
 the fast path cannot evaluate the set (`IpSet.unsupported`), so the rules
 that match it go to the kernel:
-* other types and dimensions (list:set, bitmap:port, bitmap:ip,mac,
-  hash:ip,port,ip, ...), IPv6,
+* other types and dimensions (bitmap:port, bitmap:ip,mac, hash:ip,port,ip,
+  ...; a list:set is what its members match, combined by
+  state/netfilter.py when all of them are address sets: combine_list), IPv6,
   physdev members (a bridge port's name),
   members of protocols whose ports the fast path does not read (SCTP,
   UDPLITE);
@@ -119,9 +120,40 @@ def decode_set(name: str, payloads) -> IpSet:
             prefixes, reason = _prefixes(kind, options, members)
             if reason is None:
                 return IpSet(name, kind, prefixes=prefixes)
-    # A list:set's members: a SET target naming it changes them (state/netfilter.py).
+    # A list:set's members: a SET target naming it changes them, and its
+    # matches are theirs (state/netfilter.py combines them: combine_list).
     names = tuple(nl.cstr(m[IPSET_ATTR_NAME]) for m in members if IPSET_ATTR_NAME in m) if kind == "list:set" else ()
+    if kind == "list:set":
+        timed = any(m.get(IPSET_ATTR_TIMEOUT, b"\0\0\0\0") != b"\0\0\0\0" for m in members)
+        reason = "members that time out (the kernel expires them without an event)" if timed else LIST_PENDING
     return IpSet(name, kind, unsupported=f"ipset {name} ({kind or 'unknown type'}): {reason}", members=names)
+
+
+# A list:set read alone: what it matches is its members' (combine_list).
+LIST_PENDING = "its members are not combined"
+# Member types whose union is a union of prefixes (what a list:set of them matches).
+PREFIX_TYPES = ("hash:ip", "hash:net", "bitmap:ip")
+
+
+def combine_list(listed: IpSet, members: dict[str, IpSet]) -> IpSet:
+    """What a list:set matches: a packet its members match, tried in order
+    (list_set_ktest) — the union of their prefixes when every member is an
+    address set the fast path mirrors; otherwise why not."""
+    if listed.unsupported is None or not listed.unsupported.endswith(LIST_PENDING):
+        return listed
+    prefixes: set[tuple[int, int]] = set()
+    for name in listed.members:
+        member = members.get(name)
+        if member is None or member.unsupported is not None:
+            why = member.unsupported if member is not None else f"member {name} was not read"
+            return IpSet(listed.name, listed.kind, unsupported=f"ipset {listed.name} (list:set): {why}",
+                         members=listed.members)
+        if member.kind not in PREFIX_TYPES:
+            return IpSet(listed.name, listed.kind, members=listed.members,
+                         unsupported=f"ipset {listed.name} (list:set): member {name} is a {member.kind} "
+                                     f"(only {', '.join(PREFIX_TYPES)} members are combined)")
+        prefixes.update(member.prefixes)
+    return IpSet(listed.name, listed.kind, prefixes=tuple(sorted(prefixes)), members=listed.members)
 
 
 _NLATTR = struct.Struct("=HH")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from . import netlink as nl
 from .iptables import Ruleset, read_ruleset
-from .ipset import read_ipsets
+from .ipset import combine_list, read_ipsets
 from .model import IpSet, NetfilterState
 
 NFT_MSG_NEWTABLE = 0
@@ -368,12 +368,16 @@ def _matched_sets(rulesets, fresh: bool) -> tuple[IpSet, ...]:
     with _cache_lock:
         known = dict(_set_cache.get(key, {}))
     wanted = matched | set(targeted)
-    todo = sorted(wanted if fresh else wanted - set(known))
-    try:
-        known.update((s.name, s) for s in read_ipsets(todo))
-    except OSError as exc:
-        known.update((name, IpSet(name, unsupported=f"ipsets cannot be read ({exc})")) for name in todo)
-    # Only sets rules name now: one named again later is read afresh.
+    # (twice at most: a list:set's members, which are never lists themselves)
+    read: set[str] = set()
+    while todo := sorted((wanted if fresh else wanted - set(known)) - read):
+        try:
+            known.update((s.name, s) for s in read_ipsets(todo))
+        except OSError as exc:
+            known.update((name, IpSet(name, unsupported=f"ipsets cannot be read ({exc})")) for name in todo)
+        read.update(todo)
+        wanted |= {member for name in matched if known[name].kind == "list:set" for member in known[name].members}
+    # Only sets rules name now (and their lists' members): one named again later is read afresh.
     known = {name: known[name] for name in wanted}
     with _cache_lock:
         _set_cache[key] = known
@@ -390,11 +394,17 @@ def _matched_sets(rulesets, fresh: bool) -> tuple[IpSet, ...]:
             todo += [(other, where) for other in matched if other not in changed]
         else:
             todo += [(member, where) for member in target.members]
-    out = []
-    for name in sorted(matched):
+    def as_matched(name: str) -> IpSet:
         ipset = known[name]
         if name in changed and ipset.unsupported is None:
-            ipset = IpSet(name, ipset.kind, unsupported=f"ipset {name}: {changed[name]}")
+            ipset = IpSet(name, ipset.kind, unsupported=f"ipset {name}: {changed[name]}", members=ipset.members)
+        return ipset
+
+    out = []
+    for name in sorted(matched):
+        ipset = as_matched(name)
+        if ipset.kind == "list:set":
+            ipset = combine_list(ipset, {member: as_matched(member) for member in ipset.members})
         out.append(ipset)
     return tuple(out)
 
