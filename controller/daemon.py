@@ -3,6 +3,7 @@ configuration calls for, one coalesced batch of netlink events at a time."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import signal
 import sys
@@ -217,11 +218,13 @@ class Controller:
                 fresh[node.name] = data
         if fresh.keys() == self.published.keys() and all(fresh[k] is self.published[k] for k in fresh):
             return
-        self.published = fresh
         try:
-            runtime_files.write_atomic(self.layout.published_file, _json(fresh))
-        except OSError as exc:
+            # compact: a large ruleset's is megabytes indented, and this is in the response time
+            runtime_files.write_atomic(self.layout.published_file, json.dumps(fresh, separators=(",", ":")))
+        except (OSError, TypeError, ValueError) as exc:     # tried again with the next change
             log.warning("cannot write %s: %s", self.layout.published_file, exc)
+            return
+        self.published = fresh
 
     def _reconcile(self, snapshot, graph: Graph, messages) -> bool:
         compiled, failed = self._compile(graph)
@@ -510,6 +513,4 @@ def _say_state(state: str, said: str, out, notifier: Notifier) -> str:
 
 
 def _json(data) -> str:
-    import json
-
     return json.dumps(data, indent=1)

@@ -159,7 +159,7 @@ def linuxfp_stats(netns: str) -> dict:
 
     from .views import stats
 
-    with entered(Namespace(netns)):      # what nodes count is attributed to its configuration
+    with entered(Namespace(netns)):      # where the command runs: its interfaces are read there
         return json.loads(json.dumps(stats(layout_of(netns))))
 
 

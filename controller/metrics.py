@@ -178,6 +178,8 @@ class Collector:
         by_name = {node.name: node for node in registered()}
         # served by the controller: what it published (Node.publish) as it is
         published = self.controller.published if self.controller is not None else None
+        if published == {}:
+            return      # nothing reconciled yet: the counts cannot be named
         served = {}
         for node_name, detail in views.node_stats(self.layout, published).items():
             if "error" in detail:

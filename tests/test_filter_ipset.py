@@ -1,5 +1,7 @@
 """ipsets in the filter node (`-m set --match-set`): random rulesets matching
-real sets (hash:net, hash:ip, hash:ip with a netmask; src and dst; negated)
+real sets (hash:net, hash:ip, hash:ip with a netmask, address-and-port and
+address-and-interface sets, a bitmap:ip, a list:set of address sets; src and
+dst; negated)
 byte-compared with Linux alone at XDP and TC; and a set changed under
 traffic: a member added by `ipset add` or brought in by `ipset swap` is
 dropped from the first frame sent after the command returned."""
@@ -44,9 +46,23 @@ def test_ipset_verdicts_are_linux_verdicts(require_root, hook, backend, seeds):
                                                              ipsets=True)))
              for seed in seeds]
     seen: list[Counting] = []
-    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
+    graphs: list[str] = []
+
+    def look(router) -> None:
+        # which sets the filter compiled in (reading them is netfilter netlink
+        # traffic: the watch passes until the controller has read them again)
+        graphs.append(linuxfp_cli(router.dut.name, "graph").stdout)
+        assert wait_lease_current(router.dut.name)
+
+    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook, look),
                               lambda router, index: probe_frames(router, index, FRAMES), prefix="lfp-s")
     assert report.ok, report.render() + "\n" + coverage.summary()
+    # the kinds of set the rules match were mirrored in some step, lists and
+    # bitmaps too (the random interface sets nest members the kernel reads
+    # apart: test_filter_rules covers those)
+    compiled = "\n".join(line for graph in graphs for line in graph.splitlines() if "ipsets compiled in" in line)
+    for kind in ("hash:net", "hash:ip", "hash:ip,port", "bitmap:ip", "list:set"):
+        assert f"({kind}, " in compiled, (kind, compiled)
     assert any(k.startswith("set ") for k in coverage.matches), coverage.summary()
     assert any(k.startswith("! set ") for k in coverage.matches), coverage.summary()
     kernel = sum(o.forwarded_by_kernel for o in report.kernel)

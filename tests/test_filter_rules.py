@@ -543,3 +543,34 @@ def test_sets_a_set_target_changes_are_not_mirrored(monkeypatch):
                        "COMMIT\n", "nft")
     nf._matched_sets([again], fresh=False)
     assert read["names"] == ["inner"]
+
+
+def test_a_list_set_is_read_with_its_members_and_keeps_its_guards(monkeypatch):
+    """A rule matching a list:set whose members no rule names: the members
+    are read with it, also from the cache on a poll (the controller once
+    lost them there and stopped); a rule reading the list's own counters
+    keeps it on the kernel path (list_set_ktest bumps them), as for any set."""
+    from linuxfp.state import netfilter as nf
+    from linuxfp.state.ipset import LIST_PENDING
+    from linuxfp.state.model import IpSet
+
+    read: list[list[str]] = []
+
+    def fake_read(names):
+        read.append(list(names))
+        return tuple(IpSet(n, "list:set", unsupported=f"ipset {n} (list:set): {LIST_PENDING}", members=("a", "b"))
+                     if n.startswith("list") else IpSet(n, "hash:net", ((0xC6120000 + ord(n), 32),))
+                     for n in names)
+
+    monkeypatch.setattr(nf, "read_ipsets", fake_read)
+    rules = parse_save("*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set list1 src -j DROP\n"
+                       "COMMIT\n", "nft")
+    first = nf._matched_sets([rules], fresh=True)
+    assert read == [["list1"], ["a", "b"]]
+    assert first[0].unsupported is None and first[0].prefixes == ((0xC6120000 + ord("a"), 32),
+                                                                  (0xC6120000 + ord("b"), 32))
+    assert nf._matched_sets([rules], fresh=False) == first and len(read) == 2     # all from the cache
+    counted = parse_save("*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set list2 src -j ACCEPT\n"
+                         "-A FORWARD -p tcp -m set --match-set list2 src --packets-gt 5 -j DROP\nCOMMIT\n", "nft")
+    (listed,) = nf._matched_sets([counted], fresh=True)
+    assert "matches its members' counters" in listed.unsupported, listed

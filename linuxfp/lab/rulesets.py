@@ -166,7 +166,8 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
 def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int = 6) -> str:
     """`ipset restore` input that creates (or keeps) the sets of IPSETS and
     refills them: prefixes of `pool` for hash:net, addresses at their edges
-    for hash:ip. Addresses: the lab ranges only."""
+    for hash:ip and the bitmap (those in its range), some of the address
+    sets for the list. Addresses: the lab ranges only."""
     rng = random.Random(seed)
     edges = [a for p in pool for a in _edges(ipaddress.ip_network(p))]
     lines = []

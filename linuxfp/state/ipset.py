@@ -120,10 +120,11 @@ def decode_set(name: str, payloads) -> IpSet:
             prefixes, reason = _prefixes(kind, options, members)
             if reason is None:
                 return IpSet(name, kind, prefixes=prefixes)
-    # A list:set's members: a SET target naming it changes them, and its
-    # matches are theirs (state/netfilter.py combines them: combine_list).
-    names = tuple(nl.cstr(m[IPSET_ATTR_NAME]) for m in members if IPSET_ATTR_NAME in m) if kind == "list:set" else ()
+    names: tuple[str, ...] = ()
     if kind == "list:set":
+        # Its members: a SET target naming it changes them, and its matches
+        # are theirs (state/netfilter.py combines them: combine_list).
+        names = tuple(nl.cstr(m[IPSET_ATTR_NAME]) for m in members if IPSET_ATTR_NAME in m)
         timed = any(m.get(IPSET_ATTR_TIMEOUT, b"\0\0\0\0") != b"\0\0\0\0" for m in members)
         reason = "members that time out (the kernel expires them without an event)" if timed else LIST_PENDING
     return IpSet(name, kind, unsupported=f"ipset {name} ({kind or 'unknown type'}): {reason}", members=names)
@@ -219,8 +220,9 @@ def _ports(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tuple[i
 
 def _each_member(kind: str, options: dict[int, bytes], members, entry) -> tuple[tuple, str | None]:
     """entry(member, its prefix) -> (what the set holds, or why not) of every
-    member, sorted; the first reason stops it. hash:ip's and hash:ip,port's
-    `netmask` (the latter from kernel 6.1 on) is each member's length."""
+    member, sorted; the first reason stops it. hash:ip's, bitmap:ip's and
+    hash:ip,port's `netmask` (the last from kernel 6.1 on) is each member's
+    length."""
     netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
     out = set()
     for member in members:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from . import netlink as nl
 from .iptables import Ruleset, read_ruleset
-from .ipset import combine_list, read_ipsets
+from .ipset import LIST_PENDING, combine_list, read_ipsets
 from .model import IpSet, NetfilterState
 
 NFT_MSG_NEWTABLE = 0
@@ -367,16 +367,20 @@ def _matched_sets(rulesets, fresh: bool) -> tuple[IpSet, ...]:
     key = nl.netns_cookie()
     with _cache_lock:
         known = dict(_set_cache.get(key, {}))
-    wanted = matched | set(targeted)
-    # (twice at most: a list:set's members, which are never lists themselves)
+    # The sets rules name, and the members of the lists among them (which are
+    # never lists themselves: two rounds at most), read afresh or from the cache.
     read: set[str] = set()
-    while todo := sorted((wanted if fresh else wanted - set(known)) - read):
+    while True:
+        wanted = matched | set(targeted) | {member for name in matched if name in known
+                                            and known[name].kind == "list:set" for member in known[name].members}
+        todo = sorted((wanted if fresh else wanted - set(known)) - read)
+        if not todo:
+            break
         try:
             known.update((s.name, s) for s in read_ipsets(todo))
         except OSError as exc:
             known.update((name, IpSet(name, unsupported=f"ipsets cannot be read ({exc})")) for name in todo)
         read.update(todo)
-        wanted |= {member for name in matched if known[name].kind == "list:set" for member in known[name].members}
     # Only sets rules name now (and their lists' members): one named again later is read afresh.
     known = {name: known[name] for name in wanted}
     with _cache_lock:
@@ -396,7 +400,8 @@ def _matched_sets(rulesets, fresh: bool) -> tuple[IpSet, ...]:
             todo += [(member, where) for member in target.members]
     def as_matched(name: str) -> IpSet:
         ipset = known[name]
-        if name in changed and ipset.unsupported is None:
+        # (a list not combined yet is marked too: its own counters count, list_set_ktest)
+        if name in changed and (ipset.unsupported is None or ipset.unsupported.endswith(LIST_PENDING)):
             ipset = IpSet(name, ipset.kind, unsupported=f"ipset {name}: {changed[name]}", members=ipset.members)
         return ipset
 

@@ -213,9 +213,9 @@ def attribution(plan: FilterPlan) -> dict:
     """What attributing the fast path's counts needs, as JSON (what the
     controller publishes for `linuxfp stats`, which then reads no netfilter
     state of its own — reading ipsets would trip the filter's watch): the
-    classifier generation, each rule or policy that counts as a row, and per
-    class the rows Linux would have added a packet of it to
-    (classifier.counted). The same object while the classifier is."""
+    classifier generation, each rule or policy that counts as a row, the
+    distinct trails of rows Linux adds a packet to (classifier.counted),
+    and per class its trail. The same object while the classifier is."""
     global _last_attribution
     from ..filtering.program import policy_of
 
@@ -236,11 +236,16 @@ def attribution(plan: FilterPlan) -> dict:
                     rows.append({"backend": backend, "chain": chain, "position": rule.position, "rule": rule.text})
             row_of[policy_of(position)] = len(rows)
             rows.append({"backend": backend, "chain": "FORWARD", "policy": program.chain(backend, "FORWARD")[2]})
+    # per class, its trail of rows; classes share few trails (a 40-rule
+    # ruleset: thousands of classes, tens of trails), so each is written once
+    trails: dict[tuple[int, ...], int] = {}
+    classes = [trails.setdefault(tuple(row_of[item] for item in items if item in row_of), len(trails))
+               for items in (classifier.counted if classifier is not None else ())]
     published = {
         "generation": f"{classifier.generation:08x}" if classifier is not None else None,
         "rows": rows,
-        "classes": [[row_of[item] for item in items if item in row_of] for items in classifier.counted]
-        if classifier is not None else [],
+        "trails": [list(trail) for trail in trails],
+        "classes": classes,
     }
     _last_attribution = (classifier, published)
     return published
@@ -253,7 +258,7 @@ def attribute(totals: dict[tuple[int, int], list[int]], published: dict | None) 
     (the rules changed since) in one sum."""
     published = published or {}
     generation = published.get("generation")
-    rows, classes = published.get("rows", []), published.get("classes", [])
+    rows, trails, classes = published.get("rows", []), published.get("trails", []), published.get("classes", [])
     per_row: dict[int, list[int]] = {}
     earlier = [0, 0]
     for (gen, cls), (packets, size) in totals.items():
@@ -261,7 +266,7 @@ def attribute(totals: dict[tuple[int, int], list[int]], published: dict | None) 
             earlier[0] += packets
             earlier[1] += size
             continue
-        for row in classes[cls]:
+        for row in trails[classes[cls]]:
             entry = per_row.setdefault(row, [0, 0])
             entry[0] += packets
             entry[1] += size
