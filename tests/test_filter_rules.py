@@ -574,3 +574,16 @@ def test_a_list_set_is_read_with_its_members_and_keeps_its_guards(monkeypatch):
                          "-A FORWARD -p tcp -m set --match-set list2 src --packets-gt 5 -j DROP\nCOMMIT\n", "nft")
     (listed,) = nf._matched_sets([counted], fresh=True)
     assert "matches its members' counters" in listed.unsupported, listed
+
+
+def test_a_rule_edited_without_changing_what_it_matches_makes_a_new_generation():
+    """A comment changed (iptables -R): the kernel counts the edited rule
+    afresh, so the fast path's counts of the old one must not be attributed
+    to it; the same rules restored again keep their generation."""
+    def generation(comment: str) -> int:
+        text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                f'-A FORWARD -d 198.19.1.0/24 -m comment --comment "{comment}" -j DROP\nCOMMIT\n')
+        program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS)
+        return build_classifier(program, []).generation
+
+    assert generation("blocked") == generation("blocked") != generation("blocked since May")

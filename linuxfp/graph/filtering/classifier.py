@@ -134,8 +134,11 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
     if not used & (FIELD_BIT["iif"] | FIELD_BIT["oif"]):
         interfaces = ()
     # (counted too: a rule that only counts makes a new generation, so the
-    # per-class counts of one are never attributed to another's rules)
-    body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted)
+    # per-class counts of one are never attributed to another's rules; and
+    # the rules as written: one edited without changing what it matches — a
+    # comment — is a new rule whose kernel counter starts afresh)
+    rules = tuple((r.backend, r.chain, r.position, r.text) for r in program.rules)
+    body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, rules)
     # The low bits are `used`: the datapath reads both in one word, so it
     # can never pair one generation with another's fields.
     digest = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big")
