@@ -57,6 +57,18 @@ def _kernel_counters(r, save: str) -> dict[tuple[str, str], tuple[int, int]]:
     return counters
 
 
+def _linux_alone(r, restore: str, frames, bursts: int = 1) -> list[dict]:
+    """The kernel's counters after each of `bursts` bursts with Linux alone;
+    then the rules restored again, their counters from zero."""
+    r.dut.run([restore], input=RULESET)
+    counted = []
+    for _ in range(bursts):
+        _send(r, frames)
+        counted.append(_kernel_counters(r, SAVE[restore]))
+    r.dut.run([restore], input=RULESET)
+    return counted
+
+
 def _send(r, frames) -> None:
     for _ in range(3):       # a few bursts: the fast path's share grows once neighbours are confirmed
         inject(r.src, r.src_if.name, frames)
@@ -118,13 +130,7 @@ def test_legacy_counters_get_each_fast_path_count_once_across_a_kept_restart(rou
     r = router_topology
     restore = "iptables-legacy-restore"
     frames = _frames(r, 20)
-    r.dut.run([restore], input=RULESET)
-    _send(r, frames)
-    linux_once = _kernel_counters(r, SAVE[restore])
-    _send(r, frames)
-    linux_twice = _kernel_counters(r, SAVE[restore])
-
-    r.dut.run([restore], input=RULESET)
+    linux_once, linux_twice = _linux_alone(r, restore, frames, bursts=2)
     with ControllerProcess(r.dut.name, hook="xdp", keep=True) as controller:
         controller.settled()
         _send(r, frames)
@@ -161,11 +167,8 @@ def test_legacy_give_back_is_periodic_unseen_by_the_watch_and_once_per_count(rou
     r = router_topology
     restore = "iptables-legacy-restore"
     frames = _frames(r, 20)
-    r.dut.run([restore], input=RULESET)
-    _send(r, frames)
-    linux = _kernel_counters(r, SAVE[restore])
+    (linux,) = _linux_alone(r, restore, frames)
     zero = {key: (0, 0) for key in linux}
-    r.dut.run([restore], input=RULESET)
     with ControllerProcess(r.dut.name, hook="xdp") as controller:
         controller.settled()
         _send(r, frames)

@@ -292,15 +292,12 @@ def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flan
     both pods and both underlay ends receive is what Linux alone gives them
     (the same exchange of one connection, run without, then with
     LinuxFP), and the nodes' kernels forward (almost) none of it."""
-    from controller.launcher import ControllerProcess, linuxfp_cli
+    from controller.launcher import linuxfp_cli
 
     inter_node = _InterNode(flannel)
     with inter_node.echo():
         linux = inter_node.linux()
-        with ControllerProcess(inter_node.nodes[0].name, hook="tc") as first, \
-                ControllerProcess(inter_node.nodes[1].name, hook="tc") as second:
-            first.settled()
-            second.settled()
+        with inter_node.controllers():
             shapes = {entry["ifname"]: entry["shape"] for entry in
                       json.loads(linuxfp_cli(inter_node.nodes[0].name, "-j", "status").stdout)["interfaces"]}
             assert "router" in shapes.get(VXLAN_DEVICE, ""), shapes
@@ -313,17 +310,12 @@ def test_pods_stay_connected_as_linux_connects_them_with_etcd_and_flanneld_down(
     then both back (flanneld re-reads its lease and re-programs the same
     routes, neighbours and FDB entries under the running controllers), the
     inter-node exchange is Linux's, byte for byte, and takes the fast path."""
-    from controller.launcher import ControllerProcess
-
     inter_node = _InterNode(flannel)
     try:
         with inter_node.echo():
             linux = inter_node.linux()
             flannel.stop_etcd()
-            with ControllerProcess(inter_node.nodes[0].name, hook="tc") as first, \
-                    ControllerProcess(inter_node.nodes[1].name, hook="tc") as second:
-                first.settled()
-                second.settled()
+            with inter_node.controllers() as (first, second):
                 inter_node.assert_fast_as(linux, "etcd down")
                 flannel.stop_flanneld()
                 inter_node.assert_fast_as(linux, "etcd and flanneld down")
@@ -342,8 +334,6 @@ def test_vxlan_options_flannel_can_set_stay_exact_in_the_fast_path(require_root:
     and takes them from: the exchange is Linux's and fast. (What the fast
     path cannot follow — external mode, an underlay in another namespace —
     keeps flannel.1 on the kernel path: tests/test_graph.py.)"""
-    from controller.launcher import ControllerProcess
-
     spec = FlannelLabSpec(nodes=2, pods_per_node=1, vxlan_port=4789, gbp=True, learning=True)
     with FlannelLab.up(spec, progress=_progress) as lab:
         details = lab.namespace("node1").run(["ip", "-d", "link", "show", VXLAN_DEVICE]).stdout
@@ -351,10 +341,7 @@ def test_vxlan_options_flannel_can_set_stay_exact_in_the_fast_path(require_root:
         inter_node = _InterNode(lab)
         with inter_node.echo():
             linux = inter_node.linux()
-            with ControllerProcess(inter_node.nodes[0].name, hook="tc") as first, \
-                    ControllerProcess(inter_node.nodes[1].name, hook="tc") as second:
-                first.settled()
-                second.settled()
+            with inter_node.controllers():
                 inter_node.assert_fast_as(linux)
 
 
@@ -379,6 +366,17 @@ class _InterNode:
         finally:
             os.killpg(echo.pid, 15)
             echo.wait()
+
+    @contextlib.contextmanager
+    def controllers(self):
+        """A controller in each node (TC), both current."""
+        from controller.launcher import ControllerProcess
+
+        with ControllerProcess(self.nodes[0].name, hook="tc") as first, \
+                ControllerProcess(self.nodes[1].name, hook="tc") as second:
+            first.settled()
+            second.settled()
+            yield first, second
 
     def _run(self) -> tuple[dict[str, list[bytes]], list[int]]:
         from linuxfp.lab.counters import ip_forw_datagrams
