@@ -299,7 +299,13 @@ def test_flannel(tmp_path, capsys):
         entry = result["tcp_bulk"][placement]["1"]
         assert set(entry) == {"linux", "linuxfp"}, entry
         assert all(measured["gbit_s"] > 0 for measured in entry.values()), entry
-    assert "TCP bulk" in next(tmp_path.glob("flannel-*.md")).read_text()
+    # 64 B UDP at full speed, received per second and per CPU-second, both placements and systems
+    for placement in ("intra-node", "inter-node"):
+        entry = result["udp64"][placement]
+        assert set(entry) == {"linux", "linuxfp"}, entry
+        assert all(measured["pps"] > 0 and measured["per_cpu_second"] > 0 for measured in entry.values()), entry
+    report = next(tmp_path.glob("flannel-*.md")).read_text()
+    assert "TCP bulk" in report and "64 B UDP" in report
 
 
 def test_every_scenario_is_tested():

@@ -16,13 +16,23 @@ time is the CPU path of both directions through both nodes.
 TCP bulk: iperf3 (Debian's) from the same client pod to a server in each
 of those pods, 1 and 4 parallel streams; Gbit/s received, and the IPv4
 packets the nodes' kernels forwarded meanwhile (a GSO packet counts once),
-which says how much of the bulk took the kernel's path."""
+which says how much of the bulk took the kernel's path.
+
+64 B UDP: iperf3 -u at full speed with 18-byte payloads (64-byte frames)
+from the client pod to each server pod, its first seconds omitted (the
+connection's reply and conntrack's stream mark come first); the datagrams
+the server received per second, and per CPU-second of the whole machine
+(every CPU's busy time from /proc/stat over the measured seconds: sender,
+receiver and both nodes share the 2 vCPUs, so this is what one packet costs
+end to end)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import subprocess
+import time
 from pathlib import Path
 
 from .latency import (PAYLOAD, TABLE_HEADERS, avg_p99_text, client_round_trips, in_turn, summarize_runs,
@@ -38,6 +48,7 @@ PLACEMENTS = ("intra-node", "inter-node")
 ECHO_PORT = 7007
 IPERF_PORT = 5201
 WARMUP_MS = 2600      # > conntrack's 2 s stream mark, so the measured part can be fast-pathed
+UDP_PAYLOAD = 18      # 64-byte frames: 14 Ethernet + 20 IPv4 + 8 UDP + 18 (+ 4 FCS on a wire)
 QUICK_WARMUP_MS = 300  # --quick proves the harness only: its flows stay with the kernel
 
 
@@ -62,6 +73,9 @@ def run(options: Options, look=None) -> dict:
     rng = random.Random()
     raw: list[dict] = []
     bulk_raw: list[dict] = []
+    udp_raw: list[dict] = []
+    udp_seconds = 1 if options.quick else 3
+    udp_omit = (warmup_ms + 999) // 1000
     errors: dict[str, str] = {}
     progress("flannel: bringing the lab up (the first run builds flanneld: a few minutes)")
     with exclusive_machine(), FlannelLab.up(FlannelLabSpec(nodes=2, pods_per_node=2,
@@ -95,6 +109,12 @@ def run(options: Options, look=None) -> dict:
                         progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, TCP bulk, "
                                  f"{streams} stream(s): {result['gbit_s']:.2f} Gbit/s, "
                                  f"{forwarded} packets forwarded by the kernels")
+                for placement in PLACEMENTS:
+                    result = _udp_flood(lab.namespace(client.name), servers[placement].ip, udp_seconds, udp_omit)
+                    udp_raw.append({"repetition": index, "system": name, "placement": placement, **result})
+                    progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, 64 B UDP: "
+                             f"{result['pps'] / 1e3:.0f} kpps received, "
+                             f"{result['per_cpu_second'] / 1e3:.0f} k per CPU-second")
 
         try:
             for pod in servers.values():
@@ -137,6 +157,19 @@ def run(options: Options, look=None) -> dict:
             if {"linux", "linuxfp"} <= set(entry) and entry["linux"]["gbit_s"]:
                 gains[f"{placement}, {streams} stream(s)"] = round(
                     entry["linuxfp"]["gbit_s"] / entry["linux"]["gbit_s"] - 1, 3)
+    udp: dict[str, dict] = {}
+    udp_gains: dict[str, float] = {}
+    for placement in PLACEMENTS:
+        entry = {}
+        for name in SYSTEM_NAMES:
+            runs = [r for r in udp_raw if r["system"] == name and r["placement"] == placement]
+            if runs:
+                entry[name] = {key: round(statistics.median(r[key] for r in runs), 1)
+                               for key in ("pps", "per_cpu_second", "cpu_seconds", "lost_percent")}
+                entry[name]["repetitions"] = len(runs)
+        udp[placement] = entry
+        if {"linux", "linuxfp"} <= set(entry) and entry["linux"]["per_cpu_second"]:
+            udp_gains[placement] = round(entry["linuxfp"]["per_cpu_second"] / entry["linux"]["per_cpu_second"] - 1, 3)
     return {
         "scenario": "flannel",
         "supported": True,
@@ -155,6 +188,10 @@ def run(options: Options, look=None) -> dict:
                         "server pod; Gbit/s received (median over repetitions); kernel_forwarded: IPv4 packets "
                         "the nodes' kernels forwarded during the run (a GSO packet counts once)",
             "streams": list(streams_list),
+            "udp64": f"iperf3 -c SERVER -u -b 0 -l {UDP_PAYLOAD} -t {udp_seconds} -O {udp_omit} from the client pod; "
+                     "pps: datagrams the server received per measured second; per_cpu_second: those per "
+                     "second of busy CPU time of the whole machine (/proc/stat, every CPU, over the measured "
+                     "seconds); medians over repetitions",
             "warmup_ms": warmup_ms,
             "duration_ms": duration_ms,
             "repetitions": repetitions,
@@ -170,6 +207,9 @@ def run(options: Options, look=None) -> dict:
         "errors": errors,
         "runs": raw,
         "tcp_bulk_runs": bulk_raw,
+        "udp64": udp,
+        "udp64_gains": udp_gains,
+        "udp64_runs": udp_raw,
     }
 
 
@@ -197,6 +237,40 @@ def _tcp_bulk(pod, address: str, streams: int, seconds: int) -> dict:
     end = report["end"]
     return {"gbit_s": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
             "retransmits": end["sum_sent"].get("retransmits", 0)}
+
+
+def _udp_flood(pod, address: str, seconds: int, omit: int) -> dict:
+    """iperf3 -u at full speed with 64-byte frames from `pod` to `address`:
+    what the server received per second over the measured seconds, and per
+    second of the machine's busy CPU time over them."""
+    argv = ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-u", "-b", "0", "-l", str(UDP_PAYLOAD),
+            "-t", str(seconds), "-O", str(omit), "-J"]
+    proc = subprocess.Popen(pod.exec_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(omit)            # (the omitted seconds are not measured)
+    busy_before = _busy_cpu_seconds()
+    try:
+        out, err = proc.communicate(timeout=seconds + omit + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise RuntimeError(f"iperf3 -u to {address} did not finish") from None
+    busy = _busy_cpu_seconds() - busy_before
+    try:
+        report = json.loads(out)
+    except json.JSONDecodeError:
+        report = {"error": err.strip() or out.strip()[:200]}
+    if proc.returncode != 0 or "error" in report:
+        raise RuntimeError(f"iperf3 -u to {address} failed: {report.get('error', proc.returncode)}")
+    total = report["end"]["sum"]
+    received = total["packets"] - total["lost_packets"]
+    return {"pps": received / total["seconds"], "per_cpu_second": received / busy if busy else 0.0,
+            "cpu_seconds": busy, "lost_percent": total["lost_percent"]}
+
+
+def _busy_cpu_seconds() -> float:
+    """Every CPU's time not idle (nor waiting for I/O) since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _start_echo(pod, tool: Path) -> subprocess.Popen:
@@ -234,7 +308,10 @@ def summary_line(result: dict) -> str:
     text = "flannel pod-to-pod round trip avg/p99 µs: " + " | ".join(parts)
     bulk = [f"{placement} {streams} stream(s): " + " / ".join(f"{name} {e['gbit_s']:.2f}" for name, e in entry.items())
             for placement, by_streams in result.get("tcp_bulk", {}).items() for streams, entry in by_streams.items()]
-    return text + ("; TCP bulk Gbit/s: " + " | ".join(bulk) if bulk else "")
+    udp = [f"{placement}: " + " / ".join(f"{name} {e['per_cpu_second'] / 1e3:.0f}" for name, e in entry.items())
+           for placement, entry in result.get("udp64", {}).items()]
+    return (text + ("; TCP bulk Gbit/s: " + " | ".join(bulk) if bulk else "")
+            + ("; 64 B UDP k per CPU-second: " + " | ".join(udp) if udp else ""))
 
 
 def markdown(result: dict) -> str:
@@ -261,4 +338,14 @@ def markdown(result: dict) -> str:
         if result.get("tcp_bulk_gains"):
             lines.append("\nTCP bulk, LinuxFP vs Linux: " + ", ".join(
                 f"{key} {value:+.0%}" for key, value in result["tcp_bulk_gains"].items()) + "\n")
+    udp_rows = [[placement, name, f"{e['pps'] / 1e3:.0f}", f"{e['per_cpu_second'] / 1e3:.0f}",
+                 f"{e['cpu_seconds']:.2f}", f"{e['lost_percent']:.1f}"]
+                for placement, entry in result.get("udp64", {}).items() for name, e in entry.items()]
+    if udp_rows:
+        lines += ["\n64 B UDP (iperf3 -u at full speed), pod to pod:\n\n",
+                  table(["placement", "system", "kpps received", "k per CPU-second", "busy CPU-s", "lost %"],
+                        udp_rows)]
+        if result.get("udp64_gains"):
+            lines.append("\n64 B UDP per CPU-second, LinuxFP vs Linux: " + ", ".join(
+                f"{key} {value:+.0%}" for key, value in result["udp64_gains"].items()) + "\n")
     return "".join(lines)
