@@ -331,9 +331,14 @@ def test_vxlan_options_flannel_can_set_stay_exact_in_the_fast_path(require_root:
     """flanneld's other vxlan options — another UDP port, Group Policy (the
     mark in the header, and set from it on receive), learning on — are the
     device's own transmit and receive, which the fast path hands packets to
-    and takes them from: the exchange is Linux's and fast. (What the fast
-    path cannot follow — external mode, an underlay in another namespace —
-    keeps flannel.1 on the kernel path: tests/test_graph.py.)"""
+    and takes them from: the exchange is Linux's and fast; and with marked
+    requests (a Group Policy ID in their header), still Linux's, node 2
+    passing the packets its flannel.1 received marked. (What the fast path
+    cannot follow — external mode, an underlay in another namespace — keeps
+    flannel.1 on the kernel path: tests/test_graph.py.)"""
+    from controller.launcher import linuxfp_stats
+    from controller_counting import reasons
+
     spec = FlannelLabSpec(nodes=2, pods_per_node=1, vxlan_port=4789, gbp=True, learning=True)
     with FlannelLab.up(spec, progress=_progress) as lab:
         details = lab.namespace("node1").run(["ip", "-d", "link", "show", VXLAN_DEVICE]).stdout
@@ -343,6 +348,22 @@ def test_vxlan_options_flannel_can_set_stay_exact_in_the_fast_path(require_root:
             linux = inter_node.linux()
             with inter_node.controllers():
                 inter_node.assert_fast_as(linux)
+            # node 1 marks the requests (mangle: its fast path leaves them to
+            # the kernel), so they leave with a Group Policy ID and node 2's
+            # flannel.1 receives them marked: its fast path hands them to
+            # the kernel as the mark may steer them, and the pods see Linux's
+            inter_node.nodes[0].run(["iptables", "-t", "mangle", "-A", "FORWARD", "-s", inter_node.client.ip,
+                                     "-p", "udp", "--sport", "40123", "-j", "MARK", "--set-mark", "0x10"])
+            marked, _ = inter_node._run()
+            with inter_node.controllers():
+                inter_node._run()
+                before = reasons(linuxfp_stats(inter_node.nodes[1].name))
+                accelerated, _ = inter_node._run()
+                after = reasons(linuxfp_stats(inter_node.nodes[1].name))
+        for label, frames in marked.items():
+            assert accelerated[label] == frames, label
+        assert marked != linux      # (the policy ID is in the outer VXLAN header)
+        assert after.get("marked", 0) - before.get("marked", 0) >= 0.9 * _InterNode.COUNT, after
 
 
 class _InterNode:
