@@ -335,3 +335,20 @@ def test_refresh_polled_sees_bpf_link_xdp_attach(netns, tmp_path):
     finally:
         obj.close()
     assert refresh_polled(polled).link(a0).xdp_prog_id == 0
+
+
+def test_a_netfilter_refresh_sees_br_netfilter_come_or_go(netns, monkeypatch):
+    """A physdev match loads br_netfilter (on Debian a module; here built
+    in), which no event announces: the re-read after an nf_tables commit
+    reads the sysctls too when the module's directory came or went (here
+    made to look gone)."""
+    from linuxfp.state import read as state_read
+    from linuxfp.state import sysctl as state_sysctl
+
+    snap = read_snapshot()
+    assert snap.sysctls.br_netfilter
+    assert state_read.refresh_netfilter(snap) is snap
+    monkeypatch.setattr(state_read, "BR_NETFILTER_DIR", "/nonexistent/net/bridge")
+    monkeypatch.setattr(state_sysctl, "BR_NETFILTER_DIR", "/nonexistent/net/bridge")
+    fresh = state_read.refresh_netfilter(snap)
+    assert not fresh.sysctls.br_netfilter and fresh.netfilter is snap.netfilter

@@ -31,7 +31,7 @@ from .model import (
 )
 from .netfilter import read_netfilter
 from .xfrm import read_xfrm
-from .sysctl import read_sysctls
+from .sysctl import BR_NETFILTER_DIR, read_sysctls
 from .tcx import others_attached
 
 
@@ -221,11 +221,21 @@ def _with_current_attachments(links: tuple[Link, ...], current: dict[int, Link])
 def refresh_netfilter(snapshot: Snapshot) -> Snapshot:
     """Re-read the netfilter state only (cheap when no backend's fingerprint
     changed; ipsets only where the rules name a set not read before: an
-    nf_tables commit changes no set); `snapshot` itself when nothing changed."""
+    nf_tables commit changes no set); `snapshot` itself when nothing changed.
+    And the sysctls when br_netfilter came or went: a rule's physdev match
+    loads the module (its bridge-nf-call-* switches on), which no event
+    announces, and bridged frames then meet those rules at once."""
     netfilter = read_netfilter(fresh_sets=False)
+    sysctls = snapshot.sysctls
+    if os.path.isdir(BR_NETFILTER_DIR) != sysctls.br_netfilter:
+        sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
     if netfilter == snapshot.netfilter:
+        netfilter = snapshot.netfilter
+    if sysctls == snapshot.sysctls:
+        sysctls = snapshot.sysctls
+    if netfilter is snapshot.netfilter and sysctls is snapshot.sysctls:
         return snapshot
-    return replace(snapshot, netfilter=netfilter).inherit_hashes(snapshot)
+    return replace(snapshot, netfilter=netfilter, sysctls=sysctls).inherit_hashes(snapshot)
 
 
 def refresh_polled(snapshot: Snapshot, sets: bool = True) -> Snapshot:
