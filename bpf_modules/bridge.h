@@ -59,7 +59,7 @@
 	X(BR_TOO_LONG,            bridge, pass, "longer than the egress MTU")               \
 	X(BR_NETFILTER,           bridge, pass, "br_netfilter would run iptables, ip6tables or arptables rules") \
 	X(BR_NF_INVALID,          bridge, pass, "br_netfilter would drop or trim it (header, checksum, padding, options)") \
-	X(BR_NF_FRAGMENT,         bridge, pass, "IPv4 fragment: br_netfilter's defrag may reassemble it")  \
+	X(BR_NF_FRAGMENT,         bridge, pass, "IP fragment: br_netfilter's defrag may reassemble it")  \
 	X(BR_AGEING_REFRESH,      bridge, pass, "one frame per source entry and interval: the kernel refreshes it") \
 	X(BR_SETTLING,            bridge, pass, "entry just written or refreshed: the kernel's frames go first") \
 	X(BR_SOURCE_MOVED,        bridge, pass, "source MAC arrived on another port: the kernel moves it") \
@@ -172,6 +172,22 @@ static __always_inline int lfp_br_ipv6_unchanged(struct lfp_pkt *pkt)
 	return payload && pkt->len == sizeof(struct ethhdr) + 40 + payload;
 }
 
+/* An IPv6 fragment, or headers before which one may follow (routing,
+ * authentication, destination options: what the defrag hook walks to find
+ * it; hop-by-hop never gets here): reassembled at PREROUTING whenever
+ * anything turned IPv6 defrag on — ip6tables rules keep such namespaces on
+ * the kernel path, but not a hook no table shows (a conntrack boot option,
+ * Open vSwitch): the kernel's, whatever the rules, as for IPv4. */
+static __always_inline int lfp_br_ipv6_fragment(struct lfp_pkt *pkt)
+{
+	__u8 *ip6 = pkt->data + sizeof(struct ethhdr);
+
+	if ((void *)(ip6 + 40) > pkt->data_end)
+		return 1;
+	return ip6[6] == 44 /* NEXTHDR_FRAGMENT */ || ip6[6] == 43 /* ROUTING */ ||
+	       ip6[6] == 51 /* AUTH */ || ip6[6] == 60 /* DEST */;
+}
+
 /* Whether something would run on the bridge's own receive path that the
  * nodes after this one do not reproduce, as br_pass_frame_up() reaches it:
  * tcx programs there (another tool's: the controller attaches none to a
@@ -281,6 +297,8 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
 		if (!lfp_br_ipv6_unchanged(pkt))
 			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
+		if (lfp_br_ipv6_fragment(pkt))
+			return lfp_pass(pkt, LFP_CNT_BR_NF_FRAGMENT);
 	} else if (pkt->l3_proto == bpf_htons(ETH_P_ARP) && (in->flags & LFP_BRP_NF_ARP)) {
 		if (in->flags & LFP_BRP_NF_ARP_RULES)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);

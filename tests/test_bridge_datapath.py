@@ -12,7 +12,7 @@ import pytest
 from pipeline_loader import LoadedPipeline
 
 from linuxfp.graph.interfaces import pack_iface, unpack_iface
-from linuxfp.lab.frames import ethernet, ipv4, padded, udp, udp_frame, with_bad_ip_checksum
+from linuxfp.lab.frames import ethernet, ipv4, ipv6_frame, padded, udp, udp6, udp_frame, with_bad_ip_checksum
 from linuxfp.lab.netns import Lab
 
 pytestmark = pytest.mark.netns
@@ -70,6 +70,14 @@ CASES = [
     ("IPv4 options", ethernet(B, A, 0x0800, ipv4("198.18.10.1", "198.18.10.2", 17,
                                                  udp("198.18.10.1", "198.18.10.2", 1, 9, b"o"),
                                                  options=b"\x01\x01\x01\x00")), PASS, "br_nf_invalid"),
+    ("IPv6", ipv6_frame(A, B, "2001:db8::1", "2001:db8::2", 17, udp6("2001:db8::1", "2001:db8::2", 1, 9, b"6")),
+     FWD, "forwarded"),
+    # what IPv6 defrag would hold at PREROUTING if anything turned it on: a
+    # fragment, or headers a fragment header may follow
+    ("IPv6 fragment", ipv6_frame(A, B, "2001:db8::1", "2001:db8::2", 44,
+                                 struct.pack("!BBHI", 17, 0, 1, 7) + bytes(16)), PASS, "br_nf_fragment"),
+    ("IPv6 destination options", ipv6_frame(A, B, "2001:db8::1", "2001:db8::2", 60,
+                                            bytes([17, 0, 1, 4, 0, 0, 0, 0]) + bytes(16)), PASS, "br_nf_fragment"),
     ("not IP", ethernet(B, A, 0x88B5, bytes(46)), FWD, "forwarded"),
     ("source behind another port", _udp(D, C), PASS, "br_source_moved"),      # last: D is forgotten
 ]
