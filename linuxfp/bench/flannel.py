@@ -32,7 +32,9 @@ import os
 import random
 import statistics
 import subprocess
+import threading
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 from .latency import (PAYLOAD, TABLE_HEADERS, avg_p99_text, client_round_trips, in_turn, summarize_runs,
@@ -110,7 +112,9 @@ def run(options: Options, look=None) -> dict:
                                  f"{streams} stream(s): {result['gbit_s']:.2f} Gbit/s, "
                                  f"{forwarded} packets forwarded by the kernels")
                 for placement in PLACEMENTS:
-                    result = _udp_flood(lab.namespace(client.name), servers[placement].ip, udp_seconds, udp_omit)
+                    server = servers[placement]
+                    result = _udp_flood(lab.namespace(client.name), SimpleNamespace(
+                        ip=server.ip, namespace=lab.namespace(server.name)), udp_seconds, udp_omit)
                     udp_raw.append({"repetition": index, "system": name, "placement": placement, **result})
                     progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, 64 B UDP: "
                              f"{result['pps'] / 1e3:.0f} kpps received, "
@@ -165,7 +169,7 @@ def run(options: Options, look=None) -> dict:
             runs = [r for r in udp_raw if r["system"] == name and r["placement"] == placement]
             if runs:
                 entry[name] = {key: round(statistics.median(r[key] for r in runs), 1)
-                               for key in ("pps", "per_cpu_second", "cpu_seconds", "lost_percent")}
+                               for key in ("pps", "per_cpu_second", "cpu_seconds", "sent_pps")}
                 entry[name]["repetitions"] = len(runs)
         udp[placement] = entry
         if {"linux", "linuxfp"} <= set(entry) and entry["linux"]["per_cpu_second"]:
@@ -189,9 +193,10 @@ def run(options: Options, look=None) -> dict:
                         "the nodes' kernels forwarded during the run (a GSO packet counts once)",
             "streams": list(streams_list),
             "udp64": f"iperf3 -c SERVER -u -b 0 -l {UDP_PAYLOAD} -t {udp_seconds} -O {udp_omit} from the client pod; "
-                     "pps: datagrams the server received per measured second; per_cpu_second: those per "
-                     "second of busy CPU time of the whole machine (/proc/stat, every CPU, over the measured "
-                     "seconds); medians over repetitions",
+                     "pps: datagrams the server pod's sockets received (UDP InDatagrams) per second of the "
+                     "measured window; per_cpu_second: those per second of the machine's busy CPU time "
+                     "(/proc/stat user+nice+system+irq+softirq, every CPU) over the same window; sent_pps: "
+                     "iperf3's own count; medians over repetitions",
             "warmup_ms": warmup_ms,
             "duration_ms": duration_ms,
             "repetitions": repetitions,
@@ -220,6 +225,8 @@ def _start_iperf_server(pod) -> subprocess.Popen:
     if proc.stdout is None or "Server listening" not in proc.stdout.readline() + proc.stdout.readline():
         proc.kill()
         raise RuntimeError(f"iperf3's server in {pod.name} did not start")
+    # read what it prints after each test, or a full pipe would stop it mid-test
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
     return proc
 
 
@@ -239,38 +246,48 @@ def _tcp_bulk(pod, address: str, streams: int, seconds: int) -> dict:
             "retransmits": end["sum_sent"].get("retransmits", 0)}
 
 
-def _udp_flood(pod, address: str, seconds: int, omit: int) -> dict:
-    """iperf3 -u at full speed with 64-byte frames from `pod` to `address`:
-    what the server received per second over the measured seconds, and per
-    second of the machine's busy CPU time over them."""
-    argv = ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-u", "-b", "0", "-l", str(UDP_PAYLOAD),
+def _udp_flood(pod, server, seconds: int, omit: int) -> dict:
+    """iperf3 -u at full speed with 64-byte frames from `pod` to the
+    `server` pod: what the server's sockets received per second over the
+    measured seconds, and per second of the machine's busy CPU time over the
+    same window. Both counted on the receiving side (UDP InDatagrams in the
+    server's namespace) at the same moments as the CPU time: Debian's iperf3
+    (3.12) reports a loss that includes the omitted seconds."""
+    from linuxfp.lab.counters import snmp
+
+    argv = ["iperf3", "-c", server.ip, "-p", str(IPERF_PORT), "-u", "-b", "0", "-l", str(UDP_PAYLOAD),
             "-t", str(seconds), "-O", str(omit), "-J"]
     proc = subprocess.Popen(pod.exec_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(omit)            # (the omitted seconds are not measured)
-    busy_before = _busy_cpu_seconds()
+    start = (time.monotonic(), _busy_cpu_seconds(), snmp(server.namespace)["Udp"]["InDatagrams"])
+    time.sleep(seconds)
+    end = (time.monotonic(), _busy_cpu_seconds(), snmp(server.namespace)["Udp"]["InDatagrams"])
     try:
-        out, err = proc.communicate(timeout=seconds + omit + 30)
+        out, err = proc.communicate(timeout=omit + 30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise RuntimeError(f"iperf3 -u to {address} did not finish") from None
-    busy = _busy_cpu_seconds() - busy_before
+        proc.wait()
+        raise RuntimeError(f"iperf3 -u to {server.ip} did not finish") from None
     try:
         report = json.loads(out)
     except json.JSONDecodeError:
         report = {"error": err.strip() or out.strip()[:200]}
     if proc.returncode != 0 or "error" in report:
-        raise RuntimeError(f"iperf3 -u to {address} failed: {report.get('error', proc.returncode)}")
-    total = report["end"]["sum"]
-    received = total["packets"] - total["lost_packets"]
-    return {"pps": received / total["seconds"], "per_cpu_second": received / busy if busy else 0.0,
-            "cpu_seconds": busy, "lost_percent": total["lost_percent"]}
+        raise RuntimeError(f"iperf3 -u to {server.ip} failed: {report.get('error', proc.returncode)}")
+    wall, busy, received = (b - a for a, b in zip(start, end))
+    if wall <= 0 or busy <= 0:
+        raise RuntimeError("64 B UDP: no time measured")
+    return {"pps": received / wall, "per_cpu_second": received / busy, "cpu_seconds": busy,
+            "sent_pps": report["end"]["sum"]["packets"] / max(report["end"]["sum"]["seconds"], 1e-9),
+            "iperf3": report.get("start", {}).get("version", "")}
 
 
 def _busy_cpu_seconds() -> float:
-    """Every CPU's time not idle (nor waiting for I/O) since boot."""
+    """Every CPU's time running anything (user, nice, system, irq, softirq:
+    not idle, I/O wait, nor the time the hypervisor stole) since boot."""
     with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _start_echo(pod, tool: Path) -> subprocess.Popen:
@@ -339,11 +356,11 @@ def markdown(result: dict) -> str:
             lines.append("\nTCP bulk, LinuxFP vs Linux: " + ", ".join(
                 f"{key} {value:+.0%}" for key, value in result["tcp_bulk_gains"].items()) + "\n")
     udp_rows = [[placement, name, f"{e['pps'] / 1e3:.0f}", f"{e['per_cpu_second'] / 1e3:.0f}",
-                 f"{e['cpu_seconds']:.2f}", f"{e['lost_percent']:.1f}"]
+                 f"{e['cpu_seconds']:.2f}", f"{e['sent_pps'] / 1e3:.0f}"]
                 for placement, entry in result.get("udp64", {}).items() for name, e in entry.items()]
     if udp_rows:
         lines += ["\n64 B UDP (iperf3 -u at full speed), pod to pod:\n\n",
-                  table(["placement", "system", "kpps received", "k per CPU-second", "busy CPU-s", "lost %"],
+                  table(["placement", "system", "kpps received", "k per CPU-second", "busy CPU-s", "kpps sent"],
                         udp_rows)]
         if result.get("udp64_gains"):
             lines.append("\n64 B UDP per CPU-second, LinuxFP vs Linux: " + ", ".join(
