@@ -172,20 +172,25 @@ static __always_inline int lfp_br_ipv6_unchanged(struct lfp_pkt *pkt)
 	return payload && pkt->len == sizeof(struct ethhdr) + 40 + payload;
 }
 
-/* An IPv6 fragment, or headers before which one may follow (routing,
- * authentication, destination options: what the defrag hook walks to find
- * it; hop-by-hop never gets here): reassembled at PREROUTING whenever
- * anything turned IPv6 defrag on — ip6tables rules keep such namespaces on
- * the kernel path, but not a hook no table shows (a conntrack boot option,
- * Open vSwitch): the kernel's, whatever the rules, as for IPv4. */
+#define LFP_BR_NEXTHDR_ROUTING  43
+#define LFP_BR_NEXTHDR_FRAGMENT 44
+#define LFP_BR_NEXTHDR_AUTH     51
+#define LFP_BR_NEXTHDR_DEST     60
+
+/* An IPv6 fragment, or headers a fragment header may follow (what the
+ * defrag hook walks to find it: find_prev_fhdr(); hop-by-hop never gets
+ * here): reassembled at PREROUTING whenever anything turned IPv6 defrag on.
+ * ip6tables rules that do keep the namespace on the kernel path; a hook no
+ * table shows (Open vSwitch's conntrack) would not: the kernel's, whatever
+ * the rules, as for IPv4. */
 static __always_inline int lfp_br_ipv6_fragment(struct lfp_pkt *pkt)
 {
 	__u8 *ip6 = pkt->data + sizeof(struct ethhdr);
 
 	if ((void *)(ip6 + 40) > pkt->data_end)
 		return 1;
-	return ip6[6] == 44 /* NEXTHDR_FRAGMENT */ || ip6[6] == 43 /* ROUTING */ ||
-	       ip6[6] == 51 /* AUTH */ || ip6[6] == 60 /* DEST */;
+	return ip6[6] == LFP_BR_NEXTHDR_FRAGMENT || ip6[6] == LFP_BR_NEXTHDR_ROUTING ||
+	       ip6[6] == LFP_BR_NEXTHDR_AUTH || ip6[6] == LFP_BR_NEXTHDR_DEST;
 }
 
 /* Whether something would run on the bridge's own receive path that the

@@ -12,7 +12,9 @@ import pytest
 from pipeline_loader import LoadedPipeline
 
 from linuxfp.graph.interfaces import pack_iface, unpack_iface
-from linuxfp.lab.frames import ethernet, ipv4, ipv6_frame, padded, udp, udp6, udp_frame, with_bad_ip_checksum
+from linuxfp.lab.frames import (NEXTHDR_DEST, NEXTHDR_FRAGMENT, NEXTHDR_NONE, NEXTHDR_ROUTING, ethernet, ipv4,
+                                ipv6_extension, ipv6_fragment_header, ipv6_frame, padded, udp, udp6, udp_frame,
+                                with_bad_ip_checksum)
 from linuxfp.lab.netns import Lab
 
 pytestmark = pytest.mark.netns
@@ -48,6 +50,10 @@ def _udp(src, dst, size=None, sport=40000):
     return udp_frame(src, dst, "198.18.10.1", "198.18.10.2", sport=sport, size=size)
 
 
+def _ipv6(next_header: int, payload: bytes) -> bytes:
+    return ipv6_frame(A, B, "2001:db8::1", "2001:db8::2", next_header, payload)
+
+
 # (name, frame, outcome, counter); the ingress is pa, once every entry has
 # been used once and settled
 CASES = [
@@ -74,10 +80,15 @@ CASES = [
      FWD, "forwarded"),
     # what IPv6 defrag would hold at PREROUTING if anything turned it on: a
     # fragment, or headers a fragment header may follow
-    ("IPv6 fragment", ipv6_frame(A, B, "2001:db8::1", "2001:db8::2", 44,
-                                 struct.pack("!BBHI", 17, 0, 1, 7) + bytes(16)), PASS, "br_nf_fragment"),
-    ("IPv6 destination options", ipv6_frame(A, B, "2001:db8::1", "2001:db8::2", 60,
-                                            bytes([17, 0, 1, 4, 0, 0, 0, 0]) + bytes(16)), PASS, "br_nf_fragment"),
+    ("IPv6 fragment", _ipv6(NEXTHDR_FRAGMENT, ipv6_fragment_header(17, more=True, ident=7) + bytes(16)),
+     PASS, "br_nf_fragment"),
+    ("IPv6 destination options", _ipv6(NEXTHDR_DEST, ipv6_extension(17) + bytes(16)), PASS, "br_nf_fragment"),
+    ("IPv6 routing header", _ipv6(NEXTHDR_ROUTING, ipv6_extension(17, bytes([0, 0])) + bytes(16)),
+     PASS, "br_nf_fragment"),
+    ("IPv6 authentication header", _ipv6(51, bytes([17, 1]) + bytes(10) + bytes(16)), PASS, "br_nf_fragment"),
+    # the defrag hook stops looking at these: no fragment can follow
+    ("IPv6 ESP", _ipv6(50, bytes(24)), FWD, "forwarded"),
+    ("IPv6 no next header", _ipv6(NEXTHDR_NONE, bytes(8)), FWD, "forwarded"),
     ("not IP", ethernet(B, A, 0x88B5, bytes(46)), FWD, "forwarded"),
     ("source behind another port", _udp(D, C), PASS, "br_source_moved"),      # last: D is forgotten
 ]

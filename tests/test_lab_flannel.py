@@ -361,8 +361,11 @@ def test_vxlan_options_flannel_can_set_stay_exact_in_the_fast_path(require_root:
                 accelerated, _ = inter_node._run()
                 after = reasons(linuxfp_stats(inter_node.nodes[1].name))
         for label, frames in marked.items():
+            assert len(frames) == _InterNode.COUNT + 2, (label, len(frames))
             assert accelerated[label] == frames, label
-        assert marked != linux      # (the policy ID is in the outer VXLAN header)
+        # the requests reached node 2 with the G flag and policy ID 0x10 in their VXLAN header
+        # (Ethernet 14 + IPv4 20 + UDP 8: the flags at 42, the ID at 44)
+        assert all(f[42] & 0x80 and f[44:46] == b"\x00\x10" for f in marked["node2:eth0"])
         assert after.get("marked", 0) - before.get("marked", 0) >= 0.9 * _InterNode.COUNT, after
 
 
@@ -444,8 +447,10 @@ class _InterNode:
         assert all(f.get("forwarded", 0) >= 0.9 * count and f.get("into_peer", 0) >= 0.9 * count for f in fast), \
             (when, fast)
         # the long ones (1 200 bytes, each node's into flannel.1) were the
-        # kernel's: Linux would have lowered a path MTU with them
-        assert all(p.get("tx_too_long", 0) >= count // 25 for p in passed), (when, passed)
+        # kernel's: Linux would have lowered a path MTU with them (one or
+        # two may go to the kernel before, as the bridge's entries settle
+        # or refresh: with learning on, flannel.1's own FDB moves too)
+        assert all(p.get("tx_too_long", 0) >= count // 25 - 2 for p in passed), (when, passed)
 
 
 def test_a_pod_added_under_a_controller_is_attached_alone_and_leaves_nothing_when_deleted(flannel: FlannelLab) -> None:

@@ -340,15 +340,18 @@ def test_refresh_polled_sees_bpf_link_xdp_attach(netns, tmp_path):
 def test_a_netfilter_refresh_sees_br_netfilter_come_or_go(netns, monkeypatch):
     """A physdev match loads br_netfilter (on Debian a module; here built
     in), which no event announces: the re-read after an nf_tables commit
-    reads the sysctls too when the module's directory came or went (here
-    made to look gone)."""
+    reads the sysctls too when the module came (here: a snapshot read while
+    it looked absent) or went."""
     from linuxfp.state import read as state_read
     from linuxfp.state import sysctl as state_sysctl
 
-    snap = read_snapshot()
-    assert snap.sysctls.br_netfilter
-    assert state_read.refresh_netfilter(snap) is snap
-    monkeypatch.setattr(state_read, "BR_NETFILTER_DIR", "/nonexistent/net/bridge")
-    monkeypatch.setattr(state_sysctl, "BR_NETFILTER_DIR", "/nonexistent/net/bridge")
-    fresh = state_read.refresh_netfilter(snap)
-    assert not fresh.sysctls.br_netfilter and fresh.netfilter is snap.netfilter
+    with monkeypatch.context() as absent:
+        absent.setattr(state_sysctl, "br_netfilter_loaded", lambda: False)
+        before = read_snapshot()
+        assert not before.sysctls.br_netfilter
+        assert state_read.refresh_netfilter(before) is before
+    came = state_read.refresh_netfilter(before)
+    assert came.sysctls.br_netfilter and came.netfilter is before.netfilter
+    assert state_read.refresh_netfilter(came) is came
+    monkeypatch.setattr(state_sysctl, "br_netfilter_loaded", lambda: False)
+    assert not state_read.refresh_netfilter(came).sysctls.br_netfilter

@@ -13,14 +13,15 @@ reach the world.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, fields
 
 from .frames import (
+    NEXTHDR_FRAGMENT,
     arp_frame,
     ethernet,
     icmp_echo_frame,
     ipv4,
+    ipv6_fragment_header,
     ipv6_frame,
     ipv6_udp_frame,
     padded,
@@ -184,9 +185,9 @@ def bridge_frames(topology: Bridged, step: int = 0) -> list[bytes]:
     out.append(arp_frame(a, ip_a, ip_b, op=2, dst_mac=b, target_mac=b))     # unicast ARP reply
     out.append(ipv6_udp_frame(a, b, "2001:db8::1", "2001:db8::2"))
     # an IPv6 fragment (the first of two): the kernel's, whatever the rules
-    out.append(ipv6_frame(a, b, "2001:db8::1", "2001:db8::2", 44,
-                          struct.pack("!BBHI", 17, 0, 1, 0x1234) + udp6("2001:db8::1", "2001:db8::2", 40200, 9,
-                                                                         bytes(24))[:16]))
+    out.append(ipv6_frame(a, b, "2001:db8::1", "2001:db8::2", NEXTHDR_FRAGMENT,
+                          ipv6_fragment_header(17, more=True, ident=0x1234)
+                          + udp6("2001:db8::1", "2001:db8::2", 40200, 9, bytes(24))[:16]))
     out.append(ethernet(b, a, 0x88B5, b"local experimental ethertype".ljust(46, b"\0")))
     # group destinations: flooded by the kernel
     out.append(udp_frame(a, "ff:ff:ff:ff:ff:ff", ip_a, "198.18.10.255", dport=9))

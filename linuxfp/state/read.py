@@ -31,7 +31,8 @@ from .model import (
 )
 from .netfilter import read_netfilter
 from .xfrm import read_xfrm
-from .sysctl import BR_NETFILTER_DIR, read_sysctls
+from . import sysctl as sysctl_state
+from .sysctl import read_sysctls
 from .tcx import others_attached
 
 
@@ -227,7 +228,7 @@ def refresh_netfilter(snapshot: Snapshot) -> Snapshot:
     announces, and bridged frames then meet those rules at once."""
     netfilter = read_netfilter(fresh_sets=False)
     sysctls = snapshot.sysctls
-    if os.path.isdir(BR_NETFILTER_DIR) != sysctls.br_netfilter:
+    if sysctl_state.br_netfilter_loaded() != sysctls.br_netfilter:
         sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
     if netfilter == snapshot.netfilter:
         netfilter = snapshot.netfilter

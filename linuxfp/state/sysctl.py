@@ -119,4 +119,10 @@ def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
                    bridge_nf_call_iptables=bool(namespace["bridge_nf_call_iptables"]),
                    bridge_nf_call_ip6tables=bool(namespace["bridge_nf_call_ip6tables"]),
                    bridge_nf_call_arptables=bool(namespace["bridge_nf_call_arptables"]),
-                   br_netfilter=os.path.isdir(BR_NETFILTER_DIR))
+                   br_netfilter=br_netfilter_loaded())
+
+
+def br_netfilter_loaded() -> bool:
+    """Whether br_netfilter is there (built in, or its module loaded): its
+    sysctl directory exists."""
+    return os.path.isdir(BR_NETFILTER_DIR)
