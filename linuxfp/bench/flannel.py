@@ -345,24 +345,29 @@ def markdown(result: dict) -> str:
         lines.append("\nAverage round trip, LinuxFP vs Linux: " + ", ".join(
             f"{key} {abs(value):.0%} {'shorter' if value >= 0 else 'longer'}"
             for key, value in result["reductions"].items()) + "\n")
-    bulk_rows = [[placement, streams, name, f"{e['gbit_s']:.2f}", str(e["kernel_forwarded"]), str(e["retransmits"])]
-                 for placement, by_streams in result.get("tcp_bulk", {}).items()
-                 for streams, entry in by_streams.items() for name, e in entry.items()]
-    if bulk_rows:
-        lines += ["\nTCP bulk (iperf3), pod to pod:\n\n",
-                  table(["placement", "streams", "system", "Gbit/s", "kernel-forwarded packets", "retransmits"],
-                        bulk_rows)]
-        if result.get("tcp_bulk_gains"):
-            lines.append("\nTCP bulk, LinuxFP vs Linux: " + ", ".join(
-                f"{key} {value:+.0%}" for key, value in result["tcp_bulk_gains"].items()) + "\n")
-    udp_rows = [[placement, name, f"{e['pps'] / 1e3:.0f}", f"{e['per_cpu_second'] / 1e3:.0f}",
-                 f"{e['cpu_seconds']:.2f}", f"{e['sent_pps'] / 1e3:.0f}"]
-                for placement, entry in result.get("udp64", {}).items() for name, e in entry.items()]
-    if udp_rows:
-        lines += ["\n64 B UDP (iperf3 -u at full speed), pod to pod:\n\n",
-                  table(["placement", "system", "kpps received", "k per CPU-second", "busy CPU-s", "kpps sent"],
-                        udp_rows)]
-        if result.get("udp64_gains"):
-            lines.append("\n64 B UDP per CPU-second, LinuxFP vs Linux: " + ", ".join(
-                f"{key} {value:+.0%}" for key, value in result["udp64_gains"].items()) + "\n")
+    lines += _section(
+        "TCP bulk (iperf3), pod to pod", "TCP bulk",
+        ["placement", "streams", "system", "Gbit/s", "kernel-forwarded packets", "retransmits"],
+        [[placement, streams, name, f"{e['gbit_s']:.2f}", str(e["kernel_forwarded"]), str(e["retransmits"])]
+         for placement, by_streams in result.get("tcp_bulk", {}).items()
+         for streams, entry in by_streams.items() for name, e in entry.items()],
+        result.get("tcp_bulk_gains"))
+    lines += _section(
+        "64 B UDP (iperf3 -u at full speed), pod to pod", "64 B UDP per CPU-second",
+        ["placement", "system", "kpps received", "k per CPU-second", "busy CPU-s", "kpps sent"],
+        [[placement, name, f"{e['pps'] / 1e3:.0f}", f"{e['per_cpu_second'] / 1e3:.0f}", f"{e['cpu_seconds']:.2f}",
+          f"{e['sent_pps'] / 1e3:.0f}"]
+         for placement, entry in result.get("udp64", {}).items() for name, e in entry.items()],
+        result.get("udp64_gains"))
     return "".join(lines)
+
+
+def _section(title: str, measure: str, headers: list[str], rows: list[list[str]], gains: dict | None) -> list[str]:
+    """A table of runs under `title`, then LinuxFP's gain over Linux per row group."""
+    if not rows:
+        return []
+    out = [f"\n{title}:\n\n", table(headers, rows)]
+    if gains:
+        out.append(f"\n{measure}, LinuxFP vs Linux: "
+                   + ", ".join(f"{key} {value:+.0%}" for key, value in gains.items()) + "\n")
+    return out
