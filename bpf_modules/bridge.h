@@ -84,9 +84,6 @@
  * clock at HZ=250. */
 #define LFP_BR_SETTLE_NS (8ull * 1000 * 1000)
 
-#ifndef ETH_P_IPV6
-#define ETH_P_IPV6 0x86DD
-#endif
 #ifndef ETH_P_ARP
 #define ETH_P_ARP 0x0806
 #endif

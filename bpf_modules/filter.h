@@ -17,6 +17,10 @@
  * old or new, never a mixture (it checks the generation is still current
  * once it has read everything). A field class or verdict it needs and does
  * not find means the tables are being rewritten: the kernel decides.
+ * iptables' rules and ip6tables' make a classifier each, side by side in
+ * the same tables (a generation names its family; the addresses have a
+ * table per family): lfp_flt_cfg holds the current one per family, or
+ * LFP_FLT_OPEN when that family's FORWARD chains let everything through.
  * The node evaluates FORWARD for routed packets; bridge_filter.h asks the
  * same classifier (lfp_flt_forward) about bridged frames br_netfilter shows
  * iptables.
@@ -64,12 +68,20 @@
  * established, un-NATed connection are classified (conntrack.h). */
 #define LFP_FLT_CT  (1u << 6)
 
-/* Longest-prefix match of one field. value: an address as on the wire, or
- * {protocol, port in network order} / {1, 0, ICMP type or code}, padded. */
+/* Longest-prefix match of one field. value: an IPv4 address as on the
+ * wire, or {protocol, port in network order} / {1 or 58, 0, ICMP type or
+ * code}, padded. */
 struct lfp_flt_lpm_key {
 	__u32 prefixlen;        /* 32 (the generation) + the prefix's length */
 	__u32 gen;
 	__u8 value[4];
+};
+
+/* ... of an IPv6 address. */
+struct lfp_flt_lpm6_key {
+	__u32 prefixlen;        /* 32 (the generation) + the prefix's length */
+	__u32 gen;
+	__u8 value[16];
 };
 
 struct lfp_flt_if_key {
@@ -105,6 +117,18 @@ LFP_FLT_LPM_MAP(lfp_flt_dst);
 LFP_FLT_LPM_MAP(lfp_flt_l4s);
 LFP_FLT_LPM_MAP(lfp_flt_l4d);
 
+#define LFP_FLT_LPM6_MAP(name)                                    \
+	struct {                                                  \
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);              \
+		__uint(max_entries, 262144);                      \
+		__uint(map_flags, BPF_F_NO_PREALLOC);             \
+		__type(key, struct lfp_flt_lpm6_key);             \
+		__type(value, __u32);                             \
+	} name SEC(".maps")
+
+LFP_FLT_LPM6_MAP(lfp_flt_src6);
+LFP_FLT_LPM6_MAP(lfp_flt_dst6);
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
@@ -121,16 +145,19 @@ struct {
 	__type(value, __u32);
 } lfp_flt_comb SEC(".maps");
 
-/* The current classifier: its generation, whose low bits are the fields it
- * looks up (LFP_FLT_*), so one load reads both. 0: none. */
+/* The current classifier of a family (index 0: IPv4, 1: IPv6): its
+ * generation, whose low bits are the fields it looks up (LFP_FLT_*), so one
+ * load reads both. 0: none yet; LFP_FLT_OPEN: the family's FORWARD chains
+ * let every packet through (no generation is below 0x100). */
 struct lfp_flt_cfg {
 	__u32 gen;
 };
 #define LFP_FLT_USED_MASK 0x7fu
+#define LFP_FLT_OPEN 1u
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct lfp_flt_cfg);
 } lfp_flt_cfg SEC(".maps");
@@ -138,6 +165,19 @@ struct {
 static __always_inline int lfp_flt_lpm(void *map, __u32 gen, const __u8 *value, __u32 *cls)
 {
 	struct lfp_flt_lpm_key key = { .prefixlen = 64, .gen = gen };
+	__u32 *hit;
+
+	__builtin_memcpy(key.value, value, sizeof(key.value));
+	hit = bpf_map_lookup_elem(map, &key);
+	if (!hit)
+		return 0;
+	*cls = *hit;
+	return 1;
+}
+
+static __always_inline int lfp_flt_lpm6(void *map, __u32 gen, const __be32 *value, __u32 *cls)
+{
+	struct lfp_flt_lpm6_key key = { .prefixlen = 32 + 128, .gen = gen };
 	__u32 *hit;
 
 	__builtin_memcpy(key.value, value, sizeof(key.value));
@@ -164,31 +204,43 @@ static __always_inline __u32 lfp_flt_join(__u32 gen, __u32 node, int left_used, 
 	return hit ? *hit : 0;
 }
 
-/* Protocol and the transport fields iptables' tcp/udp/icmp matches read;
- * 0 when the transport header is not all there (their match would drop
- * the packet: the kernel decides). */
-static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, __u8 *l4s, __u8 *l4d)
+/* Protocol and the transport fields iptables' tcp/udp/icmp matches (and
+ * ip6tables' tcp/udp/icmp6) read; 0 when the transport header is not all
+ * there (their match would drop the packet: the kernel decides). */
+static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4s, __u8 *l4d)
 {
-	struct iphdr *ip = lfp_ipv4(pkt);
-	__u32 need = sizeof(struct ethhdr) + sizeof(struct iphdr);
-	__u8 proto;
+	__u32 l3_len = family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	__u32 need = sizeof(struct ethhdr) + l3_len;
+	__u8 proto, icmp = family6 ? LFP_NEXTHDR_ICMPV6 : IPPROTO_ICMP;
 	void *l4;
 
-	if (!ip)
-		return 0;
-	proto = ip->protocol;
+	/* The router let only 20-byte IPv4 headers and IPv6 headers without
+	 * extension headers through: the protocol is the one iptables' and
+	 * ip6tables' -p see. */
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
+
+		if (!ip6)
+			return 0;
+		proto = ip6->nexthdr;
+	} else {
+		struct iphdr *ip = lfp_ipv4(pkt);
+
+		if (!ip)
+			return 0;
+		proto = ip->protocol;
+	}
 	l4s[0] = proto;
 	l4d[0] = proto;
 	if (proto == IPPROTO_TCP)
 		need += sizeof(struct tcphdr);
-	else if (proto == IPPROTO_UDP || proto == IPPROTO_ICMP)
+	else if (proto == IPPROTO_UDP || proto == icmp)
 		need += 8;
 	else
 		return 1;
 	if (!lfp_linear(pkt, need))
 		return 0;
-	/* The router let only 20-byte IPv4 headers through. */
-	l4 = pkt->data + sizeof(struct ethhdr) + sizeof(struct iphdr);
+	l4 = pkt->data + sizeof(struct ethhdr) + l3_len;
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = l4;
 
@@ -215,16 +267,28 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, __u8 *l4s, __u8 *l4d)
 }
 
 /* The fields every rule can see, under one generation: the key of a
- * verdict. Fields the classifier does not use stay 0. */
+ * verdict. Fields the classifier does not use stay 0, and so do the words
+ * an IPv4 flow leaves of the IPv6 addresses. */
 struct lfp_flt_flow {
 	__u32 gen;
-	__be32 saddr;
-	__be32 daddr;
 	__u8 l4s[4];
 	__u8 l4d[4];
 	__u32 iif;
 	__u32 oif;
+	union {
+		struct {
+			__be32 saddr;
+			__be32 daddr;
+		} v4;
+		struct {
+			__be32 saddr[4];
+			__be32 daddr[4];
+		} v6;
+	};
 };
+/* Its words an IPv4 flow uses (the rest are 0); the generation tells the
+ * families apart, so comparing these is comparing the whole key. */
+#define LFP_FLT_WORDS4 7
 
 /* The verdict of a flow's classification, remembered per CPU in a
  * direct-mapped cache (a slot per hash of the flow; a collision replaces
@@ -292,28 +356,42 @@ struct {
 	__type(value, struct lfp_flt_cached);
 } lfp_flt_cache SEC(".maps");
 
-static __always_inline __u32 lfp_flt_slot(const struct lfp_flt_flow *flow)
+/* A hash of the flow's first LFP_FLT_WORDS4 words, an IPv6 flow's
+ * addresses folded into them (an IPv4 flow costs what it did before IPv6). */
+static __always_inline __u32 lfp_flt_slot(const struct lfp_flt_flow *flow, int family6)
 {
 	const __u32 *word = (const __u32 *)flow;
-	__u32 h = 0x9e3779b9;
+	__u32 h = 0x9e3779b9, folded[LFP_FLT_WORDS4];
 
 #pragma unroll
-	for (int i = 0; i < (int)(sizeof(*flow) / 4); i++) {
-		h ^= word[i];
+	for (int i = 0; i < LFP_FLT_WORDS4; i++)
+		folded[i] = word[i];
+	if (family6) {
+		folded[5] = flow->v6.saddr[0] ^ flow->v6.saddr[1] ^ flow->v6.saddr[2] ^ flow->v6.saddr[3];
+		folded[6] = flow->v6.daddr[0] ^ flow->v6.daddr[1] ^ flow->v6.daddr[2] ^ flow->v6.daddr[3];
+	}
+#pragma unroll
+	for (int i = 0; i < LFP_FLT_WORDS4; i++) {
+		h ^= folded[i];
 		h *= 0x85ebca6b;
 		h ^= h >> 15;
 	}
 	return h & (LFP_FLT_CACHE_SLOTS - 1);
 }
 
-static __always_inline int lfp_flt_same(const struct lfp_flt_flow *a, const struct lfp_flt_flow *b)
+static __always_inline int lfp_flt_same(const struct lfp_flt_flow *a, const struct lfp_flt_flow *b, int family6)
 {
 	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
 	__u32 diff = 0;
 
 #pragma unroll
-	for (int i = 0; i < (int)(sizeof(*a) / 4); i++)
+	for (int i = 0; i < LFP_FLT_WORDS4; i++)
 		diff |= x[i] ^ y[i];
+	if (family6) {
+#pragma unroll
+		for (int i = LFP_FLT_WORDS4; i < (int)(sizeof(*a) / 4); i++)
+			diff |= x[i] ^ y[i];
+	}
 	return diff == 0;
 }
 
@@ -321,7 +399,7 @@ static __always_inline int lfp_flt_same(const struct lfp_flt_flow *a, const stru
 
 /* The classifier: the verdict word for `flow`, or LFP_FLT_UNSURE when an
  * entry it needs is missing or the generation changed meanwhile. */
-static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u32 used,
+static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u32 used, int family6,
 					       const struct lfp_flt_flow *flow, __u32 *cls)
 {
 	__u32 gen = flow->gen;
@@ -329,10 +407,17 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 	__u32 addrs, ports, ifs, headers, last, *rule;
 	struct lfp_flt_pair_key verdict_key = {};
 
-	if ((used & LFP_FLT_SRC) && !lfp_flt_lpm(&lfp_flt_src, gen, (const __u8 *)&flow->saddr, &src))
-		return LFP_FLT_UNSURE;
-	if ((used & LFP_FLT_DST) && !lfp_flt_lpm(&lfp_flt_dst, gen, (const __u8 *)&flow->daddr, &dst))
-		return LFP_FLT_UNSURE;
+	if (family6) {
+		if ((used & LFP_FLT_SRC) && !lfp_flt_lpm6(&lfp_flt_src6, gen, flow->v6.saddr, &src))
+			return LFP_FLT_UNSURE;
+		if ((used & LFP_FLT_DST) && !lfp_flt_lpm6(&lfp_flt_dst6, gen, flow->v6.daddr, &dst))
+			return LFP_FLT_UNSURE;
+	} else {
+		if ((used & LFP_FLT_SRC) && !lfp_flt_lpm(&lfp_flt_src, gen, (const __u8 *)&flow->v4.saddr, &src))
+			return LFP_FLT_UNSURE;
+		if ((used & LFP_FLT_DST) && !lfp_flt_lpm(&lfp_flt_dst, gen, (const __u8 *)&flow->v4.daddr, &dst))
+			return LFP_FLT_UNSURE;
+	}
 	if ((used & LFP_FLT_L4S) && !lfp_flt_lpm(&lfp_flt_l4s, gen, flow->l4s, &sport))
 		return LFP_FLT_UNSURE;
 	if ((used & LFP_FLT_L4D) && !lfp_flt_lpm(&lfp_flt_l4d, gen, flow->l4d, &dport))
@@ -372,22 +457,26 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 	return *rule;
 }
 
-/* iptables' FORWARD verdict for the packet, seen coming in on `iif` and
- * leaving through `oif` (-i / -o): next, drop, or the kernel. */
+/* iptables' (an IPv6 packet: ip6tables') FORWARD verdict for the packet,
+ * seen coming in on `iif` and leaving through `oif` (-i / -o): next, drop,
+ * or the kernel. */
 static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 iif, __u32 oif)
 {
 	struct lfp_flt_flow flow = {};
 	struct lfp_flt_cached *cached;
 	struct lfp_flt_cfg *cfg;
-	__u32 zero = 0, slot, verdict, used, cls = 0;
-	struct iphdr *ip;
+	__u32 slot, verdict, used, cls = 0;
+	__u32 family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
+	__u16 l3_len;
 
-	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
+	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &family6);
 	if (!cfg)
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
 	flow.gen = *(volatile const __u32 *)&cfg->gen;
 	if (!flow.gen)
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
+	if (flow.gen == LFP_FLT_OPEN)
+		return LFP_NEXT;
 	used = flow.gen & LFP_FLT_USED_MASK;
 	if (used & LFP_FLT_CT) {
 		/* Conntrack runs at PREROUTING, before the FORWARD verdict: the
@@ -409,24 +498,38 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 			return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
 		}
 	}
-	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, flow.l4s, flow.l4d))
+	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, family6, flow.l4s, flow.l4d))
 		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
-	ip = lfp_ipv4(pkt);
-	if (!ip)
-		return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
-	flow.saddr = ip->saddr;
-	flow.daddr = ip->daddr;
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
+
+		if (!ip6)
+			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+		__builtin_memcpy(flow.v6.saddr, &ip6->saddr, sizeof(flow.v6.saddr));
+		__builtin_memcpy(flow.v6.daddr, &ip6->daddr, sizeof(flow.v6.daddr));
+		/* (0 in a jumbogram; the router passes those) */
+		l3_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	} else {
+		struct iphdr *ip = lfp_ipv4(pkt);
+
+		if (!ip)
+			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
+		flow.v4.saddr = ip->saddr;
+		flow.v4.daddr = ip->daddr;
+		/* (0 in a GRO packet beyond 64 KiB, IPv4 BIG TCP: its length is the skb's) */
+		l3_len = ip->tot_len ? bpf_ntohs(ip->tot_len) : pkt->len - sizeof(struct ethhdr);
+	}
 	flow.iif = iif;
 	flow.oif = oif;
 
-	slot = lfp_flt_slot(&flow);
+	slot = lfp_flt_slot(&flow, family6);
 	cached = bpf_map_lookup_elem(&lfp_flt_cache, &slot);
 	if (!cached)
 		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);     /* cannot happen: slot < LFP_FLT_CACHE_SLOTS */
-	if (lfp_flt_same(&cached->flow, &flow)) {
+	if (lfp_flt_same(&cached->flow, &flow, family6)) {
 		verdict = cached->verdict;
 	} else {
-		verdict = lfp_flt_classify(cfg, used, &flow, &cls);
+		verdict = lfp_flt_classify(cfg, used, family6, &flow, &cls);
 		if (verdict == LFP_FLT_UNSURE)
 			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
 		lfp_flt_flush(cached);
@@ -441,8 +544,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	/* counted as iptables counts it (skb->len at FORWARD: the IP packet),
 	 * once the packet leaves through the fast path (lfp_leave) */
 	pkt->tally = &cached->tally;
-	/* (0 in a GRO packet beyond 64 KiB, IPv4 BIG TCP: its length is the skb's) */
-	pkt->tally_len = ip->tot_len ? bpf_ntohs(ip->tot_len) : pkt->len - sizeof(struct ethhdr);
+	pkt->tally_len = l3_len;
 	switch (verdict & 3) {
 	case LFP_FLT_ACCEPT:
 		return LFP_NEXT;
@@ -457,9 +559,9 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 {
 	if (!pkt->fwd.egress)
 		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
-	/* iptables' IPv4 tables never see other packets; routed IPv6 gets
-	 * here only where no IPv6 table exists (LFP_IF_IPV6, router.py). */
-	if (pkt->l3_proto != bpf_htons(ETH_P_IP))
+	/* Routed IPv6 gets here only where ip6tables' FORWARD is all this node
+	 * evaluates (LFP_IF_IPV6: router.py). */
+	if (pkt->l3_proto != bpf_htons(ETH_P_IP) && pkt->l3_proto != bpf_htons(ETH_P_IPV6))
 		return LFP_NEXT;
 	/* -i: a bridge port's routed packets come in on the bridge */
 	return lfp_flt_forward(pkt, pkt->l3_ifindex, pkt->fwd.egress);

@@ -8,6 +8,10 @@
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8
 #endif
+#ifndef ETH_P_IPV6
+#define ETH_P_IPV6 0x86DD
+#endif
+#define LFP_NEXTHDR_ICMPV6 58
 
 static __always_inline struct ethhdr *lfp_eth(struct lfp_pkt *pkt)
 {

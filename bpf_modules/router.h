@@ -65,10 +65,6 @@
 #ifndef AF_INET6
 #define AF_INET6 10
 #endif
-#ifndef ETH_P_IPV6
-#define ETH_P_IPV6 0x86DD
-#endif
-#define LFP_NEXTHDR_ICMPV6 58
 #define LFP_IPV6_FLOWINFO_MASK 0x0fffffff   /* traffic class and flow label */
 #define LFP_IP_MF 0x2000
 #define LFP_IP_OFFSET 0x1fff

@@ -1,9 +1,10 @@
-"""Differential proof of the filter node: random iptables rulesets (nft and
-legacy backends, user chains, negations, ports, ICMP types, interfaces,
-LOG and matches the fast path leaves to the kernel) loaded with the real
-iptables-restore; the same frames through Linux alone and Linux + LinuxFP,
-byte-compared per interface; and the fast path must have done real work:
-forwarded and dropped frames itself."""
+"""Differential proof of the filter node: random iptables and ip6tables
+rulesets (nft and legacy backends, user chains, negations, ports, ICMP and
+ICMPv6 types, interfaces, LOG and matches the fast path leaves to the
+kernel) loaded with the real iptables-restore / ip6tables-restore; the same
+frames through Linux alone and Linux + LinuxFP, byte-compared per
+interface; and the fast path must have done real work: forwarded and
+dropped frames itself."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.differential import Step
-from linuxfp.lab.rulesets import ROUTER_POOL, Coverage, probe_frames, random_ruleset
+from linuxfp.lab.rulesets import ROUTER_POOL, ROUTER_POOL6, Coverage, probe_frames, probe_frames6, random_ruleset
 
 pytestmark = pytest.mark.netns
 
@@ -20,8 +21,8 @@ IFNAMES = ("to-src", "to-sink")
 FRAMES = 250
 
 
-def _restore(backend: str, text: str):
-    command = "iptables-restore" if backend == "nft" else "iptables-legacy-restore"
+def _restore(backend: str, text: str, tool: str = "iptables"):
+    command = f"{tool}-restore" if backend == "nft" else f"{tool}-legacy-restore"
 
     def apply(router):
         router.dut.run([command], input=text)
@@ -58,3 +59,36 @@ def test_filter_verdicts_are_linux_verdicts(require_root, hook, backends, seeds)
     assert sum(i["fast_path"] for i in stats["interfaces"]) > 0, stats
     assert reasons.get("filter_dropped", 0) > 0, reasons
     assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
+
+
+@pytest.mark.parametrize("hook,backends,seeds", [
+    ("xdp", ("nft",), range(500, 505)),
+    ("tc", ("legacy",), range(600, 604)),
+    ("xdp", ("nft", "legacy"), range(700, 703)),     # both backends hold rules: both must accept
+], ids=["xdp-nft", "tc-legacy", "xdp-both"])
+def test_ip6tables_verdicts_are_linux_verdicts(require_root, hook, backends, seeds):
+    """Routed IPv6 under random ip6tables FORWARD rules: the filter node's
+    IPv6 classifier decides as Linux does, and forwards and drops itself
+    (3 000 frames in all, TCP, UDP, ICMPv6, a protocol and a short header
+    the fast path leaves to the kernel)."""
+    coverage = Coverage()
+    steps = []
+    for seed in seeds:
+        for n, backend in enumerate(backends):
+            text = random_ruleset(seed * 10 + n, 40, IFNAMES, coverage, pool=ROUTER_POOL6, ipv6=True)
+            steps.append(Step(f"{backend}-{seed}", _restore(backend, text, "ip6tables")))
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=8, ipv6=True), steps, counting(seen, hook),
+                              lambda router, index: probe_frames6(router, index, FRAMES), prefix="lfp-f6")
+    assert report.ok, report.render() + "\n" + coverage.summary()
+    delivered = sum(len(f.frames) for o in report.kernel for f in o.received)
+    assert 0 < delivered < len(steps) * FRAMES, coverage.summary()
+    kernel = sum(o.forwarded_by_kernel for o in report.kernel)
+    accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
+    assert accelerated < kernel // 2, report.render()
+    stats = seen[0].stats[-1]
+    reasons = count_reasons(stats)
+    assert sum(i["fast_path"] for i in stats["interfaces"]) > 0, stats
+    assert reasons.get("filter_dropped", 0) > 0, reasons
+    assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
+    assert not reasons.get("ipv6_off"), reasons

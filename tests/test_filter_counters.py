@@ -185,3 +185,52 @@ def test_legacy_give_back_is_periodic_unseen_by_the_watch_and_once_per_count(rou
         controller.settled()
         time.sleep(UPKEEP_INTERVAL_S + 1)
         assert _kernel_counters(r, SAVE[restore]) == zero
+
+
+RULESET6 = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:COUNT - [0:0]\n"
+            "-A FORWARD -p udp -j COUNT\n"
+            "-A FORWARD -d 2001:db8:100:1::/64 -j DROP\n"
+            "-A FORWARD -p udp -m udp --dport 7 -j ACCEPT\n"
+            "-A COUNT -s 2001:db8::/32\n"
+            "-A COUNT -d 2001:db8:100:3::/64 -j RETURN\n"
+            "COMMIT\n")
+
+
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_ip6tables_counters_add_up_to_linux_alones(lab, backend):
+    """The same for ip6tables' rules and routed IPv6: ip6tables-nft's
+    counters plus `linuxfp stats`' are Linux alone's; ip6tables-legacy's
+    get the fast path's added, so they are Linux alone's by themselves."""
+    from linuxfp.lab import RouterTopology
+    from linuxfp.lab.frames import ipv6_udp_frame
+
+    r = RouterTopology(prefixes=8, ipv6=True)(lab)
+    restore, save = (f"ip6tables{'-legacy' if backend == 'legacy' else ''}-{verb}" for verb in ("restore", "save"))
+    src = str(RouterTopology.SRC_IP6)
+    frames = [ipv6_udp_frame(r.src_if.mac, r.dut_left.mac, src, dst, sport=3000 + n, dport=dport, size=size)
+              for n in range(20)
+              for dst, dport, size in (("2001:db8:100:1::9", 9, 80), ("2001:db8:100:3::9", 7, 100),
+                                       ("2001:db8:100:3::9", 9, 160))]
+    r.dut.run([restore], input=RULESET6)
+    _send(r, frames)
+    linux = _kernel_counters(r, save)
+    assert linux[("FORWARD", "#2")][0] == 60 and linux[("FORWARD", "policy")][0] == 60, linux
+
+    r.dut.run([restore], input=RULESET6)       # counters from zero again
+    with ControllerProcess(r.dut.name, hook="xdp") as controller:
+        controller.settled()
+        _send(r, frames)
+        stats = linuxfp_stats(r.dut.name)
+    kernel = _kernel_counters(r, save)
+    fast = {(row["chain"], f"#{row['position']}" if "position" in row else "policy"): (row["packets"], row["bytes"])
+            for row in stats["nodes"]["filter"]["rules"] if row["family"] == "ip6" and row["backend"] == backend}
+    assert fast.get(("FORWARD", "#2"), (0, 0))[0] > 0, (fast, stats["interfaces"])   # the fast path took part
+    if backend == "legacy":
+        assert kernel == linux, {"linux": linux, "kernel": kernel, "fast path": fast}
+    else:
+        together = {key: tuple(a + b for a, b in zip(value, fast.get(key, (0, 0)))) for key, value in kernel.items()}
+        assert together == linux, {"linux": linux, "kernel": kernel, "fast path": fast}
+    text = stats_text(stats)
+    drop = fast[("FORWARD", "#2")]
+    assert re.search(rf"ip6tables-{backend} FORWARD #2 +{drop[0]} +{drop[1]}  -A FORWARD -d 2001:db8:100:1::/64 "
+                     "-j DROP", text), text

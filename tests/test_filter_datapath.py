@@ -8,7 +8,7 @@ and the whole against Linux in test_differential_filter.py."""
 from __future__ import annotations
 
 import struct
-from ipaddress import IPv4Network
+from ipaddress import IPv4Network, IPv6Network
 from types import SimpleNamespace
 
 import pytest
@@ -16,10 +16,12 @@ import pipeline_loader
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.classifier import FIELD_BIT, classify
+from linuxfp.graph.filtering.predicates import IPV6
 from linuxfp.graph.filtering.program import ACCEPT, DROP, packet_fields
 from linuxfp.graph.nodes.iptables_filter import CAPACITY, CFG, filter_plan
 from linuxfp.lab.netns import Lab, entered
-from linuxfp.lab.rulesets import ROUTER_POOL, probe_frames, random_ruleset
+from linuxfp.lab.rulesets import ROUTER_POOL, ROUTER_POOL6, probe_frames, probe_frames6, random_ruleset
+from linuxfp.lab.topology import IPV6_HOST_SYSCTLS, IPV6_INTERFACE_SYSCTLS
 from linuxfp.state import read_snapshot
 
 pytestmark = pytest.mark.netns
@@ -37,10 +39,20 @@ SETUP = [
     "ip route add 198.19.0.0/16 via 198.18.2.1",
     "sysctl -qw net.ipv4.ip_forward=1",
 ]
-# What probe_frames needs of a topology.
+# ... and IPv6, routed the same way (after the lab's IPv6 sysctls)
+SETUP6 = [
+    "ip -6 addr add 2001:db8:1::fe/64 dev in0 nodad",
+    "ip -6 addr add 2001:db8:2::fe/64 dev out0 nodad",
+    f"ip -6 neigh replace 2001:db8:2::1 lladdr {NEXT_HOP_MAC} dev out0 nud permanent",
+    "ip -6 route add 2001:db8:100::/56 via 2001:db8:2::1",
+    "sysctl -qw net.ipv6.conf.all.forwarding=1",
+]
+# What probe_frames and probe_frames6 need of a topology.
 TOPOLOGY = SimpleNamespace(src_if=SimpleNamespace(mac="02:00:00:00:01:02"), dut_left=SimpleNamespace(mac=IN_MAC),
                            source_pool=IPv4Network("198.18.64.0/18"),
-                           prefixes=tuple(IPv4Network(f"198.19.{i}.0/24") for i in range(8)))
+                           prefixes=tuple(IPv4Network(f"198.19.{i}.0/24") for i in range(8)),
+                           source_pool6=IPv6Network("2001:db8:4000::/48"),
+                           prefixes6=tuple(IPv6Network(f"2001:db8:100:{i:x}::/64") for i in range(8)))
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +60,13 @@ def filter_ns():
     with Lab(prefix="lfp-fd") as lab:
         ns = lab.namespace("dp")
         for cmd in SETUP:
+            ns.run(cmd.split())
+        for key, value in IPV6_HOST_SYSCTLS:
+            ns.sysctl(key, value)
+        for ifname in ("in0", "out0"):
+            for key, value in IPV6_INTERFACE_SYSCTLS:
+                ns.sysctl(key.format(ifname=ifname), value)
+        for cmd in SETUP6:
             ns.run(cmd.split())
         yield ns
 
@@ -82,6 +101,59 @@ def expected(pipeline: LoadedPipeline, classifier, frame: bytes) -> tuple[int, s
     if verdict == DROP:
         return XDP_DROP, "filter_dropped"
     return XDP_PASS, "filter_kernel"
+
+
+def expected6(pipeline: LoadedPipeline, classifier, frame: bytes) -> tuple[int, str | None]:
+    """expected() for an IPv6 frame and ip6tables' classifier."""
+    proto, src, dst = frame[20], int.from_bytes(frame[22:38], "big"), int.from_bytes(frame[38:54], "big")
+    l4 = frame[54:]
+    need = {6: 20, 17: 8, 58: 8}.get(proto, 0)
+    if classifier.used & (FIELD_BIT["l4s"] | FIELD_BIT["l4d"]) and len(l4) < need:
+        return XDP_PASS, "filter_l4_short"
+    sport = dport = 0
+    if proto in (6, 17):
+        sport, dport = struct.unpack("!HH", l4[:4])
+    elif proto == 58:
+        sport, dport = l4[0], l4[1]
+    fields = packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress, IPV6)
+    verdict, _ = classify(classifier, fields)
+    if verdict == ACCEPT:
+        return XDP_REDIRECT, "forwarded"
+    if verdict == DROP:
+        return XDP_DROP, "filter_dropped"
+    return XDP_PASS, "filter_kernel"
+
+
+def test_compiled_ip6tables_filter_agrees_with_its_model(filter_ns):
+    """ip6tables' rules, IPv6 frames: the same agreement (iptables' tables
+    left empty: IPv4 is open, and only the IPv6 classifier is written)."""
+    seen: dict[str, int] = {}
+    filter_ns.run(["iptables", "-F"])
+    try:
+        for seed in range(6):
+            text = random_ruleset(seed + 50, 60, ("in0", "out0"), pool=ROUTER_POOL6, ipv6=True)
+            filter_ns.run(["ip6tables-restore"], input=text)
+            loaded = LoadedPipeline(filter_ns)
+            try:
+                assert loaded.plan.classifier is None
+                classifier = loaded.plan.classifier6
+                for frame in probe_frames6(TOPOLOGY, seed, 150):
+                    if frame[20] == 47 or (frame[20] == 58 and frame[54] < 128):
+                        continue                   # the router passes these
+                    verdict, counter = expected6(loaded, classifier, frame)
+                    before = loaded.counter(counter)
+                    result = loaded.run(frame)
+                    assert (result.retval, loaded.counter(counter)) == (verdict, before + 1), (seed, frame.hex(), text)
+                    if verdict != XDP_REDIRECT:
+                        assert result.data_out == frame
+                    seen[counter] = seen.get(counter, 0) + 1
+            finally:
+                loaded.obj.close()
+    finally:
+        filter_ns.run(["ip6tables", "-F"])
+        filter_ns.run(["ip6tables", "-X"])
+        filter_ns.run(["ip6tables", "-P", "FORWARD", "ACCEPT"])
+    assert min(seen.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel", "filter_l4_short")) >= 20, seen
 
 
 def test_compiled_filter_agrees_with_its_model(filter_ns):

@@ -155,10 +155,13 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
 
 def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_it():
     """ip6tables rules that filter only what the host receives or sends
-    (INPUT, OUTPUT) leave forwarded IPv6 to the fast path; a FORWARD rule,
-    connection tracking, another table's rules, a native table or rules
-    that were not read keep it on the kernel path, with the reason."""
-    from linuxfp.graph.interfaces import ip6tables_blocker
+    (INPUT, OUTPUT) leave forwarded IPv6 to the fast path, and so do FORWARD
+    rules for routed IPv6 (the filter node evaluates them; bridged IPv6 it
+    does not yet); connection tracking, another table's rules, a native
+    table or rules that were not read keep it on the kernel path, with the
+    reason."""
+    from linuxfp.graph.filtering.scope import evaluated_forward6
+    from linuxfp.graph.interfaces import ip6tables_blocker, ip6tables_bridged_blocker
 
     def ip6(text: str, backend: str = "nft", tables=None) -> NetfilterState:
         ruleset = parse_save(text, backend, "ip6")
@@ -175,15 +178,21 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
         assert filter_scope6(host_only) == FilterScope((), ()) and ip6tables_blocker(host_only) is None
         # IPv4's scope does not see them
         assert filter_scope(host_only) == filter_scope(netfilter())
+        assert ip6tables_bridged_blocker(host_only) is None and evaluated_forward6(host_only) == ()
         forward = ip6(head + "-A FORWARD -d 2001:db8:1::/48 -j DROP\nCOMMIT\n", backend)
-        assert ip6tables_blocker(forward) == (f"ip6tables-{backend} FORWARD rules or policy: the fast path "
-                                              "evaluates iptables' IPv4 rules only")
+        assert ip6tables_blocker(forward) is None
+        assert [r.tool for r in evaluated_forward6(forward)] == [f"ip6tables-{backend}"]
+        assert ip6tables_bridged_blocker(forward) == (f"ip6tables-{backend} FORWARD rules or policy: bridged frames "
+                                                      "are filtered by iptables' IPv4 rules only")
         policy = ip6(head.replace(":FORWARD ACCEPT", ":FORWARD DROP") + "COMMIT\n", backend)
-        assert ip6tables_blocker(policy) is not None
+        assert ip6tables_blocker(policy) is None and ip6tables_bridged_blocker(policy) is not None
+        assert evaluated_forward6(policy) != ()
         tracked = ip6(head + "-A INPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
         assert ip6tables_blocker(tracked) == (f"ip6tables turns IPv6 connection tracking on (ip6tables-{backend} "
                                               "table filter: INPUT #1 (conntrack)): the fast path looks up IPv4 "
                                               "connections only")
+        tracked_forward = ip6(head + "-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
+        assert ip6tables_blocker(tracked_forward) is not None and evaluated_forward6(tracked_forward) == ()
         # the socket match defragments every IPv6 packet at PREROUTING, even from INPUT
         socket = ip6(head + "-A INPUT -p tcp -m socket --transparent -j ACCEPT\nCOMMIT\n", backend)
         assert ip6tables_blocker(socket) == (f"ip6tables turns IPv6 defragmentation on (ip6tables-{backend} "
@@ -345,7 +354,10 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
     assert {p.ifname: p.shape.nodes for p in graph.pipelines} == {
         "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
     tables = {t.name: t for t in graph.tables}
-    assert len(tables["lfp_flt_cfg"].entries) == 1 and tables["lfp_flt_dst"].entries
+    # IPv4's generation; IPv6 open (no ip6tables rule filters it)
+    cfg = dict(tables["lfp_flt_cfg"].entries)
+    assert cfg[b"\0\0\0\0"] >= b"\0\x01\0\0" and cfg[b"\1\0\0\0"] == b"\1\0\0\0"
+    assert tables["lfp_flt_dst"].entries
     # stateful rules: the filter looks connections up (the CT bit of its generation)
     stateful = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
                           "-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n", "nft")

@@ -8,7 +8,7 @@ from linuxfp.state.model import BR_STATE_FORWARDING
 
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
-from .filtering.scope import filter_scope6
+from .filtering.scope import filter_scope6, ipv6_uncovered
 from .tables import ARRAY, DEVMAP, U32, CType, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
@@ -117,23 +117,22 @@ def _ipv6_lookup_blocker(sysctls, rules) -> str | None:
 
 
 def ip6tables_blocker(netfilter) -> str | None:
-    """Why ip6tables (or a native nft table) could do something to a
-    forwarded IPv6 packet — FORWARD rules, connection tracking, other tables'
-    rules: the fast path evaluates IPv4 rules only. None: only what the host
-    sends or receives is filtered (INPUT, OUTPUT), or nothing."""
-    scope = filter_scope6(netfilter)
-    if scope.uncovered:
-        return f"netfilter could touch forwarded IPv6: {scope.uncovered[0]}"
-    if scope.forward:
-        tools = ", ".join(ruleset.tool for ruleset in scope.forward)
-        return f"{tools} FORWARD rules or policy: the fast path evaluates iptables' IPv4 rules only"
-    if scope.stateful:
-        return (f"ip6tables turns IPv6 connection tracking on ({scope.stateful[0]}): the fast path "
-                "looks up IPv4 connections only")
-    if scope.defrag:
-        return (f"ip6tables turns IPv6 defragmentation on ({scope.defrag[0]}): fragments are held "
-                "and reassembled before forwarding")
-    return None
+    """Why ip6tables (or a native nft table) could do something to a routed
+    IPv6 packet that the filter node does not evaluate — connection
+    tracking, other tables' rules (its FORWARD chains it does). None: only
+    FORWARD, what the host sends or receives (INPUT, OUTPUT), or nothing."""
+    return ipv6_uncovered(netfilter)
+
+
+def ip6tables_bridged_blocker(netfilter) -> str | None:
+    """Why ip6tables could do something to a bridged IPv6 frame
+    br_netfilter shows it: the bridge-filter node evaluates IPv4 rules only,
+    so ip6tables' FORWARD rules too."""
+    forward = filter_scope6(netfilter).forward
+    if forward:
+        tools = ", ".join(ruleset.tool for ruleset in forward)
+        return f"{tools} FORWARD rules or policy: bridged frames are filtered by iptables' IPv4 rules only"
+    return ipv6_uncovered(netfilter)
 
 
 def routing_blocker(link, snapshot) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .filtering.scope import filter_scope
+from .filtering.scope import evaluated_forward6, filter_scope
 from .interfaces import ARPHRD_ETHER
 
 
@@ -24,8 +24,9 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
         if scope.uncovered:
             more = f" (and {len(scope.uncovered) - 1} more)" if len(scope.uncovered) > 1 else ""
             found.append(Obstacle("netfilter", f"netfilter: {scope.uncovered[0]}{more}"))
-        if scope.filters_forward:
-            what = [f"iptables-{r.backend}" for r in scope.forward]
+        forward6 = evaluated_forward6(nf)
+        if scope.filters_forward or forward6:
+            what = [r.tool for r in scope.forward + forward6]
             if scope.stateful:
                 what.append("connection tracking")
             found.append(Obstacle("iptables_filter", "iptables FORWARD rules (" + ", ".join(what) + ")"))

@@ -1,10 +1,11 @@
-"""Seeded random iptables rulesets in iptables-save format (apply them with
-iptables-restore / iptables-legacy-restore), and packets that probe them:
-the input of the filter's differential tests and benchmarks.
+"""Seeded random iptables (and ip6tables) rulesets in iptables-save format
+(apply them with iptables-restore / iptables-legacy-restore, or the
+ip6tables ones), and packets that probe them: the input of the filter's
+differential tests and benchmarks.
 
 Addresses come from the lab ranges only (198.18.0.0/15 and the documentation
-networks); prefixes nest and overlap on purpose so that first-match order,
-negation and user chains decide verdicts.
+networks; 2001:db8::/32 for IPv6); prefixes nest and overlap on purpose so
+that first-match order, negation and user chains decide verdicts.
 """
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ PORTS = (22, 53, 80, 443, 1000, 1024, 4789, 8080, 8472, 65535)
 ICMP = ("echo-request", "echo-reply", "8/0", "3", "destination-unreachable", "any", "0")
 UNSUPPORTED = ("-m length --length 100:300", "-p tcp -m tcp --tcp-flags SYN,ACK SYN",
                "-m addrtype --dst-type UNICAST", "-m ttl --ttl-gt 30", "-m pkttype --pkt-type unicast")
+# The same for ip6tables and RouterTopology(ipv6=True): its source pool
+# (2001:db8:4000::/48) and routed prefixes (2001:db8:100:0::/64 ...) split.
+ROUTER_POOL6 = ("2001:db8::/32", "2001:db8:4000::/48", "2001:db8:4000::/56", "2001:db8:4000:80::/57",
+                "2001:db8:4000::7/128", "2001:db8:4000:1::/64", "2001:db8:4000:400::/54", "2001:db8:100::/61",
+                "2001:db8:100::/63", "2001:db8:100:1::/64", "2001:db8:100:2::/64", "2001:db8:100:1::9/128",
+                "2001:db8:100:2::40/122", "2001:db8:100:3:8000::/65", "2001:db8:ffff::/48")
+ICMP6 = ("echo-request", "echo-reply", "128/0", "1", "destination-unreachable", "129", "128/1")
+UNSUPPORTED6 = ("-m length --length 100:300", "-p tcp -m tcp --tcp-flags SYN,ACK SYN",
+                "-m hl --hl-gt 30", "-m pkttype --pkt-type unicast", "-m ipv6header --header dst --soft")
 
 
 @dataclass
@@ -60,16 +70,18 @@ SET_PORTS = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmp:8/0", "i
 
 
 def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Coverage | None = None,
-                   unsupported: bool = True, pool: tuple[str, ...] = PREFIX_POOL, ipsets: bool = False) -> str:
+                   unsupported: bool = True, pool: tuple[str, ...] = PREFIX_POOL, ipsets: bool = False,
+                   ipv6: bool = False) -> str:
     """A filter table in iptables-save format: FORWARD, two user chains;
     addresses from the prefixes of `pool`; with `ipsets`, rules also match
-    the sets of IPSETS (create them first: random_ipsets())."""
+    the sets of IPSETS (create them first: random_ipsets()); `ipv6`:
+    ip6tables' (ICMPv6, its matches; `pool` then holds IPv6 prefixes)."""
     rng = random.Random(seed)
     coverage = coverage if coverage is not None else Coverage()
     chains = {"FORWARD": [], "LFP_A": [], "LFP_B": []}
     for _ in range(rules):
         chain = rng.choice(("FORWARD", "FORWARD", "FORWARD", "LFP_A", "LFP_B"))
-        chains[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, pool, ipsets))
+        chains[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, pool, ipsets, ipv6))
     policy = rng.choice(("ACCEPT", "ACCEPT", "DROP"))
     coverage.targets[f"policy {policy}"] += 1
     lines = ["*filter", ":INPUT ACCEPT [0:0]", f":FORWARD {policy} [0:0]", ":OUTPUT ACCEPT [0:0]",
@@ -81,7 +93,7 @@ def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Co
 
 
 def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupported: bool, pool,
-          ipsets: bool = False) -> str:
+          ipsets: bool = False, ipv6: bool = False) -> str:
     words = []
 
     def neg() -> str:
@@ -110,7 +122,7 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
         n = neg()
         words.append(f"{n}-o {rng.choice(ifnames)}")
         coverage.matches[f"{n}-o"] += 1
-    proto = rng.choice(("", "", "tcp", "udp", "icmp"))
+    proto = rng.choice(("", "", "tcp", "udp", "icmpv6" if ipv6 else "icmp"))
     if proto:
         words.append(f"-p {proto}")
         coverage.matches[f"-p {proto}"] += 1
@@ -133,6 +145,10 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
         n = neg()
         words.append(f"-m icmp {n}--icmp-type {rng.choice(ICMP)}")
         coverage.matches[f"{n}icmp-type"] += 1
+    elif proto == "icmpv6" and rng.random() < 0.6:
+        n = neg()
+        words.append(f"-m icmp6 {n}--icmpv6-type {rng.choice(ICMP6)}")
+        coverage.matches[f"{n}icmpv6-type"] += 1
     if not words:   # a rule matching everything would end most chains at once
         words.append(f"-d {rng.choice(pool)}")
         coverage.matches["-d"] += 1
@@ -140,7 +156,7 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
         words.append('-m comment --comment "lab rule"')
         coverage.matches["comment"] += 1
     if unsupported and rng.random() < 0.05:
-        extra = rng.choice(UNSUPPORTED)
+        extra = rng.choice(UNSUPPORTED6 if ipv6 else UNSUPPORTED)
         if extra.startswith("-p tcp") and proto:
             extra = "-m length --length 100:300"
         words.append(extra)
@@ -238,6 +254,42 @@ def probe_frames(router, seed: int, count: int) -> list[bytes]:
         else:   # a TCP header of 8 bytes: iptables' tcp match drops it
             frames.append(ethernet(dut_mac, src_mac, ETH_P_IP,
                                    ipv4(src, dst, 6, struct.pack("!HHI", other, port, 1), **fields)))
+    return frames
+
+
+def probe_frames6(router, seed: int, count: int) -> list[bytes]:
+    """probe_frames() for ip6tables' rules and RouterTopology(ipv6=True):
+    sources from its IPv6 source pool, destinations in its routed IPv6
+    prefixes (both at ROUTER_POOL6's prefix edges), TCP/UDP to the pool's
+    ports, ICMPv6 echo of several codes, a protocol the fast path leaves to
+    the kernel, and a TCP header cut short."""
+    from .frames import icmpv6, ipv6_frame, tcp6, udp6
+
+    rng = random.Random(seed)
+    src_mac, dut_mac = router.src_if.mac, router.dut_left.mac
+    pool = router.source_pool6
+    edges = [ipaddress.ip_address(a) for p in ROUTER_POOL6 for a in _edges(ipaddress.ip_network(p))]
+    srcs = [str(a) for a in edges if a in pool]
+    dsts = [str(a) for a in edges if any(a in net for net in router.prefixes6)]
+    frames = []
+    for n in range(count):
+        src = rng.choice(srcs) if rng.random() < 0.7 else str(pool[rng.randrange(1, 1 << 20)])
+        dst = rng.choice(dsts)
+        kind = rng.choice(("udp", "udp", "tcp", "tcp", "icmpv6", "gre", "short"))
+        port = rng.choice(PORTS + (rng.randrange(1, 65536),))
+        other = rng.choice(PORTS + (rng.randrange(1, 65536),))
+        if kind == "udp":
+            frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 17, udp6(src, dst, other, port, struct.pack("!I", n))))
+        elif kind == "tcp":
+            frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 6, tcp6(src, dst, other, port, struct.pack("!I", n))))
+        elif kind == "icmpv6":
+            icmp_type, code = rng.choice(((128, 0), (129, 0), (128, 1), (1, 4)))
+            frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 58,
+                                     icmpv6(src, dst, icmp_type, code, struct.pack("!HH", 7, n & 0xFFFF))))
+        elif kind == "gre":
+            frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 47, bytes(8) + b"lab"))
+        else:   # a TCP header of 8 bytes: ip6tables' tcp match drops it
+            frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 6, struct.pack("!HHI", other, port, 1)))
     return frames
 
 

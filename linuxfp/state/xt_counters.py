@@ -1,4 +1,5 @@
-"""Adding to iptables-legacy's rule counters what the kernel never saw.
+"""Adding to iptables-legacy's (and ip6tables-legacy's) rule counters what
+the kernel never saw.
 
 A packet the fast path decides never reaches x_tables, so `iptables-legacy
 -L -v` would miss it. x_tables lets anyone add to a table's counters
@@ -24,10 +25,12 @@ import struct
 
 from . import netlink as nl
 from .iptables import Ruleset
-from .netfilter import (_IPT_GETINFO, IPV4, NF_INET_NUMHOOKS, XT_TABLE_MAXNAMELEN, _read_cache,
+from .netfilter import (_IPT_GETINFO, IPV4, IPV6, NF_INET_NUMHOOKS, XT_TABLE_MAXNAMELEN, XtFamily, _read_cache,
                         fingerprint_of_blobs, legacy_blobs, legacy_table_names, xt_socket)
 
-IPT_SO_SET_ADD_COUNTERS = 65            # IPT_BASE_CTL + 1
+IPT_SO_SET_ADD_COUNTERS = 65            # IPT_BASE_CTL + 1 (IP6T_SO_SET_ADD_COUNTERS at SOL_IPV6 too)
+# (struct ip6t_getinfo is laid out as struct ipt_getinfo: _IPT_GETINFO reads both)
+FAMILIES = {family.name: family for family in (IPV4, IPV6)}
 # struct xt_counters_info: name, num_counters, then u64-aligned counters
 _COUNTERS_INFO = struct.Struct(f"={XT_TABLE_MAXNAMELEN}sI4x")
 _COUNTER = struct.Struct("=QQ")         # struct xt_counters: pcnt, bcnt
@@ -40,7 +43,7 @@ class TableChanged(Exception):
     """The legacy tables are not the ones the ruleset was read from."""
 
 
-def entry_indexes(blob: bytes) -> tuple[int, dict[tuple[str, int | None], int]]:
+def entry_indexes(blob: bytes, family: XtFamily = IPV4) -> tuple[int, dict[tuple[str, int | None], int]]:
     """A table's number of entries, and the index of each rule's entry by
     (chain, position from 1) and of each built-in chain's policy by
     (chain, None), from its blob (GET_INFO, then the entries)."""
@@ -55,9 +58,9 @@ def entry_indexes(blob: bytes) -> tuple[int, dict[tuple[str, int | None], int]]:
     found: dict[tuple[str, int | None], int] = {}
     chain, position, offset = None, 0, 0
     for index in range(num_entries):
-        if offset + IPV4.next_offset + 2 > len(entries):
+        if offset + family.next_offset + 2 > len(entries):
             break
-        target_offset, next_offset = struct.unpack_from("=HH", entries, offset + IPV4.target_offset)
+        target_offset, next_offset = struct.unpack_from("=HH", entries, offset + family.target_offset)
         name = _TARGET_NAME.unpack_from(entries, offset + target_offset)[1].split(b"\0", 1)[0]
         if offset in starts:
             chain, position = starts[offset], 0
@@ -82,15 +85,16 @@ def add_counters(ruleset: Ruleset, table: str, additions: dict[tuple[str, int | 
     position) or (chain, None) for a built-in chain's policy. Raises
     TableChanged when the legacy tables changed since `ruleset` was read
     (the caller tries again once it has read them again)."""
-    known = _read_cache.get((nl.netns_cookie(), "legacy", IPV4.name))
-    if ruleset.family != IPV4.name or known is None or known[1] is not ruleset:
+    family = FAMILIES[ruleset.family]
+    known = _read_cache.get((nl.netns_cookie(), "legacy", family.name))
+    if known is None or known[1] is not ruleset:
         raise TableChanged("the legacy ruleset was read again since")
-    names = legacy_table_names()
-    blobs = legacy_blobs(names)
+    names = legacy_table_names(family.names_file)
+    blobs = legacy_blobs(names, family)
     blob = blobs.get(table)
-    if not isinstance(blob, bytes) or fingerprint_of_blobs(names, blobs) != known[0]:
+    if not isinstance(blob, bytes) or fingerprint_of_blobs(names, blobs, family) != known[0]:
         raise TableChanged("the legacy tables changed since they were read")
-    count, indexes = entry_indexes(blob)
+    count, indexes = entry_indexes(blob, family)
     counters = bytearray(_COUNTER.size * count)
     for key, (packets, size) in additions.items():
         index = indexes.get(key)
@@ -98,9 +102,9 @@ def add_counters(ruleset: Ruleset, table: str, additions: dict[tuple[str, int | 
             raise TableChanged(f"{table} has no entry for {key[0]} "
                                f"{'policy' if key[1] is None else f'rule {key[1]}'}")
         _COUNTER.pack_into(counters, index * _COUNTER.size, packets, size)
-    sock = xt_socket()
+    sock = xt_socket(family)
     try:
-        sock.setsockopt(IPV4.level, IPT_SO_SET_ADD_COUNTERS,
+        sock.setsockopt(family.level, IPT_SO_SET_ADD_COUNTERS,
                         _COUNTERS_INFO.pack(table.encode(), count) + bytes(counters))
     finally:
         sock.close()

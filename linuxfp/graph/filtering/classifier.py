@@ -14,6 +14,10 @@ by the same evaluator the tests check against Linux.
 
 A field no box tells apart is unused: the datapath skips its lookup, and a
 pair with one unused side passes the other side's class through unchanged.
+
+iptables' and ip6tables' rules make one classifier each; only the address
+fields differ (predicates.Family). The generation says which family it is,
+so both live side by side in the datapath's shared tables.
 """
 from __future__ import annotations
 
@@ -21,19 +25,24 @@ import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
-from .predicates import FIELDS, WIDTH
+from .predicates import FIELDS, FIELDS6, IPV4, IPV6, WIDTH
 from .program import Program, bit_indexes, verdict_and_counted
 
-# Phase-2 nodes (bpf_modules/filter.h): node id, left, right.
-PAIRS = ((1, ("src",), ("dst",)), (2, ("l4s",), ("l4d",)), (3, ("iif",), ("oif",)),
-         (4, ("src", "dst"), ("l4s", "l4d")), (5, ("src", "dst", "l4s", "l4d"), ("iif", "oif")))
+# Phase-2 nodes (bpf_modules/filter.h): node id, left, right, as positions
+# in a family's fields (src, dst, l4s, l4d, iif, oif).
+PAIRS = ((1, (0,), (1,)), (2, (2,), (3,)), (3, (4,), (5,)), (4, (0, 1), (2, 3)), (5, (0, 1, 2, 3), (4, 5)))
 VERDICT_NODE = 6
-FIELD_BIT = {name: 1 << i for i, name in enumerate(FIELDS)}
+FIELD_BIT = {name: 1 << i for fields in (FIELDS, FIELDS6) for i, name in enumerate(fields)}
 # Beside the fields: the datapath looks the packet up in the kernel's
 # conntrack table first (Program.stateful; LFP_FLT_CT in filter.h).
 CONNTRACK_BIT = 1 << len(FIELDS)
 USED_MASK = (CONNTRACK_BIT << 1) - 1
-LPM_FIELDS = ("src", "dst", "l4s", "l4d")
+# Set in the generation of ip6tables' classifier, never in iptables'.
+FAMILY_BIT = {IPV4.name: 0, IPV6.name: USED_MASK + 1}
+# A generation's bits above these are its digest (never all zero, so no
+# generation is 0, "none", or LFP_FLT_OPEN).
+GENERATION_LOW = (USED_MASK << 1) | 1
+LPM_FIELDS = ("src", "dst", "src6", "dst6", "l4s", "l4d")
 MAX_PAIR_ENTRIES = 1 << 20
 
 
@@ -43,7 +52,7 @@ class TooLarge(ValueError):
 
 @dataclass(frozen=True)
 class Classifier:
-    generation: int                                   # 32 bits, never 0; low bits: `used`
+    generation: int                                   # 32 bits, never 0; low bits: `used`, the family
     used: int                                         # FIELD_BIT of the fields looked up, CONNTRACK_BIT
     prefixes: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]   # field -> (value, length, class)
     interfaces: tuple[tuple[int, int, int], ...]      # ifindex, iif class, oif class
@@ -53,6 +62,11 @@ class Classifier:
     # the fast path decides it (program.verdict_and_counted): what
     # `linuxfp stats` attributes the datapath's per-class counts to
     counted: tuple[tuple[int, ...], ...] = ()
+    fields: tuple[str, ...] = FIELDS                  # its family's (predicates.Family.fields)
+
+    @property
+    def family(self) -> str:
+        return IPV6.name if self.fields == FIELDS6 else IPV4.name
 
     @cached_property
     def pair_index(self) -> dict[tuple[int, int, int], int]:
@@ -68,10 +82,11 @@ class Classifier:
 
 def build_classifier(program: Program, ifindexes) -> Classifier:
     everything = (1 << len(program.boxes)) - 1
+    fields = program.family.fields
     field_classes: dict[str, list[int]] = {}
     prefixes = []
     interface_classes = {}
-    for name in FIELDS:
+    for name in fields:
         bits_of_node = _field_nodes(program, name)
         if name in LPM_FIELDS:
             classes, entries = _dedupe_nodes(bits_of_node)
@@ -82,7 +97,7 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
             interface_classes[name] = ids
         field_classes[name] = classes
     used = 0
-    for name in FIELDS:
+    for name in fields:
         if len(field_classes[name]) > 1:
             used |= FIELD_BIT[name]
     # An interface named by a rule may appear (or be renamed into a pattern)
@@ -92,7 +107,7 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
         used |= FIELD_BIT[name]
     if program.stateful:
         used |= CONNTRACK_BIT
-    level = {(name,): (field_classes[name], bool(used & FIELD_BIT[name])) for name in FIELDS}
+    level = {(i,): (field_classes[name], bool(used & FIELD_BIT[name])) for i, name in enumerate(fields)}
     pairs = []
     for node, left, right in PAIRS:
         (lbits, lused), (rbits, rused) = level[left], level[right]
@@ -115,7 +130,7 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
                     pairs.append((node, i, j, cls))
                 if len(pairs) > MAX_PAIR_ENTRIES:
                     raise TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for "
-                                   f"{'+'.join(left)} / {'+'.join(right)}")
+                                   f"{'+'.join(fields[i] for i in left)} / {'+'.join(fields[i] for i in right)}")
             level[left + right] = (merged, True)
         elif lused:
             level[left + right] = ([a & rbits[0] for a in lbits], True)
@@ -123,7 +138,7 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
             level[left + right] = ([lbits[0] & b for b in rbits], True)
         else:
             level[left + right] = ([lbits[0] & rbits[0]], False)
-    final, _ = level[FIELDS]
+    final, _ = level[tuple(range(len(fields)))]
     decided = [verdict_and_counted(program, bits & everything) for bits in final]
     verdicts = tuple((cls, decision, rule) for cls, (decision, rule, _) in enumerate(decided))
     counted = tuple(trail for _, _, trail in decided)
@@ -138,12 +153,13 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
     # the rules as written: one edited without changing what it matches — a
     # comment — is a new rule whose kernel counter starts afresh)
     rules = tuple((r.backend, r.chain, r.position, r.text) for r in program.rules)
-    body = (used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, rules)
-    # The low bits are `used`: the datapath reads both in one word, so it
-    # can never pair one generation with another's fields.
+    body = (program.family.name, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, rules)
+    # The low bits are `used` and the family: the datapath reads them in one
+    # word, so it can never pair one generation with another's fields, and
+    # the two families' entries never share a key.
     digest = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big")
-    generation = (digest & ~USED_MASK & 0xFFFFFFFF) | used or (USED_MASK + 1)
-    return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted)
+    generation = (digest & ~GENERATION_LOW & 0xFFFFFFFF or GENERATION_LOW + 1) | FAMILY_BIT[program.family.name] | used
+    return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, fields)
 
 
 def _field_nodes(program: Program, name: str) -> dict[tuple[int, int], int]:
@@ -228,6 +244,7 @@ def classify(classifier: Classifier, values: dict[str, int]) -> tuple[int, int] 
                 best = (length, c)
         cls[name] = best[1]
     ifaces = {index: (i, o) for index, i, o in classifier.interfaces}
+    fields = classifier.fields
     for name, slot in (("iif", 0), ("oif", 1)):
         if not classifier.used & FIELD_BIT[name]:
             cls[name] = 0
@@ -236,12 +253,12 @@ def classify(classifier: Classifier, values: dict[str, int]) -> tuple[int, int] 
         else:
             cls[name] = ifaces[values[name]][slot]
     pairs = classifier.pair_index
-    level = {(name,): cls[name] for name in FIELDS}
+    level = {(i,): cls[name] for i, name in enumerate(fields)}
     for node, left, right in PAIRS:
-        lu = any(classifier.used & FIELD_BIT[f] for f in left)
-        ru = any(classifier.used & FIELD_BIT[f] for f in right)
+        lu = any(classifier.used & FIELD_BIT[fields[i]] for i in left)
+        ru = any(classifier.used & FIELD_BIT[fields[i]] for i in right)
         if lu and ru:
             level[left + right] = pairs.get((node, level[left], level[right]), 0)
         else:
             level[left + right] = level[left] if lu else level[right] if ru else 0
-    return classifier.verdict_index[level[FIELDS]]
+    return classifier.verdict_index[level[tuple(range(len(fields)))]]

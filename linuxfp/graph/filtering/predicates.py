@@ -2,11 +2,15 @@
 partition: a rule becomes one or more disjoint boxes, each a conjunction of
 one predicate per header field. Pure.
 
-Fields (what the fast path extracts from a forwarded IPv4 packet):
-  src, dst   the addresses (32 bits)
+Fields (what the fast path extracts from a forwarded packet):
+  src, dst   the IPv4 addresses (32 bits), or for ip6tables' rules
+  src6, dst6 the IPv6 addresses (128 bits)
   l4s, l4d   protocol << 16 | source/destination port for TCP and UDP;
-             protocol << 16 | ICMP type / code for ICMP; protocol << 16 else
+             protocol << 16 | ICMP (ICMPv6) type / code for ICMP (ICMPv6);
+             protocol << 16 else
   iif, oif   ingress and egress ifindex
+A Family names the fields of one address family and what its rules may say
+(ICMP or ICMPv6, `-f`): the rest is the same for both.
 A field predicate is a union of prefixes that must contain the value (None:
 any value) and a union of prefixes that must not. Port ranges become
 prefixes; `-i eth+` becomes the ifindexes whose names match.
@@ -30,14 +34,40 @@ from dataclasses import dataclass, field
 from itertools import product
 
 FIELDS = ("src", "dst", "l4s", "l4d", "iif", "oif")
-WIDTH = {"src": 32, "dst": 32, "l4s": 24, "l4d": 24, "iif": 32, "oif": 32}
+FIELDS6 = ("src6", "dst6", "l4s", "l4d", "iif", "oif")
+WIDTH = {"src": 32, "dst": 32, "src6": 128, "dst6": 128, "l4s": 24, "l4d": 24, "iif": 32, "oif": 32}
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between iptables' and ip6tables' rules."""
+
+    name: str                   # as Ruleset.family: "ip" or "ip6"
+    fields: tuple[str, ...]     # in the classifier's order (filter.h's LFP_FLT_* bits)
+    network: type               # parses -s / -d
+    icmp: int                   # the protocol whose type and code sit where ports would
+    icmp_match: tuple[str, str]  # its match module and option
+    icmp_types: dict            # names -> (type, code or None)
+    fragments: bool             # whether -f exists (iptables only)
+
+    @property
+    def src(self) -> str:
+        return self.fields[0]
+
+    @property
+    def dst(self) -> str:
+        return self.fields[1]
+
+    def address(self, direction: str) -> str:
+        """The field of `src` / `dst` (an ipset direction, -s / -d)."""
+        return self.src if direction == "src" else self.dst
 
 Prefix = tuple[int, int]            # (value, length) over the field's width
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "all": 0, "ip": 0, "0": 0, "sctp": 132, "udplite": 136,
              "dccp": 33, "gre": 47, "esp": 50, "ah": 51, "icmpv6": 58, "ipv6-icmp": 58, "ospf": 89}
 PORTS_OF = {6, 17}                  # protocols whose ports the fast path reads
-_MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "mark", "conntrack", "state", "set"})
+_MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "icmp6", "mark", "conntrack", "state", "set"})
 # What conntrack says of every packet the filter node classifies while
 # connections are tracked: ctstate ESTABLISHED (its entry has seen a reply),
 # neither SNAT nor DNAT, status CONFIRMED|SEEN_REPLY|ASSURED.
@@ -52,6 +82,22 @@ ICMP_TYPES = {"echo-reply": (0, None), "destination-unreachable": (3, None), "ne
               "time-exceeded": (11, None), "ttl-exceeded": (11, 0), "parameter-problem": (12, None),
               "timestamp-request": (13, None), "timestamp-reply": (14, None),
               "address-mask-request": (17, None), "address-mask-reply": (18, None), "any": (None, None)}
+# ip6tables' names (libxt_icmp6)
+ICMPV6_TYPES = {"destination-unreachable": (1, None), "no-route": (1, 0), "communication-prohibited": (1, 1),
+                "beyond-scope": (1, 2), "address-unreachable": (1, 3), "port-unreachable": (1, 4),
+                "failed-policy": (1, 5), "reject-route": (1, 6), "packet-too-big": (2, None),
+                "time-exceeded": (3, None), "ttl-zero-during-transit": (3, 0),
+                "ttl-zero-during-reassembly": (3, 1), "parameter-problem": (4, None),
+                "bad-header": (4, 0), "unknown-header-type": (4, 1), "unknown-option": (4, 2),
+                "echo-request": (128, None), "echo-reply": (129, None),
+                "router-solicitation": (133, None), "router-advertisement": (134, None),
+                "neighbour-solicitation": (135, None), "neighbor-solicitation": (135, None),
+                "neighbour-advertisement": (136, None), "neighbor-advertisement": (136, None),
+                "redirect": (137, None)}
+
+IPV4 = Family("ip", FIELDS, ipaddress.IPv4Network, 1, ("icmp", "--icmp-type"), ICMP_TYPES, True)
+IPV6 = Family("ip6", FIELDS6, ipaddress.IPv6Network, 58, ("icmp6", "--icmpv6-type"), ICMPV6_TYPES, False)
+FAMILIES = {family.name: family for family in (IPV4, IPV6)}
 
 
 @dataclass(frozen=True)
@@ -169,9 +215,9 @@ class Unsupported(Exception):
     pass
 
 
-def _address(text: str) -> Prefix:
+def _address(text: str, family: Family) -> Prefix:
     try:
-        net = ipaddress.IPv4Network(text, strict=False)
+        net = family.network(text, strict=False)
     except ValueError:
         raise Unsupported(f"address {text!r} (not a prefix)") from None
     return (int(net.network_address), net.prefixlen)
@@ -209,9 +255,10 @@ def _port_prefixes(proto: int, ranges: list[tuple[int, int]]) -> frozenset[Prefi
     return frozenset((base + value, 8 + length) for lo, hi in ranges for value, length in range_prefixes(lo, hi, 16))
 
 
-def rule_meaning(rule, links, sets=None) -> RuleMeaning:
-    """The boxes of one rule, given the namespace's links (for -i/-o) and
-    the ipsets it may match (name -> IpSet, as state/ipset.py reads them)."""
+def rule_meaning(rule, links, sets=None, family: Family = IPV4) -> RuleMeaning:
+    """The boxes of one rule of `family`'s tables, given the namespace's
+    links (for -i/-o) and the ipsets it may match (name -> IpSet, as
+    state/ipset.py reads them)."""
     parts: list[tuple[Box, ...]] = []
     unsupported: list[str] = []
     proto = None
@@ -230,7 +277,7 @@ def rule_meaning(rule, links, sets=None) -> RuleMeaning:
                     proto = number
     for match in rule.matches:
         try:
-            boxes = _match_boxes(match, proto, links, sets or {})
+            boxes = _match_boxes(match, proto, links, sets or {}, family)
         except Unsupported as exc:
             unsupported.append(f"{match} ({exc})" if str(exc) else str(match))
             continue
@@ -242,17 +289,18 @@ def rule_meaning(rule, links, sets=None) -> RuleMeaning:
     return RuleMeaning(_and(*parts) if parts else EVERYTHING, tuple(unsupported))
 
 
-def _match_boxes(match, proto: int | None, links, sets) -> tuple[Box, ...] | None:
+def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple[Box, ...] | None:
     """None: no constraint (or already handled)."""
     m, opt, values, neg = match.module, match.option, match.values, match.negated
     if m == "":
         if opt == "-p":
             return None
         if opt in ("-s", "-d"):
-            return _single("src" if opt == "-s" else "dst", frozenset({_address(values[0])}), neg)
+            return _single(family.address("src" if opt == "-s" else "dst"),
+                           frozenset({_address(values[0], family)}), neg)
         if opt in ("-i", "-o"):
             return _single("iif" if opt == "-i" else "oif", _interfaces(values[0], links), neg)
-        if opt == "-f":
+        if opt == "-f" and family.fragments:
             # Fragments never reach the filter node (the router passes them).
             return EVERYTHING if neg else NOTHING
         raise Unsupported("")
@@ -280,16 +328,16 @@ def _match_boxes(match, proto: int | None, links, sets) -> tuple[Box, ...] | Non
             return (Box((("l4d", FieldPredicate(None, prefixes)), ("l4s", FieldPredicate(None, prefixes)))),)
         return (Box((("l4s", FieldPredicate(prefixes)),)),
                 Box((("l4d", FieldPredicate(prefixes)), ("l4s", FieldPredicate(None, prefixes)))))
-    if m == "icmp" and opt == "--icmp-type":
-        if proto != 1:
-            raise Unsupported("-m icmp without -p icmp")
-        icmp_type, code = _icmp_type(values[0])
+    if (m, opt) == family.icmp_match:
+        if proto != family.icmp:
+            raise Unsupported(f"-m {m} without -p {'icmp' if family.icmp == 1 else 'icmpv6'}")
+        icmp_type, code = _icmp_type(values[0], family.icmp_types)
         if icmp_type is None:
             return NOTHING if neg else EVERYTHING
-        type_p = frozenset({((1 << 16) | icmp_type, 24)})
+        type_p = frozenset({((family.icmp << 16) | icmp_type, 24)})
         if code is None:
             return _single("l4s", type_p, neg)
-        code_p = frozenset({((1 << 16) | code, 24)})
+        code_p = frozenset({((family.icmp << 16) | code, 24)})
         if not neg:
             return (Box((("l4d", FieldPredicate(code_p)), ("l4s", FieldPredicate(type_p)))),)
         return (Box((("l4s", FieldPredicate(None, type_p)),)),
@@ -310,6 +358,8 @@ def _match_boxes(match, proto: int | None, links, sets) -> tuple[Box, ...] | Non
             raise Unsupported("whether the connection was expected")
         return EVERYTHING if neg else NOTHING
     if m == "set" and opt == "--match-set":
+        if family is not IPV4:
+            raise Unsupported("IPv6 sets are not mirrored")
         return _set_boxes(sets.get(values[0]), values[0], values[1], neg, links)
     if m == "mark" and opt == "--mark":
         # A forwarded packet's mark is 0 at FORWARD: nothing before it may set
@@ -388,9 +438,9 @@ def _interface_set_boxes(ipset, address: str, field_: str, negated: bool, links)
         for key, prefixes in groups)
 
 
-def _icmp_type(text: str) -> tuple[int | None, int | None]:
-    if text in ICMP_TYPES:
-        return ICMP_TYPES[text]
+def _icmp_type(text: str, names: dict) -> tuple[int | None, int | None]:
+    if text in names:
+        return names[text]
     kind, _, code = text.partition("/")
     try:
         return int(kind), (int(code) if code else None)

@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .predicates import ANY, FIELDS, WIDTH, Box, FieldPredicate, rule_meaning
+from linuxfp.state.iptables import TOOLS
+
+from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, rule_meaning
 
 ACCEPT, DROP, KERNEL = 0, 1, 2
 VERDICT_NAMES = {ACCEPT: "accept", DROP: "drop", KERNEL: "kernel"}
@@ -34,9 +36,10 @@ class CompiledRule:
     box_ids: tuple[int, ...]    # bits of the boxes this rule owns
     unsupported: tuple[str, ...] = ()
     target: str = ""            # as written: ACCEPT, LOG, a chain, ...
+    family: str = "ip"          # its tables': iptables' ("ip") or ip6tables' ("ip6")
 
     def describe(self) -> str:
-        return f"iptables-{self.backend} {self.chain} #{self.position}"
+        return f"{TOOLS[self.family]}-{self.backend} {self.chain} #{self.position}"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Program:
     # The kernel tracks connections: only packets of established, un-NATed
     # connections are classified (scope.py), the rest go to the kernel.
     stateful: bool = False
+    family: Family = IPV4         # iptables' rules or ip6tables'
 
     def chain(self, backend: str, name: str):
         return self._chain_index.get((backend, name))
@@ -73,9 +77,10 @@ class Program:
         return tuple(r for r in self.rules if r.unsupported)
 
 
-def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=()) -> Program:
-    """The FORWARD chain of each ruleset's filter table and every chain it
-    reaches; `stateful` as FilterScope says; `ipsets` the sets rules match."""
+def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), family: Family = IPV4) -> Program:
+    """The FORWARD chain of each ruleset's filter table (of `family`) and
+    every chain it reaches; `stateful` as FilterScope says; `ipsets` the
+    sets rules match."""
     sets = {s.name: s for s in ipsets}
     rules: list[CompiledRule] = []
     boxes: list[Box] = []
@@ -97,7 +102,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=()) 
                              if m.module == "" and m.option in ("-i", "-o"))
                 named.update(_set_interface_fields(rule, sets))
                 marks = marks or "mark" in rule.modules
-                meaning = rule_meaning(rule, links, sets)
+                meaning = rule_meaning(rule, links, sets, family)
                 ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
                 boxes.extend(_protocol_in_l4d(box) for box in meaning.boxes)
                 action, jump = _action(rule, table, bool(meaning.unsupported))
@@ -105,10 +110,10 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=()) 
                     todo.append(jump)
                 indexes.append(len(rules))
                 rules.append(CompiledRule(len(rules), ruleset.backend, chain.name, rule.position, rule.text,
-                                          action, jump, ids, meaning.unsupported, rule.target))
+                                          action, jump, ids, meaning.unsupported, rule.target, family.name))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
-                   frozenset(named), marks, stateful)
+                   frozenset(named), marks, stateful, family)
 
 
 def _set_interface_fields(rule, sets) -> set[str]:
@@ -256,8 +261,9 @@ def matched_boxes(program: Program, values: dict[str, int]) -> int:
     return bits
 
 
-def packet_fields(src: int, dst: int, proto: int, sport: int, dport: int, iif: int, oif: int) -> dict[str, int]:
-    """Field values of a packet as the fast path extracts them (for ICMP,
-    sport/dport are type/code; for protocols without ports, 0)."""
-    assert set(FIELDS) == {"src", "dst", "l4s", "l4d", "iif", "oif"}
-    return {"src": src, "dst": dst, "l4s": proto << 16 | sport, "l4d": proto << 16 | dport, "iif": iif, "oif": oif}
+def packet_fields(src: int, dst: int, proto: int, sport: int, dport: int, iif: int, oif: int,
+                  family: Family = IPV4) -> dict[str, int]:
+    """Field values of a packet as the fast path extracts them (for ICMP
+    and ICMPv6, sport/dport are type/code; for protocols without ports, 0)."""
+    return {family.src: src, family.dst: dst, "l4s": proto << 16 | sport, "l4d": proto << 16 | dport,
+            "iif": iif, "oif": oif}

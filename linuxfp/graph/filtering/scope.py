@@ -24,10 +24,10 @@ are neither.
 
 `filter_scope6` asks the same of ip6tables and forwarded IPv6 (tables of
 families ip and arp are then the irrelevant ones). The filter node evaluates
-IPv4 rules only, so for IPv6 any FORWARD rule, connection tracking or
-uncovered table keeps forwarded IPv6 on the kernel path
-(graph/interfaces.py, bridge.py); tables that only filter what the host
-sends or receives (INPUT, OUTPUT) leave it alone, as for IPv4.
+ip6tables' FORWARD chains of the filter table too, but not IPv6 connection
+tracking: `ipv6_uncovered` names what else keeps routed IPv6 on the kernel
+path (graph/interfaces.py); tables that only filter what the host sends or
+receives (INPUT, OUTPUT) leave it alone, as for IPv4.
 """
 from __future__ import annotations
 
@@ -79,6 +79,29 @@ def filter_scope(netfilter) -> FilterScope:
 def filter_scope6(netfilter) -> FilterScope:
     """What of ip6tables' rules touches forwarded IPv6 packets."""
     return _remembered("ip6", netfilter)
+
+
+def ipv6_uncovered(netfilter) -> str | None:
+    """Why netfilter could do something to a forwarded IPv6 packet beyond
+    what ip6tables' FORWARD chains of the filter table decide (which the
+    filter node evaluates): None when nothing could."""
+    scope = filter_scope6(netfilter)
+    if scope.uncovered:
+        return f"netfilter could touch forwarded IPv6: {scope.uncovered[0]}"
+    if scope.stateful:
+        return (f"ip6tables turns IPv6 connection tracking on ({scope.stateful[0]}): the fast path "
+                "looks up IPv4 connections only")
+    if scope.defrag:
+        return (f"ip6tables turns IPv6 defragmentation on ({scope.defrag[0]}): fragments are held "
+                "and reassembled before forwarding")
+    return None
+
+
+def evaluated_forward6(netfilter) -> tuple[Ruleset, ...]:
+    """ip6tables' rulesets whose FORWARD chains the filter node evaluates
+    (none while anything else could touch forwarded IPv6: the router then
+    leaves IPv6 to the kernel)."""
+    return () if ipv6_uncovered(netfilter) is not None else filter_scope6(netfilter).forward
 
 
 def _remembered(family: str, netfilter) -> FilterScope:

@@ -9,7 +9,7 @@ from linuxfp.resources import modules_dir
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
 from ..filtering.scope import filter_scope
-from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable, ip6tables_blocker
+from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable, ip6tables_bridged_blocker
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
 
@@ -210,7 +210,7 @@ def _netfilter_flags(snapshot, bridge) -> int:
             flags |= BRP_NF_IPV4_RULES
     if _br_nf_calls(snapshot, sysctls.bridge_nf_call_ip6tables, options.nf_call_ip6tables):
         flags |= BRP_NF_IPV6
-        if ip6tables_blocker(nf) is not None:    # (INPUT/OUTPUT alone leave bridged IPv6 alone)
+        if ip6tables_bridged_blocker(nf) is not None:    # (INPUT/OUTPUT alone leave bridged IPv6 alone)
             flags |= BRP_NF_IPV6_RULES
     if _br_nf_calls(snapshot, sysctls.bridge_nf_call_arptables, options.nf_call_arptables):
         flags |= BRP_NF_ARP

@@ -1,8 +1,9 @@
-"""The filter node (bpf_modules/filter.h): iptables FORWARD chains of both
-backends, evaluated by a classifier whose cost does not grow with the rule
-count (linuxfp/graph/filtering/). It applies where the namespace's
-netfilter configuration is within what it reproduces (filtering/scope.py);
-otherwise the ingress stays on the kernel path with the reason."""
+"""The filter node (bpf_modules/filter.h): iptables' and ip6tables' FORWARD
+chains of both backends, evaluated by a classifier per family whose cost
+does not grow with the rule count (linuxfp/graph/filtering/). It applies
+where the namespace's netfilter configuration is within what it reproduces
+(filtering/scope.py); otherwise the ingress stays on the kernel path with
+the reason."""
 from __future__ import annotations
 
 import struct
@@ -10,10 +11,12 @@ from dataclasses import dataclass
 
 from linuxfp.resources import modules_dir
 
+from linuxfp.state.iptables import TOOLS
+
 from ..filtering.classifier import FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, TooLarge, build_classifier
-from ..filtering.predicates import WIDTH
+from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
-from ..filtering.scope import filter_scope
+from ..filtering.scope import evaluated_forward6, filter_scope, ipv6_uncovered
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Series, Stage, register
 
@@ -26,12 +29,23 @@ assert {node for node, _, _ in PAIRS} | {VERDICT_NODE} == set(range(1, 7))   # f
 
 @dataclass(frozen=True)
 class FilterPlan:
-    """What the node makes of a snapshot's netfilter state."""
+    """What the node makes of a snapshot's netfilter state: iptables' rules
+    and ip6tables' (None: that family's FORWARD chains filter nothing)."""
 
     program: Program | None = None
     classifier: Classifier | None = None
     problem: str | None = None       # why it cannot evaluate the rules
     tracking: tuple[str, ...] = ()   # what turns connection tracking on (FilterScope.stateful)
+    program6: Program | None = None
+    classifier6: Classifier | None = None
+    # whether routed IPv6 may reach the node (nothing else of ip6tables
+    # touches it): lfp_flt_cfg then says "open" where no rule filters it
+    ipv6: bool = False
+
+    @property
+    def families(self) -> tuple[tuple[Program, Classifier | None], ...]:
+        return tuple((p, c) for p, c in ((self.program, self.classifier), (self.program6, self.classifier6))
+                     if p is not None)
 
 
 class Filter(Node):
@@ -48,7 +62,8 @@ class Filter(Node):
     watch = modules_dir() / "filter_watch.c"
 
     def applies(self, snapshot, link) -> bool:
-        return filter_plan(snapshot).classifier is not None
+        plan = filter_plan(snapshot)
+        return plan.classifier is not None or plan.classifier6 is not None
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         # FORWARD as the routed path meets it (a bridge port's frames to the
@@ -60,49 +75,50 @@ class Filter(Node):
         return filter_plan(snapshot).problem
 
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
-        program = filter_plan(snapshot).program
-        if hook == "xdp" and program is not None and program.reads_mark:
+        if hook == "xdp" and any(program.reads_mark for program, _ in filter_plan(snapshot).families):
             # a frame from a veth peer keeps the mark its sender set, unseen
             return "iptables rules match the packet mark, which XDP cannot see"
         return None
 
     def tables(self, snapshot) -> tuple[Table, ...]:
         global _last_tables
-        classifier = filter_plan(snapshot).classifier
+        plan = filter_plan(snapshot)
+        key = (plan.classifier, plan.classifier6, plan.ipv6)
         last = _last_tables
-        if last is None or last[0] is not classifier:
-            # the same objects while the classifier is: the sync skips them
-            last = _last_tables = (classifier, filter_tables(classifier))
+        if last is None or last[0] != key or any(a is not b for a, b in zip(last[0], key)):
+            # the same objects while the classifiers are: the sync skips them
+            last = _last_tables = (key, filter_tables(plan.classifier, plan.classifier6, plan.ipv6))
         return last[1]
 
     def notes(self, snapshot) -> tuple[str, ...]:
         plan = filter_plan(snapshot)
-        if plan.program is None:
-            return ()
-        program, classifier = plan.program, plan.classifier
-        counts = ", ".join(f"iptables-{b} {sum(1 for r in program.rules if r.backend == b)}"
-                           for b in program.backends)
-        lines = [f"{len(program.rules)} rules reached from FORWARD ({counts})"]
-        if program.stateful:
-            lines.append("connection tracking on (" + "; ".join(plan.tracking)
-                         + "): established connections without NAT are classified, the rest go to the kernel")
-        if classifier is not None:
-            fields = ",".join(name for name, bit in FIELD_BIT.items() if classifier.used & bit) or "none"
-            lines.append(f"classifier generation {classifier.generation:08x}: {classifier.entry_count()} entries, "
-                         f"fields {fields}")
-        else:
-            lines.append(f"not evaluated: {plan.problem}")
-        mirrored = [s for s in snapshot.netfilter.ipsets if s.unsupported is None]
-        if mirrored and classifier is not None:
-            lines.append("ipsets compiled in: " + ", ".join(
-                f"{s.name} ({s.kind}, {len(s.prefixes) + len(s.ports) + len(s.ifaces)} members)" for s in mirrored))
-        for rule in program.unsupported:
-            lines.append(f"to the kernel: {rule.describe()} ({'; '.join(rule.unsupported)})")
-        effects = [r for r in program.rules if r.action == "kernel" and not r.unsupported]
-        if effects:
-            shown = ", ".join(f"{r.describe()} -j {r.target}" for r in effects[:5])
-            more = f" and {len(effects) - 5} more" if len(effects) > 5 else ""
-            lines.append(f"to the kernel (its effects: log, reject, ...): {shown}{more}")
+        lines: list[str] = []
+        for program, classifier in plan.families:
+            tool = TOOLS[program.family.name]
+            counts = ", ".join(f"{tool}-{b} {sum(1 for r in program.rules if r.backend == b)}"
+                               for b in program.backends)
+            lines.append(f"{len(program.rules)} {tool} rules reached from FORWARD ({counts})")
+            if program.stateful:
+                lines.append("connection tracking on (" + "; ".join(plan.tracking)
+                             + "): established connections without NAT are classified, the rest go to the kernel")
+            if classifier is not None:
+                fields = ",".join(name for name in classifier.fields if classifier.used & FIELD_BIT[name]) or "none"
+                lines.append(f"{tool} classifier generation {classifier.generation:08x}: "
+                             f"{classifier.entry_count()} entries, fields {fields}")
+            else:
+                lines.append(f"not evaluated: {plan.problem}")
+            mirrored = [s for s in snapshot.netfilter.ipsets if s.unsupported is None]
+            if mirrored and classifier is not None and program.family is IPV4:
+                lines.append("ipsets compiled in: " + ", ".join(
+                    f"{s.name} ({s.kind}, {len(s.prefixes) + len(s.ports) + len(s.ifaces)} members)"
+                    for s in mirrored))
+            for rule in program.unsupported:
+                lines.append(f"to the kernel: {rule.describe()} ({'; '.join(rule.unsupported)})")
+            effects = [r for r in program.rules if r.action == "kernel" and not r.unsupported]
+            if effects:
+                shown = ", ".join(f"{r.describe()} -j {r.target}" for r in effects[:5])
+                more = f" and {len(effects) - 5} more" if len(effects) > 5 else ""
+                lines.append(f"to the kernel (its effects: log, reject, ...): {shown}{more}")
         return tuple(lines)
 
 
@@ -123,7 +139,8 @@ class Filter(Node):
         for row in detail["rules"]:
             what = (f"{row['chain']} #{row['position']}" if "position" in row
                     else f"{row['chain']} policy {row['policy']}")
-            lines.append(f"  iptables-{row['backend']} {what:<20} {row['packets']:>12} {row['bytes']:>14}  "
+            tool = f"{TOOLS[row.get('family', IPV4.name)]}-{row['backend']}"
+            lines.append(f"  {tool} {what:<20} {row['packets']:>12} {row['bytes']:>14}  "
                          f"{row.get('rule', '')}".rstrip())
         earlier = detail["earlier_rulesets"]
         if earlier["packets"]:
@@ -139,11 +156,13 @@ class Filter(Node):
             return []
         series = []
         for row in detail["rules"]:
+            family = row.get("family", IPV4.name)
             # the rule's text too: a position moves when rules are inserted above it
-            labels = (("backend", row["backend"]), ("table", "filter"), ("chain", row["chain"]),
+            labels = (("family", "ipv6" if family == IPV6.name else "ipv4"), ("backend", row["backend"]),
+                      ("table", "filter"), ("chain", row["chain"]),
                       ("rule", str(row["position"]) if "position" in row else "policy"),
                       ("spec", row.get("rule") or f"-P {row['chain']} {row['policy']}"))
-            generation = detail.get("generation") or ""
+            generation = detail.get("generation6" if family == IPV6.name else "generation") or ""
             series.append(Series("iptables_fast_path_packets", RULE_PACKETS_HELP, labels, row["packets"],
                                  epoch=generation))
             series.append(Series("iptables_fast_path_bytes", RULE_BYTES_HELP, labels, row["bytes"], epoch=generation))
@@ -153,8 +172,8 @@ class Filter(Node):
         return series
 
 
-RULE_PACKETS_HELP = ("packets the fast path decided that Linux would have counted on this iptables rule (or "
-                     "chain policy), this ruleset generation's (from zero when the rules change): "
+RULE_PACKETS_HELP = ("packets the fast path decided that Linux would have counted on this iptables or ip6tables "
+                     "rule (or chain policy), this ruleset generation's (from zero when the rules change): "
                      "iptables-nft -L -v counts only the kernel's; iptables-legacy's counters have these added")
 RULE_BYTES_HELP = "bytes (IP length) of linuxfp_iptables_fast_path_packets"
 EARLIER_HELP = ("packets the fast path decided under earlier iptables rulesets of this datapath, no longer "
@@ -166,7 +185,7 @@ FILTER = register(Filter())
 # filter.h's per-flow cache slot and per-class counts, as `stats` reads them
 TALLY = CType("struct lfp_tally", (("packets", "Q"), ("bytes", "Q")))     # common.h
 HIT_KEY = CType("struct lfp_flt_hit_key", (("gen", "I"), ("cls", "I")))
-CACHED = CType("struct lfp_flt_cached", (("flow", "28s"), ("verdict", "I"), ("cls", "I"), ("pad", "I"),
+CACHED = CType("struct lfp_flt_cached", (("flow", "52s"), ("verdict", "I"), ("cls", "I"), ("pad", "I"),
                                          ("tally", "16s")))
 
 
@@ -212,20 +231,28 @@ _last_attribution: tuple[object, dict] | None = None
 def attribution(plan: FilterPlan) -> dict:
     """What attributing the fast path's counts needs, as JSON (what the
     controller publishes for `linuxfp stats`, which then reads no netfilter
-    state of its own — reading ipsets would trip the filter's watch): the
-    classifier generation, each rule or policy that counts as a row, the
-    distinct trails of rows Linux adds a packet to (classifier.counted),
-    and per class its trail. The same object while the classifier is."""
+    state of its own — reading ipsets would trip the filter's watch): per
+    family its classifier's generation and, per class, its trail; each rule
+    or policy that counts as a row; and the distinct trails of rows Linux
+    adds a packet to (classifier.counted). The same object while the
+    classifiers are."""
     global _last_attribution
     from ..filtering.program import policy_of
 
-    classifier, program = plan.classifier, plan.program
+    key = (plan.classifier, plan.classifier6)
     last = _last_attribution
-    if last is not None and last[0] is classifier:
+    if last is not None and all(a is b for a, b in zip(last[0], key)):
         return last[1]
     rows: list[dict] = []
-    row_of: dict[int, int] = {}
-    if program is not None and classifier is not None:
+    # per class, its trail of rows; classes share few trails (a 40-rule
+    # ruleset: thousands of classes, tens of trails), so each is written once
+    trails: dict[tuple[int, ...], int] = {}
+    published: dict = {"generation": None, "generation6": None, "classes": [], "classes6": []}
+    for program, classifier in plan.families:
+        if classifier is None:
+            continue
+        family = program.family.name
+        row_of: dict[int, int] = {}
         for position, backend in enumerate(program.backends):
             for chain_backend, chain, _, indexes in program.chains:
                 if chain_backend != backend:
@@ -233,36 +260,37 @@ def attribution(plan: FilterPlan) -> dict:
                 for index in indexes:
                     rule = program.rules[index]
                     row_of[index] = len(rows)
-                    rows.append({"backend": backend, "chain": chain, "position": rule.position, "rule": rule.text})
+                    rows.append({"family": family, "backend": backend, "chain": chain, "position": rule.position,
+                                 "rule": rule.text})
             row_of[policy_of(position)] = len(rows)
-            rows.append({"backend": backend, "chain": "FORWARD", "policy": program.chain(backend, "FORWARD")[2]})
-    # per class, its trail of rows; classes share few trails (a 40-rule
-    # ruleset: thousands of classes, tens of trails), so each is written once
-    trails: dict[tuple[int, ...], int] = {}
-    classes = [trails.setdefault(tuple(row_of[item] for item in items if item in row_of), len(trails))
-               for items in (classifier.counted if classifier is not None else ())]
-    published = {
-        "generation": f"{classifier.generation:08x}" if classifier is not None else None,
-        "rows": rows,
-        "trails": [list(trail) for trail in trails],
-        "classes": classes,
-    }
-    _last_attribution = (classifier, published)
+            rows.append({"family": family, "backend": backend, "chain": "FORWARD",
+                         "policy": program.chain(backend, "FORWARD")[2]})
+        suffix = "6" if program.family is IPV6 else ""
+        published["generation" + suffix] = f"{classifier.generation:08x}"
+        published["classes" + suffix] = [
+            trails.setdefault(tuple(row_of[item] for item in items if item in row_of), len(trails))
+            for items in classifier.counted]
+    published["rows"] = rows
+    published["trails"] = [list(trail) for trail in trails]
+    _last_attribution = (key, published)
     return published
 
 
 def attribute(totals: dict[tuple[int, int], list[int]], published: dict | None) -> dict:
-    """Per rule (and built-in chain policy) of the ruleset `published`
+    """Per rule (and built-in chain policy) of the rulesets `published`
     describes (attribution()), the packets and bytes the fast path decided
     that Linux would have added to its counter; counts of other generations
     (the rules changed since) in one sum."""
     published = published or {}
-    generation = published.get("generation")
-    rows, trails, classes = published.get("rows", []), published.get("trails", []), published.get("classes", [])
+    rows, trails = published.get("rows", []), published.get("trails", [])
+    classes_of = {published[name]: published.get(classes, [])
+                  for name, classes in (("generation", "classes"), ("generation6", "classes6"))
+                  if published.get(name) is not None}
     per_row: dict[int, list[int]] = {}
     earlier = [0, 0]
     for (gen, cls), (packets, size) in totals.items():
-        if generation is None or f"{gen:08x}" != generation or cls >= len(classes):
+        classes = classes_of.get(f"{gen:08x}")
+        if classes is None or cls >= len(classes):
             earlier[0] += packets
             earlier[1] += size
             continue
@@ -272,8 +300,8 @@ def attribute(totals: dict[tuple[int, int], list[int]], published: dict | None) 
             entry[1] += size
     counted = [{**rows[row], "packets": per_row[row][0], "bytes": per_row[row][1]}
                for row in range(len(rows)) if row in per_row]
-    return {"generation": generation, "rules": counted,
-            "earlier_rulesets": {"packets": earlier[0], "bytes": earlier[1]}}
+    return {"generation": published.get("generation"), "generation6": published.get("generation6"),
+            "rules": counted, "earlier_rulesets": {"packets": earlier[0], "bytes": earlier[1]}}
 
 
 def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
@@ -291,10 +319,16 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     from linuxfp.state.xt_counters import TableChanged, add_counters
 
     plan = filter_plan(snapshot)
-    program, classifier = plan.program, plan.classifier
-    legacy = next((r for r in snapshot.netfilter.rulesets if r.backend == "legacy"), None)
+    nf = snapshot.netfilter
+    # per family whose rules the fast path decides with: its legacy ruleset
+    legacy = {}
+    for program, classifier in plan.families:
+        ruleset = next((r for r in (nf.rulesets6 if program.family is IPV6 else nf.rulesets)
+                        if r.backend == "legacy"), None)
+        if classifier is not None and ruleset is not None and "legacy" in program.backends:
+            legacy[classifier.generation] = ruleset
     hits = maps(HITS)
-    if classifier is None or program is None or legacy is None or "legacy" not in program.backends or hits is None:
+    if not legacy or hits is None:
         return
     if memory.get("map") != hits.id or not isinstance(memory.get("given"), dict):
         memory.clear()
@@ -302,20 +336,22 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     given: dict[str, list[int]] = memory["given"]
     counted = {f"{gen}:{cls}": (gen, cls, packets, size)
                for (gen, cls), (packets, size) in fast_path_counts(hits, maps(CACHE)).items()}
-    generation = classifier.generation
     due: dict[tuple[int, int], list[int]] = {}
     for key, (gen, cls, packets, size) in counted.items():
         before = given.get(key, [0, 0])
-        if gen == generation and packets > before[0] and size >= before[1]:
+        if gen in legacy and packets > before[0] and size >= before[1]:
             due[(gen, cls)] = [packets - before[0], size - before[1]]
-    if due:
+    for generation, ruleset in legacy.items():
+        mine = {key: value for key, value in due.items() if key[0] == generation}
         additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
-                     for row in attribute(due, attribution(plan))["rules"] if row["backend"] == "legacy"}
+                     for row in attribute(mine, attribution(plan))["rules"]
+                     if row["backend"] == "legacy" and row["family"] == ruleset.family} if mine else {}
         if additions:
             try:
-                add_counters(legacy, "filter", additions)
+                add_counters(ruleset, "filter", additions)
             except TableChanged:
-                return      # read again at the next poll; given then, or left to a new generation
+                # read again at the next poll; given then, or left to a new generation
+                due = {key: value for key, value in due.items() if key[0] != generation}
     # what the map still holds (an evicted pair is forgotten with it)
     remembered = {}
     for key, (gen, cls, packets, size) in counted.items():
@@ -348,7 +384,7 @@ def filter_plan(snapshot) -> FilterPlan:
         if names == last[1]:
             return last[2]
     plan = _plan(nf, links)
-    names = _link_names(links) if plan.program is not None and plan.program.interface_fields else None
+    names = _link_names(links) if any(program.interface_fields for program, _ in plan.families) else None
     _last = (nf, names, plan)
     return plan
 
@@ -359,31 +395,50 @@ def _link_names(links) -> tuple[tuple[int, str], ...]:
 
 def _plan(netfilter, links) -> FilterPlan:
     scope = filter_scope(netfilter)
-    if not scope.filters_forward:
+    forward6 = evaluated_forward6(netfilter)
+    if not scope.filters_forward and not forward6:
         return FilterPlan()
     if scope.uncovered:
         return FilterPlan(problem=scope.uncovered[0])
-    program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets)
+    ipv6 = ipv6_uncovered(netfilter) is None
+    program = program6 = classifier = classifier6 = None
     try:
-        classifier = build_classifier(program, [link.index for link in links] if program.interface_fields else [])
-        check_capacity(classifier)
+        if scope.filters_forward:
+            program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets)
+            classifier = _classifier(program, links)
+        if forward6:
+            program6 = compile_program(forward6, links, ipsets=netfilter.ipsets, family=IPV6)
+            classifier6 = _classifier(program6, links)
+        check_capacity(classifier, classifier6)
     except TooLarge as exc:
-        return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})", tracking=scope.stateful)
-    return FilterPlan(program, classifier, tracking=scope.stateful)
+        return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})", tracking=scope.stateful,
+                          program6=program6, ipv6=ipv6)
+    return FilterPlan(program, classifier, tracking=scope.stateful, program6=program6, classifier6=classifier6,
+                      ipv6=ipv6)
+
+
+def _classifier(program: Program, links) -> Classifier:
+    return build_classifier(program, [link.index for link in links] if program.interface_fields else [])
 
 
 # max_entries of the maps in filter.h (tests/test_filter_datapath.py checks
-# them against the compiled object). Two generations live side by side
-# while one replaces the other, so each may fill half.
-CAPACITY = {"lfp_flt_src": 262144, "lfp_flt_dst": 262144, "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144,
-            IFS: 8192, COMB: 2097152}
+# them against the compiled object). Two generations of each family live
+# side by side while one replaces the other, so both families' current
+# generations together may fill half.
+CAPACITY = {"lfp_flt_src": 262144, "lfp_flt_dst": 262144, "lfp_flt_src6": 262144, "lfp_flt_dst6": 262144,
+            "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144, IFS: 8192, COMB: 2097152}
 
 
-def check_capacity(classifier: Classifier) -> None:
-    """TooLarge when a generation would not fit beside another."""
-    counts = {LPM_TABLE[name]: len(entries) for name, entries in classifier.prefixes}
-    counts[IFS] = len(classifier.interfaces)
-    counts[COMB] = len(classifier.pairs) + len(classifier.verdicts)
+def check_capacity(*classifiers: Classifier | None) -> None:
+    """TooLarge when the generations would not fit beside others."""
+    counts = dict.fromkeys(CAPACITY, 0)
+    for classifier in classifiers:
+        if classifier is None:
+            continue
+        for name, entries in classifier.prefixes:
+            counts[LPM_TABLE[name]] += len(entries)
+        counts[IFS] += len(classifier.interfaces)
+        counts[COMB] += len(classifier.pairs) + len(classifier.verdicts)
     for table, count in counts.items():
         if count > CAPACITY[table] // 2:
             raise TooLarge(f"{count} entries for {table}, which holds {CAPACITY[table] // 2} per generation")
@@ -391,6 +446,7 @@ def check_capacity(classifier: Classifier) -> None:
 
 # filter.h's keys and values
 LPM_KEY = CType("struct lfp_flt_lpm_key", (("prefixlen", "I"), ("gen", "I"), ("value", "4s")))
+LPM6_KEY = CType("struct lfp_flt_lpm6_key", (("prefixlen", "I"), ("gen", "I"), ("value", "16s")))
 IF_KEY = CType("struct lfp_flt_if_key", (("gen", "I"), ("ifindex", "I")))
 IF_CLASSES = CType("struct lfp_flt_if_classes", (("in", "I"), ("out", "I")))
 PAIR_KEY = CType("struct lfp_flt_pair_key", (("gen", "I"), ("node", "I"), ("left", "I"), ("right", "I")))
@@ -398,36 +454,57 @@ CFG_VALUE = CType("struct lfp_flt_cfg", (("gen", "I"),))
 
 
 def lpm_key(generation: int, name: str, value: int, length: int) -> bytes:
-    """struct lfp_flt_lpm_key: the generation, then the value as on the wire
-    (an address, or protocol and port / ICMP type or code, padded)."""
-    width = WIDTH[name]
-    return LPM_KEY.pack(32 + length, generation, (value << (32 - width)).to_bytes(4, "big"))
+    """struct lfp_flt_lpm_key (an IPv6 address: lfp_flt_lpm6_key): the
+    generation, then the value as on the wire (an address, or protocol and
+    port / ICMP type or code, padded)."""
+    ctype, size = (LPM6_KEY, 16) if WIDTH[name] == 128 else (LPM_KEY, 4)
+    return ctype.pack(32 + length, generation, (value << (size * 8 - WIDTH[name])).to_bytes(size, "big"))
 
 
 def pair_key(generation: int, node: int, left: int, right: int) -> bytes:
     return PAIR_KEY.pack(generation, node, left, right)
 
 
-def filter_tables(classifier: Classifier | None) -> tuple[Table, ...]:
-    """The node's maps; lfp_flt_cfg last, so it names a generation only once
-    all of its entries are written (the sync writes tables in this order and
-    erases the old generation's entries after)."""
-    lpm = {name: frozenset() for name in LPM_FIELDS}
-    ifs, comb, cfg = frozenset(), frozenset(), frozenset()
-    if classifier is not None:
-        gen, used = classifier.generation, classifier.used
-        for name, entries in classifier.prefixes:
+# lfp_flt_cfg's value for a family whose FORWARD chains let every packet
+# through (LFP_FLT_OPEN; no generation is below 0x100); its index per family
+OPEN = 1
+CFG_INDEX = {IPV4.name: 0, IPV6.name: 1}
+
+
+def filter_tables(classifier: Classifier | None, classifier6: Classifier | None = None,
+                  ipv6: bool = False) -> tuple[Table, ...]:
+    """The node's maps, iptables' classifier and ip6tables' side by side;
+    lfp_flt_cfg last, so it names a generation only once all of its entries
+    are written (the sync writes tables in this order and erases the old
+    generation's entries after). A family without a classifier is open
+    (the node applies only while one family's rules filter), except IPv6
+    where it may not be routed (`ipv6` False): left unconfigured there."""
+    lpm: dict[str, set] = {name: set() for name in LPM_FIELDS}
+    ifs, comb = set(), set()
+    cfg = {CFG_INDEX[IPV4.name]: OPEN, CFG_INDEX[IPV6.name]: OPEN if ipv6 else 0}
+    for current in (classifier, classifier6):
+        if current is None:
+            continue
+        gen, used = current.generation, current.used
+        for name, entries in current.prefixes:
             if used & FIELD_BIT[name]:
-                lpm[name] = frozenset((lpm_key(gen, name, value, length), u32(cls)) for value, length, cls in entries)
+                lpm[name].update((lpm_key(gen, name, value, length), u32(cls)) for value, length, cls in entries)
         if used & (FIELD_BIT["iif"] | FIELD_BIT["oif"]):
-            ifs = frozenset((IF_KEY.pack(gen, index), IF_CLASSES.pack(i, o)) for index, i, o in classifier.interfaces)
-        comb = frozenset([(pair_key(gen, node, left, right), u32(cls)) for node, left, right, cls in classifier.pairs]
-                         + [(pair_key(gen, VERDICT_NODE, cls, 0), u32(verdict | (rule + 1) << 2))
-                            for cls, verdict, rule in classifier.verdicts])
-        cfg = frozenset({(u32(0), CFG_VALUE.pack(gen))})
-    return tuple(Table(LPM_TABLE[name], FILTER.name, LPM_KEY, U32, lpm[name], kind=HASH,
-                       describe=f"filter classes of {name} prefixes") for name in LPM_FIELDS) + (
-        Table(IFS, FILTER.name, IF_KEY, IF_CLASSES, ifs, kind=HASH, describe="filter classes of interfaces as -i / -o"),
-        Table(COMB, FILTER.name, PAIR_KEY, U32, comb, kind=HASH, describe="filter classes of class pairs; verdicts"),
-        Table(CFG, FILTER.name, U32, CFG_VALUE, cfg, kind=ARRAY, describe="current filter generation (its low bits: fields used)"),
+            ifs.update((IF_KEY.pack(gen, index), IF_CLASSES.pack(i, o)) for index, i, o in current.interfaces)
+        comb.update((pair_key(gen, node, left, right), u32(cls)) for node, left, right, cls in current.pairs)
+        comb.update((pair_key(gen, VERDICT_NODE, cls, 0), u32(verdict | (rule + 1) << 2))
+                    for cls, verdict, rule in current.verdicts)
+        cfg[CFG_INDEX[current.family]] = gen
+    if classifier is None and classifier6 is None:
+        cfg = {}        # the node does not apply
+    return tuple(Table(LPM_TABLE[name], FILTER.name, LPM6_KEY if WIDTH[name] == 128 else LPM_KEY, U32,
+                       frozenset(lpm[name]), kind=HASH, describe=f"filter classes of {name} prefixes")
+                 for name in LPM_FIELDS) + (
+        Table(IFS, FILTER.name, IF_KEY, IF_CLASSES, frozenset(ifs), kind=HASH,
+              describe="filter classes of interfaces as -i / -o"),
+        Table(COMB, FILTER.name, PAIR_KEY, U32, frozenset(comb), kind=HASH,
+              describe="filter classes of class pairs; verdicts"),
+        Table(CFG, FILTER.name, U32, CFG_VALUE,
+              frozenset((u32(index), CFG_VALUE.pack(gen)) for index, gen in cfg.items() if gen), kind=ARRAY,
+              describe="current filter generation per family (its low bits: fields used), or 1: open"),
     )
