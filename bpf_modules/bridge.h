@@ -70,12 +70,13 @@
 #define LFP_BRP_ISOLATED      (1u << 1)  /* isolated port */
 #define LFP_BRP_NF_IPV4       (1u << 2)  /* br_netfilter validates IPv4 (bridge-nf-call-iptables) */
 #define LFP_BRP_NF_IPV4_RULES (1u << 3)  /* ... and iptables rules exist: the kernel decides */
-#define LFP_BRP_NF_IPV6       (1u << 4)
-#define LFP_BRP_NF_IPV6_RULES (1u << 5)
+#define LFP_BRP_NF_IPV6       (1u << 4)  /* br_netfilter validates IPv6 (bridge-nf-call-ip6tables) */
+#define LFP_BRP_NF_IPV6_RULES (1u << 5)  /* ... and ip6tables FORWARD rules exist: the bridge filter decides */
 #define LFP_BRP_NF_ARP_RULES  (1u << 6)  /* bridge-nf-call-arptables with arptables present */
 #define LFP_BRP_LEARNING      (1u << 7)  /* the port learns: a known source arriving here moves */
 #define LFP_BRP_NF_ARP        (1u << 8)  /* bridge-nf-call-arptables: ARP shorter than its header is dropped */
 #define LFP_BRP_HAND_UP       (1u << 9)  /* frames to the bridge's MAC continue into IP on the bridge device */
+#define LFP_BRP_NF_IPV6_KERNEL (1u << 10) /* ip6tables could do more than FORWARD to them: the kernel decides */
 
 /* How long frames to and from an entry keep going to the kernel after it
  * was (re)written or one of its frames was handed to the kernel: a frame the
@@ -295,12 +296,20 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 			pkt->l3_ifindex = in->bridge;
 		}
 	} else if (pkt->l3_proto == bpf_htons(ETH_P_IPV6) && (in->flags & LFP_BRP_NF_IPV6)) {
-		if (in->flags & LFP_BRP_NF_IPV6_RULES)
+		if (in->flags & LFP_BRP_NF_IPV6_KERNEL)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
 		if (!lfp_br_ipv6_unchanged(pkt))
 			return lfp_pass(pkt, LFP_CNT_BR_NF_INVALID);
 		if (lfp_br_ipv6_fragment(pkt))
 			return lfp_pass(pkt, LFP_CNT_BR_NF_FRAGMENT);
+		/* Neither hop-by-hop options nor a header a fragment header may
+		 * follow: the next header is the protocol ip6tables' -p sees. */
+		if (in->flags & LFP_BRP_NF_IPV6_RULES) {
+			if (!LFP_STAGE_BRIDGE_FILTER)
+				return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
+			pkt->fwd.flags |= LFP_FWD_NF_IPV6;
+			pkt->l3_ifindex = in->bridge;
+		}
 	} else if (pkt->l3_proto == bpf_htons(ETH_P_ARP) && (in->flags & LFP_BRP_NF_ARP)) {
 		if (in->flags & LFP_BRP_NF_ARP_RULES)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);

@@ -1,14 +1,16 @@
 /* Bridge-filter node: what br_netfilter makes iptables do to a bridged IPv4
- * frame, with Linux's verdict — the kernel's connection tracking at
- * PREROUTING, then the filter table's FORWARD chains of both backends,
- * which see the bridge as the packet's -i and -o (br_nf_forward_ip() hands
- * them the bridge, never its ports) — evaluated by the filter node's
- * classifier (filter.h): forwarded as bridged, dropped, or handed to the
- * kernel.
+ * frame (ip6tables to an IPv6 one), with Linux's verdict — the kernel's
+ * connection tracking at PREROUTING, then the filter table's FORWARD chains
+ * of both backends, which see the bridge as the packet's -i and -o
+ * (br_nf_forward_ip() hands them the bridge, never its ports) — evaluated
+ * by the filter node's classifier of that family (filter.h): forwarded as
+ * bridged, dropped, or handed to the kernel.
  *
  * It looks only at frames the bridge node marked LFP_FWD_NF_IPV4 (their
  * bridge calls iptables, iptables could act on them, br_validate_ipv4()
- * would let the header through unchanged, and they are not fragments).
+ * would let the header through unchanged, and they are not fragments) or
+ * LFP_FWD_NF_IPV6 (the same for ip6tables, whose FORWARD chains are all of
+ * it that could act on them: IPv6 connection tracking is the kernel's).
  * What else br_netfilter runs for them is kept out of the way by the filter
  * scope (linuxfp/graph/filtering/scope.py): raw, mangle and security rules
  * keep the whole namespace on the kernel path, and nat chains see only a
@@ -30,7 +32,7 @@
 
 static __always_inline enum lfp_rc bridge_filter_node(struct lfp_pkt *pkt)
 {
-	if (!(pkt->fwd.flags & LFP_FWD_NF_IPV4))
+	if (!(pkt->fwd.flags & (LFP_FWD_NF_IPV4 | LFP_FWD_NF_IPV6)))
 		return LFP_NEXT;
 	/* The classifier takes the mark to be 0, as nothing before FORWARD
 	 * sets one; a frame that arrives marked (TC sees it) is the kernel's. */

@@ -62,6 +62,7 @@ struct lfp_fwd {
 #define LFP_FWD_BRIDGED       (1u << 2)   /* bridged: sent as it came, no next hop, no rewrite */
 #define LFP_FWD_NF_IPV4       (1u << 3)   /* bridged IPv4 that br_netfilter shows iptables (bridge_filter.h) */
 #define LFP_FWD_DEC_HOP_LIMIT (1u << 4)   /* IPv6 forwarding: hop limit - 1, next hop in nexthop6 */
+#define LFP_FWD_NF_IPV6       (1u << 5)   /* bridged IPv6 that br_netfilter shows ip6tables (bridge_filter.h) */
 
 /* A count that holds only if the packet leaves through the fast path: a
  * node after the one counting may still hand it to the kernel, which then

@@ -1,6 +1,6 @@
-/* Filter node: the filter table's FORWARD chains of iptables (nft and legacy
- * backends at once) with Linux's exact verdict, at a cost that does not grow
- * with the rule count.
+/* Filter node: the filter table's FORWARD chains of iptables and ip6tables
+ * (nft and legacy backends at once) with Linux's exact verdict, at a cost
+ * that does not grow with the rule count.
  *
  * The controller compiles the rules into a recursive flow classifier
  * (linuxfp/graph/filtering/classifier.py, whose classify() is this file in
@@ -40,8 +40,8 @@
 #define LFP_TALLIES 1
 
 #define LFP_COUNTERS_FILTER(X)                                                            \
-	X(FILTER_DROPPED,         filter, drop, "dropped by an iptables FORWARD rule or policy") \
-	X(FILTER_KERNEL,          filter, pass, "an iptables rule the fast path does not reproduce") \
+	X(FILTER_DROPPED,         filter, drop, "dropped by an iptables (ip6tables) FORWARD rule or policy") \
+	X(FILTER_KERNEL,          filter, pass, "an iptables (ip6tables) rule the fast path does not reproduce") \
 	X(FILTER_L4_SHORT,        filter, pass, "transport header not complete (iptables would drop it)") \
 	X(FILTER_UNCONFIGURED,    filter, pass, "filter tables not written yet")            \
 	X(FILTER_STALE,           filter, pass, "filter tables being rewritten")            \
@@ -211,7 +211,7 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 {
 	__u32 l3_len = family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
 	__u32 need = sizeof(struct ethhdr) + l3_len;
-	__u8 proto, icmp = family6 ? LFP_NEXTHDR_ICMPV6 : IPPROTO_ICMP;
+	__u8 proto, icmp_proto = family6 ? LFP_NEXTHDR_ICMPV6 : IPPROTO_ICMP;
 	void *l4;
 
 	/* The router let only 20-byte IPv4 headers and IPv6 headers without
@@ -234,7 +234,7 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 	l4d[0] = proto;
 	if (proto == IPPROTO_TCP)
 		need += sizeof(struct tcphdr);
-	else if (proto == IPPROTO_UDP || proto == icmp)
+	else if (proto == IPPROTO_UDP || proto == icmp_proto)
 		need += 8;
 	else
 		return 1;
@@ -286,9 +286,12 @@ struct lfp_flt_flow {
 		} v6;
 	};
 };
-/* Its words an IPv4 flow uses (the rest are 0); the generation tells the
- * families apart, so comparing these is comparing the whole key. */
+/* Its words an IPv4 flow uses; the generation tells the families apart, so
+ * comparing these is comparing the whole key (an IPv4 flow's slot may keep
+ * an earlier IPv6 flow's address words after them: never compared). */
 #define LFP_FLT_WORDS4 7
+_Static_assert(__builtin_offsetof(struct lfp_flt_flow, v4.daddr) == (LFP_FLT_WORDS4 - 1) * 4,
+	       "LFP_FLT_WORDS4 covers an IPv4 flow");
 
 /* The verdict of a flow's classification, remembered per CPU in a
  * direct-mapped cache (a slot per hash of the flow; a collision replaces
@@ -300,14 +303,14 @@ struct lfp_flt_flow {
 #define LFP_FLT_CACHE_SLOTS 4096
 
 struct lfp_flt_cached {
-	struct lfp_flt_flow flow;
-	__u32 verdict;          /* LFP_FLT_* | (rule + 1) << 2 */
-	__u32 cls;              /* the flow's last class (the verdict's key) */
-	__u32 pad;
 	/* What the fast path decided for this flow since it took the slot, not
 	 * yet in lfp_flt_hits: the slot is written by its own CPU alone, so a
-	 * steady flow's count costs two adds to a line it just read. */
+	 * steady flow's count costs two adds to memory it just read. */
 	struct lfp_tally tally;
+	__u32 verdict;          /* LFP_FLT_* | (rule + 1) << 2 */
+	__u32 cls;              /* the flow's last class (the verdict's key) */
+	/* last: an IPv4 flow's hit reads the slot's first 52 bytes only */
+	struct lfp_flt_flow flow;
 };
 
 /* The fast path's decisions per classifier generation and class, moved
@@ -467,7 +470,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	struct lfp_flt_cfg *cfg;
 	__u32 slot, verdict, used, cls = 0;
 	__u32 family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
-	__u16 l3_len;
+	__u32 l3_len;
 
 	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &family6);
 	if (!cfg)
@@ -507,8 +510,10 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 		__builtin_memcpy(flow.v6.saddr, &ip6->saddr, sizeof(flow.v6.saddr));
 		__builtin_memcpy(flow.v6.daddr, &ip6->daddr, sizeof(flow.v6.daddr));
-		/* (0 in a jumbogram; the router passes those) */
-		l3_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		/* (0 in a GRO packet beyond 64 KiB, IPv6 BIG TCP at TC: its
+		 * length is the skb's) */
+		l3_len = ip6->payload_len ? bpf_ntohs(ip6->payload_len) + sizeof(*ip6)
+					  : pkt->len - sizeof(struct ethhdr);
 	} else {
 		struct iphdr *ip = lfp_ipv4(pkt);
 
@@ -537,7 +542,16 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 		 * the old flow's count */
 		cached->tally.packets = 0;
 		cached->tally.bytes = 0;
-		cached->flow = flow;
+		if (family6) {
+			cached->flow = flow;
+		} else {
+			const __u32 *from = (const __u32 *)&flow;
+			__u32 *to = (__u32 *)&cached->flow;
+
+#pragma unroll
+			for (int i = 0; i < LFP_FLT_WORDS4; i++)
+				to[i] = from[i];
+		}
 		cached->verdict = verdict;
 		cached->cls = cls;
 	}
@@ -559,8 +573,8 @@ static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 {
 	if (!pkt->fwd.egress)
 		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
-	/* Routed IPv6 gets here only where ip6tables' FORWARD is all this node
-	 * evaluates (LFP_IF_IPV6: router.py). */
+	/* Routed IPv6 gets here only where nothing of ip6tables but its FORWARD
+	 * chains could touch it (LFP_IF_IPV6: graph/interfaces.py). */
 	if (pkt->l3_proto != bpf_htons(ETH_P_IP) && pkt->l3_proto != bpf_htons(ETH_P_IPV6))
 		return LFP_NEXT;
 	/* -i: a bridge port's routed packets come in on the bridge */

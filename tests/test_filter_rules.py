@@ -156,12 +156,11 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
 def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_it():
     """ip6tables rules that filter only what the host receives or sends
     (INPUT, OUTPUT) leave forwarded IPv6 to the fast path, and so do FORWARD
-    rules for routed IPv6 (the filter node evaluates them; bridged IPv6 it
-    does not yet); connection tracking, another table's rules, a native
-    table or rules that were not read keep it on the kernel path, with the
-    reason."""
+    rules (the filter nodes evaluate them, routed and bridged); connection
+    tracking, another table's rules, a native table or rules that were not
+    read keep it on the kernel path, with the reason."""
     from linuxfp.graph.filtering.scope import evaluated_forward6
-    from linuxfp.graph.interfaces import ip6tables_blocker, ip6tables_bridged_blocker
+    from linuxfp.graph.filtering.scope import ipv6_uncovered as ip6tables_blocker
 
     def ip6(text: str, backend: str = "nft", tables=None) -> NetfilterState:
         ruleset = parse_save(text, backend, "ip6")
@@ -178,15 +177,12 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
         assert filter_scope6(host_only) == FilterScope((), ()) and ip6tables_blocker(host_only) is None
         # IPv4's scope does not see them
         assert filter_scope(host_only) == filter_scope(netfilter())
-        assert ip6tables_bridged_blocker(host_only) is None and evaluated_forward6(host_only) == ()
+        assert evaluated_forward6(host_only) == ()
         forward = ip6(head + "-A FORWARD -d 2001:db8:1::/48 -j DROP\nCOMMIT\n", backend)
         assert ip6tables_blocker(forward) is None
         assert [r.tool for r in evaluated_forward6(forward)] == [f"ip6tables-{backend}"]
-        assert ip6tables_bridged_blocker(forward) == (f"ip6tables-{backend} FORWARD rules or policy: bridged frames "
-                                                      "are filtered by iptables' IPv4 rules only")
         policy = ip6(head.replace(":FORWARD ACCEPT", ":FORWARD DROP") + "COMMIT\n", backend)
-        assert ip6tables_blocker(policy) is None and ip6tables_bridged_blocker(policy) is not None
-        assert evaluated_forward6(policy) != ()
+        assert ip6tables_blocker(policy) is None and evaluated_forward6(policy) != ()
         tracked = ip6(head + "-A INPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
         assert ip6tables_blocker(tracked) == (f"ip6tables turns IPv6 connection tracking on (ip6tables-{backend} "
                                               "table filter: INPUT #1 (conntrack)): the fast path looks up IPv4 "
@@ -355,8 +351,8 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
         "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
     tables = {t.name: t for t in graph.tables}
     # IPv4's generation; IPv6 open (no ip6tables rule filters it)
-    cfg = dict(tables["lfp_flt_cfg"].entries)
-    assert cfg[b"\0\0\0\0"] >= b"\0\x01\0\0" and cfg[b"\1\0\0\0"] == b"\1\0\0\0"
+    cfg = {int.from_bytes(k, "little"): int.from_bytes(v, "little") for k, v in tables["lfp_flt_cfg"].entries}
+    assert cfg[0] >= 0x100 and not cfg[0] & 0x80 and cfg[1] == 1
     assert tables["lfp_flt_dst"].entries
     # stateful rules: the filter looks connections up (the CT bit of its generation)
     stateful = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
@@ -390,7 +386,7 @@ def test_a_classifier_too_large_keeps_the_filter_on_the_kernel_path(monkeypatch)
     assert filter_plan(snapshot).classifier is None
     graph = build_graph(snapshot, "xdp")
     assert graph.pipelines == ()
-    assert all("too large a classifier" in s.reason and s.reason.startswith("iptables FORWARD rules")
+    assert all("too large a classifier" in s.reason and s.reason.startswith("FORWARD rules (iptables-nft)")
                for s in graph.skipped if s.ifname != "lo"), graph.skipped
 
 
@@ -599,3 +595,56 @@ def test_a_rule_edited_without_changing_what_it_matches_makes_a_new_generation()
         return build_classifier(program, []).generation
 
     assert generation("blocked") == generation("blocked") != generation("blocked since May")
+
+
+def test_ip6tables_legacy_forward_rules_alone_are_filtered_or_keep_the_router_off(monkeypatch):
+    """ip6tables-legacy's tables alone leave NetfilterState.active false, yet
+    its FORWARD rules are an obstacle the filter covers: the filter follows
+    the router with IPv6's generation (IPv4 open); and where the filter
+    cannot take the rules (too large a classifier), no ingress routes."""
+    from linuxfp.graph.nodes import iptables_filter
+
+    legacy6 = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                         "-A FORWARD -d 2001:db8:100::/48 -j DROP\nCOMMIT\n", "legacy", "ip6")
+    state = NetfilterState(active=False, detail="test", rulesets6=(legacy6,), legacy_ip6_tables=("filter",))
+    graph = build_graph(router_snapshot(netfilter=state), "xdp")
+    assert {p.ifname: p.shape.nodes for p in graph.pipelines} == {
+        "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
+    tables = {t.name: t for t in graph.tables}
+    cfg = {int.from_bytes(k, "little"): int.from_bytes(v, "little") for k, v in tables["lfp_flt_cfg"].entries}
+    assert cfg[0] == 1 and cfg[1] >= 0x100 and cfg[1] & 0x80 and tables["lfp_flt_dst6"].entries
+    monkeypatch.setattr(iptables_filter, "CAPACITY", dict.fromkeys(iptables_filter.CAPACITY, 2))
+    monkeypatch.setattr(iptables_filter, "_last", None)
+    graph = build_graph(router_snapshot(netfilter=state), "xdp")
+    assert graph.pipelines == (), graph.pipelines
+    assert all("too large a classifier" in s.reason for s in graph.skipped if s.ifname != "lo"), graph.skipped
+
+
+def test_a_new_classifier_never_takes_its_predecessors_generation(monkeypatch):
+    """Two different rulesets whose digests collide would look like one to
+    the datapath (cached verdicts, the sync's entries): the second gets
+    another generation."""
+    from linuxfp.graph.filtering import classifier as classifier_module
+    from linuxfp.graph.nodes.iptables_filter import _classifier
+
+    def ruleset(prefix: str):
+        return compile_program(filter_scope(netfilter(parse_save(
+            "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+            f"-A FORWARD -d {prefix} -j DROP\nCOMMIT\n", "nft"))).forward, LINKS)
+
+    first = _classifier(ruleset("198.19.1.0/24"), LINKS, None)
+    real = classifier_module.hashlib.blake2b
+
+    class Colliding:            # every digest the same: the first collision
+        def __init__(self, data, digest_size):
+            self.data = data
+
+        def digest(self):
+            return b"\x12\x34\x56\x00" if b"salt" not in self.data and self.data.endswith(b", 0)") else \
+                real(self.data, digest_size=4).digest()
+    monkeypatch.setattr(classifier_module.hashlib, "blake2b", Colliding)
+    first = _classifier(ruleset("198.19.1.0/24"), LINKS, None)
+    second = _classifier(ruleset("198.19.2.0/24"), LINKS, first)
+    assert build_classifier(ruleset("198.19.2.0/24"), []).generation == first.generation    # they collide
+    assert second.generation != first.generation and second.prefixes != first.prefixes
+    assert _classifier(ruleset("198.19.1.0/24"), LINKS, first).generation == first.generation   # the same: kept

@@ -8,7 +8,7 @@ from linuxfp.state.model import BR_STATE_FORWARDING
 
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
-from .filtering.scope import filter_scope6, ipv6_uncovered
+from .filtering.scope import ipv6_uncovered
 from .tables import ARRAY, DEVMAP, U32, CType, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
@@ -97,7 +97,8 @@ def ipv6_routing_blocker(snapshot) -> str | None:
     nf, sysctls, rules = snapshot.netfilter, snapshot.sysctls, snapshot.rules
     if _ipv6_memo[0] is nf and _ipv6_memo[1] is sysctls and _ipv6_memo[2] is rules:
         return _ipv6_memo[3]
-    why = ip6tables_blocker(nf) or _ipv6_lookup_blocker(sysctls, rules)
+    # (ip6tables' FORWARD chains the filter node evaluates)
+    why = ipv6_uncovered(nf) or _ipv6_lookup_blocker(sysctls, rules)
     _ipv6_memo[:] = [nf, sysctls, rules, why]
     return why
 
@@ -115,24 +116,6 @@ def _ipv6_lookup_blocker(sysctls, rules) -> str | None:
         return "IPv6 policy rules match a uid range (bpf_fib_lookup looks up as the namespace's uid 0)"
     return None
 
-
-def ip6tables_blocker(netfilter) -> str | None:
-    """Why ip6tables (or a native nft table) could do something to a routed
-    IPv6 packet that the filter node does not evaluate — connection
-    tracking, other tables' rules (its FORWARD chains it does). None: only
-    FORWARD, what the host sends or receives (INPUT, OUTPUT), or nothing."""
-    return ipv6_uncovered(netfilter)
-
-
-def ip6tables_bridged_blocker(netfilter) -> str | None:
-    """Why ip6tables could do something to a bridged IPv6 frame
-    br_netfilter shows it: the bridge-filter node evaluates IPv4 rules only,
-    so ip6tables' FORWARD rules too."""
-    forward = filter_scope6(netfilter).forward
-    if forward:
-        tools = ", ".join(ruleset.tool for ruleset in forward)
-        return f"{tools} FORWARD rules or policy: bridged frames are filtered by iptables' IPv4 rules only"
-    return ipv6_uncovered(netfilter)
 
 
 def routing_blocker(link, snapshot) -> str | None:

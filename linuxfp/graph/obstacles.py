@@ -19,17 +19,17 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
     """Obstacles every ingress of the namespace meets."""
     found = []
     nf = snapshot.netfilter
-    if nf.active:
-        scope = filter_scope(nf)
-        if scope.uncovered:
-            more = f" (and {len(scope.uncovered) - 1} more)" if len(scope.uncovered) > 1 else ""
-            found.append(Obstacle("netfilter", f"netfilter: {scope.uncovered[0]}{more}"))
-        forward6 = evaluated_forward6(nf)
-        if scope.filters_forward or forward6:
-            what = [r.tool for r in scope.forward + forward6]
-            if scope.stateful:
-                what.append("connection tracking")
-            found.append(Obstacle("iptables_filter", "iptables FORWARD rules (" + ", ".join(what) + ")"))
+    scope = filter_scope(nf) if nf.active else None
+    if scope is not None and scope.uncovered:
+        more = f" (and {len(scope.uncovered) - 1} more)" if len(scope.uncovered) > 1 else ""
+        found.append(Obstacle("netfilter", f"netfilter: {scope.uncovered[0]}{more}"))
+    # (ip6tables-legacy's tables alone leave `active` false: asked apart)
+    forward = (scope.forward if scope is not None else ()) + evaluated_forward6(nf)
+    if forward or (scope is not None and scope.filters_forward):
+        what = [r.tool for r in forward]
+        if scope is not None and scope.stateful:
+            what.append("connection tracking")
+        found.append(Obstacle("iptables_filter", "FORWARD rules (" + ", ".join(what) + ")"))
     if snapshot.xfrm.active:
         found.append(Obstacle("xfrm", "IPsec (xfrm) policies present: ip_forward would check or transform packets"))
     policy = snapshot.sysctls.multipath_hash_policy

@@ -499,7 +499,9 @@ class Sysctls(_JsonMixin):
 
 @dataclass(frozen=True, slots=True)
 class NetfilterState(_JsonMixin):
-    """Whether a netfilter ruleset could touch forwarded IPv4 packets."""
+    """The namespace's netfilter rulesets. `active`: whether one could touch
+    forwarded IPv4 packets (nf_tables tables, iptables-legacy's; ip6tables-
+    legacy's tables alone leave it false: scope.py asks of rulesets6)."""
 
     active: bool
     tables: tuple[str, ...] = ()  # "nft:inet filter", "legacy:filter", ...

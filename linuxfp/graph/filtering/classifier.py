@@ -80,7 +80,9 @@ class Classifier:
         return sum(len(p) for _, p in self.prefixes) + len(self.interfaces) + len(self.pairs) + len(self.verdicts)
 
 
-def build_classifier(program: Program, ifindexes) -> Classifier:
+def build_classifier(program: Program, ifindexes, salt: int = 0) -> Classifier:
+    """`salt`: another generation for the same contents (one that differs
+    from a colliding predecessor's)."""
     everything = (1 << len(program.boxes)) - 1
     fields = program.family.fields
     field_classes: dict[str, list[int]] = {}
@@ -153,7 +155,7 @@ def build_classifier(program: Program, ifindexes) -> Classifier:
     # the rules as written: one edited without changing what it matches — a
     # comment — is a new rule whose kernel counter starts afresh)
     rules = tuple((r.backend, r.chain, r.position, r.text) for r in program.rules)
-    body = (program.family.name, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, rules)
+    body = (program.family.name, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, rules, salt)
     # The low bits are `used` and the family: the datapath reads them in one
     # word, so it can never pair one generation with another's fields, and
     # the two families' entries never share a key.

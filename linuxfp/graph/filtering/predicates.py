@@ -47,8 +47,8 @@ class Family:
     network: type               # parses -s / -d
     icmp: int                   # the protocol whose type and code sit where ports would
     icmp_match: tuple[str, str]  # its match module and option
-    icmp_types: dict            # names -> (type, code or None)
-    fragments: bool             # whether -f exists (iptables only)
+    icmp_types: dict = field(hash=False, compare=False)     # names -> (type, code or None)
+    fragments: bool = False     # whether -f exists (iptables only)
 
     @property
     def src(self) -> str:
@@ -89,7 +89,8 @@ ICMPV6_TYPES = {"destination-unreachable": (1, None), "no-route": (1, 0), "commu
                 "time-exceeded": (3, None), "ttl-zero-during-transit": (3, 0),
                 "ttl-zero-during-reassembly": (3, 1), "parameter-problem": (4, None),
                 "bad-header": (4, 0), "unknown-header-type": (4, 1), "unknown-option": (4, 2),
-                "echo-request": (128, None), "echo-reply": (129, None),
+                "echo-request": (128, None), "ping": (128, None), "echo-reply": (129, None), "pong": (129, None),
+                "ttl-exceeded": (3, None),
                 "router-solicitation": (133, None), "router-advertisement": (134, None),
                 "neighbour-solicitation": (135, None), "neighbor-solicitation": (135, None),
                 "neighbour-advertisement": (136, None), "neighbor-advertisement": (136, None),

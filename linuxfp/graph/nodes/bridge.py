@@ -9,7 +9,8 @@ from linuxfp.resources import modules_dir
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
 from ..filtering.scope import filter_scope
-from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable, ip6tables_bridged_blocker
+from ..filtering.scope import evaluated_forward6, ipv6_uncovered
+from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
 
@@ -27,6 +28,7 @@ BRP_NF_ARP_RULES = 1 << 6
 BRP_LEARNING = 1 << 7
 BRP_NF_ARP = 1 << 8
 BRP_HAND_UP = 1 << 9
+BRP_NF_IPV6_KERNEL = 1 << 10
 FDB_STICKY = 1 << 0              # struct lfp_fdb_entry.flags (bridge_fdb.h)
 FDB_NO_AGEING = 1 << 1
 FDB_HAND_UP = 1 << 2
@@ -56,9 +58,10 @@ class Bridge(Node):
     stage = Stage.BRIDGE
     header = modules_dir() / "bridge.h"
     decides = True
-    # iptables FORWARD rules see bridged IPv4 only through br_netfilter; the
-    # node leaves such frames (LFP_BRP_NF_IPV4_RULES) to the bridge filter
-    # where the pipeline has one, and to the kernel where not.
+    # iptables FORWARD rules see bridged IPv4 (ip6tables' IPv6) only through
+    # br_netfilter; the node leaves such frames (LFP_BRP_NF_IPV4_RULES,
+    # _IPV6_RULES) to the bridge filter where the pipeline has one, and to
+    # the kernel where not.
     covers = frozenset({"iptables_filter"})
     inputs = ("links", "fdb", "sysctls", "netfilter")
     # Forgets a mirrored entry synchronously as the kernel changes it.
@@ -200,6 +203,13 @@ def calls_iptables(snapshot, bridge) -> bool:
                         options is not None and options.nf_call_iptables)
 
 
+def calls_ip6tables(snapshot, bridge) -> bool:
+    """Whether br_netfilter shows this bridge's IPv6 frames to ip6tables."""
+    options = bridge.bridge
+    return _br_nf_calls(snapshot, snapshot.sysctls.bridge_nf_call_ip6tables,
+                        options is not None and options.nf_call_ip6tables)
+
+
 def _netfilter_flags(snapshot, bridge) -> int:
     """What br_netfilter does to this bridge's frames."""
     sysctls, nf, options = snapshot.sysctls, snapshot.netfilter, bridge.bridge
@@ -208,9 +218,12 @@ def _netfilter_flags(snapshot, bridge) -> int:
         flags |= BRP_NF_IPV4
         if nf.active and _iptables_see_forwarded(nf):
             flags |= BRP_NF_IPV4_RULES
-    if _br_nf_calls(snapshot, sysctls.bridge_nf_call_ip6tables, options.nf_call_ip6tables):
+    if calls_ip6tables(snapshot, bridge):
         flags |= BRP_NF_IPV6
-        if ip6tables_bridged_blocker(nf) is not None:    # (INPUT/OUTPUT alone leave bridged IPv6 alone)
+        # (INPUT/OUTPUT alone leave bridged IPv6 alone)
+        if ipv6_uncovered(nf) is not None:
+            flags |= BRP_NF_IPV6_KERNEL
+        elif evaluated_forward6(nf):
             flags |= BRP_NF_IPV6_RULES
     if _br_nf_calls(snapshot, sysctls.bridge_nf_call_arptables, options.nf_call_arptables):
         flags |= BRP_NF_ARP

@@ -1,15 +1,16 @@
 """The bridge-filter node (bpf_modules/bridge_filter.h): iptables FORWARD for
-bridged IPv4 frames, as br_netfilter shows them to iptables (the bridge as
--i and -o), with the filter node's classifier and tables. It applies to the
-ports of bridges that call iptables (bridge-nf-call-iptables or the
-bridge's nf_call_iptables) wherever the filter node can evaluate the rules;
-elsewhere the bridge node hands such frames to the kernel."""
+bridged IPv4 frames and ip6tables FORWARD for bridged IPv6 ones, as
+br_netfilter shows them (the bridge as -i and -o), with the filter node's
+classifiers and tables. It applies to the ports of bridges that call
+iptables or ip6tables (bridge-nf-call-iptables / -ip6tables or the bridge's
+nf_call_* options) wherever the filter node can evaluate that family's
+rules; elsewhere the bridge node hands such frames to the kernel."""
 from __future__ import annotations
 
 from linuxfp.resources import modules_dir
 
 from . import Node, Stage, register
-from .bridge import calls_iptables
+from .bridge import calls_ip6tables, calls_iptables
 from .iptables_filter import FILTER, OBSTACLE, filter_plan
 
 
@@ -22,8 +23,11 @@ class BridgeFilter(Node):
 
     def applies(self, snapshot, link) -> bool:
         bridge = snapshot.link(link.master) if link.bridge_port is not None and link.master else None
-        return (bridge is not None and bridge.kind == "bridge" and calls_iptables(snapshot, bridge)
-                and filter_plan(snapshot).classifier is not None)
+        if bridge is None or bridge.kind != "bridge":
+            return False
+        plan = filter_plan(snapshot)
+        return ((plan.classifier is not None and calls_iptables(snapshot, bridge))
+                or (plan.classifier6 is not None and calls_ip6tables(snapshot, bridge)))
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         return ("bridge",)          # only what the bridge node bridges
@@ -35,13 +39,15 @@ class BridgeFilter(Node):
         return FILTER.hook_blocker(snapshot, link, hook)    # the same rules, the same limits
 
     def notes(self, snapshot) -> tuple[str, ...]:
-        if filter_plan(snapshot).classifier is None:
-            return ()
-        bridges = [link.name for link in snapshot.links if link.kind == "bridge" and calls_iptables(snapshot, link)]
-        if not bridges:
-            return ()
-        return (f"bridged IPv4 on {', '.join(bridges)}: FORWARD evaluated with the bridge as -i and -o "
-                "(br_netfilter); physdev matches go to the kernel",)
+        plan = filter_plan(snapshot)
+        lines = []
+        for family, classifier, calls in (("IPv4", plan.classifier, calls_iptables),
+                                          ("IPv6", plan.classifier6, calls_ip6tables)):
+            bridges = [link.name for link in snapshot.links if link.kind == "bridge" and calls(snapshot, link)]
+            if classifier is not None and bridges:
+                lines.append(f"bridged {family} on {', '.join(bridges)}: FORWARD evaluated with the bridge as -i "
+                             "and -o (br_netfilter); physdev matches go to the kernel")
+        return tuple(lines)
 
 
 BRIDGE_FILTER = register(BridgeFilter())

@@ -77,7 +77,7 @@ class Filter(Node):
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
         if hook == "xdp" and any(program.reads_mark for program, _ in filter_plan(snapshot).families):
             # a frame from a veth peer keeps the mark its sender set, unseen
-            return "iptables rules match the packet mark, which XDP cannot see"
+            return "iptables or ip6tables rules match the packet mark, which XDP cannot see"
         return None
 
     def tables(self, snapshot) -> tuple[Table, ...]:
@@ -85,7 +85,7 @@ class Filter(Node):
         plan = filter_plan(snapshot)
         key = (plan.classifier, plan.classifier6, plan.ipv6)
         last = _last_tables
-        if last is None or last[0] != key or any(a is not b for a, b in zip(last[0], key)):
+        if last is None or any(a is not b for a, b in zip(last[0], key)):
             # the same objects while the classifiers are: the sync skips them
             last = _last_tables = (key, filter_tables(plan.classifier, plan.classifier6, plan.ipv6))
         return last[1]
@@ -105,7 +105,7 @@ class Filter(Node):
                 fields = ",".join(name for name in classifier.fields if classifier.used & FIELD_BIT[name]) or "none"
                 lines.append(f"{tool} classifier generation {classifier.generation:08x}: "
                              f"{classifier.entry_count()} entries, fields {fields}")
-            else:
+            elif f"not evaluated: {plan.problem}" not in lines:
                 lines.append(f"not evaluated: {plan.problem}")
             mirrored = [s for s in snapshot.netfilter.ipsets if s.unsupported is None]
             if mirrored and classifier is not None and program.family is IPV4:
@@ -132,8 +132,8 @@ class Filter(Node):
         return attribute(totals, published)
 
     def stats_lines(self, detail: dict) -> list[str]:
-        lines = ["iptables rules: packets and bytes the fast path decided (iptables-nft -L -v counts only the "
-                 "kernel's; iptables-legacy's counters get these added every few seconds)"]
+        lines = ["iptables and ip6tables rules: packets and bytes the fast path decided (the nft backend's -L -v "
+                 "counts only the kernel's; the legacy backend's counters get these added every few seconds)"]
         if "error" in detail:
             return lines + [f"  cannot attribute them: {detail['error']}"]
         for row in detail["rules"]:
@@ -176,8 +176,8 @@ RULE_PACKETS_HELP = ("packets the fast path decided that Linux would have counte
                      "rule (or chain policy), this ruleset generation's (from zero when the rules change): "
                      "iptables-nft -L -v counts only the kernel's; iptables-legacy's counters have these added")
 RULE_BYTES_HELP = "bytes (IP length) of linuxfp_iptables_fast_path_packets"
-EARLIER_HELP = ("packets the fast path decided under earlier iptables rulesets of this datapath, no longer "
-                "attributed to a rule (the oldest leave first)")
+EARLIER_HELP = ("packets the fast path decided under earlier iptables or ip6tables rulesets of this datapath, no "
+                "longer attributed to a rule (the oldest leave first)")
 
 
 FILTER = register(Filter())
@@ -185,8 +185,8 @@ FILTER = register(Filter())
 # filter.h's per-flow cache slot and per-class counts, as `stats` reads them
 TALLY = CType("struct lfp_tally", (("packets", "Q"), ("bytes", "Q")))     # common.h
 HIT_KEY = CType("struct lfp_flt_hit_key", (("gen", "I"), ("cls", "I")))
-CACHED = CType("struct lfp_flt_cached", (("flow", "52s"), ("verdict", "I"), ("cls", "I"), ("pad", "I"),
-                                         ("tally", "16s")))
+CACHED = CType("struct lfp_flt_cached", (("tally", "16s"), ("verdict", "I"), ("cls", "I"), ("flow", "52s"),
+                                         ("", "4x")))
 
 
 def fast_path_counts(hits_map, cache_map) -> dict[tuple[int, int], list[int]]:
@@ -208,18 +208,31 @@ def fast_path_counts(hits_map, cache_map) -> dict[tuple[int, int], list[int]]:
             for value in values:
                 add(gen, cls, *TALLY.unpack(value[:TALLY.size]))
     if cache_map is not None:
-        read = _SLOT.unpack_from      # 4 096 slots per CPU: one unpack each, no slicing
+        read = _SLOT                  # 4 096 slots per CPU: one unpack each, no slicing
         for _, values in cache_map.items_percpu():
             for value in values:
                 add(*read(value))
     return totals
 
 
-def _slot_reader() -> struct.Struct:
-    """A cache slot's (generation, class, packets, bytes), at CACHED's
-    offsets: the generation is the flow key's first member."""
+def _slot_reader():
+    """A reader of a cache slot's (generation, class, packets, bytes), at
+    CACHED's offsets: the generation is the flow key's first member. One
+    unpack per slot, whatever the members' order."""
     at = {name: offset // 8 for name, offset, _ in CACHED.layout}
-    return struct.Struct(f"<{at['flow']}xI{at['cls'] - at['flow'] - 4}xI{at['tally'] - at['cls'] - 4}xQQ")
+    wanted = sorted([(at["flow"], "I", "gen"), (at["cls"], "I", "cls"), (at["tally"], "QQ", "tally")])
+    fmt, end, names = "<", 0, []
+    for offset, code, name in wanted:
+        fmt += f"{offset - end}x{code}"
+        end = offset + struct.calcsize("<" + code)
+        names += ["packets", "bytes"] if name == "tally" else [name]
+    order = [names.index(name) for name in ("gen", "cls", "packets", "bytes")]
+    read = struct.Struct(fmt).unpack_from
+
+    def slot(value: bytes) -> tuple[int, int, int, int]:
+        fields = read(value)
+        return tuple(fields[i] for i in order)
+    return slot
 
 
 _SLOT = _slot_reader()
@@ -402,13 +415,14 @@ def _plan(netfilter, links) -> FilterPlan:
         return FilterPlan(problem=scope.uncovered[0])
     ipv6 = ipv6_uncovered(netfilter) is None
     program = program6 = classifier = classifier6 = None
+    before = _last[2] if _last is not None else FilterPlan()
     try:
         if scope.filters_forward:
             program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets)
-            classifier = _classifier(program, links)
+            classifier = _classifier(program, links, before.classifier)
         if forward6:
             program6 = compile_program(forward6, links, ipsets=netfilter.ipsets, family=IPV6)
-            classifier6 = _classifier(program6, links)
+            classifier6 = _classifier(program6, links, before.classifier6)
         check_capacity(classifier, classifier6)
     except TooLarge as exc:
         return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})", tracking=scope.stateful,
@@ -417,8 +431,15 @@ def _plan(netfilter, links) -> FilterPlan:
                       ipv6=ipv6)
 
 
-def _classifier(program: Program, links) -> Classifier:
-    return build_classifier(program, [link.index for link in links] if program.interface_fields else [])
+def _classifier(program: Program, links, before: Classifier | None) -> Classifier:
+    """The program's classifier, never under the generation of a different
+    one before it: the datapath would take the two for one (its cached
+    verdicts, the sync's entries). Two digests collide once in 2^24."""
+    ifindexes = [link.index for link in links] if program.interface_fields else []
+    classifier = build_classifier(program, ifindexes)
+    if before is not None and classifier.generation == before.generation and classifier != before:
+        classifier = build_classifier(program, ifindexes, salt=1)
+    return classifier
 
 
 # max_entries of the maps in filter.h (tests/test_filter_datapath.py checks
