@@ -36,8 +36,9 @@
  * The node only decides: it leaves the egress port in pkt->fwd with
  * LFP_FWD_BRIDGED, and transmit sends the frame unchanged (the pipeline
  * skips the IP nodes for bridged frames). IPv4 that br_netfilter would
- * show iptables carries LFP_FWD_NF_IPV4 for the bridge-filter stage
- * (bridge_filter.h), or goes to the kernel where the pipeline has none.
+ * show iptables carries LFP_FWD_NF_IPV4 (IPv6 for ip6tables:
+ * LFP_FWD_NF_IPV6) for the bridge-filter stage (bridge_filter.h), or goes
+ * to the kernel where the pipeline has none.
  * Declared to the controller by linuxfp/graph/nodes/bridge.py.
  */
 #ifndef LFP_BRIDGE_H
@@ -69,7 +70,7 @@
 #define LFP_BRP_FORWARDING    (1u << 0)  /* port state forwarding */
 #define LFP_BRP_ISOLATED      (1u << 1)  /* isolated port */
 #define LFP_BRP_NF_IPV4       (1u << 2)  /* br_netfilter validates IPv4 (bridge-nf-call-iptables) */
-#define LFP_BRP_NF_IPV4_RULES (1u << 3)  /* ... and iptables rules exist: the kernel decides */
+#define LFP_BRP_NF_IPV4_RULES (1u << 3)  /* ... and iptables rules exist: the bridge filter decides */
 #define LFP_BRP_NF_IPV6       (1u << 4)  /* br_netfilter validates IPv6 (bridge-nf-call-ip6tables) */
 #define LFP_BRP_NF_IPV6_RULES (1u << 5)  /* ... and ip6tables FORWARD rules exist: the bridge filter decides */
 #define LFP_BRP_NF_ARP_RULES  (1u << 6)  /* bridge-nf-call-arptables with arptables present */

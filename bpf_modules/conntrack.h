@@ -21,6 +21,9 @@
  * once per jiffy per entry, like __nf_ct_refresh_acct() itself), so a
  * steady flow does not write a shared cache line per packet.
  *
+ * The same for IPv6 (its conntrack keeps entries as IPv4's does; the
+ * packets that get here carry no extension header: router.h, bridge.h).
+ *
  * TCP is not taken: conntrack's window tracking advances with every segment
  * it sees, BPF cannot advance it, and a later segment judged against a
  * stale window is INVALID where Linux alone would accept it.
@@ -59,6 +62,7 @@ struct nf_conntrack_tuple___lfp {
 	struct {
 		union {
 			__be32 ip;
+			__u32 all[4];   /* an IPv6 address; an IPv4 entry's zeroes after ip */
 		} u3;
 		union {
 			__be16 all;
@@ -126,17 +130,18 @@ static __always_inline __u16 lfp_csum_fold(__u64 sum)
 	return (__u16)sum;
 }
 
-/* Whether the one's complement sum of the `len` (< 4 KiB) bytes after a
- * 20-byte IPv4 header, with `seed`, is 0xffff (a checksum that verifies). A global
- * function, so the verifier checks its many paths once, not once per path
- * of its caller. */
+/* Whether the one's complement sum of the `len` (< 4 KiB + 20) bytes after
+ * a 20-byte IPv4 header, with `seed`, is 0xffff (a checksum that verifies).
+ * (An IPv6 packet's sum starts there too: its header's last 20 bytes are
+ * pseudo-header, lfp_ct_udp_valid().) A global function, so the verifier
+ * checks its many paths once, not once per path of its caller. */
 __attribute__((noinline)) int lfp_csum_verifies(lfp_ctx_t *ctx, __u32 len, __u32 seed)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	void *p;
 	__s64 r = seed;
 
-	if (len > 4095)
+	if (len > 4095 + sizeof(struct ipv6hdr) - sizeof(struct iphdr))
 		return 0;
 	p = data + sizeof(struct ethhdr) + sizeof(struct iphdr);
 	for (int i = 0; i < 8; i++) {
@@ -186,26 +191,45 @@ __attribute__((noinline)) int lfp_csum_verifies(lfp_ctx_t *ctx, __u32 len, __u32
 	return lfp_csum_fold(r) == 0xffff;
 }
 
-/* udp_error() at PREROUTING: the UDP length fits the IP payload, and the
- * checksum (unless 0) verifies over the whole payload. */
-static __always_inline int lfp_ct_udp_valid(struct lfp_pkt *pkt)
+/* The 16-bit halves of `words` 32-bit words, summed (a pseudo-header's
+ * addresses, as they lie in memory). */
+static __always_inline __u64 lfp_sum_words(const __u32 *w, int words)
 {
-	const __u32 l4_off = sizeof(struct ethhdr) + sizeof(struct iphdr);
-	struct iphdr *ip = lfp_ipv4(pkt);
+	__u64 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < words; i++)
+		sum += (w[i] & 0xffff) + (w[i] >> 16);
+	return sum;
+}
+
+/* udp_error() at PREROUTING: the UDP length fits the IP payload, and the
+ * checksum (unless 0) verifies over the whole payload with the IPv4 or
+ * IPv6 pseudo-header (nf_ip_checksum(), nf_ip6_checksum()). */
+static __always_inline int lfp_ct_udp_valid(struct lfp_pkt *pkt, int family6)
+{
+	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
 	struct udphdr *udp;
 	__u32 payload, udp_len;
 	__u64 sum;
 
-	if (!ip)
-		return 0;
-	payload = bpf_ntohs(ip->tot_len);
-	if (payload < sizeof(struct iphdr) + sizeof(struct udphdr))
-		return 0;
-	payload -= sizeof(struct iphdr);
-	if (payload > 4095 || !lfp_linear(pkt, l4_off + payload))
-		return 0;
-	ip = lfp_ipv4(pkt);
-	if (!ip)
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
+
+		if (!ip6)
+			return 0;
+		payload = bpf_ntohs(ip6->payload_len);
+	} else {
+		struct iphdr *ip = lfp_ipv4(pkt);
+
+		if (!ip)
+			return 0;
+		payload = bpf_ntohs(ip->tot_len);
+		if (payload < sizeof(struct iphdr))
+			return 0;
+		payload -= sizeof(struct iphdr);
+	}
+	if (payload < sizeof(struct udphdr) || payload > 4095 || !lfp_linear(pkt, l4_off + payload))
 		return 0;
 	udp = pkt->data + l4_off;
 	if ((void *)(udp + 1) > pkt->data_end)
@@ -215,20 +239,44 @@ static __always_inline int lfp_ct_udp_valid(struct lfp_pkt *pkt)
 		return 0;
 	if (!udp->check || lfp_l4_csum_taken_as_verified(pkt))
 		return 1;
-	sum = (__u64)(ip->saddr & 0xffff) + (ip->saddr >> 16) + (ip->daddr & 0xffff) + (ip->daddr >> 16) +
-	      bpf_htons(IPPROTO_UDP) + bpf_htons((__u16)payload);
+	sum = bpf_htons(IPPROTO_UDP) + bpf_htons((__u16)payload);
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
+
+		if (!ip6)
+			return 0;
+		/* The sum runs from where an IPv4 payload would start (one
+		 * verifier-friendly offset): over the source address's last word
+		 * and the destination address, then the payload; the seed adds
+		 * the source's first three words. */
+		sum += lfp_sum_words(ip6->saddr.in6_u.u6_addr32, 3);
+		payload += sizeof(struct ipv6hdr) - sizeof(struct iphdr);
+	} else {
+		struct iphdr *ip = lfp_ipv4(pkt);
+
+		if (!ip)
+			return 0;
+		sum += lfp_sum_words(&ip->saddr, 1) + lfp_sum_words(&ip->daddr, 1);
+	}
 	return lfp_csum_verifies(pkt->ctx, payload, lfp_csum_fold(sum));
 }
 
 /* Whether the entry's reply tuple is its original one reversed: what NAT
  * changes sets SRC_NAT/DST_NAT, but IPVS (net.ipv4.vs.conntrack=1) alters
  * the reply tuple without them, and rewrites replies at FORWARD. */
-static __always_inline int lfp_ct_untranslated(struct nf_conn___lfp *conn)
+static __always_inline int lfp_ct_untranslated(struct nf_conn___lfp *conn, int family6)
 {
 	struct nf_conntrack_tuple___lfp *orig = &conn->tuplehash[0].tuple, *reply = &conn->tuplehash[1].tuple;
+	int same = orig->src.u3.ip == reply->dst.u3.ip && orig->dst.u3.ip == reply->src.u3.ip &&
+		   orig->src.u.all == reply->dst.u.all && orig->dst.u.all == reply->src.u.all;
 
-	return orig->src.u3.ip == reply->dst.u3.ip && orig->dst.u3.ip == reply->src.u3.ip &&
-	       orig->src.u.all == reply->dst.u.all && orig->dst.u.all == reply->src.u.all;
+	if (family6) {
+#pragma unroll
+		for (int i = 1; i < 4; i++)
+			same = same && orig->src.u3.all[i] == reply->dst.u3.all[i] &&
+			       orig->dst.u3.all[i] == reply->src.u3.all[i];
+	}
+	return same;
 }
 
 /* Whether the entry carries an extension that makes conntrack do more per
@@ -264,38 +312,64 @@ static __always_inline int lfp_ct_extended(struct nf_conn___lfp *conn)
  * refreshes its timeout as conntrack would. */
 static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 {
-	const __u32 l4_off = sizeof(struct ethhdr) + sizeof(struct iphdr);
+	int family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
+	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
 	struct bpf_ct_opts opts = { .netns_id = -1, .l4proto = IPPROTO_UDP };
 	struct bpf_sock_tuple tuple = {};
 	struct nf_conn___lfp *conn;
 	struct nf_conn *ct;
-	struct iphdr *ip;
 	struct udphdr *udp;
 	unsigned long status;
 	__u64 now;
-	__u32 extra, expires;
+	__u32 extra, expires, tuple_size;
+	__u8 proto;
 
-	ip = lfp_ipv4(pkt);
-	if (!ip)
-		return LFP_CT_INVALID;
-	if (ip->protocol == IPPROTO_TCP)
+	/* (no extension header here: the next header is the protocol) */
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
+
+		if (!ip6)
+			return LFP_CT_INVALID;
+		proto = ip6->nexthdr;
+	} else {
+		struct iphdr *ip = lfp_ipv4(pkt);
+
+		if (!ip)
+			return LFP_CT_INVALID;
+		proto = ip->protocol;
+	}
+	if (proto == IPPROTO_TCP)
 		return LFP_CT_TCP;
-	if (ip->protocol != IPPROTO_UDP)
+	if (proto != IPPROTO_UDP)
 		return LFP_CT_PROTO;
-	if (!lfp_ct_udp_valid(pkt))
-		return LFP_CT_INVALID;
-	ip = lfp_ipv4(pkt);
-	if (!ip)
+	if (!lfp_ct_udp_valid(pkt, family6))
 		return LFP_CT_INVALID;
 	udp = pkt->data + l4_off;
 	if ((void *)(udp + 1) > pkt->data_end)
 		return LFP_CT_INVALID;
-	tuple.ipv4.saddr = ip->saddr;
-	tuple.ipv4.daddr = ip->daddr;
-	tuple.ipv4.sport = udp->source;
-	tuple.ipv4.dport = udp->dest;
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
 
-	ct = lfp_ct_lookup(pkt, &tuple, sizeof(tuple.ipv4), &opts);
+		if (!ip6)
+			return LFP_CT_INVALID;
+		__builtin_memcpy(tuple.ipv6.saddr, &ip6->saddr, sizeof(tuple.ipv6.saddr));
+		__builtin_memcpy(tuple.ipv6.daddr, &ip6->daddr, sizeof(tuple.ipv6.daddr));
+		tuple.ipv6.sport = udp->source;
+		tuple.ipv6.dport = udp->dest;
+		tuple_size = sizeof(tuple.ipv6);
+	} else {
+		struct iphdr *ip = lfp_ipv4(pkt);
+
+		if (!ip)
+			return LFP_CT_INVALID;
+		tuple.ipv4.saddr = ip->saddr;
+		tuple.ipv4.daddr = ip->daddr;
+		tuple.ipv4.sport = udp->source;
+		tuple.ipv4.dport = udp->dest;
+		tuple_size = sizeof(tuple.ipv4);
+	}
+
+	ct = lfp_ct_lookup(pkt, &tuple, tuple_size, &opts);
 	if (!ct)
 		return opts.error == -2 /* -ENOENT */ ? LFP_CT_NONE : LFP_CT_ERROR;
 	conn = (void *)ct;
@@ -303,7 +377,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 	now = bpf_jiffies64();
 	if ((status & LFP_CT_NEED) != LFP_CT_NEED || (status & LFP_CT_AVOID) ||
 	    (long)(conn->proto.udp.stream_ts - now) >= 0 || !CONFIG_HZ ||
-	    !lfp_ct_untranslated(conn) || lfp_ct_extended(conn)) {
+	    !lfp_ct_untranslated(conn, family6) || lfp_ct_extended(conn)) {
 		bpf_ct_release(ct);
 		return LFP_CT_STATE;
 	}

@@ -1,5 +1,5 @@
-/* Conntrack-TCP node: IPv4 TCP goes to the kernel before any routing work
- * while connection tracking is on.
+/* Conntrack-TCP node: TCP goes to the kernel before any routing work while
+ * connection tracking of its family (IPv4, IPv6) is on.
  *
  * With connection tracking on (the filter generation's LFP_FLT_CT), the
  * filter node hands every TCP packet to the kernel: conntrack follows each
@@ -7,9 +7,10 @@
  * (filter.h, conntrack.h). Reaching that verdict after the router's lookup
  * and the FORWARD stage's own checks costs 300 to 600 ns per segment and
  * acknowledgement; this node gives it where Linux's conntrack runs
- * (PREROUTING), before the routing decision, for all IPv4 TCP that is not
+ * (PREROUTING), before the routing decision, for all TCP that is not
  * bridged (what the router would have passed for another reason too: its
- * count is this node's then).
+ * count is this node's then). IPv6's next header is TCP only without
+ * extension headers, which the router passes anyway.
  *
  * Exact because handing a packet to the kernel always is, and with the
  * built-in nodes it takes nothing from the fast path: every exit of the IP
@@ -34,16 +35,24 @@
 
 static __always_inline enum lfp_rc conntrack_tcp_node(struct lfp_pkt *pkt)
 {
+	__u32 family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	struct lfp_flt_cfg *cfg;
-	struct iphdr *ip;
-	__u32 zero = 0;
 
-	if (pkt->l3_proto != bpf_htons(ETH_P_IP))
-		return LFP_NEXT;
-	ip = lfp_ipv4(pkt);
-	if (!ip || ip->protocol != IPPROTO_TCP)
-		return LFP_NEXT;
-	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &zero);
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
+
+		if (!ip6 || ip6->nexthdr != IPPROTO_TCP)
+			return LFP_NEXT;
+	} else {
+		struct iphdr *ip;
+
+		if (pkt->l3_proto != bpf_htons(ETH_P_IP))
+			return LFP_NEXT;
+		ip = lfp_ipv4(pkt);
+		if (!ip || ip->protocol != IPPROTO_TCP)
+			return LFP_NEXT;
+	}
+	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &family6);
 	if (!cfg || !(*(volatile const __u32 *)&cfg->gen & LFP_FLT_CT))
 		return LFP_NEXT;
 	return lfp_pass(pkt, LFP_CNT_CT_TCP_TRACKED);

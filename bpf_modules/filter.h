@@ -214,9 +214,10 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 	__u8 proto, icmp_proto = family6 ? LFP_NEXTHDR_ICMPV6 : IPPROTO_ICMP;
 	void *l4;
 
-	/* The router let only 20-byte IPv4 headers and IPv6 headers without
-	 * extension headers through: the protocol is the one iptables' and
-	 * ip6tables' -p see. */
+	/* The router and the bridge let only 20-byte IPv4 headers and IPv6
+	 * headers without extension headers (ipv6_find_hdr() walks: hop-by-hop,
+	 * routing, fragment, authentication, destination options) through: the
+	 * protocol is the one iptables' and ip6tables' -p see. */
 	if (family6) {
 		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
 
@@ -268,7 +269,8 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 
 /* The fields every rule can see, under one generation: the key of a
  * verdict. Fields the classifier does not use stay 0, and so do the words
- * an IPv4 flow leaves of the IPv6 addresses. */
+ * an IPv4 flow leaves of the IPv6 addresses (a cache slot's copy of an IPv4
+ * flow may keep an earlier IPv6 flow's there: never compared). */
 struct lfp_flt_flow {
 	__u32 gen;
 	__u8 l4s[4];
@@ -364,21 +366,19 @@ struct {
 static __always_inline __u32 lfp_flt_slot(const struct lfp_flt_flow *flow, int family6)
 {
 	const __u32 *word = (const __u32 *)flow;
-	__u32 h = 0x9e3779b9, folded[LFP_FLT_WORDS4];
+	__u32 h = 0x9e3779b9, s = flow->v4.saddr, d = flow->v4.daddr;
 
-#pragma unroll
-	for (int i = 0; i < LFP_FLT_WORDS4; i++)
-		folded[i] = word[i];
 	if (family6) {
-		folded[5] = flow->v6.saddr[0] ^ flow->v6.saddr[1] ^ flow->v6.saddr[2] ^ flow->v6.saddr[3];
-		folded[6] = flow->v6.daddr[0] ^ flow->v6.daddr[1] ^ flow->v6.daddr[2] ^ flow->v6.daddr[3];
+		s = flow->v6.saddr[0] ^ flow->v6.saddr[1] ^ flow->v6.saddr[2] ^ flow->v6.saddr[3];
+		d = flow->v6.daddr[0] ^ flow->v6.daddr[1] ^ flow->v6.daddr[2] ^ flow->v6.daddr[3];
 	}
+#define LFP_FLT_MIX(w) do { h ^= (w); h *= 0x85ebca6b; h ^= h >> 15; } while (0)
 #pragma unroll
-	for (int i = 0; i < LFP_FLT_WORDS4; i++) {
-		h ^= folded[i];
-		h *= 0x85ebca6b;
-		h ^= h >> 15;
-	}
+	for (int i = 0; i < LFP_FLT_WORDS4 - 2; i++)
+		LFP_FLT_MIX(word[i]);
+	LFP_FLT_MIX(s);
+	LFP_FLT_MIX(d);
+#undef LFP_FLT_MIX
 	return h & (LFP_FLT_CACHE_SLOTS - 1);
 }
 
@@ -465,7 +465,8 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
  * or the kernel. */
 static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 iif, __u32 oif)
 {
-	struct lfp_flt_flow flow = {};
+	/* (every word written below, once: words 0-6 for IPv4, all 13 for IPv6) */
+	struct lfp_flt_flow flow;
 	struct lfp_flt_cached *cached;
 	struct lfp_flt_cfg *cfg;
 	__u32 slot, verdict, used, cls = 0;
@@ -501,6 +502,8 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 			return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
 		}
 	}
+	*(__u32 *)flow.l4s = 0;
+	*(__u32 *)flow.l4d = 0;
 	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, family6, flow.l4s, flow.l4d))
 		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
 	if (family6) {

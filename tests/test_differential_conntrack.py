@@ -191,3 +191,109 @@ def test_datagrams_of_local_sockets_keep_their_checksum_state(router_topology, i
         assert kernel_forwarded == 0 and not passed.get("filter_ct_invalid"), passed
     else:
         assert kernel_forwarded == len(sizes) and passed.get("filter_ct_invalid", 0) >= len(sizes), passed
+
+
+SRC6 = RouterTopology.SRC_IP6
+ALLOWED6 = [f"2001:db8:100::{10 + i}" for i in range(6)]
+BLOCKED_LATER6 = ["2001:db8:100:2::5", "2001:db8:100:2::6"]
+NATED6 = ["2001:db8:100:3::7"]
+ESTABLISHED6 = ALLOWED6 + BLOCKED_LATER6 + NATED6
+RULES6 = """*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:GUARD - [0:0]
+-A FORWARD -j GUARD
+-A FORWARD -m conntrack --ctstate INVALID -j DROP
+-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A FORWARD -i to-src -p udp -m udp --dport 5000:5099 -j ACCEPT
+-A FORWARD -i to-sink -m state --state NEW -j DROP
+-A GUARD -d 2001:db8:100:9::/64 -j DROP
+-A GUARD -j RETURN
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A POSTROUTING -d 2001:db8:100:3::/64 -o to-sink -j MASQUERADE
+COMMIT
+"""
+
+
+def _port6(dst: str) -> int:
+    return 5000 + int(dst.rsplit(":", 1)[1], 16)
+
+
+def _forward6(router, dst: str, size: int, sport: int = 40001) -> bytes:
+    from linuxfp.lab.frames import ipv6_udp_frame
+
+    return ipv6_udp_frame(router.src_if.mac, router.dut_left.mac, SRC6, dst, sport=sport, dport=_port6(dst), size=size)
+
+
+def _connect6(router) -> None:
+    """_connect() for IPv6: ip6tables' rules, connections through the DUT."""
+    from linuxfp.lab.frames import ipv6_udp_frame
+
+    router.dut.run(["ip6tables-restore"], input=RULES6)
+    opening = [_forward6(router, dst, 80) for dst in ESTABLISHED6]
+    inject(router.src, "to-dut", opening)
+    time.sleep(0.2)
+    replies = [ipv6_udp_frame(router.sink_if.mac, router.dut_right.mac, dst,
+                              RouterTopology.DUT_RIGHT_IP6 if dst in NATED6 else SRC6, sport=_port6(dst), dport=40001)
+               for dst in ESTABLISHED6]
+    inject(router.sink, "to-dut", replies)
+    time.sleep(2.3)
+    inject(router.src, "to-dut", opening)
+    time.sleep(3)
+
+
+def frames6(router, index: int) -> list[bytes]:
+    from linuxfp.lab.frames import icmpv6, ipv6_frame, ipv6_udp_frame, tcp6
+
+    src, dut = router.src_if.mac, router.dut_left.mac
+    out = []
+    for dst in ESTABLISHED6:
+        for size in (62, 63, 64, 99, 128, 333, 512, 513, 700, 1023, 1400, 1514):
+            out.append(_forward6(router, dst, size))
+        out.extend(malformed_udp(_forward6(router, dst, 200 + index)))
+    for n in range(12):   # new connections: accepted by port, or dropped by the policy or GUARD
+        dst = ("2001:db8:100::40", "2001:db8:100:9::1", "2001:db8:100:4::4")[n % 3]
+        out.append(ipv6_udp_frame(src, dut, SRC6, dst, sport=41000 + n, dport=(5050, 6000)[n % 2]))
+    first = ALLOWED6[0]
+    out.append(ipv6_frame(src, dut, SRC6, first, 6, tcp6(SRC6, first, 40001, _port6(first))))
+    out.append(ipv6_frame(src, dut, SRC6, first, 58, icmpv6(SRC6, first, 128, 0, bytes(4 + index))))
+    return out
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_established_ipv6_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook):
+    """The same for ip6tables and IPv6's connection tracking: established
+    datagrams (of every length, valid or not, a zero checksum valid for
+    conntrack) forwarded and dropped by the fast path, the rest — new,
+    NATed, TCP, ICMPv6 — left to the kernel, and the entries kept alive."""
+    timeouts: list[dict[str, int]] = []
+
+    def block(router):
+        timeouts.append(timeouts_to(router.dut, ESTABLISHED6))
+        absorbed(seen, lambda: router.dut.run(["ip6tables", "-I", "GUARD", "1", "-d", "2001:db8:100:2::/64",
+                                               "-j", "DROP"]))
+
+    steps = [Step("stateful rules, connections", _connect6), Step("block established", block),
+             Step("unchanged", lambda router: None)]
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=10, ipv6=True), steps, counting(seen, hook), frames6,
+                              prefix="lfp-ct6")
+    assert report.ok, report.render()
+    stats = seen[0].stats[-1]
+    reasons = count_reasons(stats)
+    assert sum(i["fast_path"] for i in stats["interfaces"]) >= len(ALLOWED6) * 12, json.dumps(stats)
+    assert reasons.get("filter_dropped", 0) >= len(BLOCKED_LATER6) * 12, reasons
+    for reason in ("filter_ct_new", "filter_ct_state", "filter_ct_proto", "filter_ct_invalid"):
+        assert reasons.get(reason, 0) > 0, (reason, reasons)
+    assert reasons.get("ct_tcp_tracked", 0) > 0 and not reasons.get("filter_ct_tcp"), reasons
+    assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
+    kernel, accelerated = timeouts
+    assert set(kernel) == set(accelerated) == set(ESTABLISHED6), timeouts
+    for dst in ALLOWED6:
+        assert accelerated[dst] >= kernel[dst] - 1, timeouts

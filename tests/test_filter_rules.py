@@ -156,11 +156,15 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
 def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_it():
     """ip6tables rules that filter only what the host receives or sends
     (INPUT, OUTPUT) leave forwarded IPv6 to the fast path, and so do FORWARD
-    rules (the filter nodes evaluate them, routed and bridged); connection
-    tracking, another table's rules, a native table or rules that were not
-    read keep it on the kernel path, with the reason."""
-    from linuxfp.graph.filtering.scope import evaluated_forward6
+    rules and connection tracking (the filter nodes evaluate them, routed
+    and bridged); defragmentation, another table's rules, a native table or
+    rules that were not read keep it on the kernel path, with the reason."""
+    from linuxfp.graph.filtering.scope import evaluated_scope6
     from linuxfp.graph.filtering.scope import ipv6_uncovered as ip6tables_blocker
+
+    def evaluated_forward6(state):
+        scope = evaluated_scope6(state)
+        return () if scope is None else scope.forward
 
     def ip6(text: str, backend: str = "nft", tables=None) -> NetfilterState:
         ruleset = parse_save(text, backend, "ip6")
@@ -183,12 +187,13 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
         assert [r.tool for r in evaluated_forward6(forward)] == [f"ip6tables-{backend}"]
         policy = ip6(head.replace(":FORWARD ACCEPT", ":FORWARD DROP") + "COMMIT\n", backend)
         assert ip6tables_blocker(policy) is None and evaluated_forward6(policy) != ()
+        # connection tracking, even from INPUT: evaluated (established UDP classified)
         tracked = ip6(head + "-A INPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
-        assert ip6tables_blocker(tracked) == (f"ip6tables turns IPv6 connection tracking on (ip6tables-{backend} "
-                                              "table filter: INPUT #1 (conntrack)): the fast path looks up IPv4 "
-                                              "connections only")
+        assert ip6tables_blocker(tracked) is None
+        assert evaluated_scope6(tracked).stateful == (f"ip6tables-{backend} table filter: INPUT #1 (conntrack)",)
+        assert evaluated_scope6(tracked).filters_forward and evaluated_forward6(tracked) == ()
         tracked_forward = ip6(head + "-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
-        assert ip6tables_blocker(tracked_forward) is not None and evaluated_forward6(tracked_forward) == ()
+        assert ip6tables_blocker(tracked_forward) is None and evaluated_forward6(tracked_forward) != ()
         # the socket match defragments every IPv6 packet at PREROUTING, even from INPUT
         socket = ip6(head + "-A INPUT -p tcp -m socket --transparent -j ACCEPT\nCOMMIT\n", backend)
         assert ip6tables_blocker(socket) == (f"ip6tables turns IPv6 defragmentation on (ip6tables-{backend} "
@@ -620,31 +625,29 @@ def test_ip6tables_legacy_forward_rules_alone_are_filtered_or_keep_the_router_of
     assert all("too large a classifier" in s.reason for s in graph.skipped if s.ifname != "lo"), graph.skipped
 
 
-def test_a_new_classifier_never_takes_its_predecessors_generation(monkeypatch):
+def test_a_new_classifier_never_takes_a_generation_given_to_other_contents(monkeypatch):
     """Two different rulesets whose digests collide would look like one to
-    the datapath (cached verdicts, the sync's entries): the second gets
-    another generation."""
+    the datapath (cached verdicts, the sync's entries, counts): the second
+    gets another generation, and each keeps its own when planned again."""
     from linuxfp.graph.filtering import classifier as classifier_module
-    from linuxfp.graph.nodes.iptables_filter import _classifier
 
     def ruleset(prefix: str):
         return compile_program(filter_scope(netfilter(parse_save(
             "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
             f"-A FORWARD -d {prefix} -j DROP\nCOMMIT\n", "nft"))).forward, LINKS)
 
-    first = _classifier(ruleset("198.19.1.0/24"), LINKS, None)
     real = classifier_module.hashlib.blake2b
 
-    class Colliding:            # every digest the same: the first collision
-        def __init__(self, data, digest_size):
-            self.data = data
-
-        def digest(self):
-            return b"\x12\x34\x56\x00" if b"salt" not in self.data and self.data.endswith(b", 0)") else \
-                real(self.data, digest_size=4).digest()
-    monkeypatch.setattr(classifier_module.hashlib, "blake2b", Colliding)
-    first = _classifier(ruleset("198.19.1.0/24"), LINKS, None)
-    second = _classifier(ruleset("198.19.2.0/24"), LINKS, first)
+    def colliding(data, digest_size):       # every unsalted generation digest the same
+        if digest_size == 4 and data.endswith(b")"):
+            return SimpleNamespace(digest=lambda: b"\x12\x34\x56\x00")
+        return real(data, digest_size=digest_size)
+    monkeypatch.setattr(classifier_module.hashlib, "blake2b", colliding)
+    taken: dict[int, bytes] = {}
+    first = build_classifier(ruleset("198.19.1.0/24"), [], taken)
+    second = build_classifier(ruleset("198.19.2.0/24"), [], taken)
     assert build_classifier(ruleset("198.19.2.0/24"), []).generation == first.generation    # they collide
     assert second.generation != first.generation and second.prefixes != first.prefixes
-    assert _classifier(ruleset("198.19.1.0/24"), LINKS, first).generation == first.generation   # the same: kept
+    # planned again (in either order), each keeps its generation
+    assert build_classifier(ruleset("198.19.2.0/24"), [], taken).generation == second.generation
+    assert build_classifier(ruleset("198.19.1.0/24"), [], taken).generation == first.generation

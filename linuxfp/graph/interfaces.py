@@ -117,7 +117,6 @@ def _ipv6_lookup_blocker(sysctls, rules) -> str | None:
     return None
 
 
-
 def routing_blocker(link, snapshot) -> str | None:
     """Why Linux would do something between this interface and IP that a
     packet routed in the fast path would miss, in either direction (None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .filtering.scope import evaluated_forward6, filter_scope
+from .filtering.scope import evaluated_scope6, filter_scope
 from .interfaces import ARPHRD_ETHER
 
 
@@ -24,10 +24,10 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
         more = f" (and {len(scope.uncovered) - 1} more)" if len(scope.uncovered) > 1 else ""
         found.append(Obstacle("netfilter", f"netfilter: {scope.uncovered[0]}{more}"))
     # (ip6tables-legacy's tables alone leave `active` false: asked apart)
-    forward = (scope.forward if scope is not None else ()) + evaluated_forward6(nf)
-    if forward or (scope is not None and scope.filters_forward):
-        what = [r.tool for r in forward]
-        if scope is not None and scope.stateful:
+    scopes = [s for s in (scope, evaluated_scope6(nf)) if s is not None and s.filters_forward]
+    if scopes:
+        what = [r.tool for s in scopes for r in s.forward]
+        if any(s.stateful for s in scopes):
             what.append("connection tracking")
         found.append(Obstacle("iptables_filter", "FORWARD rules (" + ", ".join(what) + ")"))
     if snapshot.xfrm.active:

@@ -3,6 +3,7 @@
 left of the entries it refreshed)."""
 from __future__ import annotations
 
+import ipaddress
 import struct
 from collections.abc import Iterable
 
@@ -12,8 +13,9 @@ Flow = tuple[str, str, int, int]     # source, destination, source port, destina
 
 
 def parse_conntrack(text: str) -> dict[Flow, dict]:
-    """The UDP entries of /proc/net/nf_conntrack by original tuple: the
-    seconds left and the flags ([ASSURED], [UNREPLIED], ...)."""
+    """The UDP entries of /proc/net/nf_conntrack (IPv4 and IPv6) by original
+    tuple, addresses in their short form: the seconds left and the flags
+    ([ASSURED], [UNREPLIED], ...)."""
     entries = {}
     for row in text.splitlines():
         tokens = row.split()
@@ -26,7 +28,8 @@ def parse_conntrack(text: str) -> dict[Flow, dict]:
                 original.setdefault(key, value)
         if len(original) < 4:
             continue
-        flow = (original["src"], original["dst"], int(original["sport"]), int(original["dport"]))
+        flow = (ipaddress.ip_address(original["src"]).compressed, ipaddress.ip_address(original["dst"]).compressed,
+                int(original["sport"]), int(original["dport"]))
         entries[flow] = {"timeout_s": int(tokens[4]),
                          "flags": [t[1:-1] for t in tokens[5:] if t.startswith("[") and t.endswith("]")]}
     return entries
@@ -42,13 +45,13 @@ def timeouts_to(ns: Namespace, destinations: Iterable[str]) -> dict[str, int]:
     return {dst: entry["timeout_s"] for (_, dst, _, _), entry in udp_entries(ns).items() if dst in wanted}
 
 
-_UDP = 14 + 20        # an untagged frame with a 20-byte IPv4 header
-
-
 def malformed_udp(frame: bytes) -> list[bytes]:
-    """An established connection's datagram as conntrack's udp_error()
-    judges it: a bad checksum (invalid), none (valid), a UDP length past the
-    end and one too short (invalid)."""
+    """An established connection's datagram (an untagged frame, IPv4 with a
+    20-byte header or IPv6 without extension headers) as conntrack's
+    udp_error() judges it: a bad checksum (invalid), none (valid — for IPv6
+    too), a UDP length past the end and one too short (invalid)."""
+    _UDP = 14 + (40 if frame[12:14] == b"\x86\xdd" else 20)
+
     def corrupt(offset: int, value: bytes) -> bytes:
         return frame[:offset] + value + frame[offset + len(value):]
 

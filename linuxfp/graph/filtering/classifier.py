@@ -43,6 +43,7 @@ FAMILY_BIT = {IPV4.name: 0, IPV6.name: USED_MASK + 1}
 # generation is 0, "none", or LFP_FLT_OPEN).
 GENERATION_LOW = (USED_MASK << 1) | 1
 LPM_FIELDS = ("src", "dst", "src6", "dst6", "l4s", "l4d")
+MAX_SALTS = 16
 MAX_PAIR_ENTRIES = 1 << 20
 
 
@@ -80,9 +81,13 @@ class Classifier:
         return sum(len(p) for _, p in self.prefixes) + len(self.interfaces) + len(self.pairs) + len(self.verdicts)
 
 
-def build_classifier(program: Program, ifindexes, salt: int = 0) -> Classifier:
-    """`salt`: another generation for the same contents (one that differs
-    from a colliding predecessor's)."""
+def build_classifier(program: Program, ifindexes, taken: dict[int, bytes] | None = None) -> Classifier:
+    """`taken`: generations already given (-> the contents they named, a
+    digest): two digests collide once in 2^24, and the datapath would take
+    two classifiers under one generation for one (cached verdicts, the
+    sync's entries, counts); the contents get the first generation their
+    salts give that is free or theirs already (so they keep it), and it is
+    recorded."""
     everything = (1 << len(program.boxes)) - 1
     fields = program.family.fields
     field_classes: dict[str, list[int]] = {}
@@ -155,12 +160,21 @@ def build_classifier(program: Program, ifindexes, salt: int = 0) -> Classifier:
     # the rules as written: one edited without changing what it matches — a
     # comment — is a new rule whose kernel counter starts afresh)
     rules = tuple((r.backend, r.chain, r.position, r.text) for r in program.rules)
-    body = (program.family.name, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, rules, salt)
-    # The low bits are `used` and the family: the datapath reads them in one
-    # word, so it can never pair one generation with another's fields, and
-    # the two families' entries never share a key.
-    digest = int.from_bytes(hashlib.blake2b(repr(body).encode(), digest_size=4).digest(), "big")
-    generation = (digest & ~GENERATION_LOW & 0xFFFFFFFF or GENERATION_LOW + 1) | FAMILY_BIT[program.family.name] | used
+    body = repr((program.family.name, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted,
+                 rules)).encode()
+    contents = hashlib.blake2b(body, digest_size=16).digest()
+    for salt in range(MAX_SALTS):
+        # The low bits are `used` and the family: the datapath reads them in
+        # one word, so it can never pair one generation with another's
+        # fields, and the two families' entries never share a key.
+        digest = int.from_bytes(hashlib.blake2b(body + salt.to_bytes(1, "big") * bool(salt),
+                                                digest_size=4).digest(), "big")
+        generation = ((digest & ~GENERATION_LOW & 0xFFFFFFFF or GENERATION_LOW + 1)
+                      | FAMILY_BIT[program.family.name] | used)
+        if taken is None or taken.setdefault(generation, contents) == contents:
+            break
+    else:
+        raise TooLarge(f"no free generation in {MAX_SALTS} tries")
     return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, fields)
 
 

@@ -23,11 +23,12 @@ Tables of families ip6 and arp do not touch forwarded IPv4 packets, so they
 are neither.
 
 `filter_scope6` asks the same of ip6tables and forwarded IPv6 (tables of
-families ip and arp are then the irrelevant ones). The filter node evaluates
-ip6tables' FORWARD chains of the filter table too, but not IPv6 connection
-tracking: `ipv6_uncovered` names what else keeps routed IPv6 on the kernel
-path (graph/interfaces.py); tables that only filter what the host sends or
-receives (INPUT, OUTPUT) leave it alone, as for IPv4.
+families ip and arp are then the irrelevant ones). The filter nodes evaluate
+ip6tables' FORWARD chains of the filter table too, statefully where IPv6
+connections are tracked: `ipv6_uncovered` names what else keeps forwarded
+IPv6 on the kernel path (graph/interfaces.py, bridge.py); tables that only
+filter what the host sends or receives (INPUT, OUTPUT) leave it alone, as
+for IPv4.
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ CONNTRACK_TARGETS = frozenset({"CT", "NOTRACK", "CONNMARK", "CONNSECMARK", "SNAT
                                "REDIRECT", "NETMAP", "SYNPROXY"})
 # ... and those that turn defragmentation on without it (whichever chain
 # they sit in: the defrag hook then holds every fragment at PREROUTING).
-# Routed fragments and bridged IPv4 ones go to the kernel anyway; bridged
-# IPv6 ones would not (bridge.h), so for IPv6 this keeps IPv6 off the fast path.
+# Fragments go to the kernel anyway, routed or bridged; for IPv6 this keeps
+# IPv6 off the fast path all the same (-m socket, TPROXY: host-bound
+# traffic's business, and a conservative no costs little).
 DEFRAG_MATCHES = frozenset({"socket"})
 DEFRAG_TARGETS = frozenset({"TPROXY"})
 
@@ -83,25 +85,24 @@ def filter_scope6(netfilter) -> FilterScope:
 
 def ipv6_uncovered(netfilter) -> str | None:
     """Why netfilter could do something to a forwarded IPv6 packet beyond
-    what ip6tables' FORWARD chains of the filter table decide (which the
-    filter node evaluates): None when nothing could."""
+    what ip6tables' FORWARD chains of the filter table decide, with the
+    kernel's connection tracking (which the filter nodes evaluate): None
+    when nothing could."""
     scope = filter_scope6(netfilter)
     if scope.uncovered:
         return f"netfilter could touch forwarded IPv6: {scope.uncovered[0]}"
-    if scope.stateful:
-        return (f"ip6tables turns IPv6 connection tracking on ({scope.stateful[0]}): the fast path "
-                "looks up IPv4 connections only")
     if scope.defrag:
         return (f"ip6tables turns IPv6 defragmentation on ({scope.defrag[0]}): fragments are held "
                 "and reassembled before forwarding")
     return None
 
 
-def evaluated_forward6(netfilter) -> tuple[Ruleset, ...]:
-    """ip6tables' rulesets whose FORWARD chains the filter node evaluates
-    (none while anything else could touch forwarded IPv6: the router then
-    leaves IPv6 to the kernel)."""
-    return () if ipv6_uncovered(netfilter) is not None else filter_scope6(netfilter).forward
+def evaluated_scope6(netfilter) -> FilterScope | None:
+    """What of ip6tables the filter nodes evaluate for forwarded IPv6 (its
+    FORWARD chains, and connection tracking: `filters_forward`), or None
+    while anything else could touch it (the router then leaves IPv6 to the
+    kernel, and so does the bridge)."""
+    return None if ipv6_uncovered(netfilter) is not None else filter_scope6(netfilter)
 
 
 def _remembered(family: str, netfilter) -> FilterScope:

@@ -29,7 +29,7 @@ class Stage(IntEnum):
     pipeline chains its nodes in this order."""
 
     BRIDGE = 10           # bridge forwarding decision (br_handle_frame)
-    BRIDGE_FILTER = 20    # br_netfilter: FORWARD with the bridge as device (decides what the bridge marks LFP_FWD_NF_IPV4)
+    BRIDGE_FILTER = 20    # br_netfilter: FORWARD with the bridge as device (decides what the bridge marks LFP_FWD_NF_IPV4 / _IPV6)
     PREROUTING = 30       # raw/mangle/nat PREROUTING, conntrack lookup
     LOCAL_IN = 40         # INPUT of the outer packet: decapsulation
     ROUTE = 50            # the routing decision

@@ -9,7 +9,7 @@ from linuxfp.resources import modules_dir
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
 from ..filtering.scope import filter_scope
-from ..filtering.scope import evaluated_forward6, ipv6_uncovered
+from ..filtering.scope import evaluated_scope6
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
@@ -221,9 +221,10 @@ def _netfilter_flags(snapshot, bridge) -> int:
     if calls_ip6tables(snapshot, bridge):
         flags |= BRP_NF_IPV6
         # (INPUT/OUTPUT alone leave bridged IPv6 alone)
-        if ipv6_uncovered(nf) is not None:
+        scope6 = evaluated_scope6(nf)
+        if scope6 is None:
             flags |= BRP_NF_IPV6_KERNEL
-        elif evaluated_forward6(nf):
+        elif scope6.filters_forward:
             flags |= BRP_NF_IPV6_RULES
     if _br_nf_calls(snapshot, sysctls.bridge_nf_call_arptables, options.nf_call_arptables):
         flags |= BRP_NF_ARP

@@ -1,5 +1,5 @@
 """The conntrack-TCP node (bpf_modules/conntrack_tcp.h): while connection
-tracking is on, IPv4 TCP goes to the kernel where Linux's conntrack runs
+tracking is on, TCP of that family goes to the kernel where Linux's conntrack runs
 (PREROUTING), before the routing decision, instead of after routing and
 FORWARD's own checks — the filter node's verdict for it, reached cheaply.
 It owns no tables: it reads the filter node's generation."""
@@ -22,7 +22,8 @@ class ConntrackTcp(Node):
         # tracking passes TCP on to the nodes after it before the
         # controller has rebuilt anything.
         plan = filter_plan(snapshot)
-        return plan.classifier is not None and bool(plan.tracking)
+        return ((plan.classifier is not None and bool(plan.tracking))
+                or (plan.classifier6 is not None and bool(plan.tracking6)))
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         # Only where FORWARD is evaluated: every exit of the IP path then

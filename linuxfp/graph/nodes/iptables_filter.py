@@ -7,6 +7,9 @@ the reason."""
 from __future__ import annotations
 
 import struct
+import threading
+from collections import OrderedDict
+from operator import itemgetter
 from dataclasses import dataclass
 
 from linuxfp.resources import modules_dir
@@ -16,7 +19,7 @@ from linuxfp.state.iptables import TOOLS
 from ..filtering.classifier import FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, TooLarge, build_classifier
 from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
-from ..filtering.scope import evaluated_forward6, filter_scope, ipv6_uncovered
+from ..filtering.scope import evaluated_scope6, filter_scope
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Series, Stage, register
 
@@ -38,6 +41,7 @@ class FilterPlan:
     tracking: tuple[str, ...] = ()   # what turns connection tracking on (FilterScope.stateful)
     program6: Program | None = None
     classifier6: Classifier | None = None
+    tracking6: tuple[str, ...] = ()  # (IPv6's)
     # whether routed IPv6 may reach the node (nothing else of ip6tables
     # touches it): lfp_flt_cfg then says "open" where no rule filters it
     ipv6: bool = False
@@ -99,8 +103,10 @@ class Filter(Node):
                                for b in program.backends)
             lines.append(f"{len(program.rules)} {tool} rules reached from FORWARD ({counts})")
             if program.stateful:
-                lines.append("connection tracking on (" + "; ".join(plan.tracking)
-                             + "): established connections without NAT are classified, the rest go to the kernel")
+                tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
+                lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
+                             + "; ".join(tracking) + "): established connections without NAT are classified, "
+                             "the rest go to the kernel")
             if classifier is not None:
                 fields = ",".join(name for name in classifier.fields if classifier.used & FIELD_BIT[name]) or "none"
                 lines.append(f"{tool} classifier generation {classifier.generation:08x}: "
@@ -226,13 +232,8 @@ def _slot_reader():
         fmt += f"{offset - end}x{code}"
         end = offset + struct.calcsize("<" + code)
         names += ["packets", "bytes"] if name == "tally" else [name]
-    order = [names.index(name) for name in ("gen", "cls", "packets", "bytes")]
-    read = struct.Struct(fmt).unpack_from
-
-    def slot(value: bytes) -> tuple[int, int, int, int]:
-        fields = read(value)
-        return tuple(fields[i] for i in order)
-    return slot
+    read, pick = struct.Struct(fmt).unpack_from, itemgetter(*(names.index(n) for n in ("gen", "cls", "packets", "bytes")))
+    return lambda value: pick(read(value))
 
 
 _SLOT = _slot_reader()
@@ -407,38 +408,49 @@ def _link_names(links) -> tuple[tuple[int, str], ...]:
 
 
 def _plan(netfilter, links) -> FilterPlan:
-    scope = filter_scope(netfilter)
-    forward6 = evaluated_forward6(netfilter)
-    if not scope.filters_forward and not forward6:
+    scope, scope6 = filter_scope(netfilter), evaluated_scope6(netfilter)
+    filters6 = scope6 is not None and scope6.filters_forward
+    if not scope.filters_forward and not filters6:
         return FilterPlan()
     if scope.uncovered:
         return FilterPlan(problem=scope.uncovered[0])
-    ipv6 = ipv6_uncovered(netfilter) is None
+    ipv6 = scope6 is not None
+    tracking6 = scope6.stateful if filters6 else ()
     program = program6 = classifier = classifier6 = None
-    before = _last[2] if _last is not None else FilterPlan()
     try:
         if scope.filters_forward:
             program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets)
-            classifier = _classifier(program, links, before.classifier)
-        if forward6:
-            program6 = compile_program(forward6, links, ipsets=netfilter.ipsets, family=IPV6)
-            classifier6 = _classifier(program6, links, before.classifier6)
+            classifier = _classifier(program, links)
+        if filters6:
+            program6 = compile_program(scope6.forward, links, stateful=bool(tracking6), ipsets=netfilter.ipsets,
+                                       family=IPV6)
+            classifier6 = _classifier(program6, links)
         check_capacity(classifier, classifier6)
     except TooLarge as exc:
         return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})", tracking=scope.stateful,
-                          program6=program6, ipv6=ipv6)
+                          program6=program6, ipv6=ipv6, tracking6=tracking6)
     return FilterPlan(program, classifier, tracking=scope.stateful, program6=program6, classifier6=classifier6,
-                      ipv6=ipv6)
+                      ipv6=ipv6, tracking6=tracking6)
 
 
-def _classifier(program: Program, links, before: Classifier | None) -> Classifier:
-    """The program's classifier, never under the generation of a different
-    one before it: the datapath would take the two for one (its cached
-    verdicts, the sync's entries). Two digests collide once in 2^24."""
+# The generations this process gave (-> their contents' digest), the most
+# recent GENERATIONS_KEPT: a new classifier never takes one of them
+# (build_classifier's `taken`). What a datapath kept from an earlier process
+# (--keep) or from further back is not known: such a generation could come
+# back for other contents once in 2^24 (a cache slot still holding one
+# would then give its verdict to a flow of the same key).
+GENERATIONS_KEPT = 65536
+_generations: "OrderedDict[int, bytes]" = OrderedDict()
+_generations_lock = threading.Lock()
+
+
+def _classifier(program: Program, links) -> Classifier:
     ifindexes = [link.index for link in links] if program.interface_fields else []
-    classifier = build_classifier(program, ifindexes)
-    if before is not None and classifier.generation == before.generation and classifier != before:
-        classifier = build_classifier(program, ifindexes, salt=1)
+    with _generations_lock:         # (a metrics scrape may plan from another thread)
+        classifier = build_classifier(program, ifindexes, _generations)
+        _generations.move_to_end(classifier.generation)
+        while len(_generations) > GENERATIONS_KEPT:
+            _generations.popitem(last=False)
     return classifier
 
 
