@@ -81,8 +81,9 @@ def test_an_ip6tables_firewall_of_the_host_alone_keeps_ipv6_in_the_fast_path(req
     """ip6tables rules for what the host itself receives and sends (INPUT,
     OUTPUT) never see a forwarded IPv6 packet: the fast path keeps carrying
     it, byte for byte as Linux. A rule that tracks connections (IPv6
-    conntrack then sees every forwarded packet) takes IPv6 back to the
-    kernel."""
+    conntrack then sees every forwarded packet) makes the filter look each
+    one up: these frames belong to no established connection, so all of
+    them go to the kernel, which makes their entries."""
     from linuxfp.lab import Step
     from linuxfp.lab.standard6 import mtu_routes
 
