@@ -72,7 +72,7 @@
 #define LFP_BRP_NF_IPV4       (1u << 2)  /* br_netfilter validates IPv4 (bridge-nf-call-iptables) */
 #define LFP_BRP_NF_IPV4_RULES (1u << 3)  /* ... and iptables rules exist: the bridge filter decides */
 #define LFP_BRP_NF_IPV6       (1u << 4)  /* br_netfilter validates IPv6 (bridge-nf-call-ip6tables) */
-#define LFP_BRP_NF_IPV6_RULES (1u << 5)  /* ... and ip6tables FORWARD rules exist: the bridge filter decides */
+#define LFP_BRP_NF_IPV6_RULES (1u << 5)  /* ... and ip6tables FORWARD rules or IPv6 conntrack: the bridge filter decides */
 #define LFP_BRP_NF_ARP_RULES  (1u << 6)  /* bridge-nf-call-arptables with arptables present */
 #define LFP_BRP_LEARNING      (1u << 7)  /* the port learns: a known source arriving here moves */
 #define LFP_BRP_NF_ARP        (1u << 8)  /* bridge-nf-call-arptables: ARP shorter than its header is dropped */

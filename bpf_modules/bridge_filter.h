@@ -9,8 +9,8 @@
  * It looks only at frames the bridge node marked LFP_FWD_NF_IPV4 (their
  * bridge calls iptables, iptables could act on them, br_validate_ipv4()
  * would let the header through unchanged, and they are not fragments) or
- * LFP_FWD_NF_IPV6 (the same for ip6tables, whose FORWARD chains are all of
- * it that could act on them: IPv6 connection tracking is the kernel's).
+ * LFP_FWD_NF_IPV6 (the same for ip6tables, whose FORWARD chains and IPv6
+ * connection tracking are all of it that could act on them).
  * What else br_netfilter runs for them is kept out of the way by the filter
  * scope (linuxfp/graph/filtering/scope.py): raw, mangle and security rules
  * keep the whole namespace on the kernel path, and nat chains see only a

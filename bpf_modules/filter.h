@@ -268,9 +268,9 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 }
 
 /* The fields every rule can see, under one generation: the key of a
- * verdict. Fields the classifier does not use stay 0, and so do the words
- * an IPv4 flow leaves of the IPv6 addresses (a cache slot's copy of an IPv4
- * flow may keep an earlier IPv6 flow's there: never compared). */
+ * verdict. Ports the classifier does not use are 0; an IPv4 flow has no
+ * words past its addresses (LFP_FLT_WORDS4), and a cache slot's copy of one
+ * may keep an earlier IPv6 flow's there: never compared. */
 struct lfp_flt_flow {
 	__u32 gen;
 	__u8 l4s[4];
@@ -465,7 +465,8 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
  * or the kernel. */
 static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 iif, __u32 oif)
 {
-	/* (every word written below, once: words 0-6 for IPv4, all 13 for IPv6) */
+	/* (not zeroed first: every word read is written below — words 0-6 for
+	 * IPv4, all 13 for IPv6) */
 	struct lfp_flt_flow flow;
 	struct lfp_flt_cached *cached;
 	struct lfp_flt_cfg *cfg;

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from linuxfp.graph import build_graph
-from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, TooLarge, build_classifier, classify
+from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, GenerationBook, TooLarge, build_classifier, classify
 from linuxfp.graph.filtering.program import ACCEPT, DROP, KERNEL, compile_program, matched_boxes, packet_fields, verdict
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6
 from linuxfp.graph.nodes.iptables_filter import filter_plan
@@ -643,7 +643,7 @@ def test_a_new_classifier_never_takes_a_generation_given_to_other_contents(monke
             return SimpleNamespace(digest=lambda: b"\x12\x34\x56\x00")
         return real(data, digest_size=digest_size)
     monkeypatch.setattr(classifier_module.hashlib, "blake2b", colliding)
-    taken: dict[int, bytes] = {}
+    taken = GenerationBook(kept=2)
     first = build_classifier(ruleset("198.19.1.0/24"), [], taken)
     second = build_classifier(ruleset("198.19.2.0/24"), [], taken)
     assert build_classifier(ruleset("198.19.2.0/24"), []).generation == first.generation    # they collide
@@ -651,3 +651,32 @@ def test_a_new_classifier_never_takes_a_generation_given_to_other_contents(monke
     # planned again (in either order), each keeps its generation
     assert build_classifier(ruleset("198.19.2.0/24"), [], taken).generation == second.generation
     assert build_classifier(ruleset("198.19.1.0/24"), [], taken).generation == first.generation
+    # and keeps it while the book does, whatever it forgot since
+    build_classifier(ruleset("198.19.3.0/24"), [], taken)
+    assert build_classifier(ruleset("198.19.2.0/24"), [], taken).generation == second.generation
+
+
+def test_icmp_type_names_are_libxtables_names_both_families():
+    """-m icmp / -m icmp6 names as libxt_icmp and libxt_icmp6 read them,
+    aliases included (ttl-exceeded: time exceeded of any code; ping, pong)."""
+    from linuxfp.graph.filtering.predicates import IPV6
+    from linuxfp.graph.filtering.scope import filter_scope6
+
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    v4 = compile_program(filter_scope(netfilter(parse_save(
+        head + "-A FORWARD -p icmp -m icmp --icmp-type ttl-exceeded -j DROP\n"
+        "-A FORWARD -p icmp -m icmp --icmp-type ping -j DROP\nCOMMIT\n", "nft"))).forward, LINKS)
+    state6 = NetfilterState(active=True, tables=("nft:ip6 filter",), detail="test", rulesets6=(parse_save(
+        head + "-A FORWARD -p ipv6-icmp -m icmp6 --icmpv6-type pong -j DROP\n"
+        "-A FORWARD -p ipv6-icmp -m icmp6 --icmpv6-type ttl-exceeded -j DROP\nCOMMIT\n", "nft", "ip6"),))
+    v6 = compile_program(filter_scope6(state6).forward, LINKS, family=IPV6)
+
+    def decide(program, proto, icmp_type, code):
+        fields = packet_fields(1, 2, proto, icmp_type, code, 2, 3, program.family)
+        expected = verdict(program, matched_boxes(program, fields))
+        assert classify(build_classifier(program, []), fields) == expected
+        return expected[0]
+
+    assert [decide(v4, 1, t, c) for t, c in ((11, 1), (11, 0), (8, 0), (0, 0), (3, 3))] == [DROP, DROP, DROP,
+                                                                                              ACCEPT, ACCEPT]
+    assert [decide(v6, 58, t, c) for t, c in ((129, 0), (3, 1), (128, 0), (1, 4))] == [DROP, DROP, ACCEPT, ACCEPT]

@@ -27,8 +27,7 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
     scopes = [s for s in (scope, evaluated_scope6(nf)) if s is not None and s.filters_forward]
     if scopes:
         what = [r.tool for s in scopes for r in s.forward]
-        if any(s.stateful for s in scopes):
-            what.append("connection tracking")
+        what += [f"{'IPv6' if s is not scope else 'IPv4'} connection tracking" for s in scopes if s.stateful]
         found.append(Obstacle("iptables_filter", "FORWARD rules (" + ", ".join(what) + ")"))
     if snapshot.xfrm.active:
         found.append(Obstacle("xfrm", "IPsec (xfrm) policies present: ip_forward would check or transform packets"))

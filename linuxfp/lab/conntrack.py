@@ -50,10 +50,10 @@ def malformed_udp(frame: bytes) -> list[bytes]:
     20-byte header or IPv6 without extension headers) as conntrack's
     udp_error() judges it: a bad checksum (invalid), none (valid — for IPv6
     too), a UDP length past the end and one too short (invalid)."""
-    _UDP = 14 + (40 if frame[12:14] == b"\x86\xdd" else 20)
+    udp = 14 + (40 if frame[12:14] == b"\x86\xdd" else 20)
 
     def corrupt(offset: int, value: bytes) -> bytes:
         return frame[:offset] + value + frame[offset + len(value):]
 
-    return [corrupt(_UDP + 6, struct.pack("!H", frame[_UDP + 6] << 8 ^ 0x5a5a)), corrupt(_UDP + 6, b"\0\0"),
-            corrupt(_UDP + 4, struct.pack("!H", 999)), corrupt(_UDP + 4, struct.pack("!H", 7))]
+    return [corrupt(udp + 6, struct.pack("!H", frame[udp + 6] << 8 ^ 0x5a5a)), corrupt(udp + 6, b"\0\0"),
+            corrupt(udp + 4, struct.pack("!H", 999)), corrupt(udp + 4, struct.pack("!H", 7))]

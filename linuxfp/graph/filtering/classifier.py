@@ -22,6 +22,9 @@ so both live side by side in the datapath's shared tables.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -81,13 +84,41 @@ class Classifier:
         return sum(len(p) for _, p in self.prefixes) + len(self.interfaces) + len(self.pairs) + len(self.verdicts)
 
 
-def build_classifier(program: Program, ifindexes, taken: dict[int, bytes] | None = None) -> Classifier:
-    """`taken`: generations already given (-> the contents they named, a
-    digest): two digests collide once in 2^24, and the datapath would take
-    two classifiers under one generation for one (cached verdicts, the
-    sync's entries, counts); the contents get the first generation their
-    salts give that is free or theirs already (so they keep it), and it is
-    recorded."""
+class GenerationBook:
+    """The generations given (the most recent `kept`) and the contents each
+    named (a digest). Two digests collide once in 2^24, and the datapath
+    would take two classifiers under one generation for one (cached
+    verdicts, the sync's entries, counts): contents keep the generation they
+    were given, and new contents get the first of their salted candidates
+    that no other contents hold. Thread-safe (a metrics scrape may plan
+    from another thread)."""
+
+    def __init__(self, kept: int = 65536) -> None:
+        self.kept = kept
+        self._by_generation: OrderedDict[int, bytes] = OrderedDict()
+        self._by_contents: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+
+    def choose(self, contents: bytes, candidates: Iterator[int]) -> int:
+        with self._lock:
+            generation = self._by_contents.get(contents)
+            if generation is None:
+                generation = next((g for g in candidates if g not in self._by_generation), None)
+                if generation is None:
+                    raise TooLarge(f"every generation the rules' digest gives ({MAX_SALTS} salts) is taken")
+            self._by_generation[generation] = contents
+            self._by_generation.move_to_end(generation)
+            self._by_contents[contents] = generation
+            while len(self._by_generation) > self.kept:
+                gone, its_contents = self._by_generation.popitem(last=False)
+                if self._by_contents.get(its_contents) == gone:
+                    del self._by_contents[its_contents]
+            return generation
+
+
+def build_classifier(program: Program, ifindexes, book: GenerationBook | None = None) -> Classifier:
+    """`book`: the generations given so far (GenerationBook); without one,
+    the contents' first candidate."""
     everything = (1 << len(program.boxes)) - 1
     fields = program.family.fields
     field_classes: dict[str, list[int]] = {}
@@ -162,19 +193,20 @@ def build_classifier(program: Program, ifindexes, taken: dict[int, bytes] | None
     rules = tuple((r.backend, r.chain, r.position, r.text) for r in program.rules)
     body = repr((program.family.name, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted,
                  rules)).encode()
-    contents = hashlib.blake2b(body, digest_size=16).digest()
-    for salt in range(MAX_SALTS):
-        # The low bits are `used` and the family: the datapath reads them in
-        # one word, so it can never pair one generation with another's
-        # fields, and the two families' entries never share a key.
-        digest = int.from_bytes(hashlib.blake2b(body + salt.to_bytes(1, "big") * bool(salt),
-                                                digest_size=4).digest(), "big")
-        generation = ((digest & ~GENERATION_LOW & 0xFFFFFFFF or GENERATION_LOW + 1)
-                      | FAMILY_BIT[program.family.name] | used)
-        if taken is None or taken.setdefault(generation, contents) == contents:
-            break
+
+    def candidates() -> Iterator[int]:
+        for salt in range(MAX_SALTS):
+            # The low bits are `used` and the family: the datapath reads them
+            # in one word, so it can never pair one generation with another's
+            # fields, and the two families' entries never share a key.
+            digest = int.from_bytes(hashlib.blake2b(body + salt.to_bytes(1, "big") * bool(salt),
+                                                    digest_size=4).digest(), "big")
+            yield (digest & ~GENERATION_LOW & 0xFFFFFFFF or GENERATION_LOW + 1) | FAMILY_BIT[program.family.name] | used
+
+    if book is None:
+        generation = next(candidates())
     else:
-        raise TooLarge(f"no free generation in {MAX_SALTS} tries")
+        generation = book.choose(hashlib.blake2b(body, digest_size=16).digest(), candidates())
     return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, fields)
 
 

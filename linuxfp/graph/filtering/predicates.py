@@ -78,7 +78,8 @@ FAST_PATH_CTSTATUS = frozenset({"SEEN_REPLY", "ASSURED", "CONFIRMED"})
 ICMP_TYPES = {"echo-reply": (0, None), "destination-unreachable": (3, None), "network-unreachable": (3, 0),
               "host-unreachable": (3, 1), "protocol-unreachable": (3, 2), "port-unreachable": (3, 3),
               "fragmentation-needed": (3, 4), "source-quench": (4, None), "redirect": (5, None),
-              "echo-request": (8, None), "ping": (8, None), "pong": (0, None), "router-advertisement": (9, None), "router-solicitation": (10, None),
+              "echo-request": (8, None), "ping": (8, None), "pong": (0, None), "router-advertisement": (9, None),
+              "router-solicitation": (10, None),
               "time-exceeded": (11, None), "ttl-exceeded": (11, None), "parameter-problem": (12, None),
               "timestamp-request": (13, None), "timestamp-reply": (14, None),
               "address-mask-request": (17, None), "address-mask-reply": (18, None), "any": (None, None)}

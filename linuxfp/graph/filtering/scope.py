@@ -47,9 +47,10 @@ CONNTRACK_TARGETS = frozenset({"CT", "NOTRACK", "CONNMARK", "CONNSECMARK", "SNAT
                                "REDIRECT", "NETMAP", "SYNPROXY"})
 # ... and those that turn defragmentation on without it (whichever chain
 # they sit in: the defrag hook then holds every fragment at PREROUTING).
-# Fragments go to the kernel anyway, routed or bridged; for IPv6 this keeps
-# IPv6 off the fast path all the same (-m socket, TPROXY: host-bound
-# traffic's business, and a conservative no costs little).
+# Fragments go to the kernel anyway, routed or bridged, and IPv6 conntrack
+# turns the same defragmentation on; for IPv6 these keep IPv6 off the fast
+# path all the same: conservative (-m socket, TPROXY serve host-bound
+# traffic; a no costs little there).
 DEFRAG_MATCHES = frozenset({"socket"})
 DEFRAG_TARGETS = frozenset({"TPROXY"})
 

@@ -7,8 +7,6 @@ the reason."""
 from __future__ import annotations
 
 import struct
-import threading
-from collections import OrderedDict
 from operator import itemgetter
 from dataclasses import dataclass
 
@@ -16,7 +14,8 @@ from linuxfp.resources import modules_dir
 
 from linuxfp.state.iptables import TOOLS
 
-from ..filtering.classifier import FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, TooLarge, build_classifier
+from ..filtering.classifier import (FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
+                                    build_classifier)
 from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
 from ..filtering.scope import evaluated_scope6, filter_scope
@@ -101,7 +100,7 @@ class Filter(Node):
             tool = TOOLS[program.family.name]
             counts = ", ".join(f"{tool}-{b} {sum(1 for r in program.rules if r.backend == b)}"
                                for b in program.backends)
-            lines.append(f"{len(program.rules)} {tool} rules reached from FORWARD ({counts})")
+            lines.append(f"{len(program.rules)} rules reached from FORWARD ({counts})")
             if program.stateful:
                 tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
                 lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
@@ -232,7 +231,8 @@ def _slot_reader():
         fmt += f"{offset - end}x{code}"
         end = offset + struct.calcsize("<" + code)
         names += ["packets", "bytes"] if name == "tally" else [name]
-    read, pick = struct.Struct(fmt).unpack_from, itemgetter(*(names.index(n) for n in ("gen", "cls", "packets", "bytes")))
+    read = struct.Struct(fmt).unpack_from
+    pick = itemgetter(*(names.index(n) for n in ("gen", "cls", "packets", "bytes")))
     return lambda value: pick(read(value))
 
 
@@ -415,7 +415,7 @@ def _plan(netfilter, links) -> FilterPlan:
     if scope.uncovered:
         return FilterPlan(problem=scope.uncovered[0])
     ipv6 = scope6 is not None
-    tracking6 = scope6.stateful if filters6 else ()
+    tracking6 = scope6.stateful if scope6 is not None else ()
     program = program6 = classifier = classifier6 = None
     try:
         if scope.filters_forward:
@@ -433,25 +433,17 @@ def _plan(netfilter, links) -> FilterPlan:
                       ipv6=ipv6, tracking6=tracking6)
 
 
-# The generations this process gave (-> their contents' digest), the most
-# recent GENERATIONS_KEPT: a new classifier never takes one of them
-# (build_classifier's `taken`). What a datapath kept from an earlier process
-# (--keep) or from further back is not known: such a generation could come
-# back for other contents once in 2^24 (a cache slot still holding one
-# would then give its verdict to a flow of the same key).
-GENERATIONS_KEPT = 65536
-_generations: "OrderedDict[int, bytes]" = OrderedDict()
-_generations_lock = threading.Lock()
+# The generations this process gave: a new classifier never takes one that
+# named other contents. What a datapath kept from an earlier process
+# (--keep) or from further back than the book keeps is not known: such a
+# generation could come back for other contents once in 2^24 (a cache slot
+# still holding one would then give its verdict to a flow of the same key).
+_GENERATIONS = GenerationBook()
 
 
 def _classifier(program: Program, links) -> Classifier:
     ifindexes = [link.index for link in links] if program.interface_fields else []
-    with _generations_lock:         # (a metrics scrape may plan from another thread)
-        classifier = build_classifier(program, ifindexes, _generations)
-        _generations.move_to_end(classifier.generation)
-        while len(_generations) > GENERATIONS_KEPT:
-            _generations.popitem(last=False)
-    return classifier
+    return build_classifier(program, ifindexes, _GENERATIONS)
 
 
 # max_entries of the maps in filter.h (tests/test_filter_datapath.py checks
