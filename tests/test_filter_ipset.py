@@ -18,7 +18,8 @@ from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import udp_frame
 from linuxfp.lab.packet_io import Capture, inject, settle
-from linuxfp.lab.rulesets import ROUTER_POOL, Coverage, probe_frames, random_ipsets, random_ruleset
+from linuxfp.lab.rulesets import (ROUTER_POOL, ROUTER_POOL6, Coverage, probe_frames, probe_frames6, random_ipsets,
+                                  random_ruleset)
 
 pytestmark = pytest.mark.netns
 
@@ -26,8 +27,8 @@ IFNAMES = ("to-src", "to-sink")
 FRAMES = 200
 
 
-def _load(backend: str, sets: str, rules: str):
-    command = "iptables-restore" if backend == "nft" else "iptables-legacy-restore"
+def _load(backend: str, sets: str, rules: str, tool: str = "iptables"):
+    command = f"{tool}-restore" if backend == "nft" else f"{tool}-legacy-restore"
 
     def apply(router):
         router.dut.run(["ipset", "restore"], input=sets)
@@ -65,6 +66,40 @@ def test_ipset_verdicts_are_linux_verdicts(require_root, hook, backend, seeds):
         assert f"({kind}, " in compiled, (kind, compiled)
     assert any(k.startswith("set ") for k in coverage.matches), coverage.summary()
     assert any(k.startswith("! set ") for k in coverage.matches), coverage.summary()
+    kernel = sum(o.forwarded_by_kernel for o in report.kernel)
+    accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
+    assert accelerated < kernel, report.render()
+    reasons = count_reasons(seen[0].stats[-1])
+    assert reasons.get("filter_dropped", 0) > 0, reasons
+
+
+@pytest.mark.parametrize("hook,backend,seeds", [
+    ("xdp", "nft", range(700, 704)),
+    ("tc", "legacy", range(800, 803)),
+], ids=["xdp-nft", "tc-legacy"])
+def test_ipv6_ipset_verdicts_are_linux_verdicts(require_root, hook, backend, seeds):
+    """The same for ip6tables' rules and IPv6 sets (family inet6): hash:net,
+    hash:ip (with a netmask), hash:ip,port / hash:net,port (ICMPv6 members
+    too), hash:net,iface, and a list of address sets."""
+    coverage = Coverage()
+    steps = [Step(f"{backend}-{seed}", _load(backend, random_ipsets(seed, ROUTER_POOL6, ipv6=True),
+                                              random_ruleset(seed, 30, IFNAMES, coverage, pool=ROUTER_POOL6,
+                                                             ipsets=True, ipv6=True), "ip6tables"))
+             for seed in seeds]
+    seen: list[Counting] = []
+    graphs: list[str] = []
+
+    def look(router) -> None:
+        graphs.append(linuxfp_cli(router.dut.name, "graph").stdout)
+        assert wait_lease_current(router.dut.name)
+
+    report = run_differential(RouterTopology(prefixes=8, ipv6=True), steps, counting(seen, hook, look),
+                              lambda router, index: probe_frames6(router, index, FRAMES), prefix="lfp-s6")
+    assert report.ok, report.render() + "\n" + coverage.summary()
+    compiled = "\n".join(line for graph in graphs for line in graph.splitlines() if "ipsets compiled in" in line)
+    for kind in ("hash:net", "hash:ip", "hash:ip,port", "list:set"):
+        assert f"({kind}, " in compiled, (kind, compiled)
+    assert any(k.startswith("set ") for k in coverage.matches), coverage.summary()
     kernel = sum(o.forwarded_by_kernel for o in report.kernel)
     accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
     assert accelerated < kernel, report.render()

@@ -680,3 +680,32 @@ def test_icmp_type_names_are_libxtables_names_both_families():
     assert [decide(v4, 1, t, c) for t, c in ((11, 1), (11, 0), (8, 0), (0, 0), (3, 3))] == [DROP, DROP, DROP,
                                                                                               ACCEPT, ACCEPT]
     assert [decide(v6, 58, t, c) for t, c in ((129, 0), (3, 1), (128, 0), (1, 4))] == [DROP, DROP, ACCEPT, ACCEPT]
+
+
+def test_a_set_of_the_other_family_never_matches():
+    """ip_set_test() answers "no" when the set's family is not the rule's:
+    an ip6tables rule naming an IPv4 set (or the reverse) never matches, and
+    `!` makes it match everything; a set of the rule's family is mirrored."""
+    from linuxfp.graph.filtering.predicates import IPV6
+    from linuxfp.graph.filtering.scope import filter_scope6
+    from linuxfp.state.model import IpSet
+
+    v4set = IpSet("v4", "hash:net", prefixes=((0xC6130000, 16),), family=2)
+    v6set = IpSet("v6", "hash:net", prefixes=((0x20010DB8 << 96, 32),), family=10)
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    rules = (head + "-A FORWARD -m set --match-set v4 dst -j DROP\n-A FORWARD -p udp -m set ! --match-set v4 src "
+             "-j REJECT\n-A FORWARD -m set --match-set v6 dst -p tcp -j DROP\nCOMMIT\n")
+    state = NetfilterState(active=True, tables=("nft:ip6 filter",), detail="test",
+                           rulesets6=(parse_save(rules, "nft", "ip6"),), ipsets=(v4set, v6set))
+    program = compile_program(filter_scope6(state).forward, LINKS, ipsets=state.ipsets, family=IPV6)
+    assert not program.unsupported
+    classifier = build_classifier(program, [])
+
+    def decide(dst, proto):
+        fields = packet_fields(0x20010DB8 << 96 | 1, dst, proto, 1000, 80, 2, 3, IPV6)
+        assert classify(classifier, fields) == verdict(program, matched_boxes(program, fields))
+        return verdict(program, matched_boxes(program, fields))[0]
+
+    assert decide(0x20010DB8 << 96 | 5, 6) == DROP           # the IPv6 set
+    assert decide(0x20010DB9 << 96 | 5, 6) == ACCEPT
+    assert decide(0x20010DB9 << 96 | 5, 17) == KERNEL        # ! an IPv4 set: every packet (REJECT)

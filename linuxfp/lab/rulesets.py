@@ -67,6 +67,13 @@ LISTED = ("lfp-net", "lfp-ip", "lfp-mask", "lfp-bitmap")
 # RouterTopology's DUT interfaces, a wildcard, a name with "+" (only itself)
 SET_IFACES = ("to-src", "to-sink", "to- wildcard", "lo", "to-+")
 SET_PORTS = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmp:8/0", "icmp:3/3", "gre:0")
+# The same for ip6tables' rules (family inet6; no bitmap: IPv4 only)
+IPSETS6 = (("lfp6-net", "hash:net family inet6"), ("lfp6-ip", "hash:ip family inet6"),
+           ("lfp6-mask", "hash:ip family inet6 netmask 64"), ("lfp6-port", "hash:ip,port family inet6"),
+           ("lfp6-netport", "hash:net,port family inet6"), ("lfp6-iface", "hash:net,iface family inet6"),
+           ("lfp6-list", "list:set"))
+LISTED6 = ("lfp6-net", "lfp6-ip", "lfp6-mask")
+SET_PORTS6 = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmpv6:128/0", "icmpv6:129/0", "gre:0")
 
 
 def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Coverage | None = None,
@@ -101,7 +108,7 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
 
     if ipsets and rng.random() < 0.4:
         n = neg()
-        name = rng.choice(IPSETS)[0]
+        name = rng.choice(IPSETS6 if ipv6 else IPSETS)[0]
         direction = rng.choice(("src", "dst", "dst,src", "src,dst", "src,src", "dst,dst"))
         words.append(f"-m set {n}--match-set {name} {direction}")
         coverage.matches[f"{n}set {direction.split(',')[0]}"] += 1
@@ -179,26 +186,28 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
     return " ".join(words)
 
 
-def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int = 6) -> str:
-    """`ipset restore` input that creates (or keeps) the sets of IPSETS and
-    refills them: prefixes of `pool` for hash:net, addresses at their edges
-    for hash:ip and the bitmap (those in its range), some of the address
-    sets for the list. Addresses: the lab ranges only."""
+def random_ipsets(seed: int, pool: tuple[str, ...] = ROUTER_POOL, members: int = 6, ipv6: bool = False) -> str:
+    """`ipset restore` input that creates (or keeps) the sets of IPSETS
+    (`ipv6`: IPSETS6, from an IPv6 pool) and refills them: prefixes of
+    `pool` for hash:net, addresses at their edges for hash:ip and the bitmap
+    (those in its range), some of the address sets for the list. Addresses:
+    the lab ranges only."""
     rng = random.Random(seed)
     edges = [a for p in pool for a in _edges(ipaddress.ip_network(p))]
+    listed, ports = (LISTED6, SET_PORTS6) if ipv6 else (LISTED, SET_PORTS)
     lines = []
-    for name, kind in IPSETS:
+    for name, kind in IPSETS6 if ipv6 else IPSETS:
         lines += [f"create {name} {kind} -exist", f"flush {name}"]
         if kind == "list:set":
-            lines += [f"add {name} {member} -exist" for member in rng.sample(LISTED, rng.randrange(len(LISTED) + 1))]
+            lines += [f"add {name} {member} -exist" for member in rng.sample(listed, rng.randrange(len(listed) + 1))]
             continue
         for _ in range(rng.randrange(members + 1)):
             member = rng.choice(pool) if kind.startswith("hash:net") else rng.choice(edges)
             if kind.startswith("bitmap:ip") and ipaddress.ip_address(member) not in ipaddress.ip_network(BITMAP_RANGE):
                 continue        # (ipset refuses an address outside the range)
-            if kind.endswith(",port"):
-                member += "," + rng.choice(SET_PORTS)
-            elif kind.endswith(",iface"):
+            if kind.split()[0].endswith(",port"):
+                member += "," + rng.choice(ports)
+            elif kind.split()[0].endswith(",iface"):
                 member += "," + rng.choice(SET_IFACES)
             lines.append(f"add {name} {member} -exist")
     return "\n".join(lines) + "\n"

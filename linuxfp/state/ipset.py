@@ -3,17 +3,19 @@
 thread's network namespace.
 
 Only what the filter node can mirror exactly is decoded into members: IPv4
-sets of types hash:ip, hash:net and bitmap:ip (a set of prefixes: hash:ip's
-and bitmap:ip's `netmask` is each member's length; a bitmap's range holds
-every member, and an address outside it matches none), hash:ip,port and hash:net,port (prefix, protocol,
-port; an ICMP member's port is type << 8 | code), hash:net,iface (prefix,
-interface name, whether the name is a `wildcard` prefix). Everything else is read as a reason
+and IPv6 sets (family inet, inet6: IpSet.family) of types hash:ip, hash:net
+and bitmap:ip (a set of prefixes: hash:ip's and bitmap:ip's `netmask` is
+each member's length; a bitmap's range holds every member, and an address
+outside it matches none), hash:ip,port and hash:net,port (prefix,
+protocol, port; an ICMP or ICMPv6 member's port is type << 8 | code),
+hash:net,iface (prefix, interface name, whether the name is a `wildcard`
+prefix). Everything else is read as a reason
 the fast path cannot evaluate the set (`IpSet.unsupported`), so the rules
 that match it go to the kernel:
 * other types and dimensions (bitmap:port, bitmap:ip,mac, hash:ip,port,ip,
   ...; a list:set is what its members match, combined by
-  state/netfilter.py when all of them are address sets: combine_list), IPv6,
-  physdev members (a bridge port's name),
+  state/netfilter.py when all of them are address sets of one family:
+  combine_list), physdev members (a bridge port's name),
   members of protocols whose ports the fast path does not read (SCTP,
   UDPLITE);
 * members with a timeout: the kernel expires them with no event at all;
@@ -58,14 +60,18 @@ IPSET_ATTR_IFACE = 23
 IPSET_FLAG_PHYSDEV = 1 << 1
 IPSET_FLAG_IFACE_WILDCARD = 1 << 7
 IPSET_ATTR_IPADDR_IPV4 = 1
+IPSET_ATTR_IPADDR_IPV6 = 2
 IPSET_FLAG_NOMATCH = 1 << 2
 NFPROTO_IPV4 = 2
+NFPROTO_IPV6 = 10
+WIDTH = {NFPROTO_IPV4: 32, NFPROTO_IPV6: 128}       # of a family's addresses
+ICMP_OF = {NFPROTO_IPV4: 1, NFPROTO_IPV6: 58}      # the ICMP whose type/code a port member holds
 
 MIRRORED_TYPES = ("hash:ip", "hash:net", "hash:ip,port", "hash:net,port", "hash:net,iface", "bitmap:ip")
 # Protocols of a port member the fast path reads the same value for: TCP and
 # UDP ports, ICMP type and code, and protocols without ports (port 0).
 _PORTED = (6, 17)
-_UNREAD = (132, 136, 58)     # SCTP, UDPLITE, ICMPv6: ports the kernel reads, the fast path does not
+_UNREAD = (132, 136)     # SCTP, UDPLITE: ports the kernel reads, the fast path does not
 _NFGENMSG = struct.Struct("=BBH")
 
 
@@ -109,17 +115,17 @@ def decode_set(name: str, payloads) -> IpSet:
     reason = _unsupported(kind, family, options)
     if reason is None:
         if kind.endswith(",port"):
-            ports, reason = _ports(kind, options, members)
+            ports, reason = _ports(kind, family, options, members)
             if reason is None:
-                return IpSet(name, kind, ports=ports)
+                return IpSet(name, kind, ports=ports, family=family)
         elif kind.endswith(",iface"):
-            ifaces, reason = _ifaces(kind, members)
+            ifaces, reason = _ifaces(kind, family, members)
             if reason is None:
-                return IpSet(name, kind, ifaces=ifaces)
+                return IpSet(name, kind, ifaces=ifaces, family=family)
         else:
-            prefixes, reason = _prefixes(kind, options, members)
+            prefixes, reason = _prefixes(kind, family, options, members)
             if reason is None:
-                return IpSet(name, kind, prefixes=prefixes)
+                return IpSet(name, kind, prefixes=prefixes, family=family)
     names: tuple[str, ...] = ()
     if kind == "list:set":
         # Its members: a SET target naming it changes them, and its matches
@@ -143,6 +149,7 @@ def combine_list(listed: IpSet, members: dict[str, IpSet]) -> IpSet:
     if listed.unsupported is None or not listed.unsupported.endswith(LIST_PENDING):
         return listed
     prefixes: set[tuple[int, int]] = set()
+    families = set()
     for name in listed.members:
         member = members.get(name)
         if member is None or member.unsupported is not None:
@@ -154,7 +161,13 @@ def combine_list(listed: IpSet, members: dict[str, IpSet]) -> IpSet:
                          unsupported=f"ipset {listed.name} (list:set): member {name} is a {member.kind} "
                                      f"(only {', '.join(PREFIX_TYPES)} members are combined)")
         prefixes.update(member.prefixes)
-    return IpSet(listed.name, listed.kind, prefixes=tuple(sorted(prefixes)), members=listed.members)
+        families.add(member.family)
+    if len(families) > 1:
+        # (a packet matches only its family's members: two unions, not one)
+        return IpSet(listed.name, listed.kind, members=listed.members,
+                     unsupported=f"ipset {listed.name} (list:set): members of both families")
+    return IpSet(listed.name, listed.kind, prefixes=tuple(sorted(prefixes)), members=listed.members,
+                 family=families.pop() if families else NFPROTO_IPV4)
 
 
 _NLATTR = struct.Struct("=HH")
@@ -162,8 +175,8 @@ _NLATTR = struct.Struct("=HH")
 
 def _members(adt: bytes) -> list[dict[int, bytes]]:
     """Each member's attributes, its address (IPSET_ATTR_IP) already
-    unnested to its 4 bytes (empty when not IPv4). A tight loop: a set of
-    100 000 members is read on every change."""
+    unnested to its 4 or 16 bytes (empty when neither). A tight loop: a set
+    of 100 000 members is read on every change."""
     out = []
     unpack = _NLATTR.unpack_from
     pos, end = 0, len(adt)
@@ -181,8 +194,12 @@ def _members(adt: bytes) -> list[dict[int, bytes]]:
                 kind &= nl.NLA_TYPE_MASK
                 if kind == IPSET_ATTR_IP:
                     inner = unpack(adt, at + 4) if size >= 12 else (0, 0)
-                    member[kind] = (adt[at + 8: at + 12] if inner == (8, IPSET_ATTR_IPADDR_IPV4 | 0x4000)
-                                    or inner == (8, IPSET_ATTR_IPADDR_IPV4) else b"")
+                    if inner[1] & nl.NLA_TYPE_MASK == IPSET_ATTR_IPADDR_IPV4 and inner[0] == 8:
+                        member[kind] = adt[at + 8: at + 12]
+                    elif inner[1] & nl.NLA_TYPE_MASK == IPSET_ATTR_IPADDR_IPV6 and inner[0] == 20 and size >= 24:
+                        member[kind] = adt[at + 8: at + 24]
+                    else:
+                        member[kind] = b""
                 else:
                     member[kind] = adt[at + 4: at + size]
                 at += (size + 3) & ~3
@@ -194,39 +211,44 @@ def _members(adt: bytes) -> list[dict[int, bytes]]:
 def _unsupported(kind: str, family: int, options: dict[int, bytes]) -> str | None:
     if kind not in MIRRORED_TYPES:
         return f"type {kind} is not mirrored (only {', '.join(MIRRORED_TYPES)})"
-    if family != NFPROTO_IPV4:
-        return "not an IPv4 set"
+    if family not in WIDTH:
+        return f"family {family} (neither inet nor inet6)"
     if IPSET_ATTR_BITMASK in options:
         return "a bitmask"
     return None
 
 
-def _prefixes(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tuple[int, int], ...], str | None]:
-    return _each_member(kind, options, members, lambda member, prefix: (prefix, None))
+def _prefixes(kind: str, family: int, options: dict[int, bytes],
+              members) -> tuple[tuple[tuple[int, int], ...], str | None]:
+    return _each_member(kind, family, options, members, lambda member, prefix: (prefix, None))
 
 
-def _ports(kind: str, options: dict[int, bytes], members) -> tuple[tuple[tuple[int, int, int, int], ...], str | None]:
+def _ports(kind: str, family: int, options: dict[int, bytes],
+           members) -> tuple[tuple[tuple[int, int, int, int], ...], str | None]:
     """(network, length, protocol, port) of each member."""
+    icmp = ICMP_OF[family]
+
     def port_of(member, prefix):
         proto = nl.u8(member.get(IPSET_ATTR_PROTO, b"\0"))
         port = int.from_bytes(member.get(IPSET_ATTR_PORT, b"\0\0"), "big")
-        if proto == 0 or proto in _UNREAD:
+        if proto == 0 or proto in _UNREAD or (proto in ICMP_OF.values() and proto != icmp):
             return None, f"a member of protocol {proto} (its ports are not read in the fast path)"
-        if proto not in _PORTED and proto != 1 and port:
+        if proto not in _PORTED and proto != icmp and port:
             return None, f"a member of protocol {proto} with port {port}"
         return (*prefix, proto, port), None
-    return _each_member(kind, options, members, port_of)
+    return _each_member(kind, family, options, members, port_of)
 
 
-def _each_member(kind: str, options: dict[int, bytes], members, entry) -> tuple[tuple, str | None]:
+def _each_member(kind: str, family: int, options: dict[int, bytes], members, entry) -> tuple[tuple, str | None]:
     """entry(member, its prefix) -> (what the set holds, or why not) of every
     member, sorted; the first reason stops it. hash:ip's, bitmap:ip's and
     hash:ip,port's `netmask` (the last from kernel 6.1 on) is each member's
     length."""
-    netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
+    width = WIDTH[family]
+    netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else width
     out = set()
     for member in members:
-        prefix, reason = _member_prefix(kind, member, netmask)
+        prefix, reason = _member_prefix(kind, member, netmask, width)
         if reason is None:
             item, reason = entry(member, prefix)
         if reason is not None:
@@ -235,7 +257,7 @@ def _each_member(kind: str, options: dict[int, bytes], members, entry) -> tuple[
     return tuple(sorted(out)), None
 
 
-def _ifaces(kind: str, members) -> tuple[tuple[tuple[int, int, str, bool], ...], str | None]:
+def _ifaces(kind: str, family: int, members) -> tuple[tuple[tuple[int, int, str, bool], ...], str | None]:
     """(network, length, interface name, wildcard) of each member: a
     `wildcard` member's name matches every interface it begins; any other
     name (a "+" included) only itself.
@@ -246,9 +268,10 @@ def _ifaces(kind: str, members) -> tuple[tuple[tuple[int, int, str, bool], ...],
     longest-prefix match. That equals "any member matches" only when each
     member prefix names at least the interfaces of every prefix around it;
     a set where a nested prefix names fewer is not mirrored."""
+    width = WIDTH[family]
     out = set()
     for member in members:
-        prefix, reason = _member_prefix(kind, member, 32)
+        prefix, reason = _member_prefix(kind, member, width, width)
         if reason is not None:
             return (), reason
         flags = nl.be32(member[IPSET_ATTR_CADT_FLAGS]) if IPSET_ATTR_CADT_FLAGS in member else 0
@@ -260,24 +283,25 @@ def _ifaces(kind: str, members) -> tuple[tuple[tuple[int, int, str, bool], ...],
         names.setdefault((value, length), set()).add((name, wildcard))
     for (value, length), inner in names.items():
         for shorter in range(length):
-            outer = names.get((value >> (32 - shorter) << (32 - shorter) if shorter else 0, shorter))
+            outer = names.get((value >> (width - shorter) << (width - shorter) if shorter else 0, shorter))
             if outer is not None and not outer <= inner:
                 return (), ("nested members naming different interfaces (the kernel matches the most specific "
                             "prefix only)")
     return tuple(sorted(out)), None
 
 
-def _member_prefix(kind: str, member: dict[int, bytes], netmask: int) -> tuple[tuple[int, int], str | None]:
+def _member_prefix(kind: str, member: dict[int, bytes], netmask: int,
+                   width: int) -> tuple[tuple[int, int], str | None]:
     if member.get(IPSET_ATTR_TIMEOUT, b"\0\0\0\0") != b"\0\0\0\0":
         return (0, 0), "members that time out (the kernel expires them without an event)"
     flags = nl.be32(member[IPSET_ATTR_CADT_FLAGS]) if IPSET_ATTR_CADT_FLAGS in member else 0
     if flags & IPSET_FLAG_NOMATCH:
         return (0, 0), "nomatch members"
     address = member.get(IPSET_ATTR_IP, b"")
-    if len(address) != 4:
-        return (0, 0), "a member without an IPv4 address"
+    if len(address) * 8 != width:
+        return (0, 0), "a member without an address of the set's family"
     length = nl.u8(member[IPSET_ATTR_CIDR]) if kind.startswith("hash:net") and IPSET_ATTR_CIDR in member else netmask
-    if not 0 <= length <= 32:
+    if not 0 <= length <= width:
         return (0, 0), f"a member of length {length}"
     value = int.from_bytes(address, "big")
-    return (value >> (32 - length) << (32 - length) if length else 0, length), None
+    return (value >> (width - length) << (width - length) if length else 0, length), None

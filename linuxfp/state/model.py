@@ -528,7 +528,7 @@ class IpSet(_JsonMixin):
 
     name: str
     kind: str = ""                                  # "hash:net", ...
-    prefixes: tuple[tuple[int, int], ...] = ()      # IPv4 (network, length), sorted
+    prefixes: tuple[tuple[int, int], ...] = ()      # (network, length) of its family, sorted
     unsupported: str | None = None                  # why the fast path cannot mirror it
     members: tuple[str, ...] = ()                   # a list:set's sets
     # hash:ip,port and hash:net,port: (network, length, protocol, port); an
@@ -536,6 +536,9 @@ class IpSet(_JsonMixin):
     ports: tuple[tuple[int, int, int, int], ...] = ()
     # hash:net,iface: (network, length, interface name, name is a wildcard prefix)
     ifaces: tuple[tuple[int, int, str, bool], ...] = ()
+    # NFPROTO_IPV4 (2) or NFPROTO_IPV6 (10): whose addresses its members are
+    # (a packet of the other family never matches); 0: a list:set's own
+    family: int = 2
 
     @property
     def dimension(self) -> int:

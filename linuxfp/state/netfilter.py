@@ -325,7 +325,7 @@ def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
                           rulesets6=tuple(rulesets6), errors6=tuple(errors6),
                           legacy_ip6_tables=legacy6,
                           legacy_arp_tables=legacy_table_names("arp_tables_names"),
-                          ipsets=_matched_sets(rulesets, fresh_sets))
+                          ipsets=_matched_sets(rulesets + rulesets6, fresh_sets))
 
 
 # --- ipsets -------------------------------------------------------------------
@@ -350,7 +350,7 @@ def _matched_sets(rulesets, fresh: bool) -> tuple[IpSet, ...]:
         for table in ruleset.tables:
             for chain in table.chains:
                 for rule in chain.rules:
-                    where = f"iptables-{ruleset.backend} {table.name} {rule.chain} #{rule.position}"
+                    where = f"{ruleset.tool} {table.name} {rule.chain} #{rule.position}"
                     names = [m.values[0] for m in rule.matches
                              if m.module == "set" and m.option == "--match-set" and m.values]
                     matched.update(names)

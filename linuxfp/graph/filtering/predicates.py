@@ -100,6 +100,7 @@ ICMPV6_TYPES = {"destination-unreachable": (1, None), "no-route": (1, 0), "commu
 IPV4 = Family("ip", FIELDS, ipaddress.IPv4Network, 1, ("icmp", "--icmp-type"), ICMP_TYPES, True)
 IPV6 = Family("ip6", FIELDS6, ipaddress.IPv6Network, 58, ("icmp6", "--icmpv6-type"), ICMPV6_TYPES, False)
 FAMILIES = {family.name: family for family in (IPV4, IPV6)}
+NFPROTO = {IPV4.name: 2, IPV6.name: 10}     # an ipset's family (IpSet.family) per rule family
 
 
 @dataclass(frozen=True)
@@ -360,9 +361,7 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
             raise Unsupported("whether the connection was expected")
         return EVERYTHING if neg else NOTHING
     if m == "set" and opt == "--match-set":
-        if family is not IPV4:
-            raise Unsupported("IPv6 sets are not mirrored")
-        return _set_boxes(sets.get(values[0]), values[0], values[1], neg, links)
+        return _set_boxes(sets.get(values[0]), values[0], values[1], neg, links, family)
     if m == "mark" and opt == "--mark":
         # A forwarded packet's mark is 0 at FORWARD: nothing before it may set
         # one (raw/mangle rules and tc ingress filters keep it on the kernel
@@ -374,7 +373,7 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
     raise Unsupported("")
 
 
-def _set_boxes(ipset, name: str, directions: str, negated: bool, links=()) -> tuple[Box, ...]:
+def _set_boxes(ipset, name: str, directions: str, negated: bool, links=(), family: Family = IPV4) -> tuple[Box, ...]:
     """`-m set --match-set NAME src|dst[,...]`: the kernel uses one direction
     per dimension of the set (the first for the address, the second for the
     port) and never matches with fewer. An address set's members are
@@ -382,7 +381,8 @@ def _set_boxes(ipset, name: str, directions: str, negated: bool, links=()) -> tu
     per port (the ports' boxes are disjoint) holding that port's prefixes;
     an address-and-interface set one box per interface (`src`: -i, `dst`:
     -o) holding the prefixes of the members that name it (state/ipset.py
-    mirrors only sets where that equals the kernel's longest-prefix match)."""
+    mirrors only sets where that equals the kernel's longest-prefix match).
+    A set of the other family never matches (ip_set_test())."""
     if ipset is None:
         raise Unsupported(f"ipset {name} was not read")
     if ipset.unsupported is not None:
@@ -390,9 +390,9 @@ def _set_boxes(ipset, name: str, directions: str, negated: bool, links=()) -> tu
     flags = directions.split(",")
     if any(f not in ("src", "dst") for f in flags):
         raise Unsupported(f"direction {directions!r}")
-    if len(flags) < ipset.dimension:
+    if len(flags) < ipset.dimension or ipset.family != NFPROTO[family.name]:
         return EVERYTHING if negated else NOTHING
-    address = flags[0]
+    address = family.address(flags[0])
     if ipset.dimension == 1:
         return _single(address, frozenset(ipset.prefixes), negated)
     if ipset.ifaces:
@@ -400,8 +400,8 @@ def _set_boxes(ipset, name: str, directions: str, negated: bool, links=()) -> tu
     l4 = "l4s" if flags[1] == "src" else "l4d"
     groups: dict[tuple, set] = {}
     for value, length, proto, port in ipset.ports:
-        if proto == 1:      # type << 8 | code: the fast path reads them apart
-            key = (("l4d", ((1 << 16) | (port & 0xFF), 24)), ("l4s", ((1 << 16) | (port >> 8), 24)))
+        if proto == family.icmp:      # type << 8 | code: the fast path reads them apart
+            key = (("l4d", ((proto << 16) | (port & 0xFF), 24)), ("l4s", ((proto << 16) | (port >> 8), 24)))
         elif proto in PORTS_OF:
             key = ((l4, ((proto << 16) | port, 24)),)
         else:               # no ports: the kernel reads port 0

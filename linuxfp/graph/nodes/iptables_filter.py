@@ -16,7 +16,7 @@ from linuxfp.state.iptables import TOOLS
 
 from ..filtering.classifier import (FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
                                     build_classifier)
-from ..filtering.predicates import IPV4, IPV6, WIDTH
+from ..filtering.predicates import IPV4, IPV6, NFPROTO, WIDTH
 from ..filtering.program import Program, compile_program
 from ..filtering.scope import evaluated_scope6, filter_scope
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
@@ -112,8 +112,9 @@ class Filter(Node):
                              f"{classifier.entry_count()} entries, fields {fields}")
             elif f"not evaluated: {plan.problem}" not in lines:
                 lines.append(f"not evaluated: {plan.problem}")
-            mirrored = [s for s in snapshot.netfilter.ipsets if s.unsupported is None]
-            if mirrored and classifier is not None and program.family is IPV4:
+            mirrored = [s for s in snapshot.netfilter.ipsets
+                        if s.unsupported is None and s.family == NFPROTO[program.family.name]]
+            if mirrored and classifier is not None:
                 lines.append("ipsets compiled in: " + ", ".join(
                     f"{s.name} ({s.kind}, {len(s.prefixes) + len(s.ports) + len(s.ifaces)} members)"
                     for s in mirrored))
