@@ -103,31 +103,21 @@ struct lfp_flt_pair_key {
 	__u32 right;
 };
 
-#define LFP_FLT_LPM_MAP(name)                                     \
+#define LFP_FLT_LPM_MAP(name, key_type)                           \
 	struct {                                                  \
 		__uint(type, BPF_MAP_TYPE_LPM_TRIE);              \
 		__uint(max_entries, 262144);                      \
 		__uint(map_flags, BPF_F_NO_PREALLOC);             \
-		__type(key, struct lfp_flt_lpm_key);              \
+		__type(key, key_type);                            \
 		__type(value, __u32);                             \
 	} name SEC(".maps")
 
-LFP_FLT_LPM_MAP(lfp_flt_src);
-LFP_FLT_LPM_MAP(lfp_flt_dst);
-LFP_FLT_LPM_MAP(lfp_flt_l4s);
-LFP_FLT_LPM_MAP(lfp_flt_l4d);
-
-#define LFP_FLT_LPM6_MAP(name)                                    \
-	struct {                                                  \
-		__uint(type, BPF_MAP_TYPE_LPM_TRIE);              \
-		__uint(max_entries, 262144);                      \
-		__uint(map_flags, BPF_F_NO_PREALLOC);             \
-		__type(key, struct lfp_flt_lpm6_key);             \
-		__type(value, __u32);                             \
-	} name SEC(".maps")
-
-LFP_FLT_LPM6_MAP(lfp_flt_src6);
-LFP_FLT_LPM6_MAP(lfp_flt_dst6);
+LFP_FLT_LPM_MAP(lfp_flt_src, struct lfp_flt_lpm_key);
+LFP_FLT_LPM_MAP(lfp_flt_dst, struct lfp_flt_lpm_key);
+LFP_FLT_LPM_MAP(lfp_flt_src6, struct lfp_flt_lpm6_key);
+LFP_FLT_LPM_MAP(lfp_flt_dst6, struct lfp_flt_lpm6_key);
+LFP_FLT_LPM_MAP(lfp_flt_l4s, struct lfp_flt_lpm_key);
+LFP_FLT_LPM_MAP(lfp_flt_l4d, struct lfp_flt_lpm_key);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -162,30 +152,31 @@ struct {
 	__type(value, struct lfp_flt_cfg);
 } lfp_flt_cfg SEC(".maps");
 
-static __always_inline int lfp_flt_lpm(void *map, __u32 gen, const __u8 *value, __u32 *cls)
+/* The class a field's LPM map gives `key`; 0 when it has none. */
+static __always_inline int lfp_flt_class(void *map, const void *key, __u32 *cls)
 {
-	struct lfp_flt_lpm_key key = { .prefixlen = 64, .gen = gen };
-	__u32 *hit;
+	__u32 *hit = bpf_map_lookup_elem(map, key);
 
-	__builtin_memcpy(key.value, value, sizeof(key.value));
-	hit = bpf_map_lookup_elem(map, &key);
 	if (!hit)
 		return 0;
 	*cls = *hit;
 	return 1;
 }
 
+static __always_inline int lfp_flt_lpm(void *map, __u32 gen, const __u8 *value, __u32 *cls)
+{
+	struct lfp_flt_lpm_key key = { .prefixlen = 32 + 32, .gen = gen };
+
+	__builtin_memcpy(key.value, value, sizeof(key.value));
+	return lfp_flt_class(map, &key, cls);
+}
+
 static __always_inline int lfp_flt_lpm6(void *map, __u32 gen, const __be32 *value, __u32 *cls)
 {
 	struct lfp_flt_lpm6_key key = { .prefixlen = 32 + 128, .gen = gen };
-	__u32 *hit;
 
 	__builtin_memcpy(key.value, value, sizeof(key.value));
-	hit = bpf_map_lookup_elem(map, &key);
-	if (!hit)
-		return 0;
-	*cls = *hit;
-	return 1;
+	return lfp_flt_class(map, &key, cls);
 }
 
 /* The class of two classes: looked up when both sides are used (only pairs

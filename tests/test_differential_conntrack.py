@@ -118,12 +118,18 @@ def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook)
              Step("unchanged", lambda router: None)]
     seen: list[Counting] = []
     report = run_differential(RouterTopology(prefixes=10), steps, counting(seen, hook), frames, prefix="lfp-ct")
+    _fast_and_fresh(report, seen, timeouts, ALLOWED, BLOCKED_LATER, ESTABLISHED, sizes=13)
+
+
+def _fast_and_fresh(report, seen, timeouts, allowed, blocked, established, sizes: int) -> None:
+    """What the stateful differentials ask of Linux + LinuxFP besides the
+    same bytes."""
     assert report.ok, report.render()
     stats = seen[0].stats[-1]
     reasons = count_reasons(stats)
     # Established datagrams went through the fast path, forwarded and dropped ...
-    assert sum(i["fast_path"] for i in stats["interfaces"]) >= len(ALLOWED) * 13, json.dumps(stats)
-    assert reasons.get("filter_dropped", 0) >= len(BLOCKED_LATER) * 13, reasons
+    assert sum(i["fast_path"] for i in stats["interfaces"]) >= len(allowed) * sizes, json.dumps(stats)
+    assert reasons.get("filter_dropped", 0) >= len(blocked) * sizes, reasons
     # ... everything conntrack had a say in went to the kernel, each for its reason.
     for reason in ("filter_ct_new", "filter_ct_state", "filter_ct_proto", "filter_ct_invalid"):
         assert reasons.get(reason, 0) > 0, (reason, reasons)
@@ -133,8 +139,8 @@ def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook)
     assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
     # The entries the fast path kept alive are as fresh as Linux keeps them.
     kernel, accelerated = timeouts
-    assert set(kernel) == set(accelerated) == set(ESTABLISHED), timeouts
-    for dst in ALLOWED:
+    assert set(kernel) == set(accelerated) == set(established), timeouts
+    for dst in allowed:
         assert accelerated[dst] >= kernel[dst] - 1, timeouts
 
 
@@ -284,16 +290,4 @@ def test_established_ipv6_udp_is_fast_pathed_as_linux_forwards_it(require_root, 
     seen: list[Counting] = []
     report = run_differential(RouterTopology(prefixes=10, ipv6=True), steps, counting(seen, hook), frames6,
                               prefix="lfp-ct6")
-    assert report.ok, report.render()
-    stats = seen[0].stats[-1]
-    reasons = count_reasons(stats)
-    assert sum(i["fast_path"] for i in stats["interfaces"]) >= len(ALLOWED6) * 12, json.dumps(stats)
-    assert reasons.get("filter_dropped", 0) >= len(BLOCKED_LATER6) * 12, reasons
-    for reason in ("filter_ct_new", "filter_ct_state", "filter_ct_proto", "filter_ct_invalid"):
-        assert reasons.get(reason, 0) > 0, (reason, reasons)
-    assert reasons.get("ct_tcp_tracked", 0) > 0 and not reasons.get("filter_ct_tcp"), reasons
-    assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
-    kernel, accelerated = timeouts
-    assert set(kernel) == set(accelerated) == set(ESTABLISHED6), timeouts
-    for dst in ALLOWED6:
-        assert accelerated[dst] >= kernel[dst] - 1, timeouts
+    _fast_and_fresh(report, seen, timeouts, ALLOWED6, BLOCKED_LATER6, ESTABLISHED6, sizes=12)

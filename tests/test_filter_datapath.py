@@ -16,7 +16,7 @@ import pipeline_loader
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.classifier import FIELD_BIT, classify
-from linuxfp.graph.filtering.predicates import IPV6
+from linuxfp.graph.filtering.predicates import IPV4, IPV6
 from linuxfp.graph.filtering.program import ACCEPT, DROP, packet_fields
 from linuxfp.graph.nodes.iptables_filter import CAPACITY, CFG, filter_plan
 from linuxfp.lab.netns import Lab, entered
@@ -82,40 +82,25 @@ class LoadedPipeline(pipeline_loader.LoadedPipeline):
             assert self.obj.map(name).max_entries == capacity, name
 
 
-def expected(pipeline: LoadedPipeline, classifier, frame: bytes) -> tuple[int, str | None]:
-    """(XDP verdict, counter) the model predicts for a frame the router forwards."""
-    ip = frame[14:34]
-    proto, src, dst = ip[9], int.from_bytes(ip[12:16], "big"), int.from_bytes(ip[16:20], "big")
-    l4 = frame[34:]
-    need = {6: 20, 17: 8, 1: 8}.get(proto, 0)
-    if classifier.used & (FIELD_BIT["l4s"] | FIELD_BIT["l4d"]) and len(l4) < need:
-        return XDP_PASS, "filter_l4_short"
-    sport = dport = 0
-    if proto in (6, 17) and len(l4) >= need:
-        sport, dport = struct.unpack("!HH", l4[:4])
-    elif proto == 1:
-        sport, dport = l4[0], l4[1]
-    verdict, _ = classify(classifier, packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress))
-    if verdict == ACCEPT:
-        return XDP_REDIRECT, "forwarded"
-    if verdict == DROP:
-        return XDP_DROP, "filter_dropped"
-    return XDP_PASS, "filter_kernel"
-
-
-def expected6(pipeline: LoadedPipeline, classifier, frame: bytes) -> tuple[int, str | None]:
-    """expected() for an IPv6 frame and ip6tables' classifier."""
-    proto, src, dst = frame[20], int.from_bytes(frame[22:38], "big"), int.from_bytes(frame[38:54], "big")
-    l4 = frame[54:]
-    need = {6: 20, 17: 8, 58: 8}.get(proto, 0)
+def expected(pipeline: LoadedPipeline, classifier, frame: bytes, family=IPV4) -> tuple[int, str | None]:
+    """(XDP verdict, counter) the model predicts for a frame the router
+    forwards (an IPv4 frame with a 20-byte header, or IPv6 without
+    extension headers)."""
+    if family is IPV6:
+        proto, src, dst = frame[20], int.from_bytes(frame[22:38], "big"), int.from_bytes(frame[38:54], "big")
+        l4 = frame[54:]
+    else:
+        proto, src, dst = frame[23], int.from_bytes(frame[26:30], "big"), int.from_bytes(frame[30:34], "big")
+        l4 = frame[34:]
+    need = {6: 20, 17: 8, family.icmp: 8}.get(proto, 0)
     if classifier.used & (FIELD_BIT["l4s"] | FIELD_BIT["l4d"]) and len(l4) < need:
         return XDP_PASS, "filter_l4_short"
     sport = dport = 0
     if proto in (6, 17):
         sport, dport = struct.unpack("!HH", l4[:4])
-    elif proto == 58:
+    elif proto == family.icmp:
         sport, dport = l4[0], l4[1]
-    fields = packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress, IPV6)
+    fields = packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress, family)
     verdict, _ = classify(classifier, fields)
     if verdict == ACCEPT:
         return XDP_REDIRECT, "forwarded"
@@ -124,50 +109,21 @@ def expected6(pipeline: LoadedPipeline, classifier, frame: bytes) -> tuple[int, 
     return XDP_PASS, "filter_kernel"
 
 
-def test_compiled_ip6tables_filter_agrees_with_its_model(filter_ns):
-    """ip6tables' rules, IPv6 frames: the same agreement (iptables' tables
-    left empty: IPv4 is open, and only the IPv6 classifier is written)."""
+def _agree(filter_ns, family, rulesets, frames_of, skip) -> dict[str, int]:
+    """Each ruleset restored, then every frame of frames_of(seed) not
+    skip(frame): the compiled pipeline's verdict and counter are the
+    model's; what the outcomes were, counted."""
     seen: dict[str, int] = {}
-    filter_ns.run(["iptables", "-F"])
-    try:
-        for seed in range(6):
-            text = random_ruleset(seed + 50, 60, ("in0", "out0"), pool=ROUTER_POOL6, ipv6=True)
-            filter_ns.run(["ip6tables-restore"], input=text)
-            loaded = LoadedPipeline(filter_ns)
-            try:
-                assert loaded.plan.classifier is None
-                classifier = loaded.plan.classifier6
-                for frame in probe_frames6(TOPOLOGY, seed, 150):
-                    if frame[20] == 47 or (frame[20] == 58 and frame[54] < 128):
-                        continue                   # the router passes these
-                    verdict, counter = expected6(loaded, classifier, frame)
-                    before = loaded.counter(counter)
-                    result = loaded.run(frame)
-                    assert (result.retval, loaded.counter(counter)) == (verdict, before + 1), (seed, frame.hex(), text)
-                    if verdict != XDP_REDIRECT:
-                        assert result.data_out == frame
-                    seen[counter] = seen.get(counter, 0) + 1
-            finally:
-                loaded.obj.close()
-    finally:
-        filter_ns.run(["ip6tables", "-F"])
-        filter_ns.run(["ip6tables", "-X"])
-        filter_ns.run(["ip6tables", "-P", "FORWARD", "ACCEPT"])
-    assert min(seen.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel", "filter_l4_short")) >= 20, seen
-
-
-def test_compiled_filter_agrees_with_its_model(filter_ns):
-    seen: dict[str, int] = {}
-    for seed in range(8):
-        text = random_ruleset(seed, 60, ("in0", "out0"), pool=ROUTER_POOL)
-        filter_ns.run(["iptables-restore"], input=text)
+    restore = "ip6tables-restore" if family is IPV6 else "iptables-restore"
+    for seed, text in rulesets:
+        filter_ns.run([restore], input=text)
         loaded = LoadedPipeline(filter_ns)
         try:
-            classifier = loaded.plan.classifier
-            for frame in probe_frames(TOPOLOGY, seed, 150):
-                if frame[23] == 1 and frame[34] == 3:
-                    continue                       # ICMP errors: the router passes them
-                verdict, counter = expected(loaded, classifier, frame)
+            classifier = loaded.plan.classifier6 if family is IPV6 else loaded.plan.classifier
+            for frame in frames_of(seed):
+                if skip(frame):
+                    continue
+                verdict, counter = expected(loaded, classifier, frame, family)
                 before = loaded.counter(counter)
                 result = loaded.run(frame)
                 assert (result.retval, loaded.counter(counter)) == (verdict, before + 1), (seed, frame.hex(), text)
@@ -176,6 +132,31 @@ def test_compiled_filter_agrees_with_its_model(filter_ns):
                 seen[counter] = seen.get(counter, 0) + 1
         finally:
             loaded.obj.close()
+    return seen
+
+
+def test_compiled_ip6tables_filter_agrees_with_its_model(filter_ns):
+    """ip6tables' rules, IPv6 frames: the same agreement (iptables' tables
+    left empty: IPv4 is open, and only the IPv6 classifier is written)."""
+    filter_ns.run(["iptables", "-F"])
+    try:
+        rulesets = [(seed, random_ruleset(seed + 50, 60, ("in0", "out0"), pool=ROUTER_POOL6, ipv6=True))
+                    for seed in range(6)]
+        # (the router passes other protocols and ICMPv6 errors)
+        seen = _agree(filter_ns, IPV6, rulesets, lambda seed: probe_frames6(TOPOLOGY, seed, 150),
+                      lambda frame: frame[20] == 47 or (frame[20] == 58 and frame[54] < 128))
+    finally:
+        filter_ns.run(["ip6tables", "-F"])
+        filter_ns.run(["ip6tables", "-X"])
+        filter_ns.run(["ip6tables", "-P", "FORWARD", "ACCEPT"])
+    assert min(seen.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel", "filter_l4_short")) >= 20, seen
+
+
+def test_compiled_filter_agrees_with_its_model(filter_ns):
+    rulesets = [(seed, random_ruleset(seed, 60, ("in0", "out0"), pool=ROUTER_POOL)) for seed in range(8)]
+    # (ICMP errors: the router passes them)
+    seen = _agree(filter_ns, IPV4, rulesets, lambda seed: probe_frames(TOPOLOGY, seed, 150),
+                  lambda frame: frame[23] == 1 and frame[34] == 3)
     # every outcome occurred, often
     assert min(seen.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel", "filter_l4_short")) >= 20, seen
 

@@ -41,36 +41,11 @@ def _load(backend: str, sets: str, rules: str, tool: str = "iptables"):
     ("tc", "legacy", range(600, 603)),
 ], ids=["xdp-nft", "tc-legacy"])
 def test_ipset_verdicts_are_linux_verdicts(require_root, hook, backend, seeds):
-    coverage = Coverage()
-    steps = [Step(f"{backend}-{seed}", _load(backend, random_ipsets(seed, ROUTER_POOL),
-                                              random_ruleset(seed, 30, IFNAMES, coverage, pool=ROUTER_POOL,
-                                                             ipsets=True)))
-             for seed in seeds]
-    seen: list[Counting] = []
-    graphs: list[str] = []
-
-    def look(router) -> None:
-        # which sets the filter compiled in (reading them is netfilter netlink
-        # traffic: the watch passes until the controller has read them again)
-        graphs.append(linuxfp_cli(router.dut.name, "graph").stdout)
-        assert wait_lease_current(router.dut.name)
-
-    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook, look),
-                              lambda router, index: probe_frames(router, index, FRAMES), prefix="lfp-s")
-    assert report.ok, report.render() + "\n" + coverage.summary()
     # the kinds of set the rules match were mirrored in some step, lists and
     # bitmaps too (the random interface sets nest members the kernel reads
     # apart: test_filter_rules covers those)
-    compiled = "\n".join(line for graph in graphs for line in graph.splitlines() if "ipsets compiled in" in line)
-    for kind in ("hash:net", "hash:ip", "hash:ip,port", "bitmap:ip", "list:set"):
-        assert f"({kind}, " in compiled, (kind, compiled)
-    assert any(k.startswith("set ") for k in coverage.matches), coverage.summary()
-    assert any(k.startswith("! set ") for k in coverage.matches), coverage.summary()
-    kernel = sum(o.forwarded_by_kernel for o in report.kernel)
-    accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
-    assert accelerated < kernel, report.render()
-    reasons = count_reasons(seen[0].stats[-1])
-    assert reasons.get("filter_dropped", 0) > 0, reasons
+    _ipset_differential(hook, backend, seeds, ipv6=False,
+                        kinds=("hash:net", "hash:ip", "hash:ip,port", "bitmap:ip", "list:set"))
 
 
 @pytest.mark.parametrize("hook,backend,seeds", [
@@ -81,25 +56,36 @@ def test_ipv6_ipset_verdicts_are_linux_verdicts(require_root, hook, backend, see
     """The same for ip6tables' rules and IPv6 sets (family inet6): hash:net,
     hash:ip (with a netmask), hash:ip,port / hash:net,port (ICMPv6 members
     too), hash:net,iface, and a list of address sets."""
+    _ipset_differential(hook, backend, seeds, ipv6=True, kinds=("hash:net", "hash:ip", "hash:ip,port", "list:set"))
+
+
+def _ipset_differential(hook: str, backend: str, seeds, ipv6: bool, kinds: tuple[str, ...]) -> None:
+    """Random sets and rules matching them, restored with the real tools;
+    the same frames through Linux alone and Linux + LinuxFP."""
     coverage = Coverage()
-    steps = [Step(f"{backend}-{seed}", _load(backend, random_ipsets(seed, ROUTER_POOL6, ipv6=True),
-                                              random_ruleset(seed, 30, IFNAMES, coverage, pool=ROUTER_POOL6,
-                                                             ipsets=True, ipv6=True), "ip6tables"))
+    pool = ROUTER_POOL6 if ipv6 else ROUTER_POOL
+    steps = [Step(f"{backend}-{seed}", _load(backend, random_ipsets(seed, pool, ipv6=ipv6),
+                                              random_ruleset(seed, 30, IFNAMES, coverage, pool=pool, ipsets=True,
+                                                             ipv6=ipv6), "ip6tables" if ipv6 else "iptables"))
              for seed in seeds]
     seen: list[Counting] = []
     graphs: list[str] = []
 
     def look(router) -> None:
+        # which sets the filter compiled in (reading them is netfilter netlink
+        # traffic: the watch passes until the controller has read them again)
         graphs.append(linuxfp_cli(router.dut.name, "graph").stdout)
         assert wait_lease_current(router.dut.name)
 
-    report = run_differential(RouterTopology(prefixes=8, ipv6=True), steps, counting(seen, hook, look),
-                              lambda router, index: probe_frames6(router, index, FRAMES), prefix="lfp-s6")
+    probe = probe_frames6 if ipv6 else probe_frames
+    report = run_differential(RouterTopology(prefixes=8, ipv6=ipv6), steps, counting(seen, hook, look),
+                              lambda router, index: probe(router, index, FRAMES), prefix="lfp-s6" if ipv6 else "lfp-s")
     assert report.ok, report.render() + "\n" + coverage.summary()
     compiled = "\n".join(line for graph in graphs for line in graph.splitlines() if "ipsets compiled in" in line)
-    for kind in ("hash:net", "hash:ip", "hash:ip,port", "list:set"):
+    for kind in kinds:
         assert f"({kind}, " in compiled, (kind, compiled)
     assert any(k.startswith("set ") for k in coverage.matches), coverage.summary()
+    assert any(k.startswith("! set ") for k in coverage.matches), coverage.summary()
     kernel = sum(o.forwarded_by_kernel for o in report.kernel)
     accelerated = sum(o.forwarded_by_kernel for o in report.accelerated)
     assert accelerated < kernel, report.render()
