@@ -19,7 +19,7 @@ from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scop
 from linuxfp.graph.nodes.iptables_filter import filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, Coverage, probe_addresses, random_ruleset
 from linuxfp.state.iptables import ParseError, parse_rule, parse_save
-from linuxfp.state.model import NetfilterState
+from linuxfp.state.model import IpSet, NetfilterState
 
 from snapshot_fixtures import link, router_snapshot
 
@@ -688,24 +688,74 @@ def test_a_set_of_the_other_family_never_matches():
     `!` makes it match everything; a set of the rule's family is mirrored."""
     from linuxfp.graph.filtering.predicates import IPV6
     from linuxfp.graph.filtering.scope import filter_scope6
-    from linuxfp.state.model import IpSet
 
     v4set = IpSet("v4", "hash:net", prefixes=((0xC6130000, 16),), family=2)
     v6set = IpSet("v6", "hash:net", prefixes=((0x20010DB8 << 96, 32),), family=10)
+    # an ICMPv6 member's "port": type << 8 | code, as for ICMP
+    pings = IpSet("pings", "hash:net,port", ports=((0x20010DB9 << 96, 32, 58, 128 << 8),), family=10)
     head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
     rules = (head + "-A FORWARD -m set --match-set v4 dst -j DROP\n-A FORWARD -p udp -m set ! --match-set v4 src "
-             "-j REJECT\n-A FORWARD -m set --match-set v6 dst -p tcp -j DROP\nCOMMIT\n")
+             "-j REJECT\n-A FORWARD -m set --match-set v6 dst -p tcp -j DROP\n"
+             "-A FORWARD -m set --match-set pings dst,dst -j DROP\nCOMMIT\n")
     state = NetfilterState(active=True, tables=("nft:ip6 filter",), detail="test",
-                           rulesets6=(parse_save(rules, "nft", "ip6"),), ipsets=(v4set, v6set))
+                           rulesets6=(parse_save(rules, "nft", "ip6"),), ipsets=(v4set, v6set, pings))
     program = compile_program(filter_scope6(state).forward, LINKS, ipsets=state.ipsets, family=IPV6)
     assert not program.unsupported
     classifier = build_classifier(program, [])
 
-    def decide(dst, proto):
-        fields = packet_fields(0x20010DB8 << 96 | 1, dst, proto, 1000, 80, 2, 3, IPV6)
+    def decide(dst, proto, sport=1000, dport=80):
+        fields = packet_fields(0x20010DB8 << 96 | 1, dst, proto, sport, dport, 2, 3, IPV6)
         assert classify(classifier, fields) == verdict(program, matched_boxes(program, fields))
         return verdict(program, matched_boxes(program, fields))[0]
 
     assert decide(0x20010DB8 << 96 | 5, 6) == DROP           # the IPv6 set
     assert decide(0x20010DB9 << 96 | 5, 6) == ACCEPT
     assert decide(0x20010DB9 << 96 | 5, 17) == KERNEL        # ! an IPv4 set: every packet (REJECT)
+    assert decide(0x20010DB9 << 96 | 5, 58, 128, 0) == DROP  # echo request into the ICMPv6 member's prefix
+    assert decide(0x20010DB9 << 96 | 5, 58, 129, 0) == ACCEPT
+
+
+def test_ipv6_sets_decode_from_the_kernels_attributes():
+    """An inet6 set's LIST reply (the address nested as IPADDR_IPV6 in
+    network byte order): its prefixes at 128 bits; a port member of an
+    extension header the kernel never matches by, or of ICMP (IPv4's), is
+    not mirrored; a list of both families' sets is not combined, an empty
+    one matches neither family."""
+    import ipaddress
+
+    from linuxfp.state import ipset as ips
+    from linuxfp.state import netlink as nl
+
+    nested, net_order = nl.NLA_F_NESTED, 0x4000
+
+    def member(address: str, cidr=None, proto=None, port=None) -> bytes:
+        body = nl.attr(ips.IPSET_ATTR_IP | nested, nl.attr(ips.IPSET_ATTR_IPADDR_IPV6 | net_order,
+                                                           ipaddress.IPv6Address(address).packed))
+        if cidr is not None:
+            body += nl.attr(ips.IPSET_ATTR_CIDR, bytes([cidr]))
+        if proto is not None:
+            body += nl.attr(ips.IPSET_ATTR_PORT | net_order, port.to_bytes(2, "big"))
+            body += nl.attr(ips.IPSET_ATTR_PROTO, bytes([proto]))
+        return nl.attr(ips.IPSET_ATTR_DATA | nested, body)
+
+    def reply(name: str, kind: str, *members: bytes) -> bytes:
+        return (ips._NFGENMSG.pack(10, 0, 0) + nl.attr(ips.IPSET_ATTR_SETNAME, name.encode() + b"\0")
+                + nl.attr(ips.IPSET_ATTR_TYPENAME, kind.encode() + b"\0") + nl.attr(ips.IPSET_ATTR_FAMILY, bytes([10]))
+                + nl.attr(ips.IPSET_ATTR_DATA | nested, b"") + nl.attr(ips.IPSET_ATTR_ADT | nested, b"".join(members)))
+
+    nets = ips.decode_set("n6", [reply("n6", "hash:net", member("2001:db8:1::", 48), member("2001:db8:2::5", 128))])
+    assert nets.unsupported is None and nets.family == ips.NFPROTO_IPV6
+    assert nets.prefixes == ((0x20010DB8_0001 << 80, 48), (0x20010DB8_0002 << 80 | 5, 128))
+    ports = ips.decode_set("p6", [reply("p6", "hash:ip,port", member("2001:db8::1", None, 58, 128 << 8),
+                                        member("2001:db8::2", None, 17, 53))])
+    assert ports.unsupported is None and ports.ports == ((0x20010DB8 << 96 | 1, 128, 58, 128 << 8),
+                                                         (0x20010DB8 << 96 | 2, 128, 17, 53))
+    for proto in (59, 60, 1):
+        odd = ips.decode_set("x6", [reply("x6", "hash:ip,port", member("2001:db8::1", None, proto, 0))])
+        assert odd.unsupported is not None and f"{proto}" in odd.unsupported, odd
+    v4 = IpSet("v4", "hash:net", prefixes=((0xC6120000, 16),))
+    mixed = ips.combine_list(IpSet("l", "list:set", unsupported=f"ipset l (list:set): {ips.LIST_PENDING}",
+                                   members=("v4", "n6")), {"v4": v4, "n6": nets})
+    assert mixed.unsupported is not None and "both families" in mixed.unsupported
+    empty = ips.combine_list(IpSet("e", "list:set", unsupported=f"ipset e (list:set): {ips.LIST_PENDING}"), {})
+    assert empty.unsupported is None and empty.family == ips.NFPROTO_UNSPEC and empty.prefixes == ()

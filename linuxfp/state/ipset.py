@@ -17,7 +17,8 @@ that match it go to the kernel:
   state/netfilter.py when all of them are address sets of one family:
   combine_list), physdev members (a bridge port's name),
   members of protocols whose ports the fast path does not read (SCTP,
-  UDPLITE);
+  UDPLITE, the other family's ICMP), and in IPv6 sets members of extension
+  headers (the kernel never matches a packet by them);
 * members with a timeout: the kernel expires them with no event at all;
 * hash:net `nomatch` members (longest-prefix exceptions) and a `bitmask`;
 * sets a SET target changes from the packet path (state/netfilter.py asks
@@ -62,6 +63,7 @@ IPSET_FLAG_IFACE_WILDCARD = 1 << 7
 IPSET_ATTR_IPADDR_IPV4 = 1
 IPSET_ATTR_IPADDR_IPV6 = 2
 IPSET_FLAG_NOMATCH = 1 << 2
+NFPROTO_UNSPEC = 0
 NFPROTO_IPV4 = 2
 NFPROTO_IPV6 = 10
 WIDTH = {NFPROTO_IPV4: 32, NFPROTO_IPV6: 128}       # of a family's addresses
@@ -72,6 +74,10 @@ MIRRORED_TYPES = ("hash:ip", "hash:net", "hash:ip,port", "hash:net,port", "hash:
 # UDP ports, ICMP type and code, and protocols without ports (port 0).
 _PORTED = (6, 17)
 _UNREAD = (132, 136)     # SCTP, UDPLITE: ports the kernel reads, the fast path does not
+# IPv6 next headers ip_set_get_ip6_port() never matches a packet by
+# (ipv6_skip_exthdr() walks extension headers, fails at "no next header"),
+# while the fast path would read them as the protocol.
+_IPV6_NEVER = (0, 43, 44, 51, 59, 60)
 _NFGENMSG = struct.Struct("=BBH")
 
 
@@ -166,8 +172,9 @@ def combine_list(listed: IpSet, members: dict[str, IpSet]) -> IpSet:
         # (a packet matches only its family's members: two unions, not one)
         return IpSet(listed.name, listed.kind, members=listed.members,
                      unsupported=f"ipset {listed.name} (list:set): members of both families")
+    # (an empty list matches no packet of either family: NFPROTO_UNSPEC, as the kernel's)
     return IpSet(listed.name, listed.kind, prefixes=tuple(sorted(prefixes)), members=listed.members,
-                 family=families.pop() if families else NFPROTO_IPV4)
+                 family=families.pop() if families else NFPROTO_UNSPEC)
 
 
 _NLATTR = struct.Struct("=HH")
@@ -233,6 +240,8 @@ def _ports(kind: str, family: int, options: dict[int, bytes],
         port = int.from_bytes(member.get(IPSET_ATTR_PORT, b"\0\0"), "big")
         if proto == 0 or proto in _UNREAD or (proto in ICMP_OF.values() and proto != icmp):
             return None, f"a member of protocol {proto} (its ports are not read in the fast path)"
+        if family == NFPROTO_IPV6 and proto in _IPV6_NEVER:
+            return None, f"a member of IPv6 extension header {proto} (the kernel never matches a packet by it)"
         if proto not in _PORTED and proto != icmp and port:
             return None, f"a member of protocol {proto} with port {port}"
         return (*prefix, proto, port), None
@@ -281,8 +290,9 @@ def _ifaces(kind: str, family: int, members) -> tuple[tuple[tuple[int, int, str,
     names: dict[tuple[int, int], set] = {}
     for value, length, name, wildcard in out:
         names.setdefault((value, length), set()).add((name, wildcard))
+    lengths = sorted({length for _, length in names})
     for (value, length), inner in names.items():
-        for shorter in range(length):
+        for shorter in (n for n in lengths if n < length):
             outer = names.get((value >> (width - shorter) << (width - shorter) if shorter else 0, shorter))
             if outer is not None and not outer <= inner:
                 return (), ("nested members naming different interfaces (the kernel matches the most specific "

@@ -518,7 +518,7 @@ class NetfilterState(_JsonMixin):
     # br_netfilter.
     legacy_ip6_tables: tuple[str, ...] = ()
     legacy_arp_tables: tuple[str, ...] = ()
-    # The ipsets the IPv4 rules match (`-m set`), as last read.
+    # The ipsets iptables' and ip6tables' rules match (`-m set`), as last read.
     ipsets: tuple[IpSet, ...] = ()
 
 
@@ -537,7 +537,8 @@ class IpSet(_JsonMixin):
     # hash:net,iface: (network, length, interface name, name is a wildcard prefix)
     ifaces: tuple[tuple[int, int, str, bool], ...] = ()
     # NFPROTO_IPV4 (2) or NFPROTO_IPV6 (10): whose addresses its members are
-    # (a packet of the other family never matches); 0: a list:set's own
+    # (a packet of the other family never matches); NFPROTO_UNSPEC (0): an
+    # empty list:set, which matches no packet of either (state/ipset.py)
     family: int = 2
 
     @property

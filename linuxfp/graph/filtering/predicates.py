@@ -33,6 +33,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from itertools import product
 
+from linuxfp.state.ipset import NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_UNSPEC
+
 FIELDS = ("src", "dst", "l4s", "l4d", "iif", "oif")
 FIELDS6 = ("src6", "dst6", "l4s", "l4d", "iif", "oif")
 WIDTH = {"src": 32, "dst": 32, "src6": 128, "dst6": 128, "l4s": 24, "l4d": 24, "iif": 32, "oif": 32}
@@ -49,6 +51,7 @@ class Family:
     icmp_match: tuple[str, str]  # its match module and option
     icmp_types: dict = field(hash=False, compare=False)     # names -> (type, code or None)
     fragments: bool = False     # whether -f exists (iptables only)
+    nfproto: int = NFPROTO_IPV4  # its ipsets' family (IpSet.family)
 
     @property
     def src(self) -> str:
@@ -97,10 +100,10 @@ ICMPV6_TYPES = {"destination-unreachable": (1, None), "no-route": (1, 0), "commu
                 "neighbour-advertisement": (136, None), "neighbor-advertisement": (136, None),
                 "redirect": (137, None)}
 
-IPV4 = Family("ip", FIELDS, ipaddress.IPv4Network, 1, ("icmp", "--icmp-type"), ICMP_TYPES, True)
-IPV6 = Family("ip6", FIELDS6, ipaddress.IPv6Network, 58, ("icmp6", "--icmpv6-type"), ICMPV6_TYPES, False)
+IPV4 = Family("ip", FIELDS, ipaddress.IPv4Network, 1, ("icmp", "--icmp-type"), ICMP_TYPES, True, NFPROTO_IPV4)
+IPV6 = Family("ip6", FIELDS6, ipaddress.IPv6Network, 58, ("icmp6", "--icmpv6-type"), ICMPV6_TYPES, False,
+              NFPROTO_IPV6)
 FAMILIES = {family.name: family for family in (IPV4, IPV6)}
-NFPROTO = {IPV4.name: 2, IPV6.name: 10}     # an ipset's family (IpSet.family) per rule family
 
 
 @dataclass(frozen=True)
@@ -390,7 +393,7 @@ def _set_boxes(ipset, name: str, directions: str, negated: bool, links=(), famil
     flags = directions.split(",")
     if any(f not in ("src", "dst") for f in flags):
         raise Unsupported(f"direction {directions!r}")
-    if len(flags) < ipset.dimension or ipset.family != NFPROTO[family.name]:
+    if len(flags) < ipset.dimension or ipset.family not in (family.nfproto, NFPROTO_UNSPEC):
         return EVERYTHING if negated else NOTHING
     address = family.address(flags[0])
     if ipset.dimension == 1:

@@ -7,16 +7,16 @@ the reason."""
 from __future__ import annotations
 
 import struct
-from operator import itemgetter
 from dataclasses import dataclass
+from operator import itemgetter
 
 from linuxfp.resources import modules_dir
-
+from linuxfp.state.ipset import NFPROTO_UNSPEC
 from linuxfp.state.iptables import TOOLS
 
 from ..filtering.classifier import (FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
                                     build_classifier)
-from ..filtering.predicates import IPV4, IPV6, NFPROTO, WIDTH
+from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
 from ..filtering.scope import evaluated_scope6, filter_scope
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
@@ -113,7 +113,7 @@ class Filter(Node):
             elif f"not evaluated: {plan.problem}" not in lines:
                 lines.append(f"not evaluated: {plan.problem}")
             mirrored = [s for s in snapshot.netfilter.ipsets
-                        if s.unsupported is None and s.family == NFPROTO[program.family.name]]
+                        if s.unsupported is None and s.family in (program.family.nfproto, NFPROTO_UNSPEC)]
             if mirrored and classifier is not None:
                 lines.append("ipsets compiled in: " + ", ".join(
                     f"{s.name} ({s.kind}, {len(s.prefixes) + len(s.ports) + len(s.ifaces)} members)"
