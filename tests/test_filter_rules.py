@@ -159,10 +159,9 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
     rules and connection tracking (the filter nodes evaluate them, routed
     and bridged); defragmentation, another table's rules, a native table or
     rules that were not read keep it on the kernel path, with the reason."""
-    from linuxfp.graph.filtering.scope import evaluated_scope6
-    from linuxfp.graph.filtering.scope import ipv6_uncovered as ip6tables_blocker
+    from linuxfp.graph.filtering.scope import evaluated_scope6, ipv6_uncovered
 
-    def evaluated_forward6(state):
+    def forward6(state):
         scope = evaluated_scope6(state)
         return () if scope is None else scope.forward
 
@@ -178,42 +177,42 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
     for backend in ("nft", "legacy"):
         host_only = ip6(head + "-A INPUT -p tcp -m tcp --dport 22 -j DROP\n-A OUTPUT -d 2001:db8::/32 -j REJECT\n"
                         "COMMIT\n", backend)
-        assert filter_scope6(host_only) == FilterScope((), ()) and ip6tables_blocker(host_only) is None
+        assert filter_scope6(host_only) == FilterScope((), ()) and ipv6_uncovered(host_only) is None
         # IPv4's scope does not see them
         assert filter_scope(host_only) == filter_scope(netfilter())
-        assert evaluated_forward6(host_only) == ()
+        assert forward6(host_only) == ()
         forward = ip6(head + "-A FORWARD -d 2001:db8:1::/48 -j DROP\nCOMMIT\n", backend)
-        assert ip6tables_blocker(forward) is None
-        assert [r.tool for r in evaluated_forward6(forward)] == [f"ip6tables-{backend}"]
+        assert ipv6_uncovered(forward) is None
+        assert [r.tool for r in forward6(forward)] == [f"ip6tables-{backend}"]
         policy = ip6(head.replace(":FORWARD ACCEPT", ":FORWARD DROP") + "COMMIT\n", backend)
-        assert ip6tables_blocker(policy) is None and evaluated_forward6(policy) != ()
+        assert ipv6_uncovered(policy) is None and forward6(policy) != ()
         # connection tracking, even from INPUT: evaluated (established UDP classified)
         tracked = ip6(head + "-A INPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
-        assert ip6tables_blocker(tracked) is None
+        assert ipv6_uncovered(tracked) is None
         assert evaluated_scope6(tracked).stateful == (f"ip6tables-{backend} table filter: INPUT #1 (conntrack)",)
-        assert evaluated_scope6(tracked).filters_forward and evaluated_forward6(tracked) == ()
+        assert evaluated_scope6(tracked).filters_forward and forward6(tracked) == ()
         tracked_forward = ip6(head + "-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
-        assert ip6tables_blocker(tracked_forward) is None and evaluated_forward6(tracked_forward) != ()
+        assert ipv6_uncovered(tracked_forward) is None and forward6(tracked_forward) != ()
         # the socket match defragments every IPv6 packet at PREROUTING, even from INPUT
         socket = ip6(head + "-A INPUT -p tcp -m socket --transparent -j ACCEPT\nCOMMIT\n", backend)
-        assert ip6tables_blocker(socket) == (f"ip6tables turns IPv6 defragmentation on (ip6tables-{backend} "
+        assert ipv6_uncovered(socket) == (f"ip6tables turns IPv6 defragmentation on (ip6tables-{backend} "
                                              "table filter: INPUT #1 (socket)): fragments are held and "
                                              "reassembled before forwarding")
         # a nat table without NAT targets is inert while nothing tracks connections
         inert = ip6("*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:X - [0:0]\n-A POSTROUTING -j X\n"
                     "COMMIT\n", backend)
-        assert ip6tables_blocker(inert) is None
+        assert ipv6_uncovered(inert) is None
         raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -m rpfilter --invert -j DROP\n"
                   "COMMIT\n", backend)
-        assert "ip6tables-" + backend + " table raw: rules" in ip6tables_blocker(raw)
+        assert "ip6tables-" + backend + " table raw: rules" in ipv6_uncovered(raw)
     # native tables that see IPv6 (inet, a non-iptables ip6 table) and unread ones do too
     native = NetfilterState(active=True, tables=("nft:inet fw",), detail="test")
-    assert "nf_tables table inet fw" in ip6tables_blocker(native)
-    assert "ip6 mine" in ip6tables_blocker(NetfilterState(active=True, tables=("nft:ip6 mine",), detail="test"))
+    assert "nf_tables table inet fw" in ipv6_uncovered(native)
+    assert "ip6 mine" in ipv6_uncovered(NetfilterState(active=True, tables=("nft:ip6 mine",), detail="test"))
     unread = NetfilterState(active=True, tables=("nft:ip6 filter",), detail="test")
-    assert "ip6tables-nft holds tables whose rules were not read" in ip6tables_blocker(unread)
+    assert "ip6tables-nft holds tables whose rules were not read" in ipv6_uncovered(unread)
     # and IPv4's own tables are not IPv6's business
-    assert ip6tables_blocker(netfilter(corpus("docker-host.rules"))) is None
+    assert ipv6_uncovered(netfilter(corpus("docker-host.rules"))) is None
 
 
 def test_scoped_fallbacks_name_the_rule_and_the_match():

@@ -103,7 +103,6 @@ ICMPV6_TYPES = {"destination-unreachable": (1, None), "no-route": (1, 0), "commu
 IPV4 = Family("ip", FIELDS, ipaddress.IPv4Network, 1, ("icmp", "--icmp-type"), ICMP_TYPES, True, NFPROTO_IPV4)
 IPV6 = Family("ip6", FIELDS6, ipaddress.IPv6Network, 58, ("icmp6", "--icmpv6-type"), ICMPV6_TYPES, False,
               NFPROTO_IPV6)
-FAMILIES = {family.name: family for family in (IPV4, IPV6)}
 
 
 @dataclass(frozen=True)

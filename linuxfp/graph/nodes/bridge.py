@@ -8,8 +8,7 @@ from linuxfp.resources import modules_dir
 
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
-from ..filtering.scope import filter_scope
-from ..filtering.scope import evaluated_scope6
+from ..filtering.scope import evaluated_scope6, filter_scope
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register

@@ -100,7 +100,7 @@ class Filter(Node):
             tool = TOOLS[program.family.name]
             counts = ", ".join(f"{tool}-{b} {sum(1 for r in program.rules if r.backend == b)}"
                                for b in program.backends)
-            lines.append(f"{len(program.rules)} rules reached from FORWARD ({counts})")
+            lines.append(f"{len(program.rules)} rules reached from FORWARD ({counts or f'{tool}: none'})")
             if program.stateful:
                 tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
                 lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
@@ -180,7 +180,8 @@ class Filter(Node):
 
 RULE_PACKETS_HELP = ("packets the fast path decided that Linux would have counted on this iptables or ip6tables "
                      "rule (or chain policy), this ruleset generation's (from zero when the rules change): "
-                     "iptables-nft -L -v counts only the kernel's; iptables-legacy's counters have these added")
+                     "the nft backend's -L -v counts only the kernel's; the legacy backend's counters (iptables- "
+                     "and ip6tables-legacy) have these added")
 RULE_BYTES_HELP = "bytes (IP length) of linuxfp_iptables_fast_path_packets"
 EARLIER_HELP = ("packets the fast path decided under earlier iptables or ip6tables rulesets of this datapath, no "
                 "longer attributed to a rule (the oldest leave first)")
