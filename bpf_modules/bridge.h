@@ -205,6 +205,18 @@ static __always_inline int lfp_br_up_path_busy(struct lfp_pkt *pkt)
 	return !bridge || lfp_tcx_on_ingress_of(bridge);
 }
 
+/* A frame iptables (ip6tables) would see, as coming in on the bridge and
+ * leaving through it: marked `nf_flag` for the bridge-filter stage, which
+ * decides; 0 when this pipeline has none (the kernel's, then). */
+static __always_inline int lfp_br_to_filter(struct lfp_pkt *pkt, const struct lfp_br_port *in, __u32 nf_flag)
+{
+	if (!LFP_STAGE_BRIDGE_FILTER)
+		return 0;
+	pkt->fwd.flags |= nf_flag;
+	pkt->l3_ifindex = in->bridge;
+	return 1;
+}
+
 static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 {
 	struct lfp_fdb_entry *src, *dst;
@@ -287,15 +299,8 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 		 * out: the kernel's, whatever the rules. */
 		if (lfp_br_ipv4_fragment(pkt))
 			return lfp_pass(pkt, LFP_CNT_BR_NF_FRAGMENT);
-		if (in->flags & LFP_BRP_NF_IPV4_RULES) {
-			/* iptables sees it as coming in on the bridge (and leaving
-			 * through it): the bridge-filter stage decides, if this
-			 * pipeline has one */
-			if (!LFP_STAGE_BRIDGE_FILTER)
-				return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
-			pkt->fwd.flags |= LFP_FWD_NF_IPV4;
-			pkt->l3_ifindex = in->bridge;
-		}
+		if ((in->flags & LFP_BRP_NF_IPV4_RULES) && !lfp_br_to_filter(pkt, in, LFP_FWD_NF_IPV4))
+			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
 	} else if (pkt->l3_proto == bpf_htons(ETH_P_IPV6) && (in->flags & LFP_BRP_NF_IPV6)) {
 		if (in->flags & LFP_BRP_NF_IPV6_KERNEL)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
@@ -305,12 +310,8 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_BR_NF_FRAGMENT);
 		/* Neither hop-by-hop options nor a header a fragment header may
 		 * follow: the next header is the protocol ip6tables' -p sees. */
-		if (in->flags & LFP_BRP_NF_IPV6_RULES) {
-			if (!LFP_STAGE_BRIDGE_FILTER)
-				return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
-			pkt->fwd.flags |= LFP_FWD_NF_IPV6;
-			pkt->l3_ifindex = in->bridge;
-		}
+		if ((in->flags & LFP_BRP_NF_IPV6_RULES) && !lfp_br_to_filter(pkt, in, LFP_FWD_NF_IPV6))
+			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
 	} else if (pkt->l3_proto == bpf_htons(ETH_P_ARP) && (in->flags & LFP_BRP_NF_ARP)) {
 		if (in->flags & LFP_BRP_NF_ARP_RULES)
 			return lfp_pass(pkt, LFP_CNT_BR_NETFILTER);
