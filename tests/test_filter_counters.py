@@ -196,6 +196,13 @@ RULESET6 = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT
             "COMMIT\n")
 
 
+def _forwarded(counters: dict) -> dict:
+    """The counters of the chains forwarded packets cross: an IPv6 host
+    sends packets of its own (MLD reports, neighbour solicitations) when its
+    timers say, which OUTPUT counts in one run and not in the other."""
+    return {key: value for key, value in counters.items() if key[0] not in ("INPUT", "OUTPUT")}
+
+
 @pytest.mark.parametrize("backend", ["nft", "legacy"])
 def test_ip6tables_counters_add_up_to_linux_alones(lab, backend):
     """The same for ip6tables' rules and routed IPv6: ip6tables-nft's
@@ -213,7 +220,7 @@ def test_ip6tables_counters_add_up_to_linux_alones(lab, backend):
                                        ("2001:db8:100:3::9", 9, 160))]
     r.dut.run([restore], input=RULESET6)
     _send(r, frames)
-    linux = _kernel_counters(r, save)
+    linux = _forwarded(_kernel_counters(r, save))
     assert linux[("FORWARD", "#2")][0] == 60 and linux[("FORWARD", "policy")][0] == 60, linux
 
     r.dut.run([restore], input=RULESET6)       # counters from zero again
@@ -221,7 +228,7 @@ def test_ip6tables_counters_add_up_to_linux_alones(lab, backend):
         controller.settled()
         _send(r, frames)
         stats = linuxfp_stats(r.dut.name)
-    kernel = _kernel_counters(r, save)
+    kernel = _forwarded(_kernel_counters(r, save))
     fast = {(row["chain"], f"#{row['position']}" if "position" in row else "policy"): (row["packets"], row["bytes"])
             for row in stats["nodes"]["filter"]["rules"] if row["family"] == "ip6" and row["backend"] == backend}
     assert fast.get(("FORWARD", "#2"), (0, 0))[0] > 0, (fast, stats["interfaces"])   # the fast path took part
