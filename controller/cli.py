@@ -178,15 +178,25 @@ def cmd_detach(args) -> int:
         if runtime_files.running_controller(layout):
             print(f"linuxfp detach: controller {pid} did not stop within 10 s", file=sys.stderr)
             return 1
-    saved = runtime_files.load_installed(layout)
-    if not os.path.isdir(layout.pin_dir) and not (saved and saved.pipelines):
-        runtime_files.remove_run_dir(layout)
-        print(f"stopped controller {pid}; nothing left attached" if pid else "nothing attached")
-        return 0
-    from .reconcile import InstalledState
+    # Held while removing, so that neither a controller starting nor another
+    # process's reclaim works on the same pins meanwhile.
+    lock = runtime_files.ReclaimLock.take(layout, wait=1.0)
+    if lock is None:
+        print("linuxfp detach: a controller started in this namespace meanwhile; "
+              "stop it first (or run `linuxfp detach` again)", file=sys.stderr)
+        return 1
+    try:
+        saved = runtime_files.load_installed(layout)
+        if not os.path.isdir(layout.pin_dir) and not (saved and saved.pipelines):
+            runtime_files.remove_run_dir(layout)
+            print(f"stopped controller {pid}; nothing left attached" if pid else "nothing attached")
+            return 0
+        from .reconcile import InstalledState
 
-    removed = Installer(layout).remove_all(saved or InstalledState())
-    runtime_files.remove_run_dir(layout)
+        removed = Installer(layout).remove_all(saved or InstalledState())
+        runtime_files.remove_run_dir(layout)
+    finally:
+        os.close(lock)
     print(f"detached {removed} program(s)" + (f" left by controller {pid}" if pid else ""))
     return 0
 

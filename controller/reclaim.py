@@ -91,6 +91,9 @@ def reclaim_stale(bpffs: str) -> list[PinnedNamespace]:
                 dp.remove_tree(layout.pin_dir)
                 runtime_files.remove_run_dir(layout)
                 reclaimed.append(entry)
+        except (OSError, dp.BpfError) as e:
+            # Another namespace's garbage: what is left waits for the next reclaim.
+            log.warning("reclaiming the pins of %s failed: %s", layout.name, e)
         finally:
             os.close(lock)
     return reclaimed

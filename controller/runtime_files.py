@@ -137,12 +137,19 @@ class ReclaimLock:
     that no controller can start there meanwhile; None if one runs."""
 
     @staticmethod
-    def take(layout: NamespaceLayout) -> int | None:
+    def take(layout: NamespaceLayout, wait: float = 0.0) -> int | None:
+        """`wait` seconds for another holder to let go (a status probe, a
+        reclaim: they hold it for an instant)."""
         os.makedirs(layout.run_dir, exist_ok=True)
         fd = os.open(layout.pid_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return fd
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                os.close(fd)
+                return None

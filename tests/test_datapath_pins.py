@@ -76,6 +76,23 @@ def test_remove_tree_unpins_everything(pin_dir: str) -> None:
     assert not os.path.exists(pin_dir)
 
 
+def test_remove_tree_tolerates_another_remover(pin_dir: str, monkeypatch) -> None:
+    """A reclaim and a `linuxfp detach` may remove the same tree at once: a
+    pin the other removed first is not an error (CI of ea791bf failed on it)."""
+    makedirs(os.path.join(pin_dir, "a"))
+    with Map.create(BPF_MAP_TYPE_HASH, 4, 4, 8, "lfp_t_race") as table:
+        table.pin(os.path.join(pin_dir, "a", "pin"))
+    walk = os.walk
+
+    def walk_seen_before_the_other_removed(path, topdown=True):
+        for directory, subdirectories, files in walk(path, topdown=topdown):
+            yield directory, subdirectories + ["gone-dir"], files + ["gone-pin"]
+
+    monkeypatch.setattr(os, "walk", walk_seen_before_the_other_removed)
+    remove_tree(pin_dir)
+    assert not os.path.exists(pin_dir)
+
+
 def test_pin_and_tree_ops_refuse_non_bpffs_paths(tmp_path: Path) -> None:
     victim = tmp_path / "keep-me"
     victim.write_text("not a pin")

@@ -194,12 +194,21 @@ def remove_tree(path: str) -> None:
     if not os.path.isdir(path) or os.path.islink(path):
         os.unlink(path)
         return
+    # Another process may be removing the same tree (a reclaim racing a
+    # `linuxfp detach`): what it removed first is gone either way.
     for directory, subdirectories, files in os.walk(path, topdown=False):
         for name in files:
-            os.unlink(os.path.join(directory, name))
+            _remove(os.unlink, os.path.join(directory, name))
         for name in subdirectories:
-            os.rmdir(os.path.join(directory, name))
-    os.rmdir(path)
+            _remove(os.rmdir, os.path.join(directory, name))
+    _remove(os.rmdir, path)
+
+
+def _remove(remove, path: str) -> None:
+    try:
+        remove(path)
+    except FileNotFoundError:
+        pass
 
 
 _GET_FD_BY_ID = {"map": "bpf_map_get_fd_by_id", "prog": "bpf_prog_get_fd_by_id", "link": "bpf_link_get_fd_by_id"}
