@@ -4,9 +4,9 @@
  *
  * The controller compiles the rules into a recursive flow classifier
  * (linuxfp/graph/filtering/classifier.py, whose classify() is this file in
- * Python): each header field maps to a class (source, destination, and
- * protocol+port or ICMP type/code by longest-prefix match; ingress and
- * egress by ifindex), pairs of classes map to the class of their
+ * Python): each header field maps to a class (source, destination,
+ * protocol+port or ICMP type/code, and TCP flags by longest-prefix match;
+ * ingress and egress by ifindex), pairs of classes map to the class of their
  * combination, and the last class to the verdict Linux's chains reach for
  * every packet of that class: accept, drop, or "the kernel" (a rule with an
  * effect or a match the fast path does not reproduce).
@@ -64,13 +64,14 @@
 #define LFP_FLT_L4D (1u << 3)
 #define LFP_FLT_IIF (1u << 4)
 #define LFP_FLT_OIF (1u << 5)
+#define LFP_FLT_TCPF (1u << 6)
 /* Not a field: the kernel tracks connections, so only packets of an
  * established, un-NATed connection are classified (conntrack.h). */
-#define LFP_FLT_CT  (1u << 6)
+#define LFP_FLT_CT  (1u << 7)
 
 /* Longest-prefix match of one field. value: an IPv4 address as on the
  * wire, or {protocol, port in network order} / {1 or 58, 0, ICMP type or
- * code}, padded. */
+ * code}, or the TCP flags byte, padded. */
 struct lfp_flt_lpm_key {
 	__u32 prefixlen;        /* 32 (the generation) + the prefix's length */
 	__u32 gen;
@@ -94,8 +95,8 @@ struct lfp_flt_if_classes {
 	__u32 out;              /* class as -o */
 };
 
-/* Phase 2: node 1..5 combines two classes; node 6 (left: the last class)
- * holds the verdict | (deciding rule + 1) << 2. */
+/* Phase 2: nodes 1..5 and 7 combine two classes; node 6 (left: the last
+ * class) holds the verdict | (deciding rule + 1) << 2. */
 struct lfp_flt_pair_key {
 	__u32 gen;
 	__u32 node;
@@ -118,6 +119,7 @@ LFP_FLT_LPM_MAP(lfp_flt_src6, struct lfp_flt_lpm6_key);
 LFP_FLT_LPM_MAP(lfp_flt_dst6, struct lfp_flt_lpm6_key);
 LFP_FLT_LPM_MAP(lfp_flt_l4s, struct lfp_flt_lpm_key);
 LFP_FLT_LPM_MAP(lfp_flt_l4d, struct lfp_flt_lpm_key);
+LFP_FLT_LPM_MAP(lfp_flt_tcpflags, struct lfp_flt_lpm_key);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -138,11 +140,11 @@ struct {
 /* The current classifier of a family (index 0: IPv4, 1: IPv6): its
  * generation, whose low bits are the fields it looks up (LFP_FLT_*), so one
  * load reads both. 0: none yet; LFP_FLT_OPEN: the family's FORWARD chains
- * let every packet through (no generation is below 0x100). */
+ * let every packet through (no generation is below 0x200). */
 struct lfp_flt_cfg {
 	__u32 gen;
 };
-#define LFP_FLT_USED_MASK 0x7fu
+#define LFP_FLT_USED_MASK 0xffu
 #define LFP_FLT_OPEN 1u
 
 struct {
@@ -195,9 +197,13 @@ static __always_inline __u32 lfp_flt_join(__u32 gen, __u32 node, int left_used, 
 	return hit ? *hit : 0;
 }
 
+/* Where the flow's l4s holds TCP's flags byte (its prefixes are 24 bits). */
+#define LFP_FLT_FLAGS_BYTE 3
+
 /* Protocol and the transport fields iptables' tcp/udp/icmp matches (and
- * ip6tables' tcp/udp/icmp6) read; 0 when the transport header is not all
- * there (their match would drop the packet: the kernel decides). */
+ * ip6tables' tcp/udp/icmp6) read, TCP's flags in l4s[LFP_FLT_FLAGS_BYTE];
+ * 0 when the transport header is not all there (their match would drop the
+ * packet: the kernel decides). */
 static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4s, __u8 *l4d)
 {
 	__u32 l3_len = family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
@@ -240,6 +246,7 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 			return 0;
 		__builtin_memcpy(&l4s[1], &tcp->source, 2);
 		__builtin_memcpy(&l4d[1], &tcp->dest, 2);
+		l4s[LFP_FLT_FLAGS_BYTE] = ((__u8 *)tcp)[13];
 	} else if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4;
 
@@ -259,12 +266,12 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 }
 
 /* The fields every rule can see, under one generation: the key of a
- * verdict. Ports the classifier does not use are 0; an IPv4 flow has no
+ * verdict. Ports and flags the classifier does not use are 0; an IPv4 flow has no
  * words past its addresses (LFP_FLT_WORDS4), and a cache slot's copy of one
  * may keep an earlier IPv6 flow's there: never compared. */
 struct lfp_flt_flow {
 	__u32 gen;
-	__u8 l4s[4];
+	__u8 l4s[4];            /* protocol, port (ICMP type), TCP flags: l4s' LPM prefixes end before them */
 	__u8 l4d[4];
 	__u32 iif;
 	__u32 oif;
@@ -289,7 +296,7 @@ _Static_assert(__builtin_offsetof(struct lfp_flt_flow, v4.daddr) == (LFP_FLT_WOR
 /* The verdict of a flow's classification, remembered per CPU in a
  * direct-mapped cache (a slot per hash of the flow; a collision replaces
  * it): a steady flow costs one inlined lookup and a compare instead of the
- * classifier's eight lookups, and only the CPU's own memory is written.
+ * classifier's lookups, and only the CPU's own memory is written.
  * Exact: a slot holds the whole key, generation included, and is written
  * only once that generation was still current after the classification;
  * the next generation never matches it. */
@@ -397,10 +404,12 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 					       const struct lfp_flt_flow *flow, __u32 *cls)
 {
 	__u32 gen = flow->gen;
-	__u32 src = 0, dst = 0, sport = 0, dport = 0, iif = 0, oif = 0;
-	__u32 addrs, ports, ifs, headers, last, *rule;
+	__u32 src = 0, dst = 0, sport = 0, dport = 0, flags = 0, iif = 0, oif = 0;
+	__u32 addrs, l4, headers, last, *rule;
 	struct lfp_flt_pair_key verdict_key = {};
 
+	/* Each pair is joined as soon as both sides are known, so few classes
+	 * are live across the lookups (the stack is TC's limit). */
 	if (family6) {
 		if ((used & LFP_FLT_SRC) && !lfp_flt_lpm6(&lfp_flt_src6, gen, flow->v6.saddr, &src))
 			return LFP_FLT_UNSURE;
@@ -412,10 +421,22 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 		if ((used & LFP_FLT_DST) && !lfp_flt_lpm(&lfp_flt_dst, gen, (const __u8 *)&flow->v4.daddr, &dst))
 			return LFP_FLT_UNSURE;
 	}
+	addrs = lfp_flt_join(gen, 1, used & LFP_FLT_SRC, src, used & LFP_FLT_DST, dst);
 	if ((used & LFP_FLT_L4S) && !lfp_flt_lpm(&lfp_flt_l4s, gen, flow->l4s, &sport))
 		return LFP_FLT_UNSURE;
 	if ((used & LFP_FLT_L4D) && !lfp_flt_lpm(&lfp_flt_l4d, gen, flow->l4d, &dport))
 		return LFP_FLT_UNSURE;
+	l4 = lfp_flt_join(gen, 2, used & LFP_FLT_L4S, sport, used & LFP_FLT_L4D, dport);
+	if (used & LFP_FLT_TCPF) {
+		struct lfp_flt_lpm_key key = { .prefixlen = 32 + 8, .gen = gen };
+
+		key.value[0] = flow->l4s[LFP_FLT_FLAGS_BYTE];
+		if (!lfp_flt_class(&lfp_flt_tcpflags, &key, &flags))
+			return LFP_FLT_UNSURE;
+		l4 = lfp_flt_join(gen, 7, used & (LFP_FLT_L4S | LFP_FLT_L4D), l4, 1, flags);
+	}
+	headers = lfp_flt_join(gen, 4, used & (LFP_FLT_SRC | LFP_FLT_DST), addrs,
+			       used & (LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF), l4);
 	if (used & (LFP_FLT_IIF | LFP_FLT_OIF)) {
 		struct lfp_flt_if_key key = { .gen = gen, .ifindex = flow->iif };
 		struct lfp_flt_if_classes *in, *out;
@@ -428,14 +449,9 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 		iif = in->in;
 		oif = out->out;
 	}
-
-	addrs = lfp_flt_join(gen, 1, used & LFP_FLT_SRC, src, used & LFP_FLT_DST, dst);
-	ports = lfp_flt_join(gen, 2, used & LFP_FLT_L4S, sport, used & LFP_FLT_L4D, dport);
-	ifs = lfp_flt_join(gen, 3, used & LFP_FLT_IIF, iif, used & LFP_FLT_OIF, oif);
-	headers = lfp_flt_join(gen, 4, used & (LFP_FLT_SRC | LFP_FLT_DST), addrs,
-			       used & (LFP_FLT_L4S | LFP_FLT_L4D), ports);
-	last = lfp_flt_join(gen, 5, used & (LFP_FLT_SRC | LFP_FLT_DST | LFP_FLT_L4S | LFP_FLT_L4D), headers,
-			    used & (LFP_FLT_IIF | LFP_FLT_OIF), ifs);
+	last = lfp_flt_join(gen, 5, used & (LFP_FLT_SRC | LFP_FLT_DST | LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF),
+			    headers, used & (LFP_FLT_IIF | LFP_FLT_OIF),
+			    lfp_flt_join(gen, 3, used & LFP_FLT_IIF, iif, used & LFP_FLT_OIF, oif));
 
 	verdict_key.gen = gen;
 	verdict_key.node = 6;
@@ -496,8 +512,11 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	}
 	*(__u32 *)flow.l4s = 0;
 	*(__u32 *)flow.l4d = 0;
-	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D)) && !lfp_flt_l4(pkt, family6, flow.l4s, flow.l4d))
+	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF)) && !lfp_flt_l4(pkt, family6, flow.l4s, flow.l4d))
 		return lfp_pass(pkt, LFP_CNT_FILTER_L4_SHORT);
+	/* unlooked-at flags must not tell one flow's packets apart in the cache */
+	if (!(used & LFP_FLT_TCPF))
+		flow.l4s[LFP_FLT_FLAGS_BYTE] = 0;
 	if (family6) {
 		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
 

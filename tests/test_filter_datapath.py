@@ -93,14 +93,15 @@ def expected(pipeline: LoadedPipeline, classifier, frame: bytes, family=IPV4) ->
         proto, src, dst = frame[23], int.from_bytes(frame[26:30], "big"), int.from_bytes(frame[30:34], "big")
         l4 = frame[34:]
     need = {6: 20, 17: 8, family.icmp: 8}.get(proto, 0)
-    if classifier.used & (FIELD_BIT["l4s"] | FIELD_BIT["l4d"]) and len(l4) < need:
+    if classifier.used & (FIELD_BIT["l4s"] | FIELD_BIT["l4d"] | FIELD_BIT["tcpflags"]) and len(l4) < need:
         return XDP_PASS, "filter_l4_short"
     sport = dport = 0
     if proto in (6, 17):
         sport, dport = struct.unpack("!HH", l4[:4])
     elif proto == family.icmp:
         sport, dport = l4[0], l4[1]
-    fields = packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress, family)
+    fields = packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress, family,
+                           tcp_flags=l4[13] if proto == 6 else 0)
     verdict, _ = classify(classifier, fields)
     if verdict == ACCEPT:
         return XDP_REDIRECT, "forwarded"
@@ -248,3 +249,39 @@ def test_tcp_goes_to_the_kernel_before_routing_while_connections_are_tracked(fil
     finally:
         loaded.close()
         filter_ns.run(["iptables", "-F", "FORWARD"])
+
+
+@pytest.mark.parametrize("family", [IPV4, IPV6], ids=["iptables", "ip6tables"])
+def test_one_flows_packets_are_told_apart_by_their_tcp_flags(filter_ns, family):
+    """`! --syn` / `--tcp-flags`: the packets of one flow (same addresses,
+    ports, interfaces) get the verdict their flags call for, in any order —
+    the flow cache keys on the flags once a rule looks at them. (SYN-FIN is
+    not --syn: xt_tcp compares the flags under the mask, FIN,SYN,RST,ACK.)"""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+
+    ip = IPv6(src="2001:db8:1::1", dst="2001:db8:100::5") if family is IPV6 else IP(src="198.18.1.1", dst="198.19.1.5")
+    restore, dst = ("ip6tables-restore", "2001:db8:100::/56") if family is IPV6 else ("iptables-restore", "198.19.1.0/24")
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    filter_ns.run([restore], input=head + f"-A FORWARD -d {dst} -p tcp -m tcp --tcp-flags ALL NONE -j DROP\n"
+                  f"-A FORWARD -d {dst} -p tcp -m tcp ! --syn -j ACCEPT\n"
+                  f"-A FORWARD -d {dst} -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n")
+
+    def frame(flags: str, dport: int = 80) -> bytes:
+        return bytes(Ether(src="02:00:00:00:01:02", dst=IN_MAC) / ip / TCP(sport=40000, dport=dport, flags=flags))
+
+    loaded = LoadedPipeline(filter_ns)
+    classifier = loaded.plan.classifier6 if family is IPV6 else loaded.plan.classifier
+    try:
+        assert classifier.used & FIELD_BIT["tcpflags"]
+        assert not loaded.plan.program.unsupported if family is IPV4 else not loaded.plan.program6.unsupported
+        cases = [("A", XDP_REDIRECT), ("S", XDP_DROP), ("SA", XDP_REDIRECT), ("", XDP_DROP), ("PA", XDP_REDIRECT),
+                 ("S", XDP_DROP), ("FA", XDP_REDIRECT), ("R", XDP_REDIRECT), ("SF", XDP_REDIRECT), ("A", XDP_REDIRECT)]
+        for flags, wanted in cases * 2:
+            assert loaded.run(frame(flags)).retval == wanted, flags
+            assert expected(loaded, classifier, frame(flags), family)[0] == wanted, flags
+        assert loaded.run(frame("S", 22)).retval == XDP_REDIRECT     # a SYN to port 22 is let through
+    finally:
+        loaded.obj.close()
+        filter_ns.run([restore], input=head.replace("FORWARD DROP", "FORWARD ACCEPT") + "COMMIT\n")

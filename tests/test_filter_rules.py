@@ -13,8 +13,10 @@ from types import SimpleNamespace
 import pytest
 
 from linuxfp.graph import build_graph
-from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, GenerationBook, TooLarge, build_classifier, classify
-from linuxfp.graph.filtering.program import ACCEPT, DROP, KERNEL, compile_program, matched_boxes, packet_fields, verdict
+from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, GENERATION_LOW, GenerationBook, TooLarge,
+                                                build_classifier, classify)
+from linuxfp.graph.filtering.program import (ACCEPT, DROP, KERNEL, box_contains, compile_program, matched_boxes,
+                                             packet_fields, verdict)
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6
 from linuxfp.graph.nodes.iptables_filter import filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, Coverage, probe_addresses, random_ruleset
@@ -215,13 +217,37 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
     assert ipv6_uncovered(netfilter(corpus("docker-host.rules"))) is None
 
 
+def test_tcp_flags_are_evaluated_and_what_is_not_is_named():
+    """--tcp-flags MASK COMP holds where (flags & MASK) == COMP; --syn is
+    FIN,SYN,RST,ACK SYN; a flag libxt_tcp does not know, or the match
+    without -p tcp, leaves the rule to the kernel with the reason."""
+    from linuxfp.graph.filtering.predicates import rule_meaning
+
+    def meaning(text):
+        return rule_meaning(parse_rule(text), LINKS)
+
+    def holds(text, flags):
+        fields = packet_fields(1, 2, 6, 40000, 80, 2, 3, tcp_flags=flags)
+        return any(box_contains(box, fields) for box in meaning(text).boxes)
+
+    for flags in range(256):
+        assert holds("-A FORWARD -p tcp -m tcp --syn", flags) == (flags & 0x17 == 0x02)
+        assert holds("-A FORWARD -p tcp -m tcp ! --syn", flags) == (flags & 0x17 != 0x02)
+        assert holds("-A FORWARD -p tcp -m tcp --tcp-flags ALL NONE", flags) == (flags & 0x3F == 0)
+        assert holds("-A FORWARD -p tcp -m tcp --tcp-flags SYN,FIN SYN,FIN", flags) == (flags & 0x03 == 0x03)
+        assert holds("-A FORWARD -p tcp -m tcp ! --tcp-flags PSH,ACK ACK", flags) == (flags & 0x18 != 0x10)
+    assert not meaning("-A FORWARD -p tcp -m tcp --syn").unsupported
+    udp = packet_fields(1, 2, 17, 40000, 80, 2, 3, tcp_flags=0x02)
+    assert not any(box_contains(b, udp) for b in meaning("-A FORWARD -p tcp -m tcp --syn").boxes)
+    assert meaning("-A FORWARD -p tcp -m tcp --tcp-flags SYN,ECE SYN").unsupported == (
+        "-m tcp --tcp-flags SYN,ECE SYN (TCP flag 'ECE')",)
+    assert "without -p tcp" in meaning("-A FORWARD -m tcp --syn").unsupported[0]
+
+
 def test_scoped_fallbacks_name_the_rule_and_the_match():
     program = compile_program(filter_scope(netfilter(corpus("firewall-appliance.rules", "legacy"))).forward, LINKS)
     unsupported = {r.describe(): r.unsupported for r in program.unsupported}
-    assert unsupported == {
-        "iptables-legacy FORWARD #6": ("-m tcp ! --tcp-flags FIN,SYN,RST,ACK SYN",),
-        "iptables-legacy FORWARD #10": ("-m limit", "-m limit --limit 5/min"),
-    }
+    assert unsupported == {"iptables-legacy FORWARD #10": ("-m limit", "-m limit --limit 5/min")}
     actions = {r.describe(): r.action for r in program.rules}
     assert actions["iptables-legacy FORWARD #11"] == "kernel"      # REJECT: the kernel answers
     assert actions["iptables-legacy BLOCKLIST #1"] == "drop"
@@ -231,8 +257,8 @@ def test_firewall_verdicts():
     program = compile_program(filter_scope(netfilter(corpus("firewall-appliance.rules", "legacy"))).forward, LINKS)
     classifier = build_classifier(program, [link.index for link in LINKS])
 
-    def decide(src, dst, proto, sport, dport, iif, oif):
-        fields = packet_fields(_ip(src), _ip(dst), proto, sport, dport, iif, oif)
+    def decide(src, dst, proto, sport, dport, iif, oif, tcp_flags=0x10):
+        fields = packet_fields(_ip(src), _ip(dst), proto, sport, dport, iif, oif, tcp_flags=tcp_flags)
         expected = verdict(program, matched_boxes(program, fields))
         assert classify(classifier, fields) == expected
         return expected[0]
@@ -243,7 +269,11 @@ def test_firewall_verdicts():
     assert decide("203.0.113.9", "198.51.100.10", 6, 40000, 25, wan, dmz) == DROP       # blocklist
     assert decide("198.51.100.3", "198.51.100.10", 6, 40000, 25, wan, dmz) == ACCEPT
     assert decide("198.51.100.3", "198.51.100.250", 6, 40000, 25, wan, dmz) == DROP
-    assert decide("198.51.100.3", "198.18.10.5", 6, 80, 40000, wan, lan) == KERNEL      # tcp-flags rule
+    # ! --syn: the wan may answer, not open connections into the lan
+    assert decide("198.51.100.3", "198.18.10.5", 6, 80, 40000, wan, lan) == ACCEPT      # ACK
+    assert decide("198.51.100.3", "198.18.10.5", 6, 80, 40000, wan, lan, 0x12) == ACCEPT  # SYN-ACK
+    assert decide("198.51.100.3", "198.18.10.5", 6, 80, 40000, wan, lan, 0x02) == KERNEL  # SYN: LOG, REJECT
+    assert decide("198.51.100.3", "198.18.10.5", 6, 80, 40000, wan, lan, 0x0A) == KERNEL  # SYN-PSH too
     assert decide("198.51.100.3", "198.18.10.5", 17, 53, 40000, wan, lan) == ACCEPT
     assert decide("198.51.100.3", "198.18.10.5", 1, 3, 4, wan, lan) == ACCEPT           # 3/4
     assert decide("198.51.100.3", "198.18.10.5", 1, 3, 3, wan, lan) == KERNEL           # LOG (limit), REJECT
@@ -356,7 +386,7 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
     tables = {t.name: t for t in graph.tables}
     # IPv4's generation; IPv6 open (no ip6tables rule filters it)
     cfg = {int.from_bytes(k, "little"): int.from_bytes(v, "little") for k, v in tables["lfp_flt_cfg"].entries}
-    assert cfg[0] >= 0x100 and not cfg[0] & 0x80 and cfg[1] == 1
+    assert cfg[0] > GENERATION_LOW and not cfg[0] & FAMILY_BIT["ip6"] and cfg[1] == 1
     assert tables["lfp_flt_dst"].entries
     # stateful rules: the filter looks connections up (the CT bit of its generation)
     stateful = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
@@ -616,7 +646,7 @@ def test_ip6tables_legacy_forward_rules_alone_are_filtered_or_keep_the_router_of
         "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
     tables = {t.name: t for t in graph.tables}
     cfg = {int.from_bytes(k, "little"): int.from_bytes(v, "little") for k, v in tables["lfp_flt_cfg"].entries}
-    assert cfg[0] == 1 and cfg[1] >= 0x100 and cfg[1] & 0x80 and tables["lfp_flt_dst6"].entries
+    assert cfg[0] == 1 and cfg[1] > GENERATION_LOW and cfg[1] & FAMILY_BIT["ip6"] and tables["lfp_flt_dst6"].entries
     monkeypatch.setattr(iptables_filter, "CAPACITY", dict.fromkeys(iptables_filter.CAPACITY, 2))
     monkeypatch.setattr(iptables_filter, "_last", None)
     graph = build_graph(router_snapshot(netfilter=state), "xdp")

@@ -25,8 +25,16 @@ ROUTER_POOL = ("198.18.0.0/15", "198.18.64.0/18", "198.18.64.0/24", "198.18.96.0
                "198.18.65.0/24", "198.18.100.0/22", "198.19.0.0/21", "198.19.0.0/23", "198.19.1.0/24",
                "198.19.2.0/24", "198.19.1.9/32", "198.19.2.64/26", "198.19.3.128/25", "192.0.2.0/24")
 PORTS = (22, 53, 80, 443, 1000, 1024, 4789, 8080, 8472, 65535)
+# what firewall scripts say of TCP flags (--syn: new connections; the rest:
+# scans and impossible combinations)
+TCP_FLAGS = ("--syn", "--tcp-flags SYN,RST SYN", "--tcp-flags ALL NONE", "--tcp-flags ALL ALL",
+             "--tcp-flags FIN,SYN FIN,SYN", "--tcp-flags ACK,FIN FIN", "--tcp-flags SYN,ACK SYN,ACK",
+             "--tcp-flags PSH,ACK ACK")
+# what probe frames carry: ACK, SYN, SYN-ACK, FIN-ACK, RST, PSH-ACK, none,
+# all six, SYN-FIN, FIN-PSH-URG
+PROBE_TCP_FLAGS = (0x10, 0x02, 0x12, 0x11, 0x04, 0x18, 0x00, 0x3F, 0x03, 0x29)
 ICMP = ("echo-request", "echo-reply", "8/0", "3", "destination-unreachable", "any", "0")
-UNSUPPORTED = ("-m length --length 100:300", "-p tcp -m tcp --tcp-flags SYN,ACK SYN",
+UNSUPPORTED = ("-m length --length 100:300", "-p tcp -m tcp --tcp-option 2",
                "-m addrtype --dst-type UNICAST", "-m ttl --ttl-gt 30", "-m pkttype --pkt-type unicast")
 # The same for ip6tables and RouterTopology(ipv6=True): its source pool
 # (2001:db8:4000::/48) and routed prefixes (2001:db8:100:0::/64 ...) split.
@@ -35,7 +43,7 @@ ROUTER_POOL6 = ("2001:db8::/32", "2001:db8:4000::/48", "2001:db8:4000::/56", "20
                 "2001:db8:100::/63", "2001:db8:100:1::/64", "2001:db8:100:2::/64", "2001:db8:100:1::9/128",
                 "2001:db8:100:2::40/122", "2001:db8:100:3:8000::/65", "2001:db8:ffff::/48")
 ICMP6 = ("echo-request", "echo-reply", "128/0", "1", "destination-unreachable", "129", "128/1")
-UNSUPPORTED6 = ("-m length --length 100:300", "-p tcp -m tcp --tcp-flags SYN,ACK SYN",
+UNSUPPORTED6 = ("-m length --length 100:300", "-p tcp -m tcp --tcp-option 2",
                 "-m hl --hl-gt 30", "-m pkttype --pkt-type unicast", "-m ipv6header --header dst --soft")
 
 
@@ -148,6 +156,10 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
             ports = ",".join(str(p) for p in sorted(set(rng.sample(PORTS, 3))))
             words.append(f"-m multiport {n}--{'dports' if kind == 'multiport' else 'ports'} {ports}")
         coverage.matches[f"{n}{kind}"] += 1
+    if proto == "tcp" and rng.random() < 0.3:
+        n = neg()
+        words.append(f"-m tcp {n}{rng.choice(TCP_FLAGS)}")
+        coverage.matches[f"{n}tcp-flags"] += 1
     elif proto == "icmp" and rng.random() < 0.6:
         n = neg()
         words.append(f"-m icmp {n}--icmp-type {rng.choice(ICMP)}")
@@ -233,11 +245,13 @@ def probe_frames(router, seed: int, count: int) -> list[bytes]:
     """Frames from src through a RouterTopology's DUT that the rules of
     random_ruleset() tell apart: sources from its source pool, destinations
     in its routed prefixes (both at prefix edges), TCP/UDP to the pool's
-    ports, ICMP of several types, other protocols, and a TCP header cut
-    short. Deterministic in (seed, count) and the topology's MACs."""
+    ports with PROBE_TCP_FLAGS, ICMP of several types, other protocols, and
+    a TCP header cut short. Deterministic in (seed, count) and the
+    topology's MACs."""
     from .frames import icmp_frame, ipv4, ethernet, tcp_frame, udp_frame, ETH_P_IP
 
     rng = random.Random(seed)
+    flags = random.Random(seed + 1 << 20)     # (its own: the other choices stay what they were)
     src_mac, dut_mac = router.src_if.mac, router.dut_left.mac
     pool = router.source_pool
     edges = [ipaddress.ip_address(a) for p in ROUTER_POOL for a in _edges(ipaddress.ip_network(p))]
@@ -254,7 +268,8 @@ def probe_frames(router, seed: int, count: int) -> list[bytes]:
         if kind == "udp":
             frames.append(udp_frame(src_mac, dut_mac, src, dst, sport=other, dport=port, **fields))
         elif kind == "tcp":
-            frames.append(tcp_frame(src_mac, dut_mac, src, dst, sport=other, dport=port, **fields))
+            frames.append(tcp_frame(src_mac, dut_mac, src, dst, sport=other, dport=port,
+                                    flags=flags.choice(PROBE_TCP_FLAGS), **fields))
         elif kind == "icmp":
             icmp_type, code = rng.choice(((8, 0), (0, 0), (13, 0), (8, 1), (3, 3)))
             frames.append(icmp_frame(src_mac, dut_mac, src, dst, icmp_type, code, **fields))
@@ -270,11 +285,12 @@ def probe_frames6(router, seed: int, count: int) -> list[bytes]:
     """probe_frames() for ip6tables' rules and RouterTopology(ipv6=True):
     sources from its IPv6 source pool, destinations in its routed IPv6
     prefixes (both at ROUTER_POOL6's prefix edges), TCP/UDP to the pool's
-    ports, ICMPv6 echo of several codes, a protocol the fast path leaves to
-    the kernel, and a TCP header cut short."""
+    ports with PROBE_TCP_FLAGS, ICMPv6 echo of several codes, a protocol the
+    fast path leaves to the kernel, and a TCP header cut short."""
     from .frames import icmpv6, ipv6_frame, tcp6, udp6
 
     rng = random.Random(seed)
+    flags = random.Random(seed + 1 << 20)
     src_mac, dut_mac = router.src_if.mac, router.dut_left.mac
     pool = router.source_pool6
     edges = [ipaddress.ip_address(a) for p in ROUTER_POOL6 for a in _edges(ipaddress.ip_network(p))]
@@ -290,7 +306,8 @@ def probe_frames6(router, seed: int, count: int) -> list[bytes]:
         if kind == "udp":
             frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 17, udp6(src, dst, other, port, struct.pack("!I", n))))
         elif kind == "tcp":
-            frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 6, tcp6(src, dst, other, port, struct.pack("!I", n))))
+            frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 6, tcp6(src, dst, other, port, struct.pack("!I", n),
+                                                                         flags=flags.choice(PROBE_TCP_FLAGS))))
         elif kind == "icmpv6":
             icmp_type, code = rng.choice(((128, 0), (129, 0), (128, 1), (1, 4)))
             frames.append(ipv6_frame(src_mac, dut_mac, src, dst, 58,

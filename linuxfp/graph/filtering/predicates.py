@@ -8,6 +8,8 @@ Fields (what the fast path extracts from a forwarded packet):
   l4s, l4d   protocol << 16 | source/destination port for TCP and UDP;
              protocol << 16 | ICMP (ICMPv6) type / code for ICMP (ICMPv6);
              protocol << 16 else
+  tcpflags   the TCP header's flags byte (CWR ECE URG ACK PSH RST SYN FIN);
+             0 for other protocols (a rule on it names -p tcp)
   iif, oif   ingress and egress ifindex
 A Family names the fields of one address family and what its rules may say
 (ICMP or ICMPv6, `-f`): the rest is the same for both.
@@ -35,9 +37,9 @@ from itertools import product
 
 from linuxfp.state.ipset import NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_UNSPEC
 
-FIELDS = ("src", "dst", "l4s", "l4d", "iif", "oif")
-FIELDS6 = ("src6", "dst6", "l4s", "l4d", "iif", "oif")
-WIDTH = {"src": 32, "dst": 32, "src6": 128, "dst6": 128, "l4s": 24, "l4d": 24, "iif": 32, "oif": 32}
+FIELDS = ("src", "dst", "l4s", "l4d", "tcpflags", "iif", "oif")
+FIELDS6 = ("src6", "dst6", "l4s", "l4d", "tcpflags", "iif", "oif")
+WIDTH = {"src": 32, "dst": 32, "src6": 128, "dst6": 128, "l4s": 24, "l4d": 24, "tcpflags": 8, "iif": 32, "oif": 32}
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,11 @@ Prefix = tuple[int, int]            # (value, length) over the field's width
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "all": 0, "ip": 0, "0": 0, "sctp": 132, "udplite": 136,
              "dccp": 33, "gre": 47, "esp": 50, "ah": 51, "icmpv6": 58, "ipv6-icmp": 58, "ospf": 89}
 PORTS_OF = {6, 17}                  # protocols whose ports the fast path reads
+# libxt_tcp's flag names (`--tcp-flags MASK COMP`); --syn is
+# `--tcp-flags SYN,RST,ACK,FIN SYN`, as iptables-save prints it
+TCP_FLAGS = {"FIN": 0x01, "SYN": 0x02, "RST": 0x04, "PSH": 0x08, "ACK": 0x10, "URG": 0x20, "ALL": 0x3F,
+             "NONE": 0}
+SYN_ONLY = ("FIN,SYN,RST,ACK", "SYN")
 _MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "icmp6", "mark", "conntrack", "state", "set"})
 # What conntrack says of every packet the filter node classifies while
 # connections are tracked: ctstate ESTABLISHED (its entry has seen a reply),
@@ -319,6 +326,12 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
             raise Unsupported(f"-m {m} without -p {m}")
         name = "l4s" if opt in ("--sport", "--source-port") else "l4d"
         return _single(name, _port_prefixes(number, _ports(values[0])), neg)
+    if m == "tcp" and opt in ("--tcp-flags", "--syn"):
+        if proto != PROTOCOLS["tcp"]:
+            raise Unsupported("-m tcp without -p tcp")
+        mask, comp = (_tcp_flags(v) for v in (values if opt == "--tcp-flags" else SYN_ONLY))
+        # xt_tcp: (flags & mask) == comp
+        return _single("tcpflags", _values_prefixes([f for f in range(256) if f & mask == comp], 8), neg)
     if m == "multiport" and opt in ("--sports", "--source-ports", "--dports", "--destination-ports", "--ports"):
         if proto not in PORTS_OF:
             raise Unsupported("multiport without -p tcp or udp")
@@ -440,6 +453,29 @@ def _interface_set_boxes(ipset, address: str, field_: str, negated: bool, links)
     return (Box(((field_, FieldPredicate(None, keys)),)),) + tuple(
         Box(tuple(sorted([(address, FieldPredicate(None, prefixes)), (field_, FieldPredicate(frozenset({key})))])))
         for key, prefixes in groups)
+
+
+def _tcp_flags(text: str) -> int:
+    bits = 0
+    for name in text.upper().split(","):
+        if name not in TCP_FLAGS:
+            raise Unsupported(f"TCP flag {name!r}")
+        bits |= TCP_FLAGS[name]
+    return bits
+
+
+def _values_prefixes(values, width: int) -> frozenset[Prefix]:
+    """The fewest prefixes whose union is a set of values (its runs')."""
+    out: set[Prefix] = set()
+    run: list[int] = []
+    for value in sorted(values):
+        if run and value != run[-1] + 1:
+            out |= range_prefixes(run[0], run[-1], width)
+            run = []
+        run.append(value)
+    if run:
+        out |= range_prefixes(run[0], run[-1], width)
+    return frozenset(out)
 
 
 def _icmp_type(text: str, names: dict) -> tuple[int | None, int | None]:

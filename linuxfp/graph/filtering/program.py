@@ -262,8 +262,9 @@ def matched_boxes(program: Program, values: dict[str, int]) -> int:
 
 
 def packet_fields(src: int, dst: int, proto: int, sport: int, dport: int, iif: int, oif: int,
-                  family: Family = IPV4) -> dict[str, int]:
+                  family: Family = IPV4, tcp_flags: int = 0) -> dict[str, int]:
     """Field values of a packet as the fast path extracts them (for ICMP
-    and ICMPv6, sport/dport are type/code; for protocols without ports, 0)."""
+    and ICMPv6, sport/dport are type/code; for protocols without ports, 0;
+    TCP's flags byte, 0 for other protocols)."""
     return {family.src: src, family.dst: dst, "l4s": proto << 16 | sport, "l4d": proto << 16 | dport,
-            "iif": iif, "oif": oif}
+            "tcpflags": tcp_flags if proto == 6 else 0, "iif": iif, "oif": oif}

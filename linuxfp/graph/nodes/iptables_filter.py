@@ -26,7 +26,7 @@ OBSTACLE = "iptables_filter"
 CFG, IFS, COMB = "lfp_flt_cfg", "lfp_flt_ifs", "lfp_flt_comb"
 CACHE, HITS = "lfp_flt_cache", "lfp_flt_hits"
 LPM_TABLE = {name: f"lfp_flt_{name}" for name in LPM_FIELDS}
-assert {node for node, _, _ in PAIRS} | {VERDICT_NODE} == set(range(1, 7))   # filter.h's nodes
+assert {node for node, _, _ in PAIRS} | {VERDICT_NODE} == set(range(1, 8))   # filter.h's nodes
 
 
 @dataclass(frozen=True)
@@ -453,7 +453,7 @@ def _classifier(program: Program, links) -> Classifier:
 # side by side while one replaces the other, so both families' current
 # generations together may fill half.
 CAPACITY = {"lfp_flt_src": 262144, "lfp_flt_dst": 262144, "lfp_flt_src6": 262144, "lfp_flt_dst6": 262144,
-            "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144, IFS: 8192, COMB: 2097152}
+            "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144, "lfp_flt_tcpflags": 262144, IFS: 8192, COMB: 2097152}
 
 
 def check_capacity(*classifiers: Classifier | None) -> None:
@@ -493,7 +493,7 @@ def pair_key(generation: int, node: int, left: int, right: int) -> bytes:
 
 
 # lfp_flt_cfg's value for a family whose FORWARD chains let every packet
-# through (LFP_FLT_OPEN; no generation is below 0x100); its index per family
+# through (LFP_FLT_OPEN; no generation is below 0x200); its index per family
 OPEN = 1
 CFG_INDEX = {IPV4.name: 0, IPV6.name: 1}
 
