@@ -79,3 +79,38 @@ def _filter_differential(hook: str, backends, seeds, ipv6: bool) -> None:
     assert reasons.get("filter_dropped", 0) > 0, reasons
     assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
     assert not reasons.get("ipv6_off"), reasons
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_address_types_are_linux_address_types(require_root, hook):
+    """-m addrtype as Linux answers it, in the fast path: forwarded sources
+    and destinations are UNICAST (a blackhole route's too: its lookup fails)
+    and the DUT's own and broadcast addresses LOCAL / BROADCAST. With only
+    the default routing rules the local table may share the main table's
+    trie, so the local prefixes' packets are the kernel's; once a rule
+    exists the tables are split for good and every type is known."""
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    rules = head + ("-A FORWARD -m addrtype --src-type LOCAL,BROADCAST,BLACKHOLE -j DROP\n"
+                    "-A FORWARD -m addrtype ! --dst-type UNICAST -j DROP\n"
+                    "-A FORWARD -m addrtype --src-type UNICAST -d 198.19.0.0/23 -j ACCEPT\n"
+                    "-A FORWARD -p udp -m addrtype --dst-type MULTICAST,BROADCAST -j DROP\n"
+                    "-A FORWARD -p udp -j ACCEPT\nCOMMIT\n")
+
+    def merged(router):
+        router.dut.run(["iptables-restore"], input=rules)
+        router.dut.run(["ip", "route", "add", "blackhole", "198.18.96.0/19"])
+
+    def split(router):     # a rule no probe frame meets: its existence splits the tables
+        router.dut.run(["ip", "rule", "add", "from", "192.0.2.0/24", "table", "100", "pref", "1000"])
+
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=8), [Step("merged", merged), Step("split", split)],
+                              counting(seen, hook), lambda router, index: probe_frames(router, 40, FRAMES),
+                              prefix="lfp-fat")
+    assert report.ok, report.render()
+    # Linux forwarded some and dropped others; the fast path did most of both
+    for kernel, accelerated in zip(report.kernel, report.accelerated):
+        assert 0 < len(kernel.at("sink:to-dut")) < FRAMES, report.render()
+        assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
+    reasons = count_reasons(seen[0].stats[-1])
+    assert reasons.get("filter_dropped", 0) > 0 and not reasons.get("filter_stale"), reasons

@@ -244,6 +244,80 @@ def test_tcp_flags_are_evaluated_and_what_is_not_is_named():
     assert "without -p tcp" in meaning("-A FORWARD -m tcp --syn").unsupported[0]
 
 
+def _route(dst: str, kind: str, table: int = 255):
+    return SimpleNamespace(family=2, dst=dst, type=kind, table=table)
+
+
+LOCAL_TABLE = (_route("127.0.0.0/8", "local"), _route("127.0.0.1/32", "local"),
+               _route("127.255.255.255/32", "broadcast"), _route("198.18.1.254/32", "local"),
+               _route("198.18.1.255/32", "broadcast"), _route("198.19.5.0/24", "blackhole", 254),
+               _route("198.19.8.0/24", "local", 254), _route("198.19.9.0/24", "unreachable"))
+
+
+def test_address_types_are_the_kernels_where_the_snapshot_can_say():
+    from linuxfp.graph.filtering.addrtypes import UNSURE, address_types
+
+    def type_of(types, address):
+        value = _ip(address)
+        hits = [kind for (prefix, length), kind in types.pieces if value >> (32 - length) == prefix >> (32 - length)]
+        assert len(hits) == 1, (address, hits)      # the pieces cover every address once
+        return hits[0]
+
+    custom = (SimpleNamespace(family=2, priority=1000, table=100),)
+    split = address_types(LOCAL_TABLE, custom)
+    assert not split.merged_possible and not split.unsure
+    # (a blackhole or unreachable route's lookup fails: UNICAST, as the kernel says)
+    assert [type_of(split, a) for a in ("198.18.1.254", "198.18.1.255", "127.3.4.5", "127.255.255.255",
+                                         "198.19.5.1", "198.19.6.1", "0.1.2.3", "239.1.1.1", "255.255.255.255",
+                                         "198.19.8.1", "198.19.9.1")] == [
+        "LOCAL", "BROADCAST", "LOCAL", "BROADCAST", "UNICAST", "UNICAST", "BROADCAST", "MULTICAST", "BROADCAST",
+        "UNICAST", "UNICAST"]
+    # only the default rules: main's routes may share the local table's trie
+    merged = address_types(LOCAL_TABLE, (SimpleNamespace(family=2, priority=32766, table=254),))
+    assert merged.merged_possible
+    assert [type_of(merged, a) for a in ("198.18.1.254", "127.3.4.5", "198.19.5.1", "198.19.6.1", "239.1.1.1",
+                                          "198.19.8.1", "198.19.9.1")] == [
+        UNSURE, UNSURE, "UNICAST", "UNICAST", "MULTICAST", UNSURE, UNSURE]
+    # two types on one local prefix: not ours to order
+    twice = address_types(LOCAL_TABLE + (_route("198.18.1.254/32", "anycast"),), custom)
+    assert type_of(twice, "198.18.1.254") == UNSURE and "two types" in twice.why_unsure
+
+
+def test_addrtype_rules_are_exact_where_the_type_is_known_and_the_kernels_elsewhere():
+    from linuxfp.graph.filtering.addrtypes import address_types
+    from linuxfp.graph.filtering.predicates import IPV6, rule_meaning
+
+    merged = address_types(LOCAL_TABLE, ())
+    text = "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -m addrtype --src-type LOCAL -j ACCEPT\n" \
+           "-A FORWARD -m addrtype ! --dst-type UNICAST,LOCAL -j ACCEPT\nCOMMIT\n"
+    program = compile_program([parse_save(text, "nft")], LINKS, addrtypes=merged)
+    # each rule is preceded by its unsure part, to the kernel, named
+    assert [(r.position, r.action, r.unsure_part) for r in program.rules] == [
+        (1, "kernel", True), (1, "accept", False), (2, "kernel", True), (2, "accept", False)]
+    assert "198.19.8.0/23" in program.rules[0].unsupported[0] and "shares the local table" in \
+        program.rules[0].unsupported[0]
+
+    def decide(src, dst):
+        fields = packet_fields(_ip(src), _ip(dst), 17, 1, 2, 2, 3)
+        return verdict(program, matched_boxes(program, fields))[0]
+
+    assert decide("198.19.8.1", "198.19.6.1") == KERNEL       # local in main: unsure
+    assert decide("198.19.5.1", "198.19.7.1") == DROP         # unicast both (blackholed too): the policy
+    assert decide("198.19.6.1", "224.0.0.9") == ACCEPT        # multicast is known
+    assert decide("198.19.6.1", "198.18.1.254") == KERNEL     # local, maybe
+    # split tables: all known
+    split = compile_program([parse_save(text, "nft")], LINKS,
+                            addrtypes=address_types(LOCAL_TABLE, (SimpleNamespace(family=2, priority=9, table=9),)))
+    assert [r.unsure_part for r in split.rules] == [False, False] and not split.unsupported
+    # what cannot be evaluated names itself, and keeps the whole rule's packets
+    assert "route lookup" in rule_meaning(parse_rule("-A FORWARD -m addrtype --dst-type LOCAL -j DROP"), LINKS,
+                                          family=IPV6, addrtypes=merged).unsupported[0]
+    limited = rule_meaning(parse_rule("-A FORWARD -m addrtype --dst-type LOCAL --limit-iface-in -j DROP"), LINKS,
+                           addrtypes=merged)
+    assert limited.unsupported and not limited.unsure
+    assert any(box_contains(b, packet_fields(1, _ip("198.18.1.254"), 17, 1, 2, 2, 3)) for b in limited.boxes)
+
+
 def test_scoped_fallbacks_name_the_rule_and_the_match():
     program = compile_program(filter_scope(netfilter(corpus("firewall-appliance.rules", "legacy"))).forward, LINKS)
     unsupported = {r.describe(): r.unsupported for r in program.unsupported}

@@ -30,12 +30,16 @@ PORTS = (22, 53, 80, 443, 1000, 1024, 4789, 8080, 8472, 65535)
 TCP_FLAGS = ("--syn", "--tcp-flags SYN,RST SYN", "--tcp-flags ALL NONE", "--tcp-flags ALL ALL",
              "--tcp-flags FIN,SYN FIN,SYN", "--tcp-flags ACK,FIN FIN", "--tcp-flags SYN,ACK SYN,ACK",
              "--tcp-flags PSH,ACK ACK")
+# -m addrtype's (with the router topology's default rules, local and
+# broadcast addresses are of unsure type: the kernel decides for them)
+ADDRESS_TYPES = ("UNICAST", "LOCAL", "BROADCAST,MULTICAST", "BLACKHOLE", "UNICAST,LOCAL")
 # what probe frames carry: ACK, SYN, SYN-ACK, FIN-ACK, RST, PSH-ACK, none,
 # all six, SYN-FIN, FIN-PSH-URG
 PROBE_TCP_FLAGS = (0x10, 0x02, 0x12, 0x11, 0x04, 0x18, 0x00, 0x3F, 0x03, 0x29)
 ICMP = ("echo-request", "echo-reply", "8/0", "3", "destination-unreachable", "any", "0")
 UNSUPPORTED = ("-m length --length 100:300", "-p tcp -m tcp --tcp-option 2",
-               "-m addrtype --dst-type UNICAST", "-m ttl --ttl-gt 30", "-m pkttype --pkt-type unicast")
+               "-m addrtype --dst-type UNICAST --limit-iface-out", "-m ttl --ttl-gt 30",
+               "-m pkttype --pkt-type unicast")
 # The same for ip6tables and RouterTopology(ipv6=True): its source pool
 # (2001:db8:4000::/48) and routed prefixes (2001:db8:100:0::/64 ...) split.
 ROUTER_POOL6 = ("2001:db8::/32", "2001:db8:4000::/48", "2001:db8:4000::/56", "2001:db8:4000:80::/57",
@@ -156,6 +160,10 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
             ports = ",".join(str(p) for p in sorted(set(rng.sample(PORTS, 3))))
             words.append(f"-m multiport {n}--{'dports' if kind == 'multiport' else 'ports'} {ports}")
         coverage.matches[f"{n}{kind}"] += 1
+    if not ipv6 and rng.random() < 0.1:
+        n = neg()
+        words.append(f"-m addrtype {n}--{rng.choice(('src', 'dst'))}-type {rng.choice(ADDRESS_TYPES)}")
+        coverage.matches[f"{n}addrtype"] += 1
     if proto == "tcp" and rng.random() < 0.3:
         n = neg()
         words.append(f"-m tcp {n}{rng.choice(TCP_FLAGS)}")

@@ -77,7 +77,8 @@ PORTS_OF = {6, 17}                  # protocols whose ports the fast path reads
 TCP_FLAGS = {"FIN": 0x01, "SYN": 0x02, "RST": 0x04, "PSH": 0x08, "ACK": 0x10, "URG": 0x20, "ALL": 0x3F,
              "NONE": 0}
 SYN_ONLY = ("FIN,SYN,RST,ACK", "SYN")
-_MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "icmp6", "mark", "conntrack", "state", "set"})
+_MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "icmp6", "mark", "conntrack", "state", "set",
+                      "addrtype"})
 # What conntrack says of every packet the filter node classifies while
 # connections are tracked: ctstate ESTABLISHED (its entry has seen a reply),
 # neither SNAT nor DNAT, status CONFIRMED|SEEN_REPLY|ASSURED.
@@ -162,6 +163,10 @@ NOTHING: tuple[Box, ...] = ()
 class RuleMeaning:
     boxes: tuple[Box, ...]                   # disjoint; empty: the rule never matches
     unsupported: tuple[str, ...] = field(default=())  # matches evaluated by the kernel only
+    # Packets that may match, where the fast path cannot tell (addresses of
+    # unsure type: addrtypes.py), disjoint from `boxes`: the kernel decides.
+    unsure: tuple[Box, ...] = ()
+    unsure_reason: str = ""
 
 
 def _intersect_unions(a: frozenset[Prefix], b: frozenset[Prefix], width: int) -> frozenset[Prefix]:
@@ -267,12 +272,14 @@ def _port_prefixes(proto: int, ranges: list[tuple[int, int]]) -> frozenset[Prefi
     return frozenset((base + value, 8 + length) for lo, hi in ranges for value, length in range_prefixes(lo, hi, 16))
 
 
-def rule_meaning(rule, links, sets=None, family: Family = IPV4) -> RuleMeaning:
+def rule_meaning(rule, links, sets=None, family: Family = IPV4, addrtypes=None) -> RuleMeaning:
     """The boxes of one rule of `family`'s tables, given the namespace's
-    links (for -i/-o) and the ipsets it may match (name -> IpSet, as
-    state/ipset.py reads them)."""
+    links (for -i/-o), the ipsets it may match (name -> IpSet, as
+    state/ipset.py reads them) and its address types (addrtypes.py; read
+    only where a rule has -m addrtype)."""
     parts: list[tuple[Box, ...]] = []
     unsupported: list[str] = []
+    unsure: list[tuple[int, tuple[Box, ...], str]] = []     # part, its unsure boxes, why
     proto = None
     for match in rule.matches:
         if match.module == "" and match.option == "-p":
@@ -288,6 +295,17 @@ def rule_meaning(rule, links, sets=None, family: Family = IPV4) -> RuleMeaning:
                 if not match.negated:
                     proto = number
     for match in rule.matches:
+        if match.module == "addrtype" and match.option in ("--src-type", "--dst-type"):
+            try:
+                exact, unsure_boxes = _addrtype_boxes(match, addrtypes, family)
+            except Unsupported as exc:
+                unsupported.append(f"{match} ({exc})")
+                continue
+            if unsure_boxes:
+                unsure.append((len(parts), unsure_boxes, f"{match} (the type of "
+                               f"{_some_prefixes(addrtypes.unsure)} is not known here: {addrtypes.why_unsure})"))
+            parts.append(exact)
+            continue
         try:
             boxes = _match_boxes(match, proto, links, sets or {}, family)
         except Unsupported as exc:
@@ -298,7 +316,43 @@ def rule_meaning(rule, links, sets=None, family: Family = IPV4) -> RuleMeaning:
             continue
         if boxes is not None:
             parts.append(boxes)
+    if unsure and (unsupported or len(unsure) > 1):
+        # the kernel decides the rule as a whole: its boxes must hold all it may match
+        for index, boxes, why in unsure:
+            parts[index] = parts[index] + boxes
+        if not unsupported:
+            unsupported.append("; ".join(why for _, _, why in unsure))
+        unsure = []
+    if unsure:
+        index, boxes, why = unsure[0]
+        return RuleMeaning(_and(*parts), (), _and(*(parts[:index] + [boxes] + parts[index + 1:])), why)
     return RuleMeaning(_and(*parts) if parts else EVERYTHING, tuple(unsupported))
+
+
+def _addrtype_boxes(match, addrtypes, family: Family) -> tuple[tuple[Box, ...], tuple[Box, ...]]:
+    """`-m addrtype --src-type / --dst-type TYPE[,TYPE...]` (with !): the
+    boxes of the addresses whose type it names (or, with !, does not), and
+    those of the addresses whose type is not known (addrtypes.py)."""
+    from .addrtypes import TYPES
+
+    if family is not IPV4:
+        raise Unsupported("ip6tables' address types follow its routes (a route lookup per packet)")
+    if addrtypes is None:
+        raise Unsupported("address types not read")
+    names = {word.upper() for word in match.values[0].split(",")} if match.values else set()
+    if not names or not names <= set(TYPES):
+        raise Unsupported(f"address type {' '.join(match.values)!r}")
+    address = family.address("src" if match.option == "--src-type" else "dst")
+    inside = addrtypes.prefixes(set(TYPES) - names if match.negated else names)
+    exact = (Box(((address, FieldPredicate(inside)),)),) if inside else NOTHING
+    unsure = addrtypes.unsure
+    return exact, ((Box(((address, FieldPredicate(unsure)),)),) if unsure else ())
+
+
+def _some_prefixes(prefixes) -> str:
+    shown = sorted(prefixes, key=lambda p: (p[1], p[0]))[:3]
+    text = ", ".join(f"{ipaddress.IPv4Network(p)}" for p in shown)
+    return text + (f" and {len(prefixes) - 3} more" if len(prefixes) > 3 else "")
 
 
 def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple[Box, ...] | None:

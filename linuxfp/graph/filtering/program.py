@@ -37,6 +37,9 @@ class CompiledRule:
     unsupported: tuple[str, ...] = ()
     target: str = ""            # as written: ACCEPT, LOG, a chain, ...
     family: str = "ip"          # its tables': iptables' ("ip") or ip6tables' ("ip6")
+    # the part of the rule written before it whose packets the kernel decides
+    # (RuleMeaning.unsure): not a rule of its own in Linux's counters
+    unsure_part: bool = False
 
     def describe(self) -> str:
         return f"{TOOLS[self.family]}-{self.backend} {self.chain} #{self.position}"
@@ -77,10 +80,12 @@ class Program:
         return tuple(r for r in self.rules if r.unsupported)
 
 
-def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), family: Family = IPV4) -> Program:
+def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), family: Family = IPV4,
+                    addrtypes=None) -> Program:
     """The FORWARD chain of each ruleset's filter table (of `family`) and
     every chain it reaches; `stateful` as FilterScope says; `ipsets` the
-    sets rules match."""
+    sets rules match; `addrtypes` the namespace's address types
+    (addrtypes.py), where rules match them."""
     sets = {s.name: s for s in ipsets}
     rules: list[CompiledRule] = []
     boxes: list[Box] = []
@@ -102,7 +107,14 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                              if m.module == "" and m.option in ("-i", "-o"))
                 named.update(_set_interface_fields(rule, sets))
                 marks = marks or "mark" in rule.modules
-                meaning = rule_meaning(rule, links, sets, family)
+                meaning = rule_meaning(rule, links, sets, family, addrtypes)
+                if meaning.unsure:
+                    ids = tuple(range(len(boxes), len(boxes) + len(meaning.unsure)))
+                    boxes.extend(_protocol_in_l4d(box) for box in meaning.unsure)
+                    indexes.append(len(rules))
+                    rules.append(CompiledRule(len(rules), ruleset.backend, chain.name, rule.position, rule.text,
+                                              "kernel", "", ids, (meaning.unsure_reason,), rule.target, family.name,
+                                              unsure_part=True))
                 ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
                 boxes.extend(_protocol_in_l4d(box) for box in meaning.boxes)
                 action, jump = _action(rule, table, bool(meaning.unsupported))

@@ -14,6 +14,7 @@ from linuxfp.resources import modules_dir
 from linuxfp.state.ipset import NFPROTO_UNSPEC
 from linuxfp.state.iptables import TOOLS
 
+from ..filtering.addrtypes import AddressTypes, address_types
 from ..filtering.classifier import (FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
                                     build_classifier)
 from ..filtering.predicates import IPV4, IPV6, WIDTH
@@ -56,7 +57,8 @@ class Filter(Node):
     stage = Stage.FORWARD
     header = modules_dir() / "filter.h"
     covers = frozenset({OBSTACLE})
-    inputs = ("netfilter", "links")
+    # (routes and rules: -m addrtype reads the address types they make)
+    inputs = ("netfilter", "links", "routes", "rules")
     # per namespace: the flow cache (whose slots hold counts not yet moved)
     # and the per-class counts, both read by `linuxfp stats`
     state_maps = (CACHE, HITS)
@@ -98,9 +100,9 @@ class Filter(Node):
         lines: list[str] = []
         for program, classifier in plan.families:
             tool = TOOLS[program.family.name]
-            counts = ", ".join(f"{tool}-{b} {sum(1 for r in program.rules if r.backend == b)}"
-                               for b in program.backends)
-            lines.append(f"{len(program.rules)} rules reached from FORWARD ({counts or f'{tool}: none'})")
+            rules = [r for r in program.rules if not r.unsure_part]
+            counts = ", ".join(f"{tool}-{b} {sum(1 for r in rules if r.backend == b)}" for b in program.backends)
+            lines.append(f"{len(rules)} rules reached from FORWARD ({counts or f'{tool}: none'})")
             if program.stateful:
                 tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
                 lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
@@ -275,6 +277,8 @@ def attribution(plan: FilterPlan) -> dict:
                     continue
                 for index in indexes:
                     rule = program.rules[index]
+                    if rule.unsure_part:
+                        continue        # (decides nothing in the fast path, so counts nothing)
                     row_of[index] = len(rows)
                     rows.append({"family": family, "backend": backend, "chain": chain, "position": rule.position,
                                  "rule": rule.text})
@@ -383,7 +387,7 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
 # and the plan. Link events are frequent (an XDP attach is one) and a plan
 # can take seconds for tens of thousands of rules: it is rebuilt only when
 # something it reads changed.
-_last: tuple[object, object, FilterPlan] | None = None
+_last: tuple[object, object, object, FilterPlan] | None = None
 _last_tables: tuple[object, tuple[Table, ...]] | None = None
 
 
@@ -395,21 +399,48 @@ def filter_plan(snapshot) -> FilterPlan:
     # again; the controller hands unchanged state on as the same object.
     # Read once: a metrics scrape may ask from another thread.)
     last = _last
-    if last is not None and (last[0] is nf or last[0] == nf):
+    types = _address_types(snapshot) if _reads_address_types(nf) else None
+    if last is not None and (last[0] is nf or last[0] == nf) and last[2] == types:
         names = _link_names(links) if last[1] is not None else None
         if names == last[1]:
-            return last[2]
-    plan = _plan(nf, links)
+            return last[3]
+    plan = _plan(nf, links, types)
     names = _link_names(links) if any(program.interface_fields for program, _ in plan.families) else None
-    _last = (nf, names, plan)
+    _last = (nf, names, types, plan)
     return plan
+
+
+_last_types: tuple[object, object, AddressTypes] | None = None
+
+
+def _address_types(snapshot) -> AddressTypes:
+    """addrtypes.address_types(), again only when routes or rules changed."""
+    global _last_types
+    last = _last_types
+    if last is None or last[0] is not snapshot.routes or last[1] is not snapshot.rules:
+        last = _last_types = (snapshot.routes, snapshot.rules, address_types(snapshot.routes, snapshot.rules))
+    return last[2]
+
+
+_last_reads: tuple[object, bool] | None = None
+
+
+def _reads_address_types(netfilter) -> bool:
+    """Whether an iptables rule has -m addrtype (looked for once per state)."""
+    global _last_reads
+    last = _last_reads
+    if last is None or last[0] is not netfilter:
+        last = _last_reads = (netfilter, any(
+            m.module == "addrtype" for ruleset in netfilter.rulesets for table in ruleset.tables
+            for chain in table.chains for rule in chain.rules for m in rule.matches))
+    return last[1]
 
 
 def _link_names(links) -> tuple[tuple[int, str], ...]:
     return tuple((link.index, link.name) for link in links)
 
 
-def _plan(netfilter, links) -> FilterPlan:
+def _plan(netfilter, links, addrtypes: AddressTypes | None = None) -> FilterPlan:
     scope, scope6 = filter_scope(netfilter), evaluated_scope6(netfilter)
     filters6 = scope6 is not None and scope6.filters_forward
     if not scope.filters_forward and not filters6:
@@ -421,7 +452,8 @@ def _plan(netfilter, links) -> FilterPlan:
     program = program6 = classifier = classifier6 = None
     try:
         if scope.filters_forward:
-            program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets)
+            program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets,
+                                      addrtypes=addrtypes)
             classifier = _classifier(program, links)
         if filters6:
             program6 = compile_program(scope6.forward, links, stateful=bool(tracking6), ipsets=netfilter.ipsets,
