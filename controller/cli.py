@@ -182,8 +182,8 @@ def cmd_detach(args) -> int:
     # process's reclaim works on the same pins meanwhile.
     lock = runtime_files.ReclaimLock.take(layout, wait=1.0)
     if lock is None:
-        print("linuxfp detach: a controller started in this namespace meanwhile; "
-              "stop it first (or run `linuxfp detach` again)", file=sys.stderr)
+        print("linuxfp detach: another process holds this namespace's lock (a controller starting, "
+              "another detach or a reclaim); run `linuxfp detach` again", file=sys.stderr)
         return 1
     try:
         saved = runtime_files.load_installed(layout)

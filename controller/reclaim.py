@@ -80,7 +80,11 @@ def reclaim_stale(bpffs: str) -> list[PinnedNamespace]:
     for layout in pinned_namespaces(bpffs):
         if not describe(layout).stale:
             continue
-        lock = runtime_files.ReclaimLock.take(layout)   # no controller may start there meanwhile
+        try:
+            lock = runtime_files.ReclaimLock.take(layout)   # no controller may start there meanwhile
+        except OSError as e:
+            log.warning("reclaiming the pins of %s failed: %s", layout.name, e)
+            continue
         if lock is None:
             continue
         try:

@@ -55,24 +55,14 @@ class ControllerLock:
     whether a controller runs."""
 
     def __init__(self, layout: NamespaceLayout) -> None:
-        os.makedirs(layout.run_dir, exist_ok=True)
         self.path = layout.pid_file
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         # Another process may hold the lock for an instant (a status probe, a
         # reclaim looking at this namespace): only a lock held for long is a
         # running controller.
-        deadline = time.monotonic() + 1.0
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.02)
-                    continue
-                pid = _read_pid(self.path)
-                os.close(self.fd)
-                raise AlreadyRunning(pid) from None
+        fd = lock_pid_file(layout, wait=1.0)
+        if fd is None:
+            raise AlreadyRunning(_read_pid(self.path))
+        self.fd = fd
         os.ftruncate(self.fd, 0)
         os.write(self.fd, f"{os.getpid()}\n".encode())
 
@@ -132,6 +122,37 @@ def remove_run_dir(layout: NamespaceLayout) -> None:
         pass
 
 
+def lock_pid_file(layout: NamespaceLayout, wait: float = 0.0) -> int | None:
+    """The namespace's pid file, open and exclusively locked; None if another
+    process held the lock for `wait` seconds. Whoever holds it may unlink
+    the file before letting go (a controller stopping, a reclaim, `linuxfp
+    detach`): a lock won on the unlinked file locks nothing anyone sees, so
+    it is taken again on the file now at that path."""
+    deadline = time.monotonic() + wait
+    while True:
+        os.makedirs(layout.run_dir, exist_ok=True)
+        try:
+            fd = os.open(layout.pid_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:      # the run directory went meanwhile
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            return None
+        try:
+            current = os.stat(layout.pid_file)
+        except FileNotFoundError:
+            current = None
+        held = os.fstat(fd)
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)
+
+
 class ReclaimLock:
     """The pid file of a namespace held by someone reclaiming its pins, so
     that no controller can start there meanwhile; None if one runs."""
@@ -140,16 +161,6 @@ class ReclaimLock:
     def take(layout: NamespaceLayout, wait: float = 0.0) -> int | None:
         """`wait` seconds for another holder to let go (a status probe, a
         reclaim: they hold it for an instant)."""
-        os.makedirs(layout.run_dir, exist_ok=True)
-        fd = os.open(layout.pid_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.02)
-                    continue
-                os.close(fd)
-                return None
+        return lock_pid_file(layout, wait)
+
+

@@ -190,9 +190,11 @@ def remove_tree(path: str) -> None:
     if not os.path.lexists(path):
         return
     if not is_bpffs(path):
+        if not os.path.lexists(path):
+            return          # another remover took it meanwhile (see below)
         raise BpfError(f"remove_tree {path}: not on bpffs, refusing to delete", errno.EINVAL)
     if not os.path.isdir(path) or os.path.islink(path):
-        os.unlink(path)
+        _remove(os.unlink, path)
         return
     # Another process may be removing the same tree (a reclaim racing a
     # `linuxfp detach`): what it removed first is gone either way.
