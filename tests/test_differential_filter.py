@@ -84,11 +84,9 @@ def _filter_differential(hook: str, backends, seeds, ipv6: bool) -> None:
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_address_types_are_linux_address_types(require_root, hook):
     """-m addrtype as Linux answers it, in the fast path: forwarded sources
-    and destinations are UNICAST (a blackhole route's too: its lookup fails)
-    and the DUT's own and broadcast addresses LOCAL / BROADCAST. With only
-    the default routing rules the local table may share the main table's
-    trie, so the local prefixes' packets are the kernel's; once a rule
-    exists the tables are split for good and every type is known."""
+    and destinations are UNICAST (a blackhole route's too: its lookup fails);
+    the DUT's own addresses are LOCAL, and what is decided for them is the
+    kernel's — an address added on a probed destination, then removed."""
     head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n"
     rules = head + ("-A FORWARD -m addrtype --src-type LOCAL,BROADCAST,BLACKHOLE -j DROP\n"
                     "-A FORWARD -m addrtype ! --dst-type UNICAST -j DROP\n"
@@ -96,17 +94,21 @@ def test_address_types_are_linux_address_types(require_root, hook):
                     "-A FORWARD -p udp -m addrtype --dst-type MULTICAST,BROADCAST -j DROP\n"
                     "-A FORWARD -p udp -j ACCEPT\nCOMMIT\n")
 
-    def merged(router):
+    def blackholed(router):
         router.dut.run(["iptables-restore"], input=rules)
         router.dut.run(["ip", "route", "add", "blackhole", "198.18.96.0/19"])
 
-    def split(router):     # a rule no probe frame meets: its existence splits the tables
-        router.dut.run(["ip", "rule", "add", "from", "192.0.2.0/24", "table", "100", "pref", "1000"])
+    def address_added(router):      # a probed destination becomes the DUT's own
+        router.dut.run(["ip", "addr", "add", "198.19.1.9/32", "dev", "lo"])
+
+    def address_removed(router):
+        router.dut.run(["ip", "addr", "del", "198.19.1.9/32", "dev", "lo"])
 
     seen: list[Counting] = []
-    report = run_differential(RouterTopology(prefixes=8), [Step("merged", merged), Step("split", split)],
-                              counting(seen, hook), lambda router, index: probe_frames(router, 40, FRAMES),
-                              prefix="lfp-fat")
+    steps = [Step("blackholed", blackholed), Step("address added", address_added),
+             Step("address removed", address_removed)]
+    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
+                              lambda router, index: probe_frames(router, 40, FRAMES), prefix="lfp-fat")
     assert report.ok, report.render()
     # Linux forwarded some and dropped others; the fast path did most of both
     for kernel, accelerated in zip(report.kernel, report.accelerated):

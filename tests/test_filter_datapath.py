@@ -101,7 +101,7 @@ def expected(pipeline: LoadedPipeline, classifier, frame: bytes, family=IPV4) ->
     elif proto == family.icmp:
         sport, dport = l4[0], l4[1]
     fields = packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress, family,
-                           tcp_flags=l4[13] if proto == 6 else 0)
+                           tcp_flags=l4[13] if proto == 6 and len(l4) > 13 else 0)
     verdict, _ = classify(classifier, fields)
     if verdict == ACCEPT:
         return XDP_REDIRECT, "forwarded"

@@ -259,7 +259,7 @@ def probe_frames(router, seed: int, count: int) -> list[bytes]:
     from .frames import icmp_frame, ipv4, ethernet, tcp_frame, udp_frame, ETH_P_IP
 
     rng = random.Random(seed)
-    flags = random.Random(seed + 1 << 20)     # (its own: the other choices stay what they were)
+    flags = random.Random((seed + 1) << 20)     # (its own: the other choices stay what they were)
     src_mac, dut_mac = router.src_if.mac, router.dut_left.mac
     pool = router.source_pool
     edges = [ipaddress.ip_address(a) for p in ROUTER_POOL for a in _edges(ipaddress.ip_network(p))]
@@ -298,7 +298,7 @@ def probe_frames6(router, seed: int, count: int) -> list[bytes]:
     from .frames import icmpv6, ipv6_frame, tcp6, udp6
 
     rng = random.Random(seed)
-    flags = random.Random(seed + 1 << 20)
+    flags = random.Random((seed + 1) << 20)
     src_mac, dut_mac = router.src_if.mac, router.dut_left.mac
     pool = router.source_pool6
     edges = [ipaddress.ip_address(a) for p in ROUTER_POOL6 for a in _edges(ipaddress.ip_network(p))]

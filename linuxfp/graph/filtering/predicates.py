@@ -384,6 +384,10 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
         if proto != PROTOCOLS["tcp"]:
             raise Unsupported("-m tcp without -p tcp")
         mask, comp = (_tcp_flags(v) for v in (values if opt == "--tcp-flags" else SYN_ONLY))
+        if not mask:
+            # iptables-nft writes no expression for an empty mask (its rule
+            # then matches all TCP), where xt_tcp compares: not guessed at
+            raise Unsupported("an empty flag mask")
         # xt_tcp: (flags & mask) == comp
         return _single("tcpflags", _values_prefixes([f for f in range(256) if f & mask == comp], 8), neg)
     if m == "multiport" and opt in ("--sports", "--source-ports", "--dports", "--destination-ports", "--ports"):

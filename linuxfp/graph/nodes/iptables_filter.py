@@ -57,8 +57,8 @@ class Filter(Node):
     stage = Stage.FORWARD
     header = modules_dir() / "filter.h"
     covers = frozenset({OBSTACLE})
-    # (routes and rules: -m addrtype reads the address types they make)
-    inputs = ("netfilter", "links", "routes", "rules")
+    # (routes: -m addrtype reads the address types they make)
+    inputs = ("netfilter", "links", "routes")
     # per namespace: the flow cache (whose slots hold counts not yet moved)
     # and the per-class counts, both read by `linuxfp stats`
     state_maps = (CACHE, HITS)
@@ -410,16 +410,16 @@ def filter_plan(snapshot) -> FilterPlan:
     return plan
 
 
-_last_types: tuple[object, object, AddressTypes] | None = None
+_last_types: tuple[object, AddressTypes] | None = None
 
 
 def _address_types(snapshot) -> AddressTypes:
-    """addrtypes.address_types(), again only when routes or rules changed."""
+    """addrtypes.address_types(), again only when the routes changed."""
     global _last_types
     last = _last_types
-    if last is None or last[0] is not snapshot.routes or last[1] is not snapshot.rules:
-        last = _last_types = (snapshot.routes, snapshot.rules, address_types(snapshot.routes, snapshot.rules))
-    return last[2]
+    if last is None or last[0] is not snapshot.routes:
+        last = _last_types = (snapshot.routes, address_types(snapshot.routes))
+    return last[1]
 
 
 _last_reads: tuple[object, bool] | None = None
