@@ -239,6 +239,21 @@ def test_rules(tmp_path, capsys):
     assert set(result["flatness"]) == set(result["flatness_new_tuples"]) == {"linux", "linuxfp-xdp", "linuxfp-tc"}
 
 
+def test_gateway6(tmp_path, capsys):
+    """IPv6 under 100 ip6tables rules and as one inet6 ipset: the fast path
+    forwards it itself (its counters), XDP and TC."""
+    result = bench("gateway6", tmp_path, capsys)
+    systems = {"linux", "linuxfp-xdp", "linuxfp-tc"}
+    check_throughput(result, systems)
+    check_throughput(result["ipset"], systems)
+    assert bytes.fromhex(result["method"]["sample_frame"])[12:14] == b"\x86\xdd"   # IPv6
+    for shares in (result["fast_path"], result["ipset"]["fast_path"]):
+        for name in ("linuxfp-xdp", "linuxfp-tc"):
+            assert shares[name]["fast_path_share"] >= 0.99, shares[name]
+    assert result["errors"] == {}, result["errors"]
+    assert "gateway6" in next(tmp_path.glob("gateway6-*.md")).read_text()
+
+
 def test_gateway(tmp_path, capsys):
     result = bench("gateway", tmp_path, capsys)
     check_throughput(result, {"linux", "linuxfp-xdp", "linuxfp-tc"})
@@ -309,7 +324,8 @@ def test_flannel(tmp_path, capsys):
 
 
 def test_every_scenario_is_tested():
-    tested = {"router", "router6", "chain", "response", "latency", "scale", "gateway", "rules", "bridge", "hooks", "breakdown",
+    tested = {"router", "router6", "chain", "response", "latency", "scale", "gateway", "gateway6", "rules", "bridge",
+              "hooks", "breakdown",
               "watch", "flannel"}
     assert set(SCENARIOS) == tested
 

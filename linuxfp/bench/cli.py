@@ -38,6 +38,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "router": _module_scenario("router"),
     "router6": _module_scenario("router6"),
     "gateway": _module_scenario("gateway"),
+    "gateway6": _module_scenario("gateway6"),
     "rules": _module_scenario("rules"),
     "bridge": _module_scenario("bridge"),
     "latency": _module_scenario("latency"),

@@ -70,12 +70,12 @@ def run(options: Options) -> dict:
     }
 
 
-def systems_plan(options: Options, full_repetitions: int) -> throughput.Plan:
-    """Linux, LinuxFP XDP and TC at FRAME_SIZE: the plan of the scenarios
+def systems_plan(options: Options, full_repetitions: int, frame_size: int = FRAME_SIZE) -> throughput.Plan:
+    """Linux, LinuxFP XDP and TC at `frame_size`: the plan of the scenarios
     that measure rulesets."""
     return throughput.Plan(
         systems=tuple(SYSTEMS[name] for name in SYSTEM_NAMES),
-        frame_sizes=(FRAME_SIZE,),
+        frame_sizes=(frame_size,),
         repetitions=options.reps(full=full_repetitions),
         window=throughput.QUICK_WINDOW if options.quick else throughput.FULL_WINDOW,
         retries=0 if options.quick else 1,
@@ -83,18 +83,20 @@ def systems_plan(options: Options, full_repetitions: int) -> throughput.Plan:
 
 
 def measure_with_rules(rig, plan, ruleset: str, prepare: Callable[[throughput.Rig], None] | None = None,
-                       observe: throughput.Observer | None = None) -> tuple[dict, dict]:
-    """Every system of `plan` with `ruleset` restored on the DUT
-    (iptables-nft): the summary at FRAME_SIZE and the errors. `prepare`
-    runs once after the restore, before any system is installed (e.g. to
-    establish connections); `observe` as in throughput.run."""
-    rig.line.dut.run(["iptables-restore"], input=ruleset)
+                       observe: throughput.Observer | None = None,
+                       restore: str = "iptables-restore") -> tuple[dict, dict]:
+    """Every system of `plan` with `ruleset` restored on the DUT by
+    `restore` (iptables-nft's, or ip6tables-nft's): the summary at the
+    plan's frame size and the errors. `prepare` runs once after the
+    restore, before any system is installed (e.g. to establish
+    connections); `observe` as in throughput.run."""
+    rig.line.dut.run([restore], input=ruleset)
     if prepare:
         prepare(rig)
     names = tuple(system.name for system in plan.systems)
     pairs = tuple((a, b) for a, b in PAIRS if a in names and b in names)
     raw = throughput.run(rig, plan, observe)
-    return ({**throughput.summarize(raw["repetitions"], FRAME_SIZE, names, pairs),
+    return ({**throughput.summarize(raw["repetitions"], plan.frame_sizes[0], names, pairs),
              "repetitions": raw["repetitions"]}, raw["errors"])
 
 

@@ -1,0 +1,119 @@
+"""`linuxfp bench gateway6`: the virtual gateway forwarding IPv6 — the
+router6 line (50 prefixes 2001:db8:100:i::/64 via the sink) with 100
+ip6tables blacklist rules (FORWARD DROP by source, /128s the generator is
+not among), the traffic from a source not on the list, at 78 B (the
+smallest IPv6/UDP frame). In the same run, the ipset variant: the same
+blacklist as one hash:net set of family inet6, matched by one rule. Linux
+alone and LinuxFP (XDP, TC) in the same repetitions; same-run ratios and
+the share of the frames the fast path forwarded itself (its counters)."""
+from __future__ import annotations
+
+import ipaddress
+
+from . import throughput
+from .gateway import RATIO_KEYS, SHARE_HEADER, TARGET, fast_path_shares, observer, share_checks, share_rows
+from .machine import machine
+from .options import Options
+from .generator import FrameSpec
+from .results import ratios_line, ratios_table, systems_table, table, timestamp
+from .router6 import FRAME_SIZES
+from .rules import PREFIXES, SYSTEM_NAMES, measure_with_rules, systems_plan
+
+BLACKLIST = 100
+FRAME_SIZE = FRAME_SIZES[0]
+BLACKLIST_SET = "lfp-blacklist6"
+RESTORE = "ip6tables-restore"
+
+
+def blacklist_sources(count: int = BLACKLIST) -> list[str]:
+    """`count` IPv6 source addresses (2001:db8:ffff::/48: documentation, and
+    apart from the line's 2001:db8:b::/64 and routed 2001:db8:100::/56)."""
+    base = int(ipaddress.IPv6Address("2001:db8:ffff::"))
+    return [str(ipaddress.IPv6Address(base + (i << 16) + 1)) for i in range(count)]
+
+
+def blacklist_ruleset(count: int = BLACKLIST) -> str:
+    lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    lines += [f"-A FORWARD -s {source}/128 -j DROP" for source in blacklist_sources(count)]
+    return "\n".join(lines + ["COMMIT"]) + "\n"
+
+
+def blacklist_ipset(count: int = BLACKLIST) -> str:
+    lines = [f"create {BLACKLIST_SET} hash:net family inet6 -exist", f"flush {BLACKLIST_SET}"]
+    lines += [f"add {BLACKLIST_SET} {source}/128" for source in blacklist_sources(count)]
+    return "\n".join(lines) + "\n"
+
+
+def ipset_ruleset() -> str:
+    return ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+            f"-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP\nCOMMIT\n")
+
+
+def run(options: Options) -> dict:
+    started = timestamp()
+    plan = systems_plan(options, full_repetitions=10, frame_size=FRAME_SIZE)
+    with throughput.rig(PREFIXES, lab_prefix=options.lab_prefix, ipv6=True) as rig:
+        throughput.progress(f"gateway6: {BLACKLIST} ip6tables blacklist rules, {len(SYSTEM_NAMES)} systems x "
+                            f"{plan.repetitions} repetitions")
+        rig.generator.set_new_tuples(False)
+        summary, errors = measure_with_rules(rig, plan, blacklist_ruleset(), observe=observer(stateful=False),
+                                             restore=RESTORE)
+        throughput.progress(f"gateway6 ipset: the {BLACKLIST} sources as one hash:net inet6 set, one rule; "
+                            f"{len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
+        rig.line.dut.run(["ipset", "restore"], input=blacklist_ipset())
+        by_set, set_errors = measure_with_rules(rig, plan, ipset_ruleset(), observe=observer(stateful=False),
+                                                restore=RESTORE)
+        method = throughput.method(plan, rig.placement, PREFIXES)
+        method["sample_frame"] = rig.generator.sample_frame(FrameSpec(FRAME_SIZE)).hex()
+    method["rules"] = f"{BLACKLIST} x `-A FORWARD -s <2001:db8:ffff::/48 /128> -j DROP`, ip6tables-nft"
+    method["ipset_variant"] = (f"the same {BLACKLIST} sources as one `ipset` hash:net family inet6 set, one "
+                               f"rule: `-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP`, ip6tables-nft")
+    shares, set_shares = fast_path_shares(summary["repetitions"]), fast_path_shares(by_set["repetitions"])
+    errors.update(share_checks(shares))
+    set_errors.update(share_checks(set_shares))
+    return {
+        "scenario": "gateway6",
+        "supported": True,
+        "quick": options.quick,
+        "timestamp": started,
+        "machine": machine(),
+        "method": method,
+        "frame_size": FRAME_SIZE,
+        "systems": summary["systems"],
+        "ratios": summary["ratios"],
+        "ratio_spread": summary["ratio_spread"],
+        "regime": summary["regime"],
+        "repetitions": summary["repetitions"],
+        "fast_path": shares,
+        "ipset": {key: by_set[key] for key in ("systems", "ratios", "ratio_spread", "regime", "repetitions")}
+        | {"fast_path": set_shares, "errors": set_errors},
+        "targets": {"linuxfp-xdp/linux": TARGET},
+        "errors": {**errors, **{f"ipset {k}": v for k, v in set_errors.items()}},
+    }
+
+
+def summary_line(result: dict) -> str:
+    line = ratios_line(f"gateway6 ({BLACKLIST} ip6tables rules, {result.get('frame_size', FRAME_SIZE)} B)",
+                       {**result, "errors": {}})
+    ratios = result.get("ipset", {}).get("ratios", {})
+    line += "; ipset " + (", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios) or "no valid ratios")
+    if result["errors"]:
+        line += f"; errors: {', '.join(result['errors'])}"
+    return line
+
+
+def markdown(result: dict) -> str:
+    out = [f"# gateway6 benchmark, {result['timestamp']}\n\n",
+           f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
+           f"({result['machine']['cpu_model']}); {PREFIXES} routed IPv6 prefixes, "
+           f"{FRAME_SIZE} B frames{' (quick run)' if result['quick'] else ''}.\n\n",
+           f"## {result['method']['rules']}\n\n",
+           systems_table(result["systems"]), "\n",
+           ratios_table(result["ratio_spread"], {"linuxfp-xdp/linux": TARGET}), "\n",
+           table(SHARE_HEADER, share_rows(result["fast_path"])),
+           f"\n## ipset: {result['method']['ipset_variant']}\n\n", systems_table(result["ipset"]["systems"]), "\n",
+           ratios_table(result["ipset"]["ratio_spread"], {"linuxfp-xdp/linux": TARGET}), "\n",
+           table(SHARE_HEADER, share_rows(result["ipset"]["fast_path"]))]
+    if result["errors"]:
+        out += ["\n## Errors\n\n"] + [f"- {k}: {v}\n" for k, v in result["errors"].items()]
+    return "".join(out)
