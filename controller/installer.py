@@ -66,6 +66,10 @@ class Installer:
         self._origins: dict[str, dict] = {}      # where this plan's objects came from, by ifindex
         # digest -> the program every interface of that shape shares (_program)
         self._programs: dict[str, dp.Program] = {}
+        # (digest, ifindex, hook) -> the program an interface ran until its
+        # shape last changed (_keep_warm): undoing that change (the first rule
+        # added, then removed) attaches it again instead of loading anew
+        self._warm: dict[tuple[str, int, str], dp.Program] = {}
         self._faults = load_faults()
 
     def read_back(self) -> InstalledState:
@@ -84,6 +88,13 @@ class Installer:
         shared = pipeline.shape.shared
         if shared and compiled.digest in self._programs and not faulted:
             return self._programs[compiled.digest], True
+        warm = self._warm.pop((compiled.digest, pipeline.ifindex, pipeline.hook), None)
+        if warm is not None:
+            if not faulted and self._reads_current_maps(warm, pipeline.ifindex):
+                if shared:
+                    self._programs[compiled.digest] = warm
+                return warm, shared
+            warm.close()
         obj = dp.BpfObject.open(compiled.data, name=f"lfp_{pipeline.hook}" if shared else f"lfp_if{pipeline.ifindex}")
         try:
             if pipeline.shape.device_bound:
@@ -114,6 +125,51 @@ class Installer:
         for digest in [d for d in self._programs if d not in keep]:
             self._programs.pop(digest).close()
 
+    def _keep_warm(self, old: InstalledPipeline | None) -> None:
+        """Keep the program `old` ran loaded (one per interface and hook): the
+        verifier takes ~0.1 s per load, and a change is often undone."""
+        if old is None or not old.active or not old.prog_id:
+            return
+        for key in [k for k in self._warm if k[1:] == (old.ifindex, old.hook)]:
+            self._warm.pop(key).close()
+        try:
+            self._warm[(old.digest, old.ifindex, old.hook)] = dp.Program.from_id(old.prog_id)
+        except dp.BpfError as e:
+            log.debug("if%d: its program is gone already: %s", old.ifindex, e)
+
+    def _forget_warm(self, ifindex: int | None = None) -> None:
+        """Close the kept programs of `ifindex` (None: all of them)."""
+        for key in [k for k in self._warm if ifindex is None or k[1] == ifindex]:
+            self._warm.pop(key).close()
+
+    def _reads_current_maps(self, prog, ifindex: int) -> bool:
+        """Whether every map `prog` reads is still one this namespace's
+        programs share (the pins of its maps directory, the interface's
+        counter array) or its own constants (libbpf's .rodata: a name with a
+        dot). A program reading a map that was replaced since (a larger
+        facts array, another build's layout, counters made anew) must not
+        run again: that map no longer changes with the state."""
+        current = set()
+        pins = [self.layout.counters_pin(ifindex)]
+        if os.path.isdir(self.layout.maps_dir):
+            pins += [os.path.join(self.layout.maps_dir, n) for n in os.listdir(self.layout.maps_dir)]
+        for path in pins:
+            try:
+                with dp.Map.from_pinned(path) as m:
+                    current.add(m.id)
+            except (dp.BpfError, OSError):
+                continue
+        for map_id in dp.prog_map_ids(prog.fd):
+            if map_id in current:
+                continue
+            try:
+                with dp.Map.from_id(map_id) as m:
+                    if "." not in m.name:
+                        return False
+            except dp.BpfError:
+                return False
+        return True
+
     def _attach(self, pipeline: Pipeline, prog):
         if pipeline.hook == "xdp":
             # Device-bound programs attach natively only (see Shape.device_bound).
@@ -134,6 +190,7 @@ class Installer:
                 self.maps.register_counters((pipeline.ifindex,), self._desired)   # (done by apply, usually)
             if how == "replace":
                 link = self._link(pipeline.ifindex, pipeline.hook)
+                self._keep_warm(old)
                 link.update(prog.fd)
             else:
                 link = self._attach(pipeline, prog)
@@ -197,6 +254,7 @@ class Installer:
         reloading = growing or bool(self._foreign_maps)
         if reloading:
             self._close_programs()      # they read the maps being left behind
+            self._forget_warm()
             plan = _with_everything_reloaded(plan, installed, desired)
         # Before any program changes: summaries widened to cover old and new,
         # then the new entries (so a new program never reads a missing one).
@@ -289,6 +347,7 @@ class Installer:
         return state
 
     def detach_pipeline(self, old: InstalledPipeline) -> None:
+        self._forget_warm(old.ifindex)
         if old.active:
             self._detach_link(old.ifindex, old.hook)
         self._unpin_interface(old.ifindex)
@@ -367,6 +426,7 @@ class Installer:
                 pass
         self.links.clear()
         self._close_programs()
+        self._forget_warm()
         self.maps.close()
         count += _detach_pinned_links(self.layout.pin_dir)
         dp.remove_tree(self.layout.pin_dir)

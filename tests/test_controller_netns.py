@@ -377,6 +377,39 @@ def test_an_iptables_forward_rule_is_applied_in_the_fast_path(router_topology, i
         assert "filter" not in shapes["to-src"], shapes
 
 
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_a_shape_change_undone_attaches_the_program_it_replaced(router_topology, ip_forw_datagrams, hook):
+    """A change undone (the first FORWARD rule added, then its table
+    deleted) puts back the program each interface ran before: loaded once
+    (the verifier takes ~0.1 s a load), attached again. And it reads the
+    maps as they are now: the rules of today decide, not those it last saw."""
+    r = router_topology
+
+    def programs():
+        return {i["ifname"]: i["prog_id"] for i in status(r)["interfaces"]}
+
+    with ControllerProcess(r.dut.name, hook=hook) as c:
+        plain = programs()
+        r.dut.run(["iptables", "-A", "FORWARD", "-d", "198.19.3.0/24", "-p", "udp", "-j", "DROP"])
+        assert "filter" in _shapes_once(r, c, lambda shapes: "filter" in shapes["to-src"])["to-src"]
+        filtering = programs()
+        assert filtering["to-src"] != plain["to-src"]
+        r.dut.run(["nft", "delete", "table", "ip", "filter"])
+        assert "filter" not in _shapes_once(r, c, lambda shapes: "filter" not in shapes["to-src"])["to-src"]
+        assert programs() == plain
+        r.dut.run(["iptables", "-A", "FORWARD", "-d", "198.19.4.0/24", "-p", "udp", "-j", "DROP"])
+        assert "filter" in _shapes_once(r, c, lambda shapes: "filter" in shapes["to-src"])["to-src"]
+        assert programs() == filtering
+        before = ip_forw_datagrams(r.dut)
+        with Capture(r.sink, "to-dut") as sink:
+            udp_burst(r, 20)                       # 198.19.3.7: forwarded now
+            udp_burst(r, 20, dst="198.19.4.7")     # dropped now
+            settle([sink], quiet=0.2)
+            got = [f.data for f in sink.stop() if len(f.data) >= 64]
+        assert len(got) == 20 and all(d[30:34] == bytes([198, 19, 3, 7]) for d in got)
+        assert ip_forw_datagrams(r.dut) == before
+
+
 def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_topology, tmp_path):
     """A router module with an unchecked packet access: the verifier refuses
     it, status shows the verifier's words and the source line, and traffic
