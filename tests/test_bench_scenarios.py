@@ -240,14 +240,19 @@ def test_rules(tmp_path, capsys):
 
 
 def test_gateway6(tmp_path, capsys):
-    """IPv6 under 100 ip6tables rules and as one inet6 ipset: the fast path
-    forwards it itself (its counters), XDP and TC."""
+    """IPv6 under 100 ip6tables rules, as one inet6 ipset, and under a
+    stateful ruleset over established connections: the fast path forwards
+    it itself (its counters), XDP and TC."""
     result = bench("gateway6", tmp_path, capsys)
     systems = {"linux", "linuxfp-xdp", "linuxfp-tc"}
     check_throughput(result, systems)
     check_throughput(result["ipset"], systems)
+    check_throughput(result["stateful"], systems)
     assert bytes.fromhex(result["method"]["sample_frame"])[12:14] == b"\x86\xdd"   # IPv6
-    for shares in (result["fast_path"], result["ipset"]["fast_path"]):
+    # the stateful variant's flows were IPv6 connections conntrack had ASSURED
+    established = result["stateful"]["conntrack"]["established"]
+    assert established["assured"] == established["flows"] > 0, established
+    for shares in (result["fast_path"], result["ipset"]["fast_path"], result["stateful"]["fast_path"]):
         for name in ("linuxfp-xdp", "linuxfp-tc"):
             assert shares[name]["fast_path_share"] >= 0.99, shares[name]
     assert result["errors"] == {}, result["errors"]

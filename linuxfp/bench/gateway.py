@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from controller.launcher import linuxfp_stats, wait_lease_current
 from linuxfp.lab.conntrack import Flow, udp_entries
-from linuxfp.lab.frames import udp_frame
+from linuxfp.lab.frames import ipv6_udp_frame, udp_frame
 from linuxfp.lab.packet_io import inject
 
 from . import throughput
@@ -111,18 +111,20 @@ def conntrack_state(line: Line, flows: tuple[Flow, ...]) -> dict:
     }
 
 
-def establish_flows(line: Line, flows: tuple[Flow, ...]) -> dict:
+def establish_flows(line: Line, flows: tuple[Flow, ...], size: int = FRAME_SIZE - 4) -> dict:
     """Each flow as a real exchange through the DUT (Linux alone): a
     datagram from the source side, its reply from the sink side, and one
     more datagram past conntrack's stream mark, which makes the entry
     ASSURED. The reply is addressed to the MAC the forwarded datagrams
     reach the sink from: the DUT's egress, or across a bridge the
-    generator itself. Returns conntrack_state afterwards."""
-    size = FRAME_SIZE - 4
-    originals = [udp_frame(line.gen.mac, line.frame_dst_mac, src, dst, sport=sport, dport=dport, size=size)
-                 for src, dst, sport, dport in flows]
-    replies = [udp_frame(line.snk.mac, line.arrival_src_mac, dst, src, sport=dport, dport=sport, size=size)
-               for src, dst, sport, dport in flows]
+    generator itself. IPv6 flows (addresses with a colon) as IPv6. Returns
+    conntrack_state afterwards."""
+    def frame(src_mac, dst_mac, src, dst, sport, dport) -> bytes:
+        make = ipv6_udp_frame if ":" in src else udp_frame
+        return make(src_mac, dst_mac, src, dst, sport=sport, dport=dport, size=size)
+
+    originals = [frame(line.gen.mac, line.frame_dst_mac, src, dst, sport, dport) for src, dst, sport, dport in flows]
+    replies = [frame(line.snk.mac, line.arrival_src_mac, dst, src, dport, sport) for src, dst, sport, dport in flows]
     started = time.monotonic()
     inject(line.src, line.gen.ifname, originals)
     time.sleep(0.2)
@@ -141,6 +143,7 @@ class FlowSetup:
     what they lack)."""
 
     label: str                              # the variant, in the progress lines
+    size: int = FRAME_SIZE - 4              # the frames' (the generator's without the FCS)
     established: dict | None = None
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -148,7 +151,7 @@ class FlowSetup:
         flows = rig.generator.flows()
         throughput.progress(f"{self.label}: establishing {len(flows)} generator flows in conntrack")
         try:
-            self.established = establish_flows(rig.line, flows)
+            self.established = establish_flows(rig.line, flows, self.size)
         except Exception as exc:  # noqa: BLE001 - the measurements still run; this says what they lack
             self.errors["establish"] = f"{type(exc).__name__}: {exc}"
             return

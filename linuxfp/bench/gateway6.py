@@ -3,15 +3,21 @@ router6 line (50 prefixes 2001:db8:100:i::/64 via the sink) with 100
 ip6tables blacklist rules (FORWARD DROP by source, /128s the generator is
 not among), the traffic from a source not on the list, at 78 B (the
 smallest IPv6/UDP frame). In the same run, the ipset variant: the same
-blacklist as one hash:net set of family inet6, matched by one rule. Linux
-alone and LinuxFP (XDP, TC) in the same repetitions; same-run ratios and
-the share of the frames the fast path forwarded itself (its counters)."""
+blacklist as one hash:net set of family inet6, matched by one rule; and
+the stateful variant: a real host's ip6tables FORWARD (policy DROP,
+`--ctstate RELATED,ESTABLISHED` first, INVALID dropped, the blacklist, the
+generator's port accepted) over the generator's flows established in
+conntrack first (gateway.py's FlowSetup). Linux alone and LinuxFP (XDP,
+TC) in the same repetitions; same-run ratios and the share of the frames
+the fast path forwarded itself (its counters)."""
 from __future__ import annotations
 
 import ipaddress
 
 from . import throughput
-from .gateway import RATIO_KEYS, SHARE_HEADER, TARGET, fast_path_shares, observer, share_checks, share_rows
+from .gateway import (RATIO_KEYS, SHARE_HEADER, TARGET, FlowSetup, conntrack_after, conntrack_checks,
+                      fast_path_shares, observer, share_checks, share_rows)
+from .generator import BENCH_UDP_PORT
 from .machine import machine
 from .options import Options
 from .generator import FrameSpec
@@ -49,6 +55,15 @@ def ipset_ruleset() -> str:
             f"-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP\nCOMMIT\n")
 
 
+def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT) -> str:
+    lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]",
+             "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+             "-A FORWARD -m conntrack --ctstate INVALID -j DROP"]
+    lines += [f"-A FORWARD -s {source}/128 -j DROP" for source in blacklist_sources(count)]
+    lines += [f"-A FORWARD -p udp -m udp --dport {port} -j ACCEPT", "COMMIT"]
+    return "\n".join(lines) + "\n"
+
+
 def run(options: Options) -> dict:
     started = timestamp()
     plan = systems_plan(options, full_repetitions=10, frame_size=FRAME_SIZE)
@@ -63,14 +78,28 @@ def run(options: Options) -> dict:
         rig.line.dut.run(["ipset", "restore"], input=blacklist_ipset())
         by_set, set_errors = measure_with_rules(rig, plan, ipset_ruleset(), observe=observer(stateful=False),
                                                 restore=RESTORE)
+        throughput.progress(f"gateway6 stateful: conntrack, {BLACKLIST} blacklist rules; "
+                            f"{len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
+        setup = FlowSetup("gateway6 stateful", size=FRAME_SIZE - 4)
+        stateful, stateful_errors = measure_with_rules(rig, plan, stateful_ruleset(), prepare=setup,
+                                                       observe=observer(stateful=True), restore=RESTORE)
         method = throughput.method(plan, rig.placement, PREFIXES)
         method["sample_frame"] = rig.generator.sample_frame(FrameSpec(FRAME_SIZE)).hex()
     method["rules"] = f"{BLACKLIST} x `-A FORWARD -s <2001:db8:ffff::/48 /128> -j DROP`, ip6tables-nft"
     method["ipset_variant"] = (f"the same {BLACKLIST} sources as one `ipset` hash:net family inet6 set, one "
                                f"rule: `-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP`, ip6tables-nft")
+    method["stateful_rules"] = (
+        "`:FORWARD DROP`, `-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`, `-m conntrack --ctstate "
+        f"INVALID -j DROP`, the same {BLACKLIST} blacklist rules, `-p udp -m udp --dport {BENCH_UDP_PORT} -j "
+        "ACCEPT`; ip6tables-nft; the generator's flows established (datagram, reply, a datagram past the stream "
+        "mark) before measuring")
     shares, set_shares = fast_path_shares(summary["repetitions"]), fast_path_shares(by_set["repetitions"])
     errors.update(share_checks(shares))
     set_errors.update(share_checks(set_shares))
+    stateful_shares = fast_path_shares(stateful["repetitions"])
+    stateful_after = conntrack_after(stateful["repetitions"])
+    stateful_errors = {**setup.errors, **stateful_errors, **conntrack_checks(setup.established, stateful_after),
+                       **share_checks(stateful_shares)}
     return {
         "scenario": "gateway6",
         "supported": True,
@@ -87,16 +116,22 @@ def run(options: Options) -> dict:
         "fast_path": shares,
         "ipset": {key: by_set[key] for key in ("systems", "ratios", "ratio_spread", "regime", "repetitions")}
         | {"fast_path": set_shares, "errors": set_errors},
+        "stateful": {key: stateful[key] for key in ("systems", "ratios", "ratio_spread", "regime", "repetitions")}
+        | {"fast_path": stateful_shares, "errors": stateful_errors,
+           "conntrack": {"established": setup.established, "after_measurement": stateful_after}},
         "targets": {"linuxfp-xdp/linux": TARGET},
-        "errors": {**errors, **{f"ipset {k}": v for k, v in set_errors.items()}},
+        "errors": {**errors, **{f"ipset {k}": v for k, v in set_errors.items()},
+                   **{f"stateful {k}": v for k, v in stateful_errors.items()}},
     }
 
 
 def summary_line(result: dict) -> str:
     line = ratios_line(f"gateway6 ({BLACKLIST} ip6tables rules, {result.get('frame_size', FRAME_SIZE)} B)",
                        {**result, "errors": {}})
-    ratios = result.get("ipset", {}).get("ratios", {})
-    line += "; ipset " + (", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios) or "no valid ratios")
+    for variant in ("ipset", "stateful"):
+        ratios = result.get(variant, {}).get("ratios", {})
+        line += f"; {variant} " + (", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios)
+                                   or "no valid ratios")
     if result["errors"]:
         line += f"; errors: {', '.join(result['errors'])}"
     return line
@@ -113,7 +148,10 @@ def markdown(result: dict) -> str:
            table(SHARE_HEADER, share_rows(result["fast_path"])),
            f"\n## ipset: {result['method']['ipset_variant']}\n\n", systems_table(result["ipset"]["systems"]), "\n",
            ratios_table(result["ipset"]["ratio_spread"], {"linuxfp-xdp/linux": TARGET}), "\n",
-           table(SHARE_HEADER, share_rows(result["ipset"]["fast_path"]))]
+           table(SHARE_HEADER, share_rows(result["ipset"]["fast_path"])),
+           f"\n## Stateful: {result['method']['stateful_rules']}\n\n", systems_table(result["stateful"]["systems"]),
+           "\n", ratios_table(result["stateful"]["ratio_spread"], {}), "\n",
+           table(SHARE_HEADER, share_rows(result["stateful"]["fast_path"]))]
     if result["errors"]:
         out += ["\n## Errors\n\n"] + [f"- {k}: {v}\n" for k, v in result["errors"].items()]
     return "".join(out)

@@ -115,6 +115,9 @@ class Generator:
         """The steady flows (new tuples off) as bench_generator writes them:
         (source, destination, source port, destination port), one per routed
         prefix, in the order the frames cycle through them."""
+        if self.line.ipv6:       # generator.c: to host 1 of each routed_prefix6, from GEN_IP6
+            first = ipaddress.ip_network(routed_prefix6(0)).network_address + 1
+            return steady_flows(GEN_IP6, int(first), 1 << 64, len(self.line.prefixes))
         return steady_flows(self.line.gen.ip, self._dst_first, self._dst_stride, len(self.line.prefixes))
 
     def sent(self) -> int:
