@@ -56,43 +56,51 @@ def blacklist_sources(count: int = BLACKLIST) -> list[str]:
             for a in ipaddress.ip_network(net)][:count]
 
 
-def blacklist_ruleset(count: int = BLACKLIST) -> str:
-    """`count` sources (documentation ranges) dropped in FORWARD."""
+def _host_prefixes(sources: list[str] | None) -> list[str]:
+    """Each source as its host prefix (/32, or /128 for IPv6); the IPv4 blacklist by default."""
+    return [f"{s}/{128 if ':' in s else 32}" for s in (blacklist_sources() if sources is None else sources)]
+
+
+def blacklist_ruleset(count: int = BLACKLIST, sources: list[str] | None = None) -> str:
+    """`count` sources (documentation ranges; or `sources`) dropped in FORWARD."""
     lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
-    lines += [f"-A FORWARD -s {source}/32 -j DROP" for source in blacklist_sources(count)]
+    lines += [f"-A FORWARD -s {prefix} -j DROP" for prefix in _host_prefixes(sources)[:count]]
     return "\n".join(lines + ["COMMIT"]) + "\n"
 
 
 BLACKLIST_SET = "lfp-blacklist"
 
 
-def blacklist_ipset(count: int = BLACKLIST) -> str:
+def blacklist_ipset(count: int = BLACKLIST, sources: list[str] | None = None, name: str = BLACKLIST_SET,
+                    family: str = "inet") -> str:
     """`ipset restore` input: the blacklist's sources as one hash:net set."""
-    lines = [f"create {BLACKLIST_SET} hash:net -exist", f"flush {BLACKLIST_SET}"]
-    lines += [f"add {BLACKLIST_SET} {source}/32" for source in blacklist_sources(count)]
+    lines = [f"create {name} hash:net family {family} -exist", f"flush {name}"]
+    lines += [f"add {name} {prefix}" for prefix in _host_prefixes(sources)[:count]]
     return "\n".join(lines) + "\n"
 
 
-def ipset_ruleset() -> str:
+def ipset_ruleset(name: str = BLACKLIST_SET) -> str:
     """One FORWARD rule dropping the blacklist set's sources."""
     return ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
-            f"-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP\nCOMMIT\n")
+            f"-A FORWARD -m set --match-set {name} src -j DROP\nCOMMIT\n")
 
 
-def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT, bridge: str | None = None) -> str:
+def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT, bridge: str | None = None,
+                     sources: list[str] | None = None, nat: bool = True) -> str:
     """A real host's FORWARD: policy DROP, established connections first,
     INVALID dropped, the blacklist, then the one service (the generator's
-    UDP port) accepted; a nat table with one MASQUERADE rule. `bridge`:
-    the service accepted only between that bridge's ports (`-i br -o br`),
-    as Docker accepts traffic within docker0."""
+    UDP port) accepted; a nat table with one MASQUERADE rule (`nat`).
+    `bridge`: the service accepted only between that bridge's ports (`-i br
+    -o br`), as Docker accepts traffic within docker0."""
     within = f"-i {bridge} -o {bridge} " if bridge else ""
     lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]",
              "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
              "-A FORWARD -m conntrack --ctstate INVALID -j DROP"]
-    lines += [f"-A FORWARD -s {source}/32 -j DROP" for source in blacklist_sources(count)]
-    lines += [f"-A FORWARD {within}-p udp -m udp --dport {port} -j ACCEPT", "COMMIT",
-              "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
-              ":POSTROUTING ACCEPT [0:0]", f"-A POSTROUTING -d {MASQUERADED} -j MASQUERADE", "COMMIT"]
+    lines += [f"-A FORWARD -s {prefix} -j DROP" for prefix in _host_prefixes(sources)[:count]]
+    lines += [f"-A FORWARD {within}-p udp -m udp --dport {port} -j ACCEPT", "COMMIT"]
+    if nat:
+        lines += ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+                  ":POSTROUTING ACCEPT [0:0]", f"-A POSTROUTING -d {MASQUERADED} -j MASQUERADE", "COMMIT"]
     return "\n".join(lines) + "\n"
 
 

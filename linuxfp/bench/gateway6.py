@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 
 from . import throughput
+from . import gateway
 from .gateway import (RATIO_KEYS, SHARE_HEADER, TARGET, FlowSetup, conntrack_after, conntrack_checks,
                       fast_path_shares, observer, share_checks, share_rows)
 from .generator import BENCH_UDP_PORT
@@ -38,32 +39,6 @@ def blacklist_sources(count: int = BLACKLIST) -> list[str]:
     return [str(ipaddress.IPv6Address(base + (i << 16) + 1)) for i in range(count)]
 
 
-def blacklist_ruleset(count: int = BLACKLIST) -> str:
-    lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
-    lines += [f"-A FORWARD -s {source}/128 -j DROP" for source in blacklist_sources(count)]
-    return "\n".join(lines + ["COMMIT"]) + "\n"
-
-
-def blacklist_ipset(count: int = BLACKLIST) -> str:
-    lines = [f"create {BLACKLIST_SET} hash:net family inet6 -exist", f"flush {BLACKLIST_SET}"]
-    lines += [f"add {BLACKLIST_SET} {source}/128" for source in blacklist_sources(count)]
-    return "\n".join(lines) + "\n"
-
-
-def ipset_ruleset() -> str:
-    return ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
-            f"-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP\nCOMMIT\n")
-
-
-def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT) -> str:
-    lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]",
-             "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-             "-A FORWARD -m conntrack --ctstate INVALID -j DROP"]
-    lines += [f"-A FORWARD -s {source}/128 -j DROP" for source in blacklist_sources(count)]
-    lines += [f"-A FORWARD -p udp -m udp --dport {port} -j ACCEPT", "COMMIT"]
-    return "\n".join(lines) + "\n"
-
-
 def run(options: Options) -> dict:
     started = timestamp()
     plan = systems_plan(options, full_repetitions=10, frame_size=FRAME_SIZE)
@@ -71,18 +46,22 @@ def run(options: Options) -> dict:
         throughput.progress(f"gateway6: {BLACKLIST} ip6tables blacklist rules, {len(SYSTEM_NAMES)} systems x "
                             f"{plan.repetitions} repetitions")
         rig.generator.set_new_tuples(False)
-        summary, errors = measure_with_rules(rig, plan, blacklist_ruleset(), observe=observer(stateful=False),
-                                             restore=RESTORE)
+        sources = blacklist_sources()
+        summary, errors = measure_with_rules(rig, plan, gateway.blacklist_ruleset(sources=sources),
+                                             observe=observer(stateful=False), restore=RESTORE)
         throughput.progress(f"gateway6 ipset: the {BLACKLIST} sources as one hash:net inet6 set, one rule; "
                             f"{len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
-        rig.line.dut.run(["ipset", "restore"], input=blacklist_ipset())
-        by_set, set_errors = measure_with_rules(rig, plan, ipset_ruleset(), observe=observer(stateful=False),
-                                                restore=RESTORE)
+        rig.line.dut.run(["ipset", "restore"], input=gateway.blacklist_ipset(sources=sources, name=BLACKLIST_SET,
+                                                                            family="inet6"))
+        by_set, set_errors = measure_with_rules(rig, plan, gateway.ipset_ruleset(BLACKLIST_SET),
+                                                observe=observer(stateful=False), restore=RESTORE)
         throughput.progress(f"gateway6 stateful: conntrack, {BLACKLIST} blacklist rules; "
                             f"{len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
         setup = FlowSetup("gateway6 stateful", size=FRAME_SIZE - 4)
-        stateful, stateful_errors = measure_with_rules(rig, plan, stateful_ruleset(), prepare=setup,
-                                                       observe=observer(stateful=True), restore=RESTORE)
+        stateful, stateful_errors = measure_with_rules(rig, plan,
+                                                       gateway.stateful_ruleset(sources=sources, nat=False),
+                                                       prepare=setup, observe=observer(stateful=True),
+                                                       restore=RESTORE)
         method = throughput.method(plan, rig.placement, PREFIXES)
         method["sample_frame"] = rig.generator.sample_frame(FrameSpec(FRAME_SIZE)).hex()
     method["rules"] = f"{BLACKLIST} x `-A FORWARD -s <2001:db8:ffff::/48 /128> -j DROP`, ip6tables-nft"

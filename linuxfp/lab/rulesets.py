@@ -160,22 +160,20 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
             ports = ",".join(str(p) for p in sorted(set(rng.sample(PORTS, 3))))
             words.append(f"-m multiport {n}--{'dports' if kind == 'multiport' else 'ports'} {ports}")
         coverage.matches[f"{n}{kind}"] += 1
+    def option(kind: str, text) -> None:
+        """A match that may be negated: text(n) with n "! " or ""."""
+        n = neg()
+        words.append(text(n))
+        coverage.matches[f"{n}{kind}"] += 1
+
     if not ipv6 and rng.random() < 0.1:
-        n = neg()
-        words.append(f"-m addrtype {n}--{rng.choice(('src', 'dst'))}-type {rng.choice(ADDRESS_TYPES)}")
-        coverage.matches[f"{n}addrtype"] += 1
+        option("addrtype", lambda n: f"-m addrtype {n}--{rng.choice(('src', 'dst'))}-type {rng.choice(ADDRESS_TYPES)}")
     if proto == "tcp" and rng.random() < 0.3:
-        n = neg()
-        words.append(f"-m tcp {n}{rng.choice(TCP_FLAGS)}")
-        coverage.matches[f"{n}tcp-flags"] += 1
+        option("tcp-flags", lambda n: f"-m tcp {n}{rng.choice(TCP_FLAGS)}")
     elif proto == "icmp" and rng.random() < 0.6:
-        n = neg()
-        words.append(f"-m icmp {n}--icmp-type {rng.choice(ICMP)}")
-        coverage.matches[f"{n}icmp-type"] += 1
+        option("icmp-type", lambda n: f"-m icmp {n}--icmp-type {rng.choice(ICMP)}")
     elif proto == "icmpv6" and rng.random() < 0.6:
-        n = neg()
-        words.append(f"-m icmp6 {n}--icmpv6-type {rng.choice(ICMP6)}")
-        coverage.matches[f"{n}icmpv6-type"] += 1
+        option("icmpv6-type", lambda n: f"-m icmp6 {n}--icmpv6-type {rng.choice(ICMP6)}")
     if not words:   # a rule matching everything would end most chains at once
         words.append(f"-d {rng.choice(pool)}")
         coverage.matches["-d"] += 1
