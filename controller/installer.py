@@ -24,6 +24,9 @@ from .lease import LEASE_MAP, revoke_pinned
 from .reconcile import InstalledPipeline, InstalledState, Plan
 from .shared_maps import IF_COUNTERS_MAP, SharedMaps
 
+# uapi/linux/bpf.h: a map programs can only read (libbpf's .rodata)
+BPF_F_RDONLY_PROG = 1 << 7
+
 log = logging.getLogger("linuxfp.installer")
 
 # Fault injection, for tests only (tests/test_faults.py): a comma-separated
@@ -70,6 +73,7 @@ class Installer:
         # shape last changed (_keep_warm): undoing that change (the first rule
         # added, then removed) attaches it again instead of loading anew
         self._warm: dict[tuple[str, int, str], dp.Program] = {}
+        self._current_ids: set[int] | None = None      # the namespace's map ids, once per apply
         self._faults = load_faults()
 
     def read_back(self) -> InstalledState:
@@ -90,7 +94,12 @@ class Installer:
             return self._programs[compiled.digest], True
         warm = self._warm.pop((compiled.digest, pipeline.ifindex, pipeline.hook), None)
         if warm is not None:
-            if not faulted and self._reads_current_maps(warm, pipeline.ifindex):
+            try:
+                current = not faulted and self._reads_current_maps(warm)
+            except (dp.BpfError, OSError) as e:
+                log.debug("if%d: its kept program cannot be checked: %s", pipeline.ifindex, e)
+                current = False
+            if current:
                 if shared:
                     self._programs[compiled.digest] = warm
                 return warm, shared
@@ -142,29 +151,28 @@ class Installer:
         for key in [k for k in self._warm if ifindex is None or k[1] == ifindex]:
             self._warm.pop(key).close()
 
-    def _reads_current_maps(self, prog, ifindex: int) -> bool:
+    def _reads_current_maps(self, prog) -> bool:
         """Whether every map `prog` reads is still one this namespace's
-        programs share (the pins of its maps directory, the interface's
-        counter array) or its own constants (libbpf's .rodata: a name with a
-        dot). A program reading a map that was replaced since (a larger
-        facts array, another build's layout, counters made anew) must not
-        run again: that map no longer changes with the state."""
-        current = set()
-        pins = [self.layout.counters_pin(ifindex)]
-        if os.path.isdir(self.layout.maps_dir):
-            pins += [os.path.join(self.layout.maps_dir, n) for n in os.listdir(self.layout.maps_dir)]
-        for path in pins:
-            try:
-                with dp.Map.from_pinned(path) as m:
-                    current.add(m.id)
-            except (dp.BpfError, OSError):
-                continue
+        programs share (pinned in its maps directory: the tables, the
+        interfaces' counter arrays) or its own constants (libbpf's .rodata,
+        read-only to programs). A program reading a map that was replaced
+        since (a larger facts array, another build's layout, counters made
+        anew) must not run again: that map no longer changes with the state."""
+        if self._current_ids is None:       # (once per apply: pins made within one are new to every kept program)
+            self._current_ids = set()
+            names = os.listdir(self.layout.maps_dir) if os.path.isdir(self.layout.maps_dir) else []
+            for name in names:
+                try:
+                    with dp.Map.from_pinned(os.path.join(self.layout.maps_dir, name)) as m:
+                        self._current_ids.add(m.id)
+                except (dp.BpfError, OSError):
+                    continue
         for map_id in dp.prog_map_ids(prog.fd):
-            if map_id in current:
+            if map_id in self._current_ids:
                 continue
             try:
                 with dp.Map.from_id(map_id) as m:
-                    if "." not in m.name:
+                    if not dp.map_info(m.fd)["map_flags"] & BPF_F_RDONLY_PROG:
                         return False
             except dp.BpfError:
                 return False
@@ -266,10 +274,14 @@ class Installer:
         except (dp.BpfError, OSError) as e:
             log.debug("counters registered one interface at a time: %s", e)   # and its error recorded there
         state = installed
+        self._current_ids = None
         for how, pipelines in (("attach", plan.attach), ("replace", plan.replace), ("rehook", plan.rehook)):
             for p in pipelines:
                 old = state.pipeline(p.ifindex)
                 state = state.with_pipeline(self._install_or_record(p, how, old, compiled))
+        self._current_ids = None
+        if reloading:
+            self._forget_warm()     # what every interface ran read the maps left behind
         self._record_origins()
         for old in plan.detach:
             self.detach_pipeline(old)
@@ -347,13 +359,13 @@ class Installer:
         return state
 
     def detach_pipeline(self, old: InstalledPipeline) -> None:
-        self._forget_warm(old.ifindex)
         if old.active:
             self._detach_link(old.ifindex, old.hook)
         self._unpin_interface(old.ifindex)
         log.info("detached %s from %s", old.shape, old.ifname)
 
     def _unpin_interface(self, ifindex: int) -> None:
+        self._forget_warm(ifindex)
         dp.remove_tree(self.layout.iface_dir(ifindex))
         self.maps.forget_counters(ifindex)
 

@@ -498,7 +498,9 @@ def test_a_sysctl_write_is_honoured_from_the_syscall_on(require_root):
     rule drops some bridged frames, Linux drops them from the write on; the
     sysctl watch (a cgroup sysctl program) makes the datapath defer to Linux
     from the write, not a poll later: the burst follows the write at once
-    (a 1 s poll would have forwarded it through the fast path, unfiltered)."""
+    (a 1 s poll would have forwarded it through the fast path, unfiltered).
+    The controller is frozen across the write (SIGSTOP, within its lease's
+    1 s term): only the watch can defer, however fast a re-read would be."""
     from linuxfp.lab import inject
     from linuxfp.lab.bridged import BridgeTopology, bridge_frames, host_ip
     from linuxfp.lab.frames import udp_frame
@@ -517,15 +519,32 @@ def test_a_sysctl_write_is_honoured_from_the_syscall_on(require_root):
                                                           sport=51000)])
         time.sleep(0.1)
 
+    frozen: list[int] = []
+
+    def nf_on(topology) -> None:
+        pid = json.loads(linuxfp_cli(topology.dut.name, "-j", "status").stdout)["controller_pid"]
+        if pid:
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+        topology.dut.sysctl("net.bridge.bridge-nf-call-iptables", 1)
+
+    def thawed(topology) -> None:
+        while frozen:
+            os.kill(frozen.pop(), signal.SIGCONT)
+
     stats: list[dict] = []
     steps = (
         Step("rule-nf-off", nf_off),
         # a second burst: one that meets a source's ageing refresh settles
         # (br_settling) whole, which would leave the fast path nothing to show
         Step("again", lambda t: time.sleep(0.05)),
-        Step("nf-on", lambda t: t.dut.sysctl("net.bridge.bridge-nf-call-iptables", 1)),
+        Step("nf-on", nf_on),
+        Step("thawed", thawed),
     )
-    report = run_differential(BridgeTopology(), steps, _watched(stats), bridge_frames, prefix="lfp-t")
+    try:
+        report = run_differential(BridgeTopology(), steps, _watched(stats), bridge_frames, prefix="lfp-t")
+    finally:
+        thawed(None)
     assert report.ok, report.render()
     fast = sum(i["fast_path"] for i in stats[0]["interfaces"])
     passed = {name: n for i in stats[0]["interfaces"] for node in i["nodes"].values()

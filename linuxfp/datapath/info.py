@@ -8,6 +8,7 @@ uapi offsets (checked against the headers by tests/test_datapath_layout.py).
 from __future__ import annotations
 
 import ctypes
+import errno
 import struct
 from typing import Any
 
@@ -75,8 +76,8 @@ def prog_info(fd: int) -> dict[str, Any]:
 
 
 def prog_map_ids(fd: int, most: int = 64) -> tuple[int, ...]:
-    """The ids of the maps a program uses (bpf_prog_info.map_ids), up to
-    `most` of them."""
+    """The ids of the maps a program uses (bpf_prog_info.map_ids); a
+    BpfError (E2BIG) when it uses more than `most`."""
     ids = (ctypes.c_uint32 * most)()
     buffer = ctypes.create_string_buffer(_INFO_BUFFER_SIZE)
     struct.pack_into("<I", buffer, PROG_INFO_NR_MAP_IDS, most)
@@ -85,7 +86,9 @@ def prog_map_ids(fd: int, most: int = 64) -> tuple[int, ...]:
     result = lib().bpf_obj_get_info_by_fd(fd, buffer, ctypes.byref(length))
     if result != 0:
         raise BpfError(f"bpf_obj_get_info_by_fd(prog fd {fd})", errno_of(result))
-    count = min(_u32(buffer.raw, PROG_INFO_NR_MAP_IDS), most)
+    count = _u32(buffer.raw, PROG_INFO_NR_MAP_IDS)
+    if count > most:
+        raise BpfError(f"prog fd {fd} uses {count} maps, more than the {most} asked for", errno.E2BIG)
     return tuple(ids[:count])
 
 
