@@ -476,10 +476,12 @@ SHARE_HEADER = ["system", "fast-pathed (LinuxFP counters)", "fast path", "passed
 
 
 def markdown(result: dict) -> str:
-    out = [f"# gateway benchmark, {result['timestamp']}\n\n",
+    """gateway's report, and gateway6's (its scenario, frame size and family)."""
+    family = " IPv6" if result.get("scenario") == "gateway6" else ""
+    out = [f"# {result.get('scenario', 'gateway')} benchmark, {result['timestamp']}\n\n",
            f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
-           f"({result['machine']['cpu_model']}); {PREFIXES} routed prefixes, "
-           f"{FRAME_SIZE} B frames{' (quick run)' if result['quick'] else ''}.\n\n",
+           f"({result['machine']['cpu_model']}); {PREFIXES} routed{family} prefixes, "
+           f"{result.get('frame_size', FRAME_SIZE)} B frames{' (quick run)' if result['quick'] else ''}.\n\n",
            f"## Stateless: {result['method']['rules']}\n\n",
            systems_table(result["systems"]), "\n",
            ratios_table(result["ratio_spread"], {"linuxfp-xdp/linux": TARGET})]

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import ipaddress
 
-from . import throughput
-from . import gateway
-from .gateway import (RATIO_KEYS, SHARE_HEADER, TARGET, FlowSetup, conntrack_after, conntrack_checks,
-                      fast_path_shares, observer, share_checks, share_rows)
-from .generator import BENCH_UDP_PORT
+from . import gateway, throughput
+from .gateway import (RATIO_KEYS, TARGET, FlowSetup, conntrack_after, conntrack_checks, fast_path_shares, observer,
+                      share_checks)
+from .generator import BENCH_UDP_PORT, FrameSpec
 from .machine import machine
 from .options import Options
-from .generator import FrameSpec
-from .results import ratios_line, ratios_table, systems_table, table, timestamp
+from .results import ratios_line, timestamp
 from .router6 import FRAME_SIZES
 from .rules import PREFIXES, SYSTEM_NAMES, measure_with_rules, systems_plan
 
@@ -70,8 +68,10 @@ def run(options: Options) -> dict:
     method["stateful_rules"] = (
         "`:FORWARD DROP`, `-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`, `-m conntrack --ctstate "
         f"INVALID -j DROP`, the same {BLACKLIST} blacklist rules, `-p udp -m udp --dport {BENCH_UDP_PORT} -j "
-        "ACCEPT`; ip6tables-nft; the generator's flows established (datagram, reply, a datagram past the stream "
-        "mark) before measuring")
+        "ACCEPT`; ip6tables-nft")
+    method["stateful_flows"] = ("the generator's IPv6 flows (one per routed prefix) established through the DUT "
+                                "before measuring, with no system installed: a datagram, its reply, one more "
+                                "datagram past conntrack's stream mark")
     shares, set_shares = fast_path_shares(summary["repetitions"]), fast_path_shares(by_set["repetitions"])
     errors.update(share_checks(shares))
     set_errors.update(share_checks(set_shares))
@@ -117,20 +117,4 @@ def summary_line(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    out = [f"# gateway6 benchmark, {result['timestamp']}\n\n",
-           f"Machine: kernel {result['machine']['kernel']}, {result['machine']['cpus']} CPUs "
-           f"({result['machine']['cpu_model']}); {PREFIXES} routed IPv6 prefixes, "
-           f"{FRAME_SIZE} B frames{' (quick run)' if result['quick'] else ''}.\n\n",
-           f"## {result['method']['rules']}\n\n",
-           systems_table(result["systems"]), "\n",
-           ratios_table(result["ratio_spread"], {"linuxfp-xdp/linux": TARGET}), "\n",
-           table(SHARE_HEADER, share_rows(result["fast_path"])),
-           f"\n## ipset: {result['method']['ipset_variant']}\n\n", systems_table(result["ipset"]["systems"]), "\n",
-           ratios_table(result["ipset"]["ratio_spread"], {"linuxfp-xdp/linux": TARGET}), "\n",
-           table(SHARE_HEADER, share_rows(result["ipset"]["fast_path"])),
-           f"\n## Stateful: {result['method']['stateful_rules']}\n\n", systems_table(result["stateful"]["systems"]),
-           "\n", ratios_table(result["stateful"]["ratio_spread"], {}), "\n",
-           table(SHARE_HEADER, share_rows(result["stateful"]["fast_path"]))]
-    if result["errors"]:
-        out += ["\n## Errors\n\n"] + [f"- {k}: {v}\n" for k, v in result["errors"].items()]
-    return "".join(out)
+    return gateway.markdown(result)
