@@ -115,6 +115,8 @@ class ControllerProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGCONT)    # a paused one too must see the signal
         self.proc.send_signal(sig)
         try:
             self.proc.wait(timeout)

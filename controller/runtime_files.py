@@ -72,8 +72,13 @@ class ControllerLock:
         if self.fd < 0:
             return
         if remove:
+            # Only the file this lock holds: once it is unlinked (stopping
+            # removes the run files first) a waiting controller may already
+            # hold the next one at this path.
             try:
-                os.unlink(self.path)
+                held, current = os.fstat(self.fd), os.stat(self.path)
+                if (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino):
+                    os.unlink(self.path)
             except FileNotFoundError:
                 pass
         os.close(self.fd)     # drops the lock

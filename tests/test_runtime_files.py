@@ -35,3 +35,25 @@ def test_a_lock_won_on_an_unlinked_pid_file_is_taken_again(tmp_path):
     finally:
         lock.release()
     assert running_controller(layout) is None
+
+
+def test_a_stopping_controller_leaves_its_successors_pid_file_alone(tmp_path):
+    """A controller stopping removes its run files (the pid file among them)
+    and then lets go of the lock: a successor may hold the next pid file by
+    then, which the release must not remove."""
+    layout = _layout(tmp_path)
+    stopping = ControllerLock(layout)
+    got: dict = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("lock", ControllerLock(layout)))
+    waiter.start()
+    time.sleep(0.2)
+    os.unlink(layout.pid_file)           # remove_run_dir()
+    time.sleep(0.1)                      # the successor makes and locks the next file
+    stopping.release()
+    waiter.join(5)
+    successor = got["lock"]
+    try:
+        assert os.path.exists(layout.pid_file)
+        assert running_controller(layout) == os.getpid()
+    finally:
+        successor.release()
