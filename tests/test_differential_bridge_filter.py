@@ -26,6 +26,7 @@ from linuxfp.lab.conntrack import malformed_udp, timeouts_to
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import ethernet, icmp_frame, ipv4, tcp_frame, udp, udp_frame
 from linuxfp.lab.packet_io import inject
+from linuxfp.lab.rulesets import stateful_forward
 
 pytestmark = pytest.mark.netns
 
@@ -36,28 +37,9 @@ ALLOWED = {"198.18.10.120": "b", "198.18.10.121": "b", "198.18.10.130": "c"}
 BLOCKED_LATER = {"198.18.10.122": "b"}
 ESTABLISHED = ALLOWED | BLOCKED_LATER
 SPORT = 40001
-RULES = f"""*filter
-:INPUT ACCEPT [0:0]
-:FORWARD DROP [0:0]
-:OUTPUT ACCEPT [0:0]
-:GUARD - [0:0]
--A FORWARD -j GUARD
--A FORWARD -m conntrack --ctstate INVALID -j DROP
--A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
--A FORWARD -i {BRIDGE} -o {BRIDGE} -p udp -m udp --dport 5000:5199 -j ACCEPT
--A FORWARD -m physdev --physdev-in to-c -j DROP
--A FORWARD -o to-b -j ACCEPT
--A GUARD -d 198.18.10.140/32 -j DROP
--A GUARD -j RETURN
-COMMIT
-*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
--A POSTROUTING -s 198.18.10.0/24 ! -d 198.18.10.0/24 -j MASQUERADE
-COMMIT
-"""
+RULES = stateful_forward([f"-i {BRIDGE} -o {BRIDGE} -p udp -m udp --dport 5000:5199 -j ACCEPT",
+                          "-m physdev --physdev-in to-c -j DROP", "-o to-b -j ACCEPT"],
+                         ["-d 198.18.10.140/32 -j DROP"], masquerade="-s 198.18.10.0/24 ! -d 198.18.10.0/24")
 SIZES = (60, 61, 64, 99, 128, 333, 512, 513, 1023, 1400)
 
 
@@ -75,17 +57,23 @@ def _connect(topology) -> None:
     destination's MAC), and one more after conntrack's stream mark (2 s),
     which makes the entry ASSURED."""
     topology.dut.run(["iptables-restore"], input=RULES)
-    opening = [_datagram(topology, dst, 80, 1) for dst in ESTABLISHED]
-    inject(topology.ns("a"), "to-dut", opening)
-    time.sleep(0.2)
-    for dst, host in ESTABLISHED.items():
-        inject(topology.ns(host), "to-dut", [udp_frame(topology.mac(host), topology.mac("a"), dst, SOURCE,
-                                                       sport=_port(dst), dport=SPORT)])
-    time.sleep(2.3)
-    inject(topology.ns("a"), "to-dut", opening)
+    _exchange(topology, [_datagram(topology, dst, 80, 1) for dst in ESTABLISHED],
+              [(host, udp_frame(topology.mac(host), topology.mac("a"), dst, SOURCE, sport=_port(dst), dport=SPORT))
+               for dst, host in ESTABLISHED.items()])
     # Long enough that an entry the fast path forgot to refresh shows it.
     time.sleep(3)
     _warm_up(topology)
+
+
+def _exchange(topology, opening: list[bytes], replies) -> None:
+    """`opening` from a, each (host, reply) from its host, `opening` again
+    past conntrack's stream mark (2 s): the connections are ASSURED."""
+    inject(topology.ns("a"), "to-dut", opening)
+    time.sleep(0.2)
+    for host, reply in replies:
+        inject(topology.ns(host), "to-dut", [reply])
+    time.sleep(2.3)
+    inject(topology.ns("a"), "to-dut", opening)
 
 
 def _warm_up(topology) -> None:
@@ -257,19 +245,8 @@ def test_bridged_ipv6_is_filtered_as_br_netfilter_filters_it_with_ip6tables(requ
         assert not seen_reasons.get(reason), (reason, seen_reasons)
 
 
-STATEFUL6 = f"""*filter
-:INPUT ACCEPT [0:0]
-:FORWARD DROP [0:0]
-:OUTPUT ACCEPT [0:0]
-:GUARD - [0:0]
--A FORWARD -j GUARD
--A FORWARD -m conntrack --ctstate INVALID -j DROP
--A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
--A FORWARD -i {BRIDGE} -o {BRIDGE} -p udp -m udp --dport 5000:5199 -j ACCEPT
--A GUARD -d 2001:db8:10::140 -j DROP
--A GUARD -j RETURN
-COMMIT
-"""
+STATEFUL6 = stateful_forward([f"-i {BRIDGE} -o {BRIDGE} -p udp -m udp --dport 5000:5199 -j ACCEPT"],
+                             ["-d 2001:db8:10::140 -j DROP"])
 ESTABLISHED6 = {"2001:db8:10::120": "b", "2001:db8:10::121": "b", "2001:db8:10::130": "c", "2001:db8:10::122": "b"}
 BLOCKED_LATER6 = "2001:db8:10::122"
 
@@ -292,14 +269,9 @@ def _connect6(topology) -> None:
 
     topology.dut.sysctl("net.bridge.bridge-nf-call-ip6tables", 1)
     topology.dut.run(["ip6tables-restore"], input=STATEFUL6)
-    opening = [_datagram6(topology, dst, 80) for dst in ESTABLISHED6]
-    inject(topology.ns("a"), "to-dut", opening)
-    time.sleep(0.2)
-    for dst, host in ESTABLISHED6.items():
-        inject(topology.ns(host), "to-dut", [ipv6_udp_frame(topology.mac(host), topology.mac("a"), dst, SOURCE6,
-                                                            sport=_port6(dst), dport=SPORT)])
-    time.sleep(2.3)
-    inject(topology.ns("a"), "to-dut", opening)
+    _exchange(topology, [_datagram6(topology, dst, 80) for dst in ESTABLISHED6],
+              [(host, ipv6_udp_frame(topology.mac(host), topology.mac("a"), dst, SOURCE6, sport=_port6(dst),
+                                     dport=SPORT)) for dst, host in ESTABLISHED6.items()])
     time.sleep(0.5)
     _warm_up(topology)
 

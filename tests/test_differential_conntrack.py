@@ -21,6 +21,7 @@ from linuxfp.lab.conntrack import malformed_udp, timeouts_to
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import icmp_frame, tcp_frame, udp_frame
 from linuxfp.lab.packet_io import inject
+from linuxfp.lab.rulesets import stateful_forward
 
 pytestmark = pytest.mark.netns
 
@@ -29,27 +30,9 @@ ALLOWED = [f"198.19.0.{10 + i}" for i in range(6)]       # established, accepted
 BLOCKED_LATER = ["198.19.2.5", "198.19.2.6"]              # established, then blocked by a rule
 NATED = ["198.19.3.7"]                                    # established through MASQUERADE
 ESTABLISHED = ALLOWED + BLOCKED_LATER + NATED
-RULES = """*filter
-:INPUT ACCEPT [0:0]
-:FORWARD DROP [0:0]
-:OUTPUT ACCEPT [0:0]
-:GUARD - [0:0]
--A FORWARD -j GUARD
--A FORWARD -m conntrack --ctstate INVALID -j DROP
--A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
--A FORWARD -i to-src -p udp -m udp --dport 5000:5099 -j ACCEPT
--A FORWARD -i to-sink -m state --state NEW -j DROP
--A GUARD -d 198.19.9.0/24 -j DROP
--A GUARD -j RETURN
-COMMIT
-*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
--A POSTROUTING -d 198.19.3.0/24 -o to-sink -j MASQUERADE
-COMMIT
-"""
+RULES = stateful_forward(["-i to-src -p udp -m udp --dport 5000:5099 -j ACCEPT",
+                          "-i to-sink -m state --state NEW -j DROP"], ["-d 198.19.9.0/24 -j DROP"],
+                         masquerade="-d 198.19.3.0/24 -o to-sink")
 
 
 def _port(dst: str) -> int:
@@ -204,27 +187,9 @@ ALLOWED6 = [f"2001:db8:100::{10 + i}" for i in range(6)]
 BLOCKED_LATER6 = ["2001:db8:100:2::5", "2001:db8:100:2::6"]
 NATED6 = ["2001:db8:100:3::7"]
 ESTABLISHED6 = ALLOWED6 + BLOCKED_LATER6 + NATED6
-RULES6 = """*filter
-:INPUT ACCEPT [0:0]
-:FORWARD DROP [0:0]
-:OUTPUT ACCEPT [0:0]
-:GUARD - [0:0]
--A FORWARD -j GUARD
--A FORWARD -m conntrack --ctstate INVALID -j DROP
--A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
--A FORWARD -i to-src -p udp -m udp --dport 5000:5099 -j ACCEPT
--A FORWARD -i to-sink -m state --state NEW -j DROP
--A GUARD -d 2001:db8:100:9::/64 -j DROP
--A GUARD -j RETURN
-COMMIT
-*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
--A POSTROUTING -d 2001:db8:100:3::/64 -o to-sink -j MASQUERADE
-COMMIT
-"""
+RULES6 = stateful_forward(["-i to-src -p udp -m udp --dport 5000:5099 -j ACCEPT",
+                           "-i to-sink -m state --state NEW -j DROP"], ["-d 2001:db8:100:9::/64 -j DROP"],
+                          masquerade="-d 2001:db8:100:3::/64 -o to-sink")
 
 
 def _port6(dst: str) -> int:

@@ -51,6 +51,23 @@ UNSUPPORTED6 = ("-m length --length 100:300", "-p tcp -m tcp --tcp-option 2",
                 "-m hl --hl-gt 30", "-m pkttype --pkt-type unicast", "-m ipv6header --header dst --soft")
 
 
+def stateful_forward(forward: list[str], guard: list[str], masquerade: str = "") -> str:
+    """iptables-save text of a real host's stateful FORWARD, as the
+    conntrack and bridge-filter differentials load it: policy DROP, a GUARD
+    chain jumped to first (`guard`'s rules, then RETURN), INVALID dropped,
+    RELATED,ESTABLISHED accepted, then `forward`'s rules; with `masquerade`
+    (a POSTROUTING rule's matches), a nat table holding that rule."""
+    lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]", ":GUARD - [0:0]",
+             "-A FORWARD -j GUARD", "-A FORWARD -m conntrack --ctstate INVALID -j DROP",
+             "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"]
+    lines += [f"-A FORWARD {rule}" for rule in forward]
+    lines += [f"-A GUARD {rule}" for rule in guard] + ["-A GUARD -j RETURN", "COMMIT"]
+    if masquerade:
+        lines += ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+                  ":POSTROUTING ACCEPT [0:0]", f"-A POSTROUTING {masquerade} -j MASQUERADE", "COMMIT"]
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
 class Coverage:
     """How often each match kind and target occurs (reported by the tests)."""
