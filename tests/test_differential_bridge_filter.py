@@ -65,6 +65,13 @@ def _connect(topology) -> None:
     _warm_up(topology)
 
 
+def _per_step(counting: Counting) -> str:
+    """Each step's reasons and per-interface fast-path counts (a failure's detail)."""
+    return json.dumps([{"step": index, "reasons": reasons(each),
+                        "interfaces": [(i["ifname"], i["fast_path"]) for i in each["interfaces"]]}
+                       for index, each in enumerate(counting.stats)], indent=1)
+
+
 def _exchange(topology, opening: list[bytes], replies) -> None:
     """`opening` from a, each (host, reply) from its host, `opening` again
     past conntrack's stream mark (2 s): the connections are ASSURED."""
@@ -234,9 +241,7 @@ def test_bridged_ipv6_is_filtered_as_br_netfilter_filters_it_with_ip6tables(requ
     assert report.ok, report.render()
     stats = seen[0].stats[-1]
     seen_reasons = reasons(stats)
-    detail = json.dumps([{"step": index, "reasons": reasons(each),
-                          "interfaces": [(i["ifname"], i["fast_path"]) for i in each["interfaces"]]}
-                         for index, each in enumerate(seen[0].stats)], indent=1)
+    detail = _per_step(seen[0])
     assert sum(i["fast_path"] for i in stats["interfaces"]) >= 2 * len(SIZES), detail
     assert seen_reasons.get("filter_dropped", 0) >= len(SIZES) + 1, detail         # GUARD, the policy
     assert seen_reasons.get("filter_kernel", 0) >= len(SIZES), detail             # physdev, LOG
@@ -309,9 +314,7 @@ def test_bridged_ipv6_connections_are_filtered_as_br_netfilter_filters_them(requ
     assert report.ok, report.render()
     stats = seen[0].stats[-1]
     seen_reasons = reasons(stats)
-    detail = json.dumps([{"step": index, "reasons": reasons(each),
-                          "interfaces": [(i["ifname"], i["fast_path"]) for i in each["interfaces"]]}
-                         for index, each in enumerate(seen[0].stats)], indent=1)
+    detail = _per_step(seen[0])
     assert sum(i["fast_path"] for i in stats["interfaces"]) >= 3 * (len(SIZES) - 2), detail
     assert seen_reasons.get("filter_dropped", 0) >= len(SIZES), detail
     for reason in ("filter_ct_new", "filter_ct_tcp", "filter_ct_proto", "filter_ct_invalid"):
