@@ -473,6 +473,7 @@ def test_tc_interfaces_of_one_shape_share_one_program(router_topology):
         assert len(pinned) <= len(status(r)["interfaces"]) + SPARE_COUNTERS, pinned
 
 
+@pytest.mark.serial    # killed without --keep, its namespace is stale until the next start: another run's reclaim
 def test_counters_carry_on_after_a_crash(router_topology):
     """A controller killed without --keep takes its programs with it; the
     next one attaches again and the interfaces' counters carry on."""

@@ -288,7 +288,9 @@ def stateful_frames6(topology, index: int) -> list[bytes]:
     for dst in ESTABLISHED6:
         out += [_datagram6(topology, dst, size + 2) for size in SIZES]    # (IPv6's minimum frame: 62 bytes)
         out += malformed_udp(_datagram6(topology, dst, 200 + index))
-    out += [_datagram6(topology, "2001:db8:10::150", 90, sport=41000 + n) for n in range(4)]    # new, accepted
+    # new connections, each burst its own (a burst the bridge settles whole
+    # goes to the kernel, which would make its connections known to the next)
+    out += [_datagram6(topology, "2001:db8:10::150", 90, sport=41000 + 4 * index + n) for n in range(4)]
     a, b = topology.mac("a"), topology.mac("b")
     first = next(iter(ESTABLISHED6))
     out.append(ipv6_frame(a, b, SOURCE6, first, 6, tcp6(SOURCE6, first, SPORT, _port6(first))))
