@@ -5,7 +5,7 @@
  *
  * Lease: the controller's event loop runs lfp_lease_renew (BPF_PROG_TEST_RUN)
  * every 200 ms; it sets held and re-arms a timer that clears it one term
- * later.
+ * later. It reads the kernel's generations through lfp_read_generations.
  *
  * Watch: iptables-legacy (libiptc) replaces a whole table with one
  * setsockopt(SOL_IP, IPT_SO_SET_REPLACE) and then, once the replace is done,
@@ -54,6 +54,13 @@
 struct lfp_renewal {
 	__u64 watch_acked;
 	__u64 term_ns;
+	__u32 addr_genid;       /* lfp_lease's, as lfp_read_generations read it */
+	__u32 addr_guarded;
+};
+
+/* BPF_PROG_TEST_RUN's context for lfp_read_generations, filled in. */
+struct lfp_generations {
+	__u32 addr_genid;
 };
 
 static int lfp_lease_lapse(void *map, __u32 *key, struct lfp_lease *lease)
@@ -85,7 +92,36 @@ int lfp_lease_renew(struct lfp_renewal *renewal)
 		return 2;
 	}
 	lease->watch_acked = renewal->watch_acked;
+	lease->addr_genid = renewal->addr_genid;
+	lease->addr_guarded = renewal->addr_guarded;
 	lease->held = 1;
+	return 0;
+}
+
+struct nsproxy___lfp_net {
+	struct net *net_ns;
+} __attribute__((preserve_access_index));
+
+struct task_struct___lfp_net {
+	struct nsproxy___lfp_net *nsproxy;
+} __attribute__((preserve_access_index));
+
+/* The kernel's generations the controller reads *before* it takes in what
+ * they version (controller/lease.py), from the calling thread's namespace:
+ * 0, or 1 where that is not the watched namespace (or the task is exiting). */
+SEC("syscall")
+int lfp_read_generations(struct lfp_generations *gens)
+{
+	struct task_struct___lfp_net *task = (void *)bpf_get_current_task_btf();
+	struct nsproxy___lfp_net *nsproxy = BPF_CORE_READ(task, nsproxy);
+	struct net *net;
+
+	if (!nsproxy)
+		return 1;
+	net = BPF_CORE_READ(nsproxy, net_ns);
+	if (!net || BPF_CORE_READ(net, net_cookie) != lfp_netns_cookie)
+		return 1;
+	gens->addr_genid = BPF_CORE_READ((struct net___lfp_lease *)net, ipv4.dev_addr_genid.counter);
 	return 0;
 }
 

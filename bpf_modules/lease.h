@@ -34,6 +34,14 @@
  * the tables after (written with each renewal). Until they are equal again,
  * the kernel decides.
  *
+ * addr_genid / addr_guarded: the kernel's IPv4 address generation
+ * (net->ipv4.dev_addr_genid, which every address added or removed moves, in
+ * the changing system call, right after its netlink message is queued) that
+ * the controller read before it last took in the addresses; while it is
+ * guarded and the kernel's reads otherwise, the addresses the datapath holds
+ * (local sources, addrtype) may be stale, and the kernel decides. Unguarded
+ * only for tests that load a pipeline without a controller.
+ *
  * Layout mirrored in controller/lease.py. */
 struct lfp_lease {
 	__u64 changes_started;
@@ -42,6 +50,8 @@ struct lfp_lease {
 	__u64 sysctl_writes;
 	__u32 held;
 	__u32 changer_tgid;     /* the process of the latest change */
+	__u32 addr_genid;
+	__u32 addr_guarded;
 	struct bpf_timer lapse;
 };
 
@@ -73,8 +83,18 @@ struct {
 /* Returned by lfp_lease_check() when the datapath may act. */
 #define LFP_LEASE_OK LFP_CNT_MAX
 
-/* LFP_LEASE_OK, or the reason the kernel must take the packet. */
-static __always_inline enum lfp_counter lfp_lease_check(void)
+/* The field read, relocated against the running kernel's BTF. */
+struct net___lfp_lease {
+	struct {
+		struct {
+			int counter;
+		} dev_addr_genid;
+	} ipv4;
+} __attribute__((preserve_access_index));
+
+/* LFP_LEASE_OK, or the reason the kernel must take the packet arriving in
+ * `net` (the namespace the pipeline serves). */
+static __always_inline enum lfp_counter lfp_lease_check(struct net___lfp_lease *net)
 {
 	__u32 key = 0;
 	struct lfp_lease *lease = bpf_map_lookup_elem(&lfp_lease, &key);
@@ -85,6 +105,8 @@ static __always_inline enum lfp_counter lfp_lease_check(void)
 		return LFP_CNT_LEASE_EXPIRED;
 	if (lease->changes_started + lease->sysctl_writes + *sent != lease->watch_acked)
 		return LFP_CNT_WATCHED_TABLE_CHANGED;
+	if (lease->addr_guarded && (__u32)net->ipv4.dev_addr_genid.counter != lease->addr_genid)
+		return LFP_CNT_ADDRESSES_CHANGED;
 	return LFP_LEASE_OK;
 }
 

@@ -13,10 +13,13 @@ from linuxfp.graph import registered
 from linuxfp.synth import CompileError, ToolMissing, build_controller_programs, compile_source
 
 from .installer import FAULT_LOAD_ENV, load_faults
+from .lease import CONTEXT_TYPES
+from .shared_maps import LayoutMismatch
 
 log = logging.getLogger("linuxfp.companion")
 
 RENEW_PROGRAM = "lfp_lease_renew"
+GENERATIONS_PROGRAM = "lfp_read_generations"
 WATCH_PROGRAM = "lfp_watch_setsockopt"
 SYSCTL_PROGRAM = "lfp_watch_sysctl"
 SYSCTL_WRITERS_MAP = "lfp_sysctl_writers"
@@ -43,6 +46,16 @@ def _injected_fault(obj, skipped) -> None:
         if name in obj.program_sections() and name not in skipped:
             raise dp.VerifierError(f"load BPF object '{obj.name}': program '{name}' rejected by the verifier "
                                    f"(fault injected by {FAULT_LOAD_ENV})", 13, "", name)
+
+
+def check_contexts(obj) -> None:
+    """Refuse an object whose test-run contexts (struct lfp_renewal, ...)
+    its BTF lays out otherwise than controller/lease.py packs them."""
+    for ctype in CONTEXT_TYPES:
+        compiled = obj.struct_type(ctype.name.removeprefix("struct "))
+        problem = "not in its BTF" if compiled is None else ctype.mismatch(compiled)
+        if problem:
+            raise LayoutMismatch(f"{obj.name}: the context {ctype.name}: {problem}", 22)
 
 
 def _set_identity(obj, netns_cookie: int) -> None:
@@ -89,6 +102,7 @@ class Companion:
             try:
                 for program in self.skipped:
                     obj.skip(program)
+                check_contexts(obj)
                 _set_identity(obj, self.cookie)
                 fresh = self.maps.prepare(obj, None)
                 _injected_fault(obj, self.skipped)

@@ -18,7 +18,7 @@ from linuxfp.synth import build as build_shape
 
 from . import lease as lease_mod
 from . import runtime_files
-from .companion import RENEW_PROGRAM, Companion
+from .companion import GENERATIONS_PROGRAM, RENEW_PROGRAM, Companion
 from .installer import Installer
 from .lease import Lease
 from .lease import windows as lease_windows
@@ -333,6 +333,7 @@ class Controller:
             log.info("adopted %d pipeline(s) left by a previous controller", len(self.installed.pipelines))
         if self.companion.load():
             self.lease.renew_program = self.companion.program(RENEW_PROGRAM)
+            self.lease.generations_program = self.companion.program(GENERATIONS_PROGRAM)
         else:
             log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
                       "so the datapath leaves every packet to the kernel", self.companion.error)
@@ -400,8 +401,10 @@ class Controller:
                 # no rule matches a set).
                 self._arm_set_watch(True)
                 watched = self.watch.settled()
+                addresses = self.lease.sample_addresses()
                 snapshot = kstate.read_snapshot()
                 self.reconcile(snapshot)
+                self.lease.addresses_taken_in(addresses)
                 self._arm_set_watch(bool(snapshot.netfilter.ipsets))
                 if watched is not None:
                     self.lease.acknowledge(watched)
@@ -412,13 +415,18 @@ class Controller:
                 notifier.ready("current")
                 said = ""
                 last_poll = time.monotonic()
-                response_dirty = in_flight = False
+                response_dirty = in_flight = addresses_behind = False
                 while not self._stop:
+                    # Before the events are drained: every address change this
+                    # generation counts has its message queued by now.
+                    addresses = self.lease.sample_addresses()
                     # Response times reach /run only once events pause, so the
                     # file write never delays the next change.
                     # (a change in flight is looked at again soon: a sysctl write lasts
-                    # microseconds, a table replace milliseconds and rings when done)
-                    batch = events.read_batch(timeout=0.002 if "sysctl" in self.watch.in_flight else
+                    # microseconds, a table replace milliseconds and rings when done;
+                    # addresses moved on after their messages were read: at once)
+                    batch = events.read_batch(timeout=0 if addresses_behind else
+                                              0.002 if "sysctl" in self.watch.in_flight else
                                               0.01 if in_flight else 0.05 if response_dirty else 0.2)
                     if batch is None:
                         if response_dirty:
@@ -451,6 +459,9 @@ class Controller:
                               f"{'datapath updated' if worked else 'datapath unchanged'}",
                               file=ready_out, flush=True)
                         response_dirty = True
+                    if batch is None or batch.drained:
+                        self.lease.addresses_taken_in(addresses)
+                    addresses_behind = self.lease.addresses_behind()
                     # A watched table changed (the datapath has been passing
                     # since the change began): re-read once no change is in flight.
                     watched = self.watch.settled()
@@ -485,7 +496,8 @@ class Controller:
                         self.lease.renew(force=batch is not None)
                         # For launchers: "current" once everything known is applied
                         # and the datapath acts on it, "busy" until then.
-                        current = not self.lease.unsure and not in_flight and watched == self.lease.watch_acked
+                        current = not self.lease.unsure and not in_flight and watched == self.lease.watch_acked \
+                            and not addresses_behind
                         said = _say_state("current" if current else "busy", said, ready_out, notifier)
         finally:
             notifier.stopping()

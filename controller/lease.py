@@ -8,6 +8,7 @@ the controller has re-read the tables after."""
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -32,8 +33,13 @@ RENEW_NS = 200_000_000       # how often the loop renews: a term spans several r
 # against every object's BTF as it loads)
 LEASE = CType("struct lfp_lease", (("changes_started", "Q"), ("changes_done", "Q"), ("watch_acked", "Q"),
                                    ("sysctl_writes", "Q"), ("held", "I"), ("changer_tgid", "I"),
+                                   ("addr_genid", "I"), ("addr_guarded", "I"),
                                    ("lapse", "16s")))     # struct bpf_timer: the kernel's
-RENEWAL = CType("struct lfp_renewal", (("watch_acked", "Q"), ("term_ns", "Q")))
+# controller.c's test-run contexts (checked against its BTF as it loads)
+RENEWAL = CType("struct lfp_renewal", (("watch_acked", "Q"), ("term_ns", "Q"), ("addr_genid", "I"),
+                                       ("addr_guarded", "I")))
+GENERATIONS = CType("struct lfp_generations", (("addr_genid", "I"),))
+CONTEXT_TYPES = (RENEWAL, GENERATIONS)
 NAMESPACE_TYPES = {LEASE_MAP: (U32, LEASE), SENT_MAP: (U32, U64)}
 _RENEWAL = RENEWAL.packer
 _KEY = U32.pack(0)
@@ -47,13 +53,15 @@ class LeaseState:
     changes_done: int
     changer_tgid: int
     sysctl_writes: int      # net/ sysctl writes begun (the sysctl watch)
+    addr_genid: int | None  # the address generation acknowledged; None: unguarded
 
 
 def read(lease_map) -> LeaseState:
     """The lease as the datapath sees it."""
     raw = lease_map.lookup(_KEY)
-    started, done, acked, sysctls, held, changer, _ = LEASE.unpack(raw[: LEASE.size]) if raw else (0,) * 7
-    return LeaseState(bool(held), acked, started, done, changer, sysctls)
+    started, done, acked, sysctls, held, changer, genid, guarded, _ = \
+        LEASE.unpack(raw[: LEASE.size]) if raw else (0,) * 9
+    return LeaseState(bool(held), acked, started, done, changer, sysctls, genid if guarded else None)
 
 
 _SENT_KEY, _ARMED_KEY = U32.pack(0), U32.pack(1)
@@ -82,16 +90,31 @@ def revoke_pinned(path: str) -> None:
         return
     try:
         grant(lease_map, held=False, watch_acked=read(lease_map).watch_acked)
-    except dp.BpfError:
+    except (dp.BpfError, struct.error):       # (a lease laid out by another version)
         pass
     finally:
         lease_map.close()
 
 
-def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: int = 0) -> None:
+def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: int = 0,
+          addr_genid: int | None = None) -> None:
     """Set the lease directly, with no timer to end it: for tests that load a
-    pipeline without a controller."""
-    lease_map.update(_KEY, LEASE.pack(changes_started, 0, watch_acked, 0, int(held), 0, bytes(16)))
+    pipeline without a controller (addr_genid None: addresses unguarded)."""
+    lease_map.update(_KEY, LEASE.pack(changes_started, 0, watch_acked, 0, int(held), 0, addr_genid or 0,
+                                      int(addr_genid is not None), bytes(16)))
+
+
+class GenerationsUnknown(Exception):
+    """lfp_read_generations could not read the namespace's generations."""
+
+
+def read_generations(program) -> int:
+    """The kernel's IPv4 address generation (net->ipv4.dev_addr_genid) in the
+    calling thread's namespace, through the companion's lfp_read_generations."""
+    run = dp.test_run(program.fd, b"", ctx_in=GENERATIONS.pack(0))
+    if run.retval != 0 or run.ctx_out is None:
+        raise GenerationsUnknown(f"lfp_read_generations returned {run.retval}: not the watched namespace")
+    return GENERATIONS.unpack(run.ctx_out[: GENERATIONS.size])[0]
 
 
 # watch_acked while a change the controller has not re-read yet is known to
@@ -110,7 +133,11 @@ class Lease:
 
     def __init__(self) -> None:
         self.renew_program = None    # set once the companion has loaded
+        self.generations_program = None   # lfp_read_generations, likewise
         self.watch_acked = 0
+        # The IPv4 address generation the controller last took the addresses
+        # in under (sample_addresses, then addresses_taken_in); None: unguarded.
+        self.addr_genid: int | None = None
         self._renewed = 0
         self._lock = threading.Lock()
         self.unsure_seq = 0          # changes announced so far
@@ -162,6 +189,41 @@ class Lease:
     def _acked(self) -> int:
         return UNSURE if self.unsure else self.watch_acked
 
+    def _renewal(self, acked: int, term_ns: int) -> bytes:
+        genid = self.addr_genid
+        return _RENEWAL.pack(acked, term_ns, genid or 0, int(genid is not None))
+
+    def sample_addresses(self) -> int | None:
+        """The kernel's IPv4 address generation now: read it *before* taking
+        the addresses in (a dump, or draining the events queued so far — the
+        kernel queues an address's message before it moves the generation),
+        then hand it to addresses_taken_in. None before the companion loads."""
+        if self.generations_program is None:
+            return None
+        try:
+            return read_generations(self.generations_program)
+        except (GenerationsUnknown, dp.BpfError) as e:
+            # Never expected (the loop runs in its namespace); the datapath
+            # then keeps passing on address grounds, as it should.
+            log.error("cannot read the address generation (%s): the datapath leaves packets to the kernel", e)
+            return None
+
+    def addresses_taken_in(self, genid: int | None) -> None:
+        """What the datapath holds reflects every address change up to
+        `genid` (sampled before they were taken in): from now on it acts
+        while the kernel's generation still reads `genid`."""
+        if genid is None or genid == self.addr_genid:
+            return
+        with self._lock:
+            self.addr_genid = genid
+            self._renew_locked(force=True)
+
+    def addresses_behind(self) -> bool:
+        """The kernel's addresses changed after the last addresses_taken_in
+        (the datapath has been passing since)."""
+        genid = self.sample_addresses()
+        return genid is not None and genid != self.addr_genid
+
     def mark_unsure(self) -> None:
         with self._lock:
             self.unsure_seq += 1
@@ -169,7 +231,7 @@ class Lease:
                 # Keeps the timer as it is where possible: a term from now, as
                 # any renewal; harmless, since nothing is fast-pathed until
                 # the loop settles it.
-                dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(UNSURE, self._term))
+                dp.test_run(self.renew_program.fd, b"", ctx_in=self._renewal(UNSURE, self._term))
 
     def settle_unsure(self, seq: int) -> bool:
         """The changes announced up to `seq` have been re-read and applied."""
@@ -185,7 +247,7 @@ class Lease:
         (events were lost) until it has re-read everything."""
         if self.renew_program is not None:
             with self._lock:
-                dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self._acked(), 0))
+                dp.test_run(self.renew_program.fd, b"", ctx_in=self._renewal(self._acked(), 0))
             self._renewed = 0
 
     def acknowledge(self, changes_started: int) -> None:
@@ -201,7 +263,7 @@ class Lease:
         now = time.monotonic_ns()
         if self.renew_program is None or (not force and now - self._renewed < RENEW_NS):
             return
-        run = dp.test_run(self.renew_program.fd, b"", ctx_in=_RENEWAL.pack(self._acked(), self._term))
+        run = dp.test_run(self.renew_program.fd, b"", ctx_in=self._renewal(self._acked(), self._term))
         if run.retval != 0:
             log.error("lease renewal refused (%d): the datapath leaves packets to the kernel", run.retval)
         self._renewed = now
@@ -233,7 +295,11 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         + "; TC reads policy 1 and the skb's L4 hash live)",
         "facts derived from routes (local sources, route MTUs, multipath)":
             "the response time (a fresh read where a route's group is unknown)",
-        "addresses, neighbours, links, sysctls with events, xfrm policies":
+        "IPv4 addresses (local sources, addrtype)":
+            "none (the kernel's address generation is read per packet: from the change on, every packet goes "
+            "to the kernel until the controller has read it; the kernel itself moves it microseconds after "
+            "the address takes effect, in the changing system call)",
+        "IPv6 addresses, neighbours, links, sysctls with events, xfrm policies":
             "the response time (linuxfp stats)",
         "nf_tables (iptables-nft, nft)": "its notification's delivery (a watch thread then hands every "
                                          "packet to the kernel until the change is applied)" if nft_watched

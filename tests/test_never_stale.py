@@ -209,6 +209,63 @@ def test_the_fast_path_resumes_once_the_controller_has_reread_the_table(router_t
         assert shown["windows"]["controller gone"].startswith("none")
 
 
+class StoppedOnceAttached:
+    """A handle that waits for the controller once, after it attached, then
+    stops it (SIGSTOP) with its lease still running: each step's change is
+    made, and its frames judged, while the controller can apply nothing —
+    only what the kernel versions itself can make the datapath defer."""
+
+    def __init__(self, controller: ControllerProcess) -> None:
+        self.controller, self.stopped = controller, False
+
+    def settled(self) -> None:
+        if not self.stopped:
+            self.controller.settled()
+            os.killpg(self.controller.proc.pid, signal.SIGSTOP)
+            self.stopped = True
+
+
+def test_an_address_change_is_honoured_before_the_controller_has_seen_it(require_root):
+    """The kernel moves its IPv4 address generation in the system call that
+    adds the address; the datapath compares it per packet with the one the
+    controller took the addresses in under, so a source that became local is
+    refused by Linux's rules at once, even by a datapath whose controller is
+    stopped and whose lease still runs."""
+    addresses_changed: list[int] = []
+
+    @contextlib.contextmanager
+    def accelerate(topology):
+        with ControllerProcess(topology.dut.name, hook="xdp") as controller:
+            handle = StoppedOnceAttached(controller)
+            try:
+                yield handle
+                stats = linuxfp_stats(topology.dut.name)
+                addresses_changed.append(sum(
+                    i["nodes"].get("pipeline", {}).get("passed", {}).get("addresses_changed", 0)
+                    for i in stats["interfaces"]))
+            finally:
+                if handle.stopped and controller.proc.poll() is None:
+                    os.killpg(controller.proc.pid, signal.SIGCONT)
+
+    # (the first step's frames are round 0's)
+    steps = (Step("source-becomes-local", lambda r: r.dut.run(
+        f"ip address add {_first_source(r, 0)}/32 dev to-sink")),)
+    report = run_differential(RouterTopology(prefixes=8), steps, accelerate, frames=standard_frames, prefix="lfp-t")
+    assert report.ok, report.render()
+    # the generation, not the lease running out, sent them to Linux
+    assert addresses_changed and addresses_changed[0] > 0, addresses_changed
+
+
+def test_the_fast_path_resumes_once_the_controller_has_taken_an_address_in(router_topology):
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp") as controller:
+        for change in ("add", "del"):
+            r.dut.run(f"ip address {change} 203.0.113.250/32 dev to-sink")
+            _wait_fast_path_resumes(r, controller)
+        shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
+        assert shown["windows"]["IPv4 addresses (local sources, addrtype)"].startswith("none")
+
+
 def _wait_fast_path_resumes(router, controller, timeout: float = 5.0) -> None:
     """Until a burst of 20 is fast-pathed whole (the controller has re-read
     what changed and the lease lets the datapath act again)."""

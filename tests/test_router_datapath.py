@@ -239,7 +239,7 @@ def test_the_lease_lapses_one_term_after_the_last_renewal(router):
     try:
         companion.reuse_map(lease.LEASE_MAP, router.obj.map(lease.LEASE_MAP))
         companion.load()
-        renewal = struct.pack("<QQ", 0, 300_000_000)      # acknowledged 0, a term of 0.3 s
+        renewal = lease.RENEWAL.pack(0, 300_000_000, 0, 0)   # acknowledged 0, a term of 0.3 s
         assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
         assert_lease_decides(router, frame, held=True)
         time.sleep(0.15)
@@ -250,7 +250,7 @@ def test_the_lease_lapses_one_term_after_the_last_renewal(router):
         assert_lease_decides(router, frame, held=False)
         assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
         assert_lease_decides(router, frame, held=True)
-        revoke = struct.pack("<QQ", 0, 0)                  # a term of 0: lost events, stop now
+        revoke = lease.RENEWAL.pack(0, 0, 0, 0)            # a term of 0: lost events, stop now
         assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=revoke).retval == 0
         assert_lease_decides(router, frame, held=False)
     finally:
@@ -272,6 +272,46 @@ def test_a_watched_table_change_not_yet_reread_sends_packets_to_the_kernel(route
         lease.grant(lease_map, changes_started=1, watch_acked=1)   # re-read after it
         assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
     finally:
+        lease.grant(lease_map)
+
+
+def test_an_address_change_not_yet_taken_in_sends_packets_to_the_kernel(router):
+    """Every IPv4 address added or removed moves the kernel's address
+    generation; while it differs from the one the controller took the
+    addresses in under (the lease's), Linux decides every packet."""
+    from linuxfp.state.netlink import netns_cookie
+    from linuxfp.synth import build_controller_programs
+
+    lease_map = router.obj.map(lease.LEASE_MAP)
+    frame = next(c for c in CASES if c.verdict == FORWARD).frame()
+    companion = dp.BpfObject.open(build_controller_programs().data, name="test_companion")
+    try:
+        with entered(router.ns):
+            companion.set_rodata({"lfp_netns_cookie": netns_cookie()})
+        companion.reuse_map(lease.LEASE_MAP, lease_map)
+        companion.load()
+        read = companion.program("lfp_read_generations")
+        with pytest.raises(lease.GenerationsUnknown):
+            lease.read_generations(read)             # this thread is not in the watched namespace
+        with entered(router.ns):
+            taken_in = lease.read_generations(read)
+        lease.grant(lease_map, addr_genid=taken_in)
+        assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+        router.ns.run("ip address add 203.0.113.250/32 dev out0")
+        try:
+            before = router.counter("addresses_changed")
+            result = router.run(frame)
+            assert result.retval == VERDICTS[router.hook]["pass"] and result.data_out == frame
+            assert router.counter("addresses_changed") == before + 1
+            with entered(router.ns):
+                moved = lease.read_generations(read)
+            assert moved != taken_in
+            lease.grant(lease_map, addr_genid=moved)         # taken in
+            assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+        finally:
+            router.ns.run("ip address del 203.0.113.250/32 dev out0")
+    finally:
+        companion.close()
         lease.grant(lease_map)
 
 

@@ -18,7 +18,8 @@ from .fds import OwnedFd, fd_kind
 from .info import prog_info
 from . import hazards
 from .errors import KernelHazard
-from .libbpf import BPF_F_XDP_DEV_BOUND_ONLY, BpfObjectOpenOpts, capture_libbpf_output, errno_of, lib, new_opts
+from .libbpf import (BPF_F_XDP_DEV_BOUND_ONLY, BTF_KIND_STRUCT, BpfObjectOpenOpts, capture_libbpf_output, errno_of,
+                     lib, new_opts)
 from .maps import Map
 
 # With log_level 0 libbpf loads silently and, on failure, reloads the failing
@@ -232,6 +233,14 @@ class BpfObject:
             return None, None
         return (type_shape(btf, lib().bpf_map__btf_key_type_id(handle)),
                 type_shape(btf, lib().bpf_map__btf_value_type_id(handle)))
+
+    def struct_type(self, name: str) -> CTypeShape | None:
+        """`struct name` as the object's BTF describes it (None: not there)."""
+        btf = lib().bpf_object__btf(self.handle)
+        if not btf:
+            return None
+        type_id = lib().btf__find_by_name_kind(btf, name.encode(), BTF_KIND_STRUCT)
+        return type_shape(btf, type_id) if type_id > 0 else None
 
     def set_max_entries(self, name: str, max_entries: int) -> None:
         """Size map `name` before load (e.g. an array indexed by ifindex)."""

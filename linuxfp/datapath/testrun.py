@@ -156,7 +156,9 @@ def test_run(
         retval=opts.retval,
         data_out=data_out.raw[: opts.data_size_out] if data_out is not None else b"",
         duration_ns=opts.duration,
-        ctx_out=ctx_out.raw[: opts.ctx_size_out] if ctx_out is not None else None,
+        # a syscall program's context is written back in place
+        ctx_out=ctx_out.raw[: opts.ctx_size_out] if ctx_out is not None
+        else ctx_buffer.raw[: len(ctx_bytes)] if ctx_buffer is not None and not data else None,
     )
 
 

@@ -147,6 +147,9 @@ class EventBatch:
     # A socket overflowed (ENOBUFS) and events were lost: the caller must
     # call read_snapshot(); `messages` is then incomplete.
     resync: bool = False
+    # Every socket was read empty at the end: nothing queued before the
+    # batch began is left behind (False when max_messages cut it short).
+    drained: bool = True
 
 
 @dataclass
@@ -358,6 +361,7 @@ class EventStream:
             last_arrival=last,
             raw_count=len(raw),
             resync=overrun,
+            drained=len(raw) < self.max_messages,
         )
 
     def _silent_changes(self, messages: list[Message]) -> list[Message]:
