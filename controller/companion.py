@@ -170,6 +170,19 @@ class Companion:
     def program(self, name: str):
         return self.obj.program(name) if self.obj is not None and name not in self.skipped else None
 
+    def pin(self, program: str, path: str) -> None:
+        """Pin one of its programs at `path`, replacing what an earlier run
+        left there; a failure is only logged (readers then say "unknown")."""
+        try:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            self.obj.program(program).pin(path)
+        except (dp.BpfError, OSError, KeyError) as e:
+            log.warning("cannot pin %s at %s (%s): status cannot tell whether addresses are current",
+                        program, path, e)
+
     def close(self) -> None:
         for obj, links in self._watches:
             try:

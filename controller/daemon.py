@@ -334,6 +334,7 @@ class Controller:
         if self.companion.load():
             self.lease.renew_program = self.companion.program(RENEW_PROGRAM)
             self.lease.generations_program = self.companion.program(GENERATIONS_PROGRAM)
+            self.companion.pin(GENERATIONS_PROGRAM, self.layout.generations_pin)
         else:
             log.error("cannot load the controller's own programs (%s): nothing can renew the lease, "
                       "so the datapath leaves every packet to the kernel", self.companion.error)

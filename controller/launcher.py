@@ -170,13 +170,16 @@ def wait_lease_current(netns: str, timeout: float = 5.0) -> bool:
     every watched change (what `linuxfp -j status` shows as lease
     watched_changes == acknowledged): e.g. after a conntrack dump, which the
     filter node's watch counts while rules match ipsets. False on timeout."""
-    from .views import lease_state
+    from linuxfp.lab.netns import Namespace, entered
+
+    from .views import lease_acts, lease_state
 
     layout = layout_of(netns)
     deadline = time.monotonic() + timeout
     while True:
-        state = lease_state(layout)
-        if state and state["held"] and state["watched_changes"] == state["acknowledged"]:
+        with entered(Namespace(netns)):      # the address generation is the namespace's
+            state = lease_state(layout)
+        if lease_acts(state):
             return True
         if time.monotonic() >= deadline:
             return False

@@ -8,7 +8,6 @@ the controller has re-read the tables after."""
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ GENERATIONS = CType("struct lfp_generations", (("addr_genid", "I"),))
 CONTEXT_TYPES = (RENEWAL, GENERATIONS)
 NAMESPACE_TYPES = {LEASE_MAP: (U32, LEASE), SENT_MAP: (U32, U64)}
 _RENEWAL = RENEWAL.packer
+_HELD_AT = 32               # offsetof(struct lfp_lease, held)
 _KEY = U32.pack(0)
 
 
@@ -89,8 +89,13 @@ def revoke_pinned(path: str) -> None:
     except (dp.BpfError, OSError):
         return
     try:
-        grant(lease_map, held=False, watch_acked=read(lease_map).watch_acked)
-    except (dp.BpfError, struct.error):       # (a lease laid out by another version)
+        raw = bytearray(lease_map.lookup(_KEY) or b"")
+        if len(raw) >= _HELD_AT + 4:
+            # by offset, not through LEASE: a lease another version laid out
+            # (`held` has been at this offset in every layout)
+            raw[_HELD_AT:_HELD_AT + 4] = bytes(4)
+            lease_map.update(_KEY, bytes(raw))
+    except dp.BpfError:
         pass
     finally:
         lease_map.close()
@@ -138,6 +143,7 @@ class Lease:
         # The IPv4 address generation the controller last took the addresses
         # in under (sample_addresses, then addresses_taken_in); None: unguarded.
         self.addr_genid: int | None = None
+        self._generation_failed = False
         self._renewed = 0
         self._lock = threading.Lock()
         self.unsure_seq = 0          # changes announced so far
@@ -184,7 +190,10 @@ class Lease:
 
     @property
     def _term(self) -> int:
-        return 0 if self.withheld is not None else TERM_NS
+        # no lease before the addresses are guarded: an unguarded lease would
+        # let the datapath act on addresses nobody vouches for
+        unguarded = self.generations_program is not None and self.addr_genid is None
+        return 0 if self.withheld is not None or unguarded else TERM_NS
 
     def _acked(self) -> int:
         return UNSURE if self.unsure else self.watch_acked
@@ -201,12 +210,19 @@ class Lease:
         if self.generations_program is None:
             return None
         try:
-            return read_generations(self.generations_program)
+            genid = read_generations(self.generations_program)
         except (GenerationsUnknown, dp.BpfError) as e:
             # Never expected (the loop runs in its namespace); the datapath
-            # then keeps passing on address grounds, as it should.
-            log.error("cannot read the address generation (%s): the datapath leaves packets to the kernel", e)
+            # then keeps passing on address grounds (no lease at all before
+            # the first generation: _term), as it should.
+            if not self._generation_failed:
+                log.error("cannot read the address generation (%s): the datapath leaves packets to the kernel", e)
+            self._generation_failed = True
             return None
+        if self._generation_failed:
+            log.info("the address generation reads again")
+            self._generation_failed = False
+        return genid
 
     def addresses_taken_in(self, genid: int | None) -> None:
         """What the datapath holds reflects every address change up to
@@ -296,9 +312,9 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "facts derived from routes (local sources, route MTUs, multipath)":
             "the response time (a fresh read where a route's group is unknown)",
         "IPv4 addresses (local sources, addrtype)":
-            "none (the kernel's address generation is read per packet: from the change on, every packet goes "
-            "to the kernel until the controller has read it; the kernel itself moves it microseconds after "
-            "the address takes effect, in the changing system call)",
+            "microseconds, in the changing system call (the kernel's address generation is read per packet: "
+            "once it moves, every packet goes to the kernel until the controller has read the change; the "
+            "kernel moves it just after the address takes effect)",
         "IPv6 addresses, neighbours, links, sysctls with events, xfrm policies":
             "the response time (linuxfp stats)",
         "nf_tables (iptables-nft, nft)": "its notification's delivery (a watch thread then hands every "

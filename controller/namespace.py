@@ -42,6 +42,12 @@ class NamespaceLayout:
     def link_pin(self, ifindex: int, hook: str) -> str:
         return os.path.join(self.iface_dir(ifindex), f"link_{hook}")
 
+    @property
+    def generations_pin(self) -> str:
+        """The controller's lfp_read_generations, for readers of the lease
+        (status, waits) to tell whether the addresses it holds are current."""
+        return os.path.join(self.pin_dir, "read_generations")
+
     def counters_pin(self, ifindex: int) -> str:
         return os.path.join(self.maps_dir, f"if{ifindex}_counters")
 

@@ -82,7 +82,32 @@ def lease_state(layout: NamespaceLayout) -> dict | None:
         finally:
             sent_map.close()
     return {"held": state.held, "watched_changes": state.changes_started + state.sysctl_writes + sent,
-            "sysctl_writes": state.sysctl_writes, "acknowledged": state.watch_acked}
+            "sysctl_writes": state.sysctl_writes, "acknowledged": state.watch_acked,
+            "addresses": "unguarded" if state.addr_genid is None else _addresses(layout, state.addr_genid)}
+
+
+def _addresses(layout: NamespaceLayout, taken_in: int) -> str:
+    """"current" while the kernel's IPv4 address generation, read through
+    the controller's pinned lfp_read_generations from this thread's
+    namespace, is the one the lease holds (the datapath acts), "changed"
+    when not (it passes), "unknown" where it cannot be read."""
+    try:
+        program = dp.Program.from_pinned(layout.generations_pin)
+    except (dp.BpfError, OSError):
+        return "unknown"
+    try:
+        return "current" if lease.read_generations(program) == taken_in else "changed"
+    except (lease.GenerationsUnknown, dp.BpfError):
+        return "unknown"
+    finally:
+        program.close()
+
+
+def lease_acts(state: dict | None) -> bool:
+    """Whether the datapath may act on what `lease_state` read: the lease
+    held, every watched change re-read, the addresses current."""
+    return bool(state) and state["held"] and state["watched_changes"] == state["acknowledged"] \
+        and state["addresses"] != "changed"
 
 
 def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | None:
@@ -191,7 +216,9 @@ def status_text(data: dict) -> str:
              + (f"running (pid {data['controller_pid']})" if data["controller_pid"] else "not running")]
     held = data.get("lease")
     if held is not None:
-        lines.append("  lease: " + ("held" if held["held"] else "lapsed: every packet goes to the kernel"))
+        lines.append("  lease: " + ("held" if held["held"] else "lapsed: every packet goes to the kernel")
+                     + ("; an address changed: the controller has not read it yet" if held["addresses"] == "changed"
+                        else ""))
     if not data["interfaces"]:
         lines.append("  nothing attached")
     for i in data["interfaces"]:

@@ -243,6 +243,9 @@ def test_an_address_change_is_honoured_before_the_controller_has_seen_it(require
                 addresses_changed.append(sum(
                     i["nodes"].get("pipeline", {}).get("passed", {}).get("addresses_changed", 0)
                     for i in stats["interfaces"]))
+                # the stopped controller has not read it: status says so
+                shown = json.loads(linuxfp_cli(topology.dut.name, "-j", "status").stdout)
+                assert shown["lease"]["addresses"] == "changed", shown["lease"]
             finally:
                 if handle.stopped and controller.proc.poll() is None:
                     os.killpg(controller.proc.pid, signal.SIGCONT)
@@ -263,7 +266,9 @@ def test_the_fast_path_resumes_once_the_controller_has_taken_an_address_in(route
             r.dut.run(f"ip address {change} 203.0.113.250/32 dev to-sink")
             _wait_fast_path_resumes(r, controller)
         shown = json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)
-        assert shown["windows"]["IPv4 addresses (local sources, addrtype)"].startswith("none")
+        assert shown["lease"]["addresses"] == "current"
+        assert wait_lease_current(r.dut.name)
+        assert "address generation" in shown["windows"]["IPv4 addresses (local sources, addrtype)"]
 
 
 def _wait_fast_path_resumes(router, controller, timeout: float = 5.0) -> None:

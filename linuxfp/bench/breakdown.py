@@ -35,7 +35,7 @@ RUNGS = (
     (1, "MAC rewrite + redirect (at XDP through the controller's devmap): the upper bound"),
     (2, "+ the pipeline's start (its namespace check, the ingress's counters) and parse (Ethernet, VLAN checks, IPv4), TTL check "
         "and decrement"),
-    (3, "+ the lease check, no tcx program of another tool on the ingress"),
+    (3, "+ the lease check (its address generation too), no tcx program of another tool on the ingress"),
     (4, "+ the ingress's facts: addressed to this host, no mark"),
     (5, "+ IPv4 header validation (lengths, checksum, fragments) and martians"),
     (6, "+ forwarding switches, local source (prefilter, then hash), route MTU cap"),

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from controller.launcher import ControllerProcess, layout_of
-from controller.views import lease_state
+from controller.views import lease_acts, lease_state
 from linuxfp.lab.netns import Lab, entered
 
 from .machine import machine
@@ -254,11 +254,13 @@ def _wait_obeyed(sink: Sink, effect: Effect, t_start_ns: int) -> float | None:
 
 def _wait_lease_current(line: Line) -> float | None:
     """ms from now until the controller's lease lets the datapath act
-    (held, every watched change re-read); None if it never does."""
+    (held, every watched change re-read, the addresses current); None if
+    it never does."""
     layout, start = layout_of(line.dut.name), time.monotonic_ns()
     while time.monotonic_ns() - start < LEASE_TIMEOUT_S * 1e9:
-        state = lease_state(layout)
-        if state and state["held"] and state["watched_changes"] == state["acknowledged"]:
+        with entered(line.dut):          # the address generation is the namespace's
+            state = lease_state(layout)
+        if lease_acts(state):
             return round((time.monotonic_ns() - start) / 1e6, 3)
         time.sleep(0.0005)
     return None

@@ -14,8 +14,8 @@
  *   2 + the pipeline's start (its namespace check, the ingress's counters)
  *       and parse (Ethernet with its VLAN checks, IPv4), TTL check and
  *       decrement (rung 1 already reads the context)
- *   3 + the lease check (lease.h), no tcx program of another tool on the
- *       ingress (common.h)
+ *   3 + the lease check (lease.h, with the address generation), no tcx
+ *       program of another tool on the ingress (common.h)
  *   4 + the device IP sees (lfp_ifaces): addressed to this host, no mark
  *   5 + IPv4 header validation (lengths, checksum, fragments) and martians
  *   6 + forwarding switches, local source (prefilter, then hash), route MTU cap
@@ -90,7 +90,7 @@ int lfp_ladder(lfp_ctx_t *ctx)
 	struct iphdr *ip;
 
 #if LADDER >= 3
-	if (lfp_lease_check() != LFP_LEASE_OK || lfp_tcx_others_on_ingress(&pkt))
+	if (lfp_lease_check(lfp_kern_net(&pkt)) != LFP_LEASE_OK || lfp_tcx_others_on_ingress(&pkt))
 		return LADDER_PASS;
 #endif
 	if (lfp_parse_l2(&pkt) != LFP_NEXT || pkt.l3_proto != bpf_htons(ETH_P_IP))
