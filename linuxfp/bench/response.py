@@ -409,7 +409,8 @@ def run(options: Options) -> dict:
                           f"(probes every ~{PROBE_INTERVAL_S * 1e3:.1f} ms, timestamped in the sink's XDP program)",
             "commands_run_as": "ip netns exec DUT <command>, process start-up included in command_ms",
             "kernel_path": "from the command's end until the lease lets the datapath act again (held, every "
-                           "watched change re-read), read from the pinned lease every 0.5 ms",
+                           "watched change re-read, the kernel's address generation the one taken in), read "
+                           "from the pinned lease every 0.5 ms",
         },
         "targets": {"p50_ms": TARGET_P50_MS, "p99_ms": TARGET_P99_MS},
         "response": response,
