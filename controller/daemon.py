@@ -325,6 +325,9 @@ class Controller:
 
     def start(self) -> None:
         self._lock = runtime_files.ControllerLock(self.layout)   # raises AlreadyRunning
+        # One namespace for the process's life: its netfilter reads keep their
+        # sockets (closing one waits for nf_tables' last commit to be freed).
+        kstate.keep_query_sockets()
         for gone in reclaim_stale(self.layout.bpffs):
             log.info("reclaimed the pins of %s (%d link(s), none serving; no controller)", gone.namespace, gone.links)
         saved = runtime_files.load_installed(self.layout) or InstalledState()

@@ -86,21 +86,30 @@ def lease_state(layout: NamespaceLayout) -> dict | None:
             "addresses": "unguarded" if state.addr_genid is None else _addresses(layout, state.addr_genid)}
 
 
+# pin path -> the program opened from it, the last one only: waits poll the
+# lease every 0.5 ms
+_generation_readers: dict[str, dp.Program] = {}
+
+
 def _addresses(layout: NamespaceLayout, taken_in: int) -> str:
     """"current" while the kernel's IPv4 address generation, read through
     the controller's pinned lfp_read_generations from this thread's
     namespace, is the one the lease holds (the datapath acts), "changed"
     when not (it passes), "unknown" where it cannot be read."""
+    path = layout.generations_pin
+    program = _generation_readers.pop(path, None)
     try:
-        program = dp.Program.from_pinned(layout.generations_pin)
-    except (dp.BpfError, OSError):
+        if program is None:
+            program = dp.Program.from_pinned(path)
+        genid = lease.read_generations(program)
+    except (lease.GenerationsUnknown, dp.BpfError, OSError):
+        if program is not None:
+            program.close()
         return "unknown"
-    try:
-        return "current" if lease.read_generations(program) == taken_in else "changed"
-    except (lease.GenerationsUnknown, dp.BpfError):
-        return "unknown"
-    finally:
-        program.close()
+    for other in list(_generation_readers):      # one kept: a waiter watches one namespace
+        _generation_readers.pop(other).close()
+    _generation_readers[path] = program
+    return "current" if genid == taken_in else "changed"
 
 
 def lease_acts(state: dict | None) -> bool:

@@ -80,6 +80,7 @@ from .model import (
     rules_are_default,
 )
 from .netfilter import read_netfilter
+from .netlink import keep_query_sockets
 from .read import netns_inode, read_snapshot, refresh_netfilter, refresh_polled
 from .sysctl import read_sysctls
 
@@ -156,6 +157,7 @@ __all__ = [
     "apply_messages",
     "routes_may_be_flushed",
     "netns_inode",
+    "keep_query_sockets",
     "read_netfilter",
     "read_snapshot",
     "read_sysctls",

@@ -89,7 +89,7 @@ def read_ipsets(names) -> tuple[IpSet, ...]:
     if not wanted:
         return ()
     sets = {}
-    with nl.NetlinkSocket(nl.NETLINK_NETFILTER) as sock:
+    with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
         for name in wanted:
             payload = (_NFGENMSG.pack(socket.AF_INET, 0, 0) + nl.attr(IPSET_ATTR_PROTOCOL, bytes([IPSET_PROTOCOL]))
                        + nl.attr(IPSET_ATTR_SETNAME, name.encode() + b"\0"))

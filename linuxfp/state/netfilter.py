@@ -70,19 +70,16 @@ def _thread_net_path(name: str) -> str:
 def nft_tables() -> tuple[str, ...] | None:
     """"family name" of every nf_tables table; None when nf_tables is absent."""
     try:
-        sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER)
-    except OSError:
-        return None
-    try:
-        payload = _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0)
-        try:
-            replies = sock.dump((10 << 8) | NFT_MSG_GETTABLE, payload)
-        except nl.NetlinkError as exc:
-            if exc.errno in (errno.EOPNOTSUPP, errno.ENOENT, errno.EPROTONOSUPPORT):
-                return None
-            raise
-    finally:
-        sock.close()
+        with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
+            replies = sock.dump((10 << 8) | NFT_MSG_GETTABLE, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0))
+    except nl.NetlinkError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOENT, errno.EPROTONOSUPPORT):
+            return None
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT):    # no NETLINK_NETFILTER at all
+            return None
+        raise
     names = []
     for reply in replies:
         if reply.type & 0xFF != NFT_MSG_NEWTABLE:
@@ -97,15 +94,10 @@ def nft_tables() -> tuple[str, ...] | None:
 def nft_generation() -> int | None:
     """The nf_tables ruleset generation id: it changes with every commit."""
     try:
-        sock = nl.NetlinkSocket(nl.NETLINK_NETFILTER)
-    except OSError:
+        with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
+            replies = sock.request((10 << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
+    except OSError:         # NetlinkError included
         return None
-    try:
-        replies = sock.request((10 << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
-    except nl.NetlinkError:
-        return None
-    finally:
-        sock.close()
     for reply in replies:
         if reply.type & 0xFF == NFT_MSG_NEWGEN:
             gen = nl.parse_attrs(reply.payload, _NFGENMSG.size).get(NFTA_GEN_ID)

@@ -11,10 +11,12 @@ include/uapi.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, Self, TypeVar
@@ -171,6 +173,52 @@ def cstr(b: bytes) -> str:
 
 
 ScannerT = TypeVar("ScannerT", bound="DumpScanner")
+
+
+# Query sockets kept open, per thread and namespace, once keep_query_sockets()
+# says so: closing a NETLINK_NETFILTER socket waits, inside close(), for
+# nf_tables to finish freeing what its last commit replaced (the
+# NETLINK_URELEASE notifier flushes the transaction destroy work: an RCU grace
+# period, 5-13 ms measured right after `iptables -D`), which a re-read right
+# after each commit would pay every time.
+_kept = threading.local()
+_keep_query_sockets = False
+
+
+def keep_query_sockets(keep: bool = True) -> None:
+    """Whether query_socket() keeps each socket open for the next query of
+    the same thread in the same namespace: for a long-lived process that
+    stays in one namespace (the controller). A kept socket holds its
+    namespace alive, so short-lived callers that hop between namespaces
+    (tests, labs) leave it off."""
+    global _keep_query_sockets
+    _keep_query_sockets = keep
+
+
+def close_query_sockets() -> None:
+    """Close the calling thread's kept query sockets."""
+    for sock in _kept.__dict__.pop("sockets", {}).values():
+        sock.close()
+
+
+@contextlib.contextmanager
+def query_socket(protocol: int) -> Iterator[NetlinkSocket]:
+    """A socket for requests and dumps of `protocol` in the calling thread's
+    namespace: fresh and closed after the block, or kept (keep_query_sockets)
+    unless the block raised (a request cut short may leave answers queued)."""
+    if not _keep_query_sockets:
+        with NetlinkSocket(protocol) as sock:
+            yield sock
+        return
+    kept = _kept.__dict__.setdefault("sockets", {})
+    key = (protocol, os.stat("/proc/thread-self/ns/net").st_ino)
+    sock = kept.pop(key, None) or NetlinkSocket(protocol)
+    try:
+        yield sock
+    except BaseException:
+        sock.close()
+        raise
+    kept[key] = sock
 
 
 class NetlinkSocket:
