@@ -259,6 +259,60 @@ def test_an_address_change_is_honoured_before_the_controller_has_seen_it(require
     assert addresses_changed and addresses_changed[0] > 0, addresses_changed
 
 
+NEW_BROADCAST = "198.18.250.255"
+
+
+def _with_addrtype_rules(lab):
+    """The router line with FORWARD dropping broadcast sources, as the
+    accelerated run's controller finds it when it starts."""
+    router = RouterTopology(prefixes=8)(lab)
+    router.dut.run(["iptables-restore"], input="*filter\n:FORWARD ACCEPT [0:0]\n"
+                   "-A FORWARD -m addrtype --src-type BROADCAST -j DROP\nCOMMIT\n")
+    return router
+
+
+def _from_the_new_broadcast(router, step_index: int) -> list[bytes]:
+    from linuxfp.lab.frames import udp_frame
+
+    src = router.src_if
+    return [udp_frame(src.mac, router.dut_left.mac, source, "198.19.3.7", sport=40000 + n)
+            for n in range(4) for source in (NEW_BROADCAST, "198.18.1.77")]
+
+
+def test_a_new_broadcast_source_meets_addrtype_before_the_controller_has_seen_it(require_root):
+    """An address added with its broadcast makes that broadcast a BROADCAST
+    source for `-m addrtype` at once: Linux (rp_filter off) routes a packet
+    from it into FORWARD and drops it there, while the classifier, compiled
+    before, still says UNICAST. The address generation makes the datapath
+    pass until the controller has taken the address in, so with the
+    controller stopped the frames meet Linux's rule, not the stale one."""
+    addresses_changed: list[int] = []
+
+    @contextlib.contextmanager
+    def accelerate(topology):
+        with ControllerProcess(topology.dut.name, hook="xdp") as controller:
+            handle = StoppedOnceAttached(controller)
+            try:
+                yield handle
+                stats = linuxfp_stats(topology.dut.name)
+                addresses_changed.append(sum(
+                    i["nodes"].get("pipeline", {}).get("passed", {}).get("addresses_changed", 0)
+                    for i in stats["interfaces"]))
+            finally:
+                if handle.stopped and controller.proc.poll() is None:
+                    os.killpg(controller.proc.pid, signal.SIGCONT)
+
+    steps = (Step("broadcast-added", lambda r: r.dut.run(
+        ["ip", "address", "add", "198.18.250.1/24", "brd", "+", "dev", "to-sink"])),)
+    report = run_differential(_with_addrtype_rules, steps, accelerate, frames=_from_the_new_broadcast,
+                              prefix="lfp-t")
+    assert report.ok, report.render()
+    # Linux dropped the broadcast's frames and forwarded the others
+    delivered = report.kernel[0].at("sink:to-dut")
+    assert len(delivered) == 4, report.render()
+    assert addresses_changed and addresses_changed[0] > 0, addresses_changed
+
+
 def test_the_fast_path_resumes_once_the_controller_has_taken_an_address_in(router_topology):
     r = router_topology
     with ControllerProcess(r.dut.name, hook="xdp") as controller:
