@@ -115,6 +115,7 @@ def cmd_status(args) -> int:
         lease = data.get("lease") or {}
         problem = ("no controller runs in this namespace" if not data["controller_pid"]
                    else "the datapath is not acting on current state (lease not held)" if not lease.get("held")
+                   else "an address changed: the controller has not read it yet" if lease.get("addresses") == "changed"
                    else None)
         print(problem or f"ready: controller pid {data['controller_pid']}, lease held")
         return 1 if problem else 0

@@ -41,7 +41,10 @@ GENERATIONS = CType("struct lfp_generations", (("addr_genid", "I"),))
 CONTEXT_TYPES = (RENEWAL, GENERATIONS)
 NAMESPACE_TYPES = {LEASE_MAP: (U32, LEASE), SENT_MAP: (U32, U64)}
 _RENEWAL = RENEWAL.packer
-_HELD_AT = 32               # offsetof(struct lfp_lease, held)
+# offsetof(struct lfp_lease, held) by the value's size, in every layout
+# pinned so far (lease.h's history): 64 and 56 (this one and the one before
+# addr_genid), 48 (three counters, then held), 32 (before the watch)
+_HELD_AT = {64: 32, 56: 32, 48: 24, 32: 8}
 _KEY = U32.pack(0)
 
 
@@ -90,11 +93,14 @@ def revoke_pinned(path: str) -> None:
         return
     try:
         raw = bytearray(lease_map.lookup(_KEY) or b"")
-        if len(raw) >= _HELD_AT + 4:
-            # by offset, not through LEASE: a lease another version laid out
-            # (`held` has been at this offset in every layout)
-            raw[_HELD_AT:_HELD_AT + 4] = bytes(4)
-            lease_map.update(_KEY, bytes(raw))
+        # by offset, not through LEASE: a lease another version laid out
+        held_at = _HELD_AT.get(len(raw))
+        if held_at is None:
+            log.warning("%s: a lease of %d bytes, a layout this version does not know: not revoked",
+                        path, len(raw))
+            return
+        raw[held_at:held_at + 4] = bytes(4)
+        lease_map.update(_KEY, bytes(raw))
     except dp.BpfError:
         pass
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 
 from linuxfp import datapath as dp
 from linuxfp.synth import counters
@@ -87,8 +88,9 @@ def lease_state(layout: NamespaceLayout) -> dict | None:
 
 
 # pin path -> the program opened from it, the last one only: waits poll the
-# lease every 0.5 ms
+# lease every 0.5 ms (and the metrics server's threads read it concurrently)
 _generation_readers: dict[str, dp.Program] = {}
+_readers_lock = threading.Lock()
 
 
 def _addresses(layout: NamespaceLayout, taken_in: int) -> str:
@@ -97,18 +99,21 @@ def _addresses(layout: NamespaceLayout, taken_in: int) -> str:
     namespace, is the one the lease holds (the datapath acts), "changed"
     when not (it passes), "unknown" where it cannot be read."""
     path = layout.generations_pin
-    program = _generation_readers.pop(path, None)
+    with _readers_lock:
+        program = _generation_readers.pop(path, None)
     try:
         if program is None:
             program = dp.Program.from_pinned(path)
         genid = lease.read_generations(program)
-    except (lease.GenerationsUnknown, dp.BpfError, OSError):
+    except (lease.GenerationsUnknown, dp.BpfError, OSError, struct.error):
         if program is not None:
             program.close()
         return "unknown"
-    for other in list(_generation_readers):      # one kept: a waiter watches one namespace
-        _generation_readers.pop(other).close()
-    _generation_readers[path] = program
+    with _readers_lock:
+        for other in list(_generation_readers):      # one kept: a waiter watches one namespace
+            _generation_readers.pop(other).close()
+        if _generation_readers.setdefault(path, program) is not program:
+            program.close()
     return "current" if genid == taken_in else "changed"
 
 

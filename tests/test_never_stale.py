@@ -225,38 +225,54 @@ class StoppedOnceAttached:
             self.stopped = True
 
 
+def _passed_while_stopped(topology, steps, frames):
+    """run_differential with the controller stopped once attached, its
+    lease still running (StoppedOnceAttached); the report and the pipeline's
+    pass reasons. Asserted here: Linux's verdicts, and status saying the
+    addresses changed. Run again (three times at most) when a loaded
+    machine took the whole term to send the frames: Linux then decided them
+    because the lease ran out, which proves nothing about the generation."""
+    for _ in range(3):
+        passed: list[dict] = []
+
+        @contextlib.contextmanager
+        def accelerate(topo):
+            with ControllerProcess(topo.dut.name, hook="xdp") as controller:
+                handle = StoppedOnceAttached(controller)
+                try:
+                    yield handle
+                    stats = linuxfp_stats(topo.dut.name)
+                    reasons: dict[str, int] = {}
+                    for i in stats["interfaces"]:
+                        for reason, n in i["nodes"].get("pipeline", {}).get("passed", {}).items():
+                            reasons[reason] = reasons.get(reason, 0) + n
+                    passed.append(reasons)
+                    # the stopped controller has not read it: status says so
+                    shown = json.loads(linuxfp_cli(topo.dut.name, "-j", "status").stdout)
+                    assert shown["lease"]["addresses"] == "changed", shown["lease"]
+                finally:
+                    if handle.stopped and controller.proc.poll() is None:
+                        os.killpg(controller.proc.pid, signal.SIGCONT)
+
+        report = run_differential(topology, steps, accelerate, frames=frames, prefix="lfp-t")
+        assert report.ok, report.render()
+        if passed[0].get("addresses_changed") or not passed[0].get("lease_expired"):
+            break
+    return report, passed[0]
+
+
 def test_an_address_change_is_honoured_before_the_controller_has_seen_it(require_root):
     """The kernel moves its IPv4 address generation in the system call that
     adds the address; the datapath compares it per packet with the one the
     controller took the addresses in under, so a source that became local is
     refused by Linux's rules at once, even by a datapath whose controller is
     stopped and whose lease still runs."""
-    addresses_changed: list[int] = []
-
-    @contextlib.contextmanager
-    def accelerate(topology):
-        with ControllerProcess(topology.dut.name, hook="xdp") as controller:
-            handle = StoppedOnceAttached(controller)
-            try:
-                yield handle
-                stats = linuxfp_stats(topology.dut.name)
-                addresses_changed.append(sum(
-                    i["nodes"].get("pipeline", {}).get("passed", {}).get("addresses_changed", 0)
-                    for i in stats["interfaces"]))
-                # the stopped controller has not read it: status says so
-                shown = json.loads(linuxfp_cli(topology.dut.name, "-j", "status").stdout)
-                assert shown["lease"]["addresses"] == "changed", shown["lease"]
-            finally:
-                if handle.stopped and controller.proc.poll() is None:
-                    os.killpg(controller.proc.pid, signal.SIGCONT)
-
     # (the first step's frames are round 0's)
     steps = (Step("source-becomes-local", lambda r: r.dut.run(
         f"ip address add {_first_source(r, 0)}/32 dev to-sink")),)
-    report = run_differential(RouterTopology(prefixes=8), steps, accelerate, frames=standard_frames, prefix="lfp-t")
-    assert report.ok, report.render()
+    _, passed = _passed_while_stopped(RouterTopology(prefixes=8), steps, standard_frames)
     # the generation, not the lease running out, sent them to Linux
-    assert addresses_changed and addresses_changed[0] > 0, addresses_changed
+    assert passed.get("addresses_changed", 0) > 0, passed
 
 
 NEW_BROADCAST = "198.18.250.255"
@@ -286,31 +302,12 @@ def test_a_new_broadcast_source_meets_addrtype_before_the_controller_has_seen_it
     before, still says UNICAST. The address generation makes the datapath
     pass until the controller has taken the address in, so with the
     controller stopped the frames meet Linux's rule, not the stale one."""
-    addresses_changed: list[int] = []
-
-    @contextlib.contextmanager
-    def accelerate(topology):
-        with ControllerProcess(topology.dut.name, hook="xdp") as controller:
-            handle = StoppedOnceAttached(controller)
-            try:
-                yield handle
-                stats = linuxfp_stats(topology.dut.name)
-                addresses_changed.append(sum(
-                    i["nodes"].get("pipeline", {}).get("passed", {}).get("addresses_changed", 0)
-                    for i in stats["interfaces"]))
-            finally:
-                if handle.stopped and controller.proc.poll() is None:
-                    os.killpg(controller.proc.pid, signal.SIGCONT)
-
     steps = (Step("broadcast-added", lambda r: r.dut.run(
         ["ip", "address", "add", "198.18.250.1/24", "brd", "+", "dev", "to-sink"])),)
-    report = run_differential(_with_addrtype_rules, steps, accelerate, frames=_from_the_new_broadcast,
-                              prefix="lfp-t")
-    assert report.ok, report.render()
+    report, passed = _passed_while_stopped(_with_addrtype_rules, steps, _from_the_new_broadcast)
     # Linux dropped the broadcast's frames and forwarded the others
-    delivered = report.kernel[0].at("sink:to-dut")
-    assert len(delivered) == 4, report.render()
-    assert addresses_changed and addresses_changed[0] > 0, addresses_changed
+    assert len(report.kernel[0].at("sink:to-dut")) == 4, report.render()
+    assert passed.get("addresses_changed", 0) > 0, passed
 
 
 def test_the_fast_path_resumes_once_the_controller_has_taken_an_address_in(router_topology):

@@ -9,6 +9,7 @@ import pytest
 
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.state import netlink as nl
+from linuxfp.state.ipset import read_ipsets
 from linuxfp.state.netfilter import nft_generation, nft_tables
 
 pytestmark = pytest.mark.netns
@@ -60,6 +61,21 @@ def test_a_request_cut_short_drops_its_socket(two_namespaces, keeping):
     assert _socket_used(a) is not before
     with entered(a):
         assert nft_tables() == ("ip only_in_a",)
+
+
+def test_an_answered_error_keeps_the_socket_usable(two_namespaces, keeping):
+    """read_ipsets takes a set that does not exist as an answer (the kernel
+    said so, completely) and keeps reading through the same socket."""
+    a, _ = two_namespaces
+    a.run(["ipset", "create", "lfp_known", "hash:ip"])
+    a.run(["ipset", "add", "lfp_known", "198.18.0.9"])
+    before = _socket_used(a)
+    with entered(a):
+        sets = {s.name: s for s in read_ipsets(["lfp_missing", "lfp_known"])}
+        assert sets["lfp_missing"].unsupported and not sets["lfp_known"].unsupported
+        assert sets["lfp_known"].prefixes
+        assert nft_tables() == ("ip only_in_a",)
+    assert _socket_used(a) is before
 
 
 def test_nothing_is_kept_unless_asked(two_namespaces):

@@ -218,7 +218,8 @@ def query_socket(protocol: int) -> Iterator[NetlinkSocket]:
     except BaseException:
         sock.close()
         raise
-    kept[key] = sock
+    if kept.setdefault(key, sock) is not sock:       # a nested query kept its own
+        sock.close()
 
 
 class NetlinkSocket:
