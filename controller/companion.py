@@ -112,7 +112,8 @@ class Companion:
                 obj.close()
                 optional = [p for p in OPTIONAL_PROGRAMS if p not in self.skipped
                             and getattr(e, "program", p) in OPTIONAL_PROGRAMS]
-                if optional and isinstance(e, dp.BpfError):
+                # (a layout mismatch is no program's refusal: nothing to leave out)
+                if optional and isinstance(e, dp.BpfError) and not isinstance(e, LayoutMismatch):
                     why = str(e).splitlines()[0]
                     log.warning("%s left out (%s): the controller polls what it would watch", optional, why)
                     self.skipped.update((p, why) for p in optional)
