@@ -31,6 +31,7 @@ sets have been read again.
 """
 from __future__ import annotations
 
+import re
 import socket
 import struct
 
@@ -106,6 +107,7 @@ def decode_set(name: str, payloads) -> IpSet:
     """One set from its LIST replies (a large set spans several messages,
     each with its name and a run of members)."""
     kind, family, options, members = "", 0, {}, []
+    plain: list[tuple[bytes, bytes]] = []      # (address, cidr) of members laid out as _PLAIN_IPV4
     for payload in payloads:
         attrs = nl.parse_attrs(payload, _NFGENMSG.size)
         if nl.cstr(attrs.get(IPSET_ATTR_SETNAME, b"")) != name:
@@ -114,10 +116,21 @@ def decode_set(name: str, payloads) -> IpSet:
             kind = nl.cstr(attrs[IPSET_ATTR_TYPENAME])
             family = nl.u8(attrs.get(IPSET_ATTR_FAMILY, b"\0"))
             options = nl.parse_attrs(attrs.get(IPSET_ATTR_DATA, b""))
+        adt = attrs.get(IPSET_ATTR_ADT, b"")
+        run = _plain_ipv4_members(adt)
+        if run is not None:
+            plain += run
+            continue
         try:
-            members += _members(attrs.get(IPSET_ATTR_ADT, b""))
+            members += _members(adt)
         except ValueError as exc:
             return IpSet(name, kind, unsupported=f"ipset {name}: {exc}")
+    if plain and not members and kind in ("hash:ip", "hash:net") and family == NFPROTO_IPV4 \
+            and _unsupported(kind, family, options) is None:
+        prefixes = _plain_prefixes(kind, options, plain)
+        if prefixes is not None:
+            return IpSet(name, kind, prefixes=prefixes, family=family)
+    members += ({IPSET_ATTR_IP: address, **({IPSET_ATTR_CIDR: cidr} if cidr else {})} for address, cidr in plain)
     reason = _unsupported(kind, family, options)
     if reason is None:
         if kind.endswith(",port"):
@@ -178,6 +191,44 @@ def combine_list(listed: IpSet, members: dict[str, IpSet]) -> IpSet:
 
 
 _NLATTR = struct.Struct("=HH")
+
+# The members of an IPv4 hash:ip or hash:net with nothing but an address
+# (and a hash:net's CIDR): no timeout, flags, counters or comment. Such runs,
+# almost every large set's, are read by two regular expressions instead of
+# attribute by attribute (100 000 members: 0.56 s -> see _plain_prefixes).
+_PLAIN_IPV4 = (re.compile(rb"\x10\x00\x07\x80\x0c\x00\x01\x80\x08\x00\x01\x00(....)()", re.S),     # hash:ip
+               re.compile(rb"\x18\x00\x07\x80\x0c\x00\x01\x80\x08\x00\x01\x00(....)"
+                          rb"\x05\x00\x03\x00(.)\x00\x00\x00", re.S))                                    # hash:net
+_PLAIN_HEADS = ((b"\x10\x00\x07\x80", 16), (b"\x18\x00\x07\x80", 24))    # each record's first bytes, its size
+
+
+def _plain_ipv4_members(adt: bytes) -> list[tuple[bytes, bytes]] | None:
+    """(address, CIDR byte or b"") of every member of `adt` when each is
+    laid out as _PLAIN_IPV4 (one layout throughout), else None."""
+    for pattern, (head, size) in zip(_PLAIN_IPV4, _PLAIN_HEADS):
+        if adt and len(adt) % size == 0 and adt.startswith(head):
+            found = pattern.findall(adt)
+            if len(found) * size == len(adt):       # (every byte is in a match: back to back)
+                return found
+    return None
+
+
+def _plain_prefixes(kind: str, options: dict[int, bytes], plain) -> tuple[tuple[int, int], ...] | None:
+    """_prefixes() of plain members (a hash:net's CIDR, a hash:ip's
+    netmask); None where one is not a length _member_prefix() accepts."""
+    netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
+    values = struct.unpack(f">{len(plain)}I", b"".join(address for address, _ in plain))
+    lengths = b"".join(cidr for _, cidr in plain) if kind == "hash:net" else bytes([netmask])
+    if max(lengths) > 32:
+        return None
+    if min(lengths) == max(lengths):       # one length (a set of addresses): sort plain numbers
+        length = lengths[0]
+        mask = (0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF
+        return tuple((value, length) for value in sorted({value & mask for value in values}))
+    out = set()
+    for value, length in zip(values, lengths):
+        out.add((value >> (32 - length) << (32 - length) if length else 0, length))
+    return tuple(sorted(out))
 
 
 def _members(adt: bytes) -> list[dict[int, bytes]]:
