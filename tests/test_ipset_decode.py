@@ -19,7 +19,9 @@ pytestmark = pytest.mark.netns
 SETS = {
     # name: (create options, members)
     "nets": ("hash:net", [f"198.18.{i}.0/{random.Random(i).choice((24, 26, 30, 32))}" for i in range(250)]
-             + ["198.18.0.0/15", "192.0.2.0/25", "0.0.0.0/1", "203.0.113.7"]),
+             + ["198.18.0.0/15", "192.0.2.0/25", "203.0.113.0/24", "203.0.113.7"]),
+    # many replies of plain members and one that is not: walked, as a whole
+    "late": ("hash:net", [f"198.19.{i >> 8}.{i & 255}" for i in range(3000)] + ["198.19.200.0/24 nomatch"]),
     "ips": ("hash:ip", [f"198.19.{i >> 8}.{i & 255}" for i in range(2000)]),
     "masked": ("hash:ip netmask 24", [f"198.18.{i}.{i % 200 + 1}" for i in range(100)]),
     "bitmap": ("bitmap:ip range 198.18.0.0/24", ["198.18.0.1", "198.18.0.200"]),
@@ -59,4 +61,5 @@ def test_plain_members_decode_as_the_attribute_walk_decodes_them(monkeypatch):
                     for p in r)}
     assert {"nets", "ips", "masked"} <= plain and not plain & {"timed", "nomatch", "counted"}
     assert len(fast["ips"].prefixes) == 2000 and fast["masked"].prefixes[0][1] == 24
-    assert fast["nomatch"].unsupported and fast["timed"].unsupported
+    assert fast["nomatch"].unsupported and fast["timed"].unsupported and fast["late"].unsupported
+    assert len(replies["late"]) > 1

@@ -219,6 +219,8 @@ def _plain_prefixes(kind: str, options: dict[int, bytes], plain) -> tuple[tuple[
     netmask = nl.u8(options[IPSET_ATTR_NETMASK]) if IPSET_ATTR_NETMASK in options else 32
     values = struct.unpack(f">{len(plain)}I", b"".join(address for address, _ in plain))
     lengths = b"".join(cidr for _, cidr in plain) if kind == "hash:net" else bytes([netmask])
+    if kind == "hash:net" and len(lengths) != len(values):     # a member without its CIDR: walk them
+        return None
     if max(lengths) > 32:
         return None
     if min(lengths) == max(lengths):       # one length (a set of addresses): sort plain numbers
