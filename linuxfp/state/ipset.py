@@ -82,6 +82,24 @@ _IPV6_NEVER = (0, 43, 44, 51, 59, 60)
 _NFGENMSG = struct.Struct("=BBH")
 
 
+IPSET_CMD_GET_BYINDEX = 15
+IPSET_ATTR_INDEX = 11
+
+
+def set_name_by_index(index: int) -> str:
+    """The name of the set an x_tables `set` match refers to by its index
+    (what libxt_set asks with SO_IP_SET); OSError when there is none."""
+    payload = (_NFGENMSG.pack(socket.AF_INET, 0, 0) + nl.attr(IPSET_ATTR_PROTOCOL, bytes([IPSET_PROTOCOL]))
+               + nl.attr(IPSET_ATTR_INDEX, struct.pack("!H", index)))
+    with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
+        replies = sock.request((NFNL_SUBSYS_IPSET << 8) | IPSET_CMD_GET_BYINDEX, payload, dump=False)
+    for reply in replies:
+        name = nl.parse_attrs(reply.payload, _NFGENMSG.size).get(IPSET_ATTR_SETNAME)
+        if name:
+            return nl.cstr(name)
+    raise OSError(f"no set has index {index}")
+
+
 def read_ipsets(names) -> tuple[IpSet, ...]:
     """Each named set as the kernel holds it now; a set that does not exist
     comes back with that as its reason. Raises OSError when ipset cannot be

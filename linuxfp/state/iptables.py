@@ -1,6 +1,9 @@
 """iptables rulesets as the kernel holds them, read with the tools' own
 `iptables-nft-save` / `iptables-legacy-save` and parsed into a typed model.
 
+(nft_rules.py decodes iptables-nft's rules into the same model straight from
+the kernel where it knows every rule; the tool reads the rest.)
+
 The save format is the one both backends print the same way (the nft
 backend translates its expressions back into matches), so one parser reads
 both. The model keeps every match as printed, with its module and negation:
@@ -179,10 +182,7 @@ _BUILTIN_OPTIONS = {"-s": "-s", "--source": "-s", "-d": "-d", "--destination": "
 
 def parse_rule(line: str) -> IptRule:
     """One `-A CHAIN ...` line."""
-    try:
-        words = shlex.split(line)
-    except ValueError as exc:
-        raise ParseError(f"{line!r}: {exc}") from None
+    words = split_words(line)
     if len(words) < 2 or words[0] != "-A":
         raise ParseError(f"{line!r}: not a rule")
     chain = words[1]
@@ -231,6 +231,44 @@ def parse_rule(line: str) -> IptRule:
             matches.append(Match(module, word, tuple(values), negate))
         negate = False
     return IptRule(chain, 0, tuple(matches), target, tuple(target_options), goto, line)
+
+
+def split_words(line: str) -> list[str]:
+    """The words of a rule line, quoted as iptables-save quotes them
+    (xtables_save_string: double quotes, inside which a backslash escapes
+    `"`, `\\` and `'`; iptables-restore takes a backslash as escaping any
+    character) or as save_line does (shlex.quote's single quotes)."""
+    if not any(c in line for c in "\"'\\"):
+        return line.split()
+    words: list[str] = []
+    word: list[str] = []
+    started, quote, escaped = False, "", False
+    for char in line:
+        if escaped:
+            word.append(char)
+            escaped = False
+        elif quote == "'":
+            if char == "'":
+                quote = ""
+            else:
+                word.append(char)
+        elif char == "\\":
+            escaped = started = True
+        elif char == '"' or (char == "'" and not quote):
+            quote = "" if quote else char
+            started = True
+        elif char.isspace() and not quote:
+            if started:
+                words.append("".join(word))
+            word, started = [], False
+        else:
+            word.append(char)
+            started = True
+    if quote or escaped:
+        raise ParseError(f"{line!r}: no closing quotation")
+    if started:
+        words.append("".join(word))
+    return words
 
 
 # How many values options take (iptables-save prints one word per value,

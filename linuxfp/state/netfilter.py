@@ -16,9 +16,11 @@ Two independent rule engines can be loaded in one namespace:
 The answer errs on the side of "active": the fast path then leaves packets
 to the kernel.
 
-Where IPv4 iptables tables exist, their rules are read too (iptables.py), so
-a filter node can evaluate them: re-read only when a backend's fingerprint
-changed (the nf_tables generation id; the legacy tables' blobs).
+Where IPv4 iptables tables exist, their rules are read too, so a filter node
+can evaluate them: iptables-nft's decoded straight from nf_tables
+(nft_rules.py) where the decoder knows every rule, else with the save tools
+(iptables.py); re-read only when a backend's fingerprint changed (the
+nf_tables generation id; the legacy tables' blobs).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 
 from . import netlink as nl
 from .iptables import Ruleset, read_ruleset
+from .nft_rules import read_native
 from .ipset import LIST_PENDING, combine_list, read_ipsets
 from .model import IpSet, NetfilterState
 
@@ -270,7 +273,10 @@ def _cached_ruleset(backend: str, fingerprint: object, family: str = "ip") -> Ru
     if known is not None and fingerprint is not None and known[0] == fingerprint:
         return known[1]
     try:
-        result: Ruleset | str = read_ruleset(backend, family)
+        # nf_tables' rules straight from the kernel where every one of them
+        # is known to decode as the tool prints it; the tool reads the rest
+        native = read_native(family) if backend == "nft" else None
+        result: Ruleset | str = native if native is not None else read_ruleset(backend, family)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         result = str(exc)
     with _cache_lock:
