@@ -9,6 +9,7 @@ import pytest
 
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.lab.rulesets import random_ipsets, random_ruleset
+from linuxfp.state import netlink as nl
 from linuxfp.state import nft_rules
 from linuxfp.state.iptables import read_ruleset
 from linuxfp.state.netfilter import _cached_ruleset, nft_generation
@@ -214,3 +215,143 @@ def test_a_table_the_tool_calls_incompatible_is_left_to_it():
         tool, native = _both(ns)
         assert native is None
         assert tool.incompatible
+
+
+# nft's own syntax, written into iptables' tables: each rule decodes exactly
+# as the tool prints it, or is left to the tool
+NFT_NATIVE = (
+    "ip saddr 198.18.0.0/15 tcp dport 22 drop",
+    'iifname "lan*" accept',
+    'oifname != "wan0" ip daddr 203.0.113.0/24 drop',
+    "meta l4proto udp udp sport 53 accept",
+    "tcp dport 1-1023 drop",
+    "udp dport != 53 drop",
+    "meta mark and 0xff == 0x1 accept",
+    "tcp flags & (syn | ack) == syn drop",
+    "ip daddr { 192.0.2.1, 192.0.2.2 } drop",
+    "ct state established accept",
+    "ip protocol tcp drop",
+    'tcp dport 22 log prefix "x" drop',
+    "ip saddr . ip daddr { 192.0.2.1 . 192.0.2.2 } drop",
+    "tcp dport > 1023 accept",
+)
+
+
+def test_rules_nft_writes_into_iptables_tables_decode_as_the_tool_prints_them_or_go_to_it():
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("nft")
+        ns.run(["iptables-nft", "-A", "FORWARD", "-j", "ACCEPT"])
+        decoded = []
+        for statement in NFT_NATIVE:
+            ns.run(["nft", "flush chain ip filter FORWARD"])
+            ns.run(["nft", f"add rule ip filter FORWARD {statement}"])
+            tool, native = _both(ns)
+            if native is not None and not tool.incompatible:
+                _same(tool, native)
+                decoded.append(statement)
+            else:
+                assert native is None, statement
+        assert len(decoded) >= 6, decoded
+
+
+def _expression(name: str, **attrs: bytes) -> bytes:
+    numbers = {"dreg": 1, "sreg": 1, "key": 2, "base": 2, "offset": 3, "len": 4, "op": 2, "data": 3}
+    data = b"".join(nl.attr(int(k[1:]) if k[0] == "a" else numbers[k], v) for k, v in attrs.items())
+    return nl.attr(1, nl.attr(nft_rules.NFTA_EXPR_NAME, name.encode() + b"\0")
+                   + nl.attr(nft_rules.NFTA_EXPR_DATA, data))
+
+
+def _be(n: int) -> bytes:
+    return n.to_bytes(4, "big")
+
+
+def _value(raw: bytes) -> bytes:
+    return nl.attr(nft_rules.NFTA_DATA_VALUE, raw)
+
+
+ACCEPT = _expression("immediate", dreg=_be(0), a2=nl.attr(nft_rules.NFTA_DATA_VERDICT,
+                                                          nl.attr(nft_rules.NFTA_VERDICT_CODE, _be(1))))
+SOURCE = _expression("payload", dreg=_be(1), base=_be(1), offset=_be(12), len=_be(4))
+
+
+def _decode(*expressions: bytes):
+    attrs = {nft_rules.NFTA_RULE_EXPRESSIONS: b"".join(expressions)}
+    return nft_rules.decode_rule("FORWARD", 1, attrs)
+
+
+def test_shapes_the_decoder_cannot_vouch_for_are_refused():
+    mask16 = _expression("bitwise", a1=_be(1), a2=_be(1), a3=_be(4), a4=_value(b"\xff\xff\0\0"),
+                         a5=_value(b"\0\0\0\0"))
+    assert str(_decode(SOURCE, mask16, _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\xc6\x12\0\0")),
+                       ACCEPT).matches[0]) == "-s 198.18.0.0/16"
+    refused = {
+        "a 4-byte register overlapping NFT_REG_1":
+            (_expression("payload", dreg=_be(9), base=_be(1), offset=_be(12), len=_be(4)),),
+        "an address outside its mask":
+            (SOURCE, mask16, _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\xc6\x12\1\1"))),
+        "a bitwise with xor":
+            (SOURCE, _expression("bitwise", a1=_be(1), a2=_be(1), a3=_be(4), a4=_value(b"\xff" * 4),
+                                 a5=_value(b"\0\0\0\1")),),
+        "a mask of part of the value":
+            (SOURCE, _expression("bitwise", a1=_be(1), a2=_be(1), a3=_be(2), a4=_value(b"\xff\xff"),
+                                 a5=_value(b"\0\0"))),
+        "cmp greater than": (SOURCE, _expression("cmp", sreg=_be(1), op=_be(4), data=_value(b"\xc6\x12\0\0"))),
+        "a load nobody compares": (SOURCE,),
+        "protocol 0": (_expression("meta", dreg=_be(1), key=_be(16)),
+                       _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\0"))),
+        "an unknown expression": (_expression("ct", dreg=_be(1), key=_be(0)),),
+    }
+    for what, expressions in refused.items():
+        with pytest.raises(nft_rules.Undecodable):
+            _decode(*expressions, ACCEPT)
+            pytest.fail(what)
+    with pytest.raises(nft_rules.Undecodable):
+        _decode(ACCEPT, SOURCE)                       # after the verdict
+
+
+def test_a_rule_decoded_once_is_known_by_its_content_counters_aside():
+    counter = _expression("counter", a1=b"\0" * 8, a2=b"\0" * 8)
+    counted = _expression("counter", a1=(10).to_bytes(8, "big"), a2=(1).to_bytes(8, "big"))
+    cmp = _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\xc6\x12\0\1"))
+    used: dict = {}
+    first = nft_rules._decoded_rule("FORWARD", 1, {nft_rules.NFTA_RULE_EXPRESSIONS: SOURCE + cmp + counter + ACCEPT},
+                                    "ip", {}, used)
+    assert len(used) == 1
+    poisoned = {key: (first.matches, "DROP", (), False, " poisoned") for key in used}
+    again = nft_rules._decoded_rule("LFP", 3, {nft_rules.NFTA_RULE_EXPRESSIONS: SOURCE + cmp + counted + ACCEPT},
+                                    "ip", poisoned, None)
+    assert (again.chain, again.position, again.target, again.text) == ("LFP", 3, "DROP", "-A LFP poisoned")
+    other = nft_rules._decoded_rule("FORWARD", 1, {nft_rules.NFTA_RULE_EXPRESSIONS: SOURCE + cmp + counter + ACCEPT,
+                                                   nft_rules.NFTA_RULE_USERDATA: b"\0\2x\0"}, "ip", poisoned, None)
+    assert other.target == "ACCEPT" and str(other.matches[-1]) == "-m comment --comment x"
+
+
+KNOWN_IPV6 = """\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:LFP6 - [0:0]
+-A FORWARD -s 2001:db8::/32 ! -d 2001:db8:1::1/128 -i eth+ -o lan0 -p tcp -m tcp --dport 22 -j ACCEPT
+-A FORWARD -d 2001:db8:ff00::/40 -p udp -m udp ! --sport 53 -j DROP
+-A FORWARD -p ipv6-icmp -m icmp6 --icmpv6-type 128 -j ACCEPT
+-A FORWARD -p ipv6-icmp -m icmp6 ! --icmpv6-type 1/4 -j DROP
+-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A FORWARD -p tcp -m multiport --dports 80,443 -j LFP6
+-A FORWARD -m set --match-set lfp-six src -j DROP
+-A FORWARD -m comment --comment six -g LFP6
+-A LFP6 -j RETURN
+COMMIT
+"""
+
+
+def test_ip6tables_rules_decode_as_the_tool_prints_them():
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("nft")
+        ns.run(["ipset", "create", "lfp-six", "hash:net", "family", "inet6"])
+        ns.run(["ip6tables-nft-restore"], input=KNOWN_IPV6)
+        tool, native = _both(ns, "ip6")
+        _same(tool, native)
+        assert len(native.table("filter").chain("FORWARD").rules) == KNOWN_IPV6.count("-A FORWARD")
+        ns.run(["ip6tables-nft", "-A", "LFP6", "-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"])
+        assert _both(ns, "ip6")[1] is None      # IPv6 REJECT: not known, the tool reads

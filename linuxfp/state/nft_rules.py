@@ -78,6 +78,9 @@ NFT_CMP_EQ, NFT_CMP_NEQ = 0, 1
 NFT_META_MARK, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_META_L4PROTO = 3, 6, 7, 16
 NFT_PAYLOAD_NETWORK_HEADER, NFT_PAYLOAD_TRANSPORT_HEADER = 1, 2
 NFTNL_UDATA_RULE_COMMENT = 0
+NFT_REG_1 = 1
+# what a meta load puts in the register, in bytes
+_META_SIZE = {NFT_META_MARK: 4, NFT_META_IIFNAME: 16, NFT_META_OIFNAME: 16, NFT_META_L4PROTO: 1}
 
 
 def _nested_value(data: bytes) -> bytes:
@@ -158,8 +161,11 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
     for table in TABLE_ORDER:
         if table not in chains:
             continue
-        builtin = [c for c in BUILTIN_CHAINS[table] if c in chains[table]]
-        builtin.sort(key=_HOOK.__getitem__)
+        # iptables-nft creates a built-in chain when it is first used, and the
+        # tool prints every one of the table's (a missing one: ACCEPT, empty)
+        for name in BUILTIN_CHAINS[table]:
+            chains[table].setdefault(name, ("ACCEPT", []))
+        builtin = sorted(BUILTIN_CHAINS[table], key=_HOOK.__getitem__)
         users = sorted((c for c in chains[table] if c not in BUILTIN_CHAINS[table]), key=lambda c: c.encode())
         tables.append(IptTable(table, tuple(Chain(c, chains[table][c][0], tuple(chains[table][c][1]))
                                             for c in builtin + users)))
@@ -305,27 +311,37 @@ def _reg(data: dict[int, bytes], attribute: int) -> int:
     return nl.be32(data.get(attribute, b"\0\0\0\0"))
 
 
+def _register(data: dict[int, bytes], attribute: int) -> int:
+    """The data register an expression reads or writes: iptables-nft uses
+    NFT_REG_1 alone; any other (the 4-byte registers overlap the 16-byte
+    ones) is beyond what this decoder tracks."""
+    register = _reg(data, attribute)
+    if register != NFT_REG_1:
+        raise Undecodable(f"register {register}")
+    return register
+
+
 def _load_meta(rule: _Rule, data) -> None:
     key = _reg(data, 2)
-    if key not in (NFT_META_MARK, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_META_L4PROTO) or 3 in data:
+    if key not in _META_SIZE or 3 in data:
         raise Undecodable(f"meta key {key}")
-    rule.registers[_reg(data, 1)] = ("meta", key, None)
+    rule.registers[_register(data, 1)] = ("meta", key, _META_SIZE[key], None)
 
 
 def _load_payload(rule: _Rule, data) -> None:
     if any(k in data for k in (5, 6, 7, 8)):        # a payload write, not a load
         raise Undecodable("payload write")
-    rule.registers[_reg(data, 1)] = ("payload", _reg(data, 2), _reg(data, 3), _reg(data, 4), None)
+    rule.registers[_register(data, 1)] = ("payload", _reg(data, 2), _reg(data, 3), _reg(data, 4), None)
 
 
 def _bitwise(rule: _Rule, data) -> None:
-    source, dest = _reg(data, 1), _reg(data, 2)
+    source, dest = _register(data, 1), _register(data, 2)
     loaded = rule.registers.get(source)
     if loaded is None or source != dest or _reg(data, 6) != 0 or loaded[-1] is not None:
         raise Undecodable("bitwise")
     mask, xor = _nested_value(data.get(4, b"")), _nested_value(data.get(5, b""))
-    if any(xor) or len(mask) != _reg(data, 3):
-        raise Undecodable("bitwise with xor")
+    if any(xor) or len(mask) != _reg(data, 3) or len(mask) != loaded[-2]:
+        raise Undecodable("bitwise that is not a mask of the whole value")
     rule.registers[source] = loaded[:-1] + (mask,)
 
 
@@ -333,12 +349,13 @@ def _cmp(rule: _Rule, data) -> None:
     op = _reg(data, 2)
     if op not in (NFT_CMP_EQ, NFT_CMP_NEQ):
         raise Undecodable(f"cmp op {op}")
-    _compared(rule, rule.registers.pop(_reg(data, 1), None), op == NFT_CMP_NEQ, _nested_value(data.get(3, b"")))
+    _compared(rule, rule.registers.pop(_register(data, 1), None), op == NFT_CMP_NEQ,
+              _nested_value(data.get(3, b"")))
 
 
 def _range(rule: _Rule, data) -> None:
     op = _reg(data, 2)
-    loaded = rule.registers.pop(_reg(data, 1), None)
+    loaded = rule.registers.pop(_register(data, 1), None)
     if op not in (NFT_CMP_EQ, NFT_CMP_NEQ) or loaded is None or loaded[0] != "payload":
         raise Undecodable("range")
     low, high = _nested_value(data.get(3, b"")), _nested_value(data.get(4, b""))
@@ -349,20 +366,26 @@ def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
     if loaded is None:
         raise Undecodable("cmp of an unloaded register")
     if loaded[0] == "meta":
-        _, key, mask = loaded
+        _, key, _size, mask = loaded
         if key in (NFT_META_IIFNAME, NFT_META_OIFNAME) and mask is None:
             option = "-i" if key == NFT_META_IIFNAME else "-o"
             name = value[:-1] if value.endswith(b"\0") else value + b"+"
-            if b"\0" in name or not name or option in rule.header:
+            if b"\0" in name or not name or len(value) > 16 or option in rule.header:
                 raise Undecodable("interface name")
-            rule.header[option] = Match("", option, (name.decode(),), negated)
-        elif key == NFT_META_L4PROTO and mask is None and len(value) == 1 and "-p" not in rule.header:
+            try:
+                rule.header[option] = Match("", option, (name.decode(),), negated)
+            except UnicodeDecodeError:
+                raise Undecodable("interface name") from None
+        elif key == NFT_META_L4PROTO and mask is None and len(value) == 1 and value[0] \
+                and "-p" not in rule.header:              # (protocol 0: iptables prints no -p at all)
             rule.proto = value[0]
             rule.header["-p"] = Match("", "-p", (_protocol_names().get(value[0], str(value[0])),), negated)
             if negated:
                 rule.proto = None
         elif key == NFT_META_MARK and len(value) == 4:
             mark = struct.unpack("=I", value)[0]
+            if mask is not None and mark & ~struct.unpack("=I", mask)[0]:
+                raise Undecodable("a mark outside its mask")      # never matches
             full = mask is None or mask == b"\xff\xff\xff\xff"
             text = f"0x{mark:x}" if full else f"0x{mark:x}/0x{struct.unpack('=I', mask)[0]:x}"
             rule.matches += [Match("mark", ""), Match("mark", "--mark", (text,), negated)]
@@ -378,7 +401,7 @@ def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
     elif base == NFT_PAYLOAD_TRANSPORT_HEADER and offset in (0, 2) and length == 2 and mask is None:
         _port(rule, loaded, negated, value, value)
     elif base == NFT_PAYLOAD_TRANSPORT_HEADER and (offset, length) == (13, 1) and rule.proto == 6 \
-            and mask is not None and not mask[0] & ~0x3F and not value[0] & ~mask[0]:
+            and mask is not None and len(value) == 1 and not mask[0] & ~0x3F and not value[0] & ~mask[0]:
         options = rule.module("tcp")
         if any(m.option == "--tcp-flags" for m in options):
             raise Undecodable("two tcp flag tests")
@@ -398,6 +421,8 @@ def _address(rule: _Rule, option: str, length: int, mask: bytes | None, value: b
         bits = length * 8 - ((~whole) & ((1 << (length * 8)) - 1)).bit_length()
         if whole != ((1 << (length * 8)) - 1) ^ ((1 << (length * 8 - bits)) - 1):
             raise Undecodable("a non-contiguous address mask")
+        if int.from_bytes(value, "big") & ~whole:
+            raise Undecodable("an address outside its mask")     # never matches
     address = ipaddress.ip_address(value + b"\0" * (width - length))
     rule.header[option] = Match("", option, (f"{address}/{bits}",), negated)
 

@@ -220,6 +220,7 @@ xt_matches: dict[tuple[str, int], Callable[[bytes, str], tuple[str, list[Match]]
     ("multiport", 1): _multiport,
     ("conntrack", 3): _conntrack,
     ("icmp", 0): _icmp("icmp", "--icmp-type"),
+    ("icmp6", 0): _icmp("icmp6", "--icmpv6-type"),
     ("set", 4): _set,
     ("addrtype", 1): _addrtype,
     ("statistic", 0): _statistic,
