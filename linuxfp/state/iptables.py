@@ -131,8 +131,8 @@ def parse_save(text: str, backend: str, family: str = "ip") -> Ruleset:
     incompatible: list[str] = []
     table: str | None = None
     chains: dict[str, tuple[str | None, list[IptRule]]] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
+    for number, raw in enumerate(text.split("\n"), 1):      # (splitlines() would split a name at \x1c)
+        line = raw.strip(" \t\r")
         if not line:
             continue
         if line.startswith("#"):
@@ -239,7 +239,7 @@ def split_words(line: str) -> list[str]:
     `"`, `\\` and `'`; iptables-restore takes a backslash as escaping any
     character) or as save_line does (shlex.quote's single quotes)."""
     if not any(c in line for c in "\"'\\"):
-        return line.split()
+        return [word for word in line.replace("\t", " ").split(" ") if word]   # (not str.split(): \x1c is no space here)
     words: list[str] = []
     word: list[str] = []
     started, quote, escaped = False, "", False
@@ -257,7 +257,7 @@ def split_words(line: str) -> list[str]:
         elif char == '"' or (char == "'" and not quote):
             quote = "" if quote else char
             started = True
-        elif char.isspace() and not quote:
+        elif char in " \t" and not quote:
             if started:
                 words.append("".join(word))
             word, started = [], False

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from . import netlink as nl
 from .iptables import Ruleset, read_ruleset
 from .nft_rules import read_native
+from .xt_blob import decode_tables
+from .xt_extensions import Undecodable
 from .ipset import LIST_PENDING, combine_list, read_ipsets
 from .model import IpSet, NetfilterState
 
@@ -209,6 +211,34 @@ def _legacy_blob(sock: socket.socket, table: str, family: XtFamily = IPV4) -> by
     return info.raw + entries.raw[_IPT_GET_ENTRIES_HEADER:]
 
 
+def read_legacy_native(family: str = "ip") -> Ruleset | None:
+    """iptables-legacy's tables decoded from their blobs (xt_blob.py), in the
+    order the tool prints them (ip_tables_names'); None where the tool must
+    read them."""
+    if family != "ip":
+        return None
+    try:
+        with open(_thread_net_path(IPV4.names_file)) as f:
+            names = tuple(line.strip() for line in f if line.strip())
+    except FileNotFoundError:
+        names = ()
+    key = nl.netns_cookie()
+    with _cache_lock:
+        known = _legacy_decoded.get(key, {})
+    used: dict = {}
+    try:
+        ruleset = decode_tables(names, legacy_blobs(names), known, used)
+    except Undecodable:
+        return None
+    with _cache_lock:
+        _legacy_decoded[key] = used
+    return ruleset
+
+
+# netns cookie -> what the last decode of its legacy tables decoded, by content
+_legacy_decoded: dict[int, dict] = {}
+
+
 def legacy_blobs(tables: tuple[str, ...], family: XtFamily = IPV4) -> dict[str, bytes | OSError]:
     """Each table's blob (_legacy_blob), or why it could not be read."""
     sock = xt_socket(family)
@@ -275,7 +305,7 @@ def _cached_ruleset(backend: str, fingerprint: object, family: str = "ip") -> Ru
     try:
         # nf_tables' rules straight from the kernel where every one of them
         # is known to decode as the tool prints it; the tool reads the rest
-        native = read_native(family) if backend == "nft" else None
+        native = read_native(family) if backend == "nft" else read_legacy_native(family)
         result: Ruleset | str = native if native is not None else read_ruleset(backend, family)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         result = str(exc)

@@ -27,7 +27,6 @@ checks that both readings agree, rule for rule, over a corpus of rulesets.
 """
 from __future__ import annotations
 
-import functools
 import ipaddress
 import socket
 import struct
@@ -35,7 +34,7 @@ import threading
 
 from . import netlink as nl
 from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset
-from .xt_extensions import Undecodable, tcp_flags, xt_matches, xt_targets
+from .xt_extensions import Undecodable, protocol_name, tcp_flags, xt_matches, xt_targets
 
 NFNL_SUBSYS_NFTABLES = 10
 NFT_MSG_GETCHAIN = 4
@@ -81,6 +80,15 @@ NFTNL_UDATA_RULE_COMMENT = 0
 NFT_REG_1 = 1
 # what a meta load puts in the register, in bytes
 _META_SIZE = {NFT_META_MARK: 4, NFT_META_IIFNAME: 16, NFT_META_OIFNAME: 16, NFT_META_L4PROTO: 1}
+
+
+def _name(raw: bytes) -> str:
+    """A table's or chain's name: names that are not UTF-8 would meet as one
+    once replaced, so they go to the tool."""
+    try:
+        return raw.split(b"\0", 1)[0].decode()
+    except UnicodeDecodeError:
+        raise Undecodable("a name that is not UTF-8") from None
 
 
 def _nested_value(data: bytes) -> bytes:
@@ -140,7 +148,7 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
         if message.type & 0xFF != NFT_MSG_NEWCHAIN:
             continue
         a = nl.parse_attrs(message.payload, _NFGENMSG.size)
-        table, name = nl.cstr(a.get(NFTA_CHAIN_TABLE, b"")), nl.cstr(a.get(NFTA_CHAIN_NAME, b""))
+        table, name = _name(a.get(NFTA_CHAIN_TABLE, b"")), _name(a.get(NFTA_CHAIN_NAME, b""))
         if table not in BUILTIN_CHAINS:
             continue                                # not iptables': the save tool ignores it too
         if a.get(NFTA_CHAIN_FLAGS) is not None and nl.be32(a[NFTA_CHAIN_FLAGS]) & ~1:
@@ -150,7 +158,7 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
         if message.type & 0xFF != NFT_MSG_NEWRULE:
             continue
         a = nl.parse_attrs(message.payload, _NFGENMSG.size)
-        table, chain = nl.cstr(a.get(NFTA_RULE_TABLE, b"")), nl.cstr(a.get(NFTA_RULE_CHAIN, b""))
+        table, chain = _name(a.get(NFTA_RULE_TABLE, b"")), _name(a.get(NFTA_RULE_CHAIN, b""))
         if table not in BUILTIN_CHAINS:
             continue
         if chain not in chains.get(table, {}):
@@ -193,25 +201,6 @@ def _policy(table: str, name: str, a: dict[int, bytes]) -> str | None:
 
 
 # --- one rule -----------------------------------------------------------------
-
-@functools.cache
-def _protocol_names() -> dict[int, str]:
-    """Protocol number -> the name getprotobynumber() gives (/etc/protocols,
-    package netbase), as iptables prints `-p`; its own table where that file
-    has none."""
-    names = {0: "all", 1: "icmp", 6: "tcp", 17: "udp", 50: "esp", 51: "ah", 58: "ipv6-icmp", 132: "sctp",
-             135: "mh", 136: "udplite"}
-    try:
-        with open("/etc/protocols", encoding="utf-8", errors="replace") as f:
-            read: dict[int, str] = {}
-            for line in f:
-                words = line.split("#", 1)[0].split()
-                if len(words) >= 2 and words[1].isdigit():
-                    read.setdefault(int(words[1]), words[0])
-    except OSError:
-        return names
-    return {**names, **read}
-
 
 class _Rule:
     """What iptables-nft-save gathers of one rule while it walks the
@@ -370,7 +359,8 @@ def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
         if key in (NFT_META_IIFNAME, NFT_META_OIFNAME) and mask is None:
             option = "-i" if key == NFT_META_IIFNAME else "-o"
             name = value[:-1] if value.endswith(b"\0") else value + b"+"
-            if b"\0" in name or not name or len(value) > 16 or option in rule.header:
+            if b"\0" in name or b"+" in name[:-1] or not name or len(value) > 16 or option in rule.header \
+                    or (value.endswith(b"\0") and name.endswith(b"+")):    # an exact "x+" reads as a wildcard
                 raise Undecodable("interface name")
             try:
                 rule.header[option] = Match("", option, (name.decode(),), negated)
@@ -379,7 +369,7 @@ def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
         elif key == NFT_META_L4PROTO and mask is None and len(value) == 1 and value[0] \
                 and "-p" not in rule.header:              # (protocol 0: iptables prints no -p at all)
             rule.proto = value[0]
-            rule.header["-p"] = Match("", "-p", (_protocol_names().get(value[0], str(value[0])),), negated)
+            rule.header["-p"] = Match("", "-p", (protocol_name(value[0]),), negated)
             if negated:
                 rule.proto = None
         elif key == NFT_META_MARK and len(value) == 4:
@@ -439,6 +429,8 @@ def _port(rule: _Rule, loaded, negated: bool, low: bytes, high: bytes) -> None:
     if any(m.option == option for m in options):
         raise Undecodable(f"two {option} tests")
     first, last = struct.unpack("!H", low)[0], struct.unpack("!H", high)[0]
+    if first > last or (first, last) == (0, 0xFFFF):
+        raise Undecodable("a port range that is empty or everything")    # the tool would print it otherwise
     options.append(Match(module, option, (str(first) if first == last else f"{first}:{last}",), negated))
     options.sort(key=lambda m: ("--sport", "--dport", "--tcp-flags").index(m.option))   # tcp_save's order
 
@@ -456,7 +448,7 @@ def _immediate(rule: _Rule, data) -> None:
     if code in simple:
         rule.target = simple[code]
     elif code in (NFT_JUMP, NFT_GOTO) and NFTA_VERDICT_CHAIN in verdict:
-        rule.target, rule.goto = nl.cstr(verdict[NFTA_VERDICT_CHAIN]), code == NFT_GOTO
+        rule.target, rule.goto = _name(verdict[NFTA_VERDICT_CHAIN]), code == NFT_GOTO
     else:
         raise Undecodable(f"verdict {code}")
     rule.ended = True

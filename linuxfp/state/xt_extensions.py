@@ -9,6 +9,7 @@ the kernel's uapi structs (linux/netfilter/xt_*.h, ipt_*.h, nf_nat.h).
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from collections.abc import Callable
@@ -18,6 +19,30 @@ from .iptables import Match
 
 class Undecodable(Exception):
     """Something the decoder does not know exactly: the tool must read it."""
+
+
+@functools.cache
+def _protocol_names() -> dict[int, str]:
+    """Protocol number -> the name getprotobynumber() gives (/etc/protocols,
+    package netbase), as iptables prints `-p`; its own table where that file
+    has none."""
+    names = {0: "all", 1: "icmp", 6: "tcp", 17: "udp", 50: "esp", 51: "ah", 58: "ipv6-icmp", 132: "sctp",
+             135: "mh", 136: "udplite"}
+    try:
+        with open("/etc/protocols", encoding="utf-8", errors="replace") as f:
+            read: dict[int, str] = {}
+            for line in f:
+                words = line.split("#", 1)[0].split()
+                if len(words) >= 2 and words[1].isdigit():
+                    read.setdefault(int(words[1]), words[0])
+    except OSError:
+        return names
+    return {**names, **read}
+
+
+def protocol_name(number: int) -> str:
+    """`-p` as iptables prints it."""
+    return _protocol_names().get(number, str(number))
 
 
 def _need(info: bytes, size: int, what: str) -> None:
@@ -50,6 +75,8 @@ def _multiport(info: bytes, family: str) -> tuple[str, list[Match]]:
         if pflags[i]:
             if i + 1 >= count:
                 raise Undecodable("multiport range without its end")
+            if ports[i] > ports[i + 1]:
+                raise Undecodable("an empty multiport range")
             words.append(f"{ports[i]}:{ports[i + 1]}")
             i += 2
         else:
@@ -175,6 +202,16 @@ def _statistic(info: bytes, family: str) -> tuple[str, list[Match]]:
     raise Undecodable(f"statistic mode {mode}")
 
 
+def _mark_match(info: bytes, family: str) -> tuple[str, list[Match]]:
+    """struct xt_mark_mtinfo1: mark, mask, invert."""
+    _need(info, 12, "mark")
+    mark, mask, invert = struct.unpack_from("=IIB", info)
+    if invert > 1 or mark & ~mask:
+        raise Undecodable("mark flags, or a mark outside its mask")
+    text = f"0x{mark:x}" if mask == 0xFFFFFFFF else f"0x{mark:x}/0x{mask:x}"
+    return "mark", [Match("mark", "--mark", (text,), bool(invert))]
+
+
 XT_TCP_INV_SRCPT, XT_TCP_INV_DSTPT, XT_TCP_INV_FLAGS = 0x01, 0x02, 0x04
 _TCP_FLAGS = (("FIN", 0x01), ("SYN", 0x02), ("RST", 0x04), ("PSH", 0x08), ("ACK", 0x10), ("URG", 0x20))
 
@@ -185,6 +222,8 @@ def tcp_flags(bits: int) -> str:
 
 
 def _ports(module: str, option: str, low: int, high: int, negated: bool) -> list[Match]:
+    if low > high or ((low, high) == (0, 0xFFFF) and negated):
+        raise Undecodable(f"{option} that never matches")        # the tool would print it as one that does
     if (low, high) == (0, 0xFFFF):
         return []
     return [Match(module, option, (str(low) if low == high else f"{low}:{high}",), negated)]
@@ -195,7 +234,8 @@ def _tcp(info: bytes, family: str) -> tuple[str, list[Match]]:
     `-m tcp` and nothing it writes natively): ports, option, flags."""
     _need(info, 12, "tcp")
     sport_low, sport_high, dport_low, dport_high, option, mask, compare, invert = struct.unpack("=4H4B", info[:12])
-    if option or invert & ~(XT_TCP_INV_SRCPT | XT_TCP_INV_DSTPT | XT_TCP_INV_FLAGS) or mask & ~0x3F:
+    if option or invert & ~(XT_TCP_INV_SRCPT | XT_TCP_INV_DSTPT | XT_TCP_INV_FLAGS) or mask & ~0x3F \
+            or compare & ~mask:
         raise Undecodable("tcp option or flags")
     options = _ports("tcp", "--sport", sport_low, sport_high, bool(invert & XT_TCP_INV_SRCPT)) \
         + _ports("tcp", "--dport", dport_low, dport_high, bool(invert & XT_TCP_INV_DSTPT))
@@ -225,6 +265,7 @@ xt_matches: dict[tuple[str, int], Callable[[bytes, str], tuple[str, list[Match]]
     ("addrtype", 1): _addrtype,
     ("statistic", 0): _statistic,
     ("tcp", 0): _tcp,
+    ("mark", 1): _mark_match,
     ("udp", 0): _udp,
 }
 
