@@ -10,10 +10,12 @@ import pytest
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.lab.rulesets import random_ipsets, random_ruleset
 from linuxfp.state.iptables import read_ruleset
-from linuxfp.state.netfilter import read_legacy_native
+from linuxfp.state import xt_blob
+from linuxfp.state.netfilter import legacy_blobs, read_legacy_native
+from linuxfp.state.xt_extensions import Undecodable, xt_matches
 
 from test_filter_rules import CORPUS, corpus_text
-from test_nft_rules import KNOWN_FILTER, KNOWN_OTHERS, SETS, UNKNOWN, _same
+from test_nft_rules import KNOWN_FILTER, KNOWN_IPV6, KNOWN_OTHERS, SETS, UNKNOWN, _same
 
 pytestmark = pytest.mark.netns
 
@@ -82,9 +84,67 @@ def test_what_the_decoder_does_not_know_is_left_to_the_tool(rule):
         assert len(tool.table("filter").chain("FORWARD").rules) == 1
 
 
-def test_ip6tables_legacy_goes_to_the_tool():
+def test_ip6tables_legacy_rules_decode_as_the_tool_prints_them():
     with Lab(prefix="lfp-t") as lab:
         ns = lab.namespace("xt")
-        ns.run(["ip6tables-legacy", "-A", "FORWARD", "-s", "2001:db8::/32", "-j", "DROP"])
+        ns.run(["ipset", "create", "lfp-six", "hash:net", "family", "inet6"])
+        ns.run(["ip6tables-legacy-restore"], input=KNOWN_IPV6)
         tool, native = _both(ns, "ip6")
-        assert native is None and tool.table("filter").chain("FORWARD").rules
+        _same(tool, native)
+        assert len(native.table("filter").chain("FORWARD").rules) == KNOWN_IPV6.count("-A FORWARD")
+        ns.run(["ip6tables-legacy", "-A", "LFP6", "-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"])
+        assert _both(ns, "ip6")[1] is None      # IPv6 REJECT: not known, the tool reads
+        with entered(ns):
+            assert read_legacy_native("ip") is not None     # (iptables' own tables: still decoded)
+
+
+def test_a_rule_without_target_and_a_jump_to_a_chain_called_next_stay_apart():
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("xt")
+        ns.run(["iptables-legacy", "-N", "next"])
+        ns.run(["iptables-legacy", "-A", "next", "-j", "DROP"])
+        ns.run(["iptables-legacy", "-A", "FORWARD", "-s", "192.0.2.1"])
+        _same(*_both(ns))
+        ns.run(["iptables-legacy", "-A", "FORWARD", "-s", "192.0.2.1", "-j", "next"])
+        tool, native = _both(ns)                # the second rule's content differs only in where it leads
+        _same(tool, native)
+        assert [r.target for r in native.table("filter").chain("FORWARD").rules] == ["", "next"]
+
+
+@pytest.mark.parametrize("name, mask, text", [
+    (b"eth0", b"\xff" * 5, "eth0"),
+    (b"eth", b"\xff" * 3, "eth+"),
+    (b"a\0b", b"\xff" * 3, None),              # the kernel compares the byte after the NUL too
+    (b"a", b"\0\xff", None),                  # not a prefix
+    (b"eth0", b"\xff" * 16, None),              # beyond the name's NUL
+    (b"x+", b"\xff" * 3, None),                 # an exact "x+" would read as a wildcard
+    (b"", b"", ""),
+])
+def test_interface_masks_are_read_only_as_iptables_writes_them(name, mask, text):
+    name, mask = name.ljust(16, b"\0"), mask.ljust(16, b"\0")
+    if text is None:
+        with pytest.raises(Undecodable):
+            xt_blob._interface(name, mask)
+    else:
+        assert xt_blob._interface(name, mask) == text
+
+
+def test_icmp_type_255_is_any_type_whatever_its_code():
+    decode = xt_matches[("icmp", 0)]
+    assert decode(bytes([255, 0, 255, 0]) + bytes(4), "ip")[1][0].values == ("any",)
+    with pytest.raises(Undecodable):
+        decode(bytes([255, 3, 3, 0]) + bytes(4), "ip")
+
+
+def test_blobs_libiptc_would_not_write_go_to_the_tool():
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("xt")
+        ns.run(["iptables-legacy-restore"], input="*filter\n:FORWARD ACCEPT [0:0]\n:LFPA - [0:0]\n:LFPB - [0:0]\n"
+               "-A FORWARD -j LFPA\n-A LFPA -j DROP\n-A LFPB -j ACCEPT\nCOMMIT\n")
+        with entered(ns):
+            blob = legacy_blobs(("filter",))["filter"]
+    assert xt_blob.decode_table("filter", blob).chain("LFPA").rules[0].target == "DROP"
+    for label in (b"LFPA", b"ACCEPT", b"\0\0\0\0", b"FORWARD"):       # repeated, a verdict's, empty, built-in
+        with pytest.raises(Undecodable):
+            xt_blob.decode_table("filter", blob.replace(b"LFPB\0", label.ljust(4, b"\0")[:len(label)] + b"\0", 1)
+                                 if len(label) <= 4 else blob.replace(b"LFPB\0\0\0\0", label + b"\0", 1))

@@ -153,7 +153,7 @@ def parse_save(text: str, backend: str, family: str = "ip") -> Ruleset:
         elif table is None:
             raise ParseError(f"line {number}: {line!r} outside a table")
         elif line.startswith(":"):
-            name, policy = (line[1:].split() + ["-"])[:2]
+            name, policy = ([word for word in line[1:].replace("\t", " ").split(" ") if word] + ["-"])[:2]
             chains[name] = (None if policy == "-" else policy, [])
         elif line == "COMMIT":
             tables.append(IptTable(table, tuple(Chain(n, p, tuple(r)) for n, (p, r) in chains.items())))

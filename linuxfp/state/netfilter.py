@@ -202,32 +202,39 @@ def legacy_table_findings(table: str) -> str | None:
 def _legacy_blob(sock: socket.socket, table: str, family: XtFamily = IPV4) -> bytes:
     """GET_INFO's answer, then the table's entries (ipt_getinfo and
     ip6t_getinfo have one layout, as do the GET_ENTRIES headers)."""
-    info = ctypes.create_string_buffer(_IPT_GETINFO.pack(table.encode(), 0, *[0] * 10, 0, 0), _IPT_GETINFO.size)
-    _getsockopt(sock.fileno(), IPT_SO_GET_INFO, info, family.level)
-    size = _IPT_GETINFO.unpack(info.raw)[-1]
-    entries = ctypes.create_string_buffer(_IPT_GET_ENTRIES_HEADER + size)
-    struct.pack_into(f"={XT_TABLE_MAXNAMELEN}sI", entries, 0, table.encode(), size)
-    _getsockopt(sock.fileno(), IPT_SO_GET_ENTRIES, entries, family.level)
-    return info.raw + entries.raw[_IPT_GET_ENTRIES_HEADER:]
+    for _ in range(3):
+        info = ctypes.create_string_buffer(_IPT_GETINFO.pack(table.encode(), 0, *[0] * 10, 0, 0),
+                                           _IPT_GETINFO.size)
+        _getsockopt(sock.fileno(), IPT_SO_GET_INFO, info, family.level)
+        size = _IPT_GETINFO.unpack(info.raw)[-1]
+        entries = ctypes.create_string_buffer(_IPT_GET_ENTRIES_HEADER + size)
+        struct.pack_into(f"={XT_TABLE_MAXNAMELEN}sI", entries, 0, table.encode(), size)
+        _getsockopt(sock.fileno(), IPT_SO_GET_ENTRIES, entries, family.level)
+        # GET_ENTRIES checks only the size: a replace of the same size between
+        # the two calls would pair these entries with another table's hooks
+        again = ctypes.create_string_buffer(info.raw, _IPT_GETINFO.size)
+        _getsockopt(sock.fileno(), IPT_SO_GET_INFO, again, family.level)
+        if again.raw == info.raw:
+            return info.raw + entries.raw[_IPT_GET_ENTRIES_HEADER:]
+    raise OSError(errno.EAGAIN, f"{table}: replaced while it was read")
 
 
 def read_legacy_native(family: str = "ip") -> Ruleset | None:
-    """iptables-legacy's tables decoded from their blobs (xt_blob.py), in the
-    order the tool prints them (ip_tables_names'); None where the tool must
-    read them."""
-    if family != "ip":
-        return None
+    """iptables-legacy's (or ip6tables-legacy's) tables decoded from their
+    blobs (xt_blob.py), in the order the tool prints them (the names file's);
+    None where the tool must read them."""
+    xt_family = IPV4 if family == "ip" else IPV6
     try:
-        with open(_thread_net_path(IPV4.names_file)) as f:
+        with open(_thread_net_path(xt_family.names_file)) as f:
             names = tuple(line.strip() for line in f if line.strip())
     except FileNotFoundError:
         names = ()
-    key = nl.netns_cookie()
+    key = (nl.netns_cookie(), family)
     with _cache_lock:
         known = _legacy_decoded.get(key, {})
     used: dict = {}
     try:
-        ruleset = decode_tables(names, legacy_blobs(names), known, used)
+        ruleset = decode_tables(names, legacy_blobs(names, xt_family), known, used, family)
     except Undecodable:
         return None
     with _cache_lock:
@@ -235,8 +242,9 @@ def read_legacy_native(family: str = "ip") -> Ruleset | None:
     return ruleset
 
 
-# netns cookie -> what the last decode of its legacy tables decoded, by content
-_legacy_decoded: dict[int, dict] = {}
+# (netns cookie, family) -> what the last decode of its legacy tables
+# decoded, by content
+_legacy_decoded: dict[tuple[int, str], dict] = {}
 
 
 def legacy_blobs(tables: tuple[str, ...], family: XtFamily = IPV4) -> dict[str, bytes | OSError]:

@@ -129,7 +129,7 @@ def read_native(family: str = "ip") -> Ruleset | None:
         used: dict = {}
         try:
             ruleset = decode_ruleset(chains, rules, family, known, used)
-        except Undecodable:
+        except (Undecodable, struct.error, IndexError):
             return None
         with _decoded_lock:
             _decoded[key] = used

@@ -115,7 +115,9 @@ def _icmp(module: str, option: str) -> Callable[[bytes, str], tuple[str, list[Ma
         kind, low, high, invert = info[:4]
         if invert > 1:
             raise Undecodable(f"{module} flags")
-        if (kind, low, high) == (0xFF, 0, 0xFF):
+        if kind == 0xFF:
+            if (low, high) != (0, 0xFF):
+                raise Undecodable(f"{module} type 255 with a code")   # the kernel takes 255 as any, whatever the code
             text = "any"
         elif (low, high) == (0, 0xFF):
             text = str(kind)
@@ -131,7 +133,7 @@ IPSET_INV_MATCH = 1 << 0
 
 
 def _set(info: bytes, family: str) -> tuple[str, list[Match]]:
-    """struct xt_set_info_match_v4 (v3's layout): the set by index, its
+    """struct xt_set_info_match_v4: the set by index, its
     dimensions' directions; counters and flags are more than a set test."""
     _need(info, 48, "set")
     index, dim, flags = struct.unpack_from("=HBB", info)
