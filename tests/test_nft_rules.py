@@ -355,3 +355,13 @@ def test_ip6tables_rules_decode_as_the_tool_prints_them():
         assert len(native.table("filter").chain("FORWARD").rules) == KNOWN_IPV6.count("-A FORWARD")
         ns.run(["ip6tables-nft", "-A", "LFP6", "-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"])
         assert _both(ns, "ip6")[1] is None      # IPv6 REJECT: not known, the tool reads
+
+
+def test_a_chain_named_like_a_verdict_is_left_to_the_tool():
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("nft")
+        ns.run(["iptables-nft", "-A", "FORWARD", "-j", "ACCEPT"])
+        ns.run(["nft", "add chain ip filter DROP"])
+        ns.run(["nft", "add rule ip filter DROP accept"])
+        ns.run(["nft", "insert rule ip filter FORWARD jump DROP"])
+        assert _both(ns)[1] is None             # read as "-j DROP" it would drop what the kernel accepts

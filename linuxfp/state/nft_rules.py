@@ -55,6 +55,10 @@ _NAT_PRIORITY = {"PREROUTING": -100, "INPUT": 100, "OUTPUT": -100, "POSTROUTING"
 TABLE_ORDER = ("mangle", "security", "raw", "filter", "nat")
 
 
+# names a jump would be read as something else by: verdicts, built-in chains
+_NOT_A_USER_CHAIN = frozenset({"", "ACCEPT", "DROP", "RETURN", "QUEUE", "ERROR", *_HOOK})
+
+
 def _builtin_base_chain(table: str, chain: str) -> tuple[int, int, str]:
     if table == "nat":
         return _HOOK[chain], _NAT_PRIORITY[chain], "nat"
@@ -153,7 +157,10 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
             continue                                # not iptables': the save tool ignores it too
         if a.get(NFTA_CHAIN_FLAGS) is not None and nl.be32(a[NFTA_CHAIN_FLAGS]) & ~1:
             raise Undecodable(f"chain {table} {name}: flags")     # (1: base chain)
-        chains.setdefault(table, {})[name] = (_policy(table, name, a), [])
+        policy = _policy(table, name, a)
+        if policy is None and name in _NOT_A_USER_CHAIN:
+            raise Undecodable(f"a user chain called {name!r}")
+        chains.setdefault(table, {})[name] = (policy, [])
     for message in rule_messages:
         if message.type & 0xFF != NFT_MSG_NEWRULE:
             continue
@@ -449,6 +456,8 @@ def _immediate(rule: _Rule, data) -> None:
         rule.target = simple[code]
     elif code in (NFT_JUMP, NFT_GOTO) and NFTA_VERDICT_CHAIN in verdict:
         rule.target, rule.goto = _name(verdict[NFTA_VERDICT_CHAIN]), code == NFT_GOTO
+        if rule.target in _NOT_A_USER_CHAIN:
+            raise Undecodable(f"a jump to a chain called {rule.target!r}")   # it would read as the verdict
     else:
         raise Undecodable(f"verdict {code}")
     rule.ended = True
