@@ -116,6 +116,22 @@ class Ruleset(_JsonMixin):
         return next((t for t in self.tables if t.name == name), None)
 
 
+def remembered_rule(chain: str, position: int, content: object, known: dict, used: dict | None,
+                    decode) -> IptRule:
+    """A decoded rule by its content (nft_rules.py, xt_blob.py): what an
+    earlier read decoded of the same content, at this chain and position,
+    else decode(). `used` collects this read's for the next. A rule that
+    matches a set names it by index, resolved when decoded: such rules are
+    decoded every time."""
+    if content in known:
+        matches, target, options, goto, words = known[content]
+        return IptRule(chain, position, matches, target, options, goto, f"-A {chain}{words}")
+    rule = decode()
+    if used is not None and not any(m.module == "set" for m in rule.matches):
+        used[content] = (rule.matches, rule.target, rule.target_options, rule.goto, rule.text[len(f"-A {chain}"):])
+    return rule
+
+
 class ParseError(ValueError):
     pass
 

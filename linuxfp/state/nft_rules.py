@@ -27,13 +27,14 @@ checks that both readings agree, rule for rule, over a corpus of rulesets.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
 import threading
 
 from . import netlink as nl
-from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset
+from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
 from .xt_extensions import Undecodable, protocol_name, tcp_flags, xt_matches, xt_targets
 
 NFNL_SUBSYS_NFTABLES = 10
@@ -245,21 +246,11 @@ _COUNTER = nl.attr(NFTA_EXPR_NAME, b"counter\0")
 
 def _decoded_rule(chain: str, position: int, a: dict[int, bytes], family: str, known: dict,
                   used: dict | None) -> IptRule:
-    """decode_rule, or what an earlier read decoded of the same content: a
-    rule's expressions never change (a replaced rule is a new one), only its
-    counter's values, which are not part of the key. A `set` match names its
-    set by index, resolved when decoded: such rules are decoded every time."""
+    """decode_rule, or what an earlier read decoded of the same content
+    (remembered_rule): its expressions but for its counters' values, and
+    its user data."""
     content = (family, _without_counters(a.get(NFTA_RULE_EXPRESSIONS, b"")), a.get(NFTA_RULE_USERDATA))
-    if content in known:
-        matches, target, options, goto, words = known[content]
-        rule = IptRule(chain, position, matches, target, options, goto, f"-A {chain}{words}")
-    else:
-        rule = decode_rule(chain, position, a, family)
-        if any(m.module == "set" for m in rule.matches):
-            return rule
-    if used is not None:
-        used[content] = (rule.matches, rule.target, rule.target_options, rule.goto, rule.text[len(f"-A {chain}"):])
-    return rule
+    return remembered_rule(chain, position, content, known, used, lambda: decode_rule(chain, position, a, family))
 
 
 def _without_counters(expressions: bytes) -> bytes:
@@ -280,11 +271,9 @@ def decode_rule(chain: str, position: int, a: dict[int, bytes], family: str = "i
     """One NFT_MSG_NEWRULE's attributes → the rule iptables-nft-save prints."""
     rule = _Rule(family)
     for _, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
-        e = nl.parse_attrs(element)
-        name = nl.cstr(e.get(NFTA_EXPR_NAME, b""))
+        name, data = _expression(element)
         if rule.ended:
             raise Undecodable(f"{name} after the verdict")
-        data = nl.parse_attrs(e.get(NFTA_EXPR_DATA, b""))
         handler = _EXPRESSIONS.get(name)
         if handler is None:
             raise Undecodable(f"expression {name}")
@@ -301,6 +290,15 @@ def decode_rule(chain: str, position: int, a: dict[int, bytes], family: str = "i
             matches.append(match)
     built = IptRule(chain, position, tuple(matches), rule.target, tuple(rule.target_options), rule.goto)
     return IptRule(chain, position, built.matches, built.target, built.target_options, built.goto, built.save_line())
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression(element: bytes) -> tuple[str, dict[int, bytes]]:
+    """An expression's name and attributes (never changed by the handlers):
+    most of a ruleset's expressions repeat from rule to rule (the loads, the
+    counters' zeros, the verdicts), and are parsed once."""
+    e = nl.parse_attrs(element)
+    return nl.cstr(e.get(NFTA_EXPR_NAME, b"")), nl.parse_attrs(e.get(NFTA_EXPR_DATA, b""))
 
 
 def _reg(data: dict[int, bytes], attribute: int) -> int:

@@ -23,7 +23,7 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset
+from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
 from .xt_extensions import Undecodable, protocol_name, xt_matches, xt_targets
 
 NF_INET_NUMHOOKS = 5
@@ -176,11 +176,10 @@ def decode_tables(names: tuple[str, ...], blobs: dict[str, bytes | OSError], kno
 
 def _known_rule(chain: str, position: int, entry: bytes, target_offset: int, user_starts: dict[int, str],
                 next_entry: int, known: dict, used: dict | None, layout: Layout) -> IptRule:
-    """_rule, or what an earlier call decoded of the same content: the entry
-    without its counters, and where a standard target's offset leads (a
-    jump's offset changes with every rule added before its chain). A `set`
-    match names its set by index, resolved when decoded: such rules are
-    decoded every time."""
+    """_rule, or what an earlier call decoded of the same content
+    (remembered_rule): the entry without its counters, and where a standard
+    target's offset leads (a jump's offset changes with every rule added
+    before its chain)."""
     leads: tuple = ()
     verdict = _standard_verdict(entry, target_offset)
     if verdict is not None:
@@ -190,16 +189,8 @@ def _known_rule(chain: str, position: int, entry: bytes, target_offset: int, use
     else:
         entry_key = entry
     content = (layout.family, entry_key[:layout.counters.start] + entry_key[layout.counters.stop:], leads)
-    if content in known:
-        matches, target, options, goto, words = known[content]
-        rule = IptRule(chain, position, matches, target, options, goto, f"-A {chain}{words}")
-    else:
-        rule = _rule(chain, position, entry, target_offset, user_starts, next_entry, layout)
-        if any(m.module == "set" for m in rule.matches):
-            return rule
-    if used is not None:
-        used[content] = (rule.matches, rule.target, rule.target_options, rule.goto, rule.text[len(f"-A {chain}"):])
-    return rule
+    return remembered_rule(chain, position, content, known, used,
+                           lambda: _rule(chain, position, entry, target_offset, user_starts, next_entry, layout))
 
 
 def _cstr(raw: bytes) -> str:
