@@ -860,3 +860,12 @@ def test_ipv6_sets_decode_from_the_kernels_attributes():
     assert mixed.unsupported is not None and "both families" in mixed.unsupported
     empty = ips.combine_list(IpSet("e", "list:set", unsupported=f"ipset e (list:set): {ips.LIST_PENDING}"), {})
     assert empty.unsupported is None and empty.family == ips.NFPROTO_UNSPEC and empty.prefixes == ()
+
+
+def test_an_address_with_bits_outside_its_mask_is_not_rounded_to_a_prefix():
+    # the kernel compares (saddr & mask) with it: never equal, so `! -s` holds
+    # for every packet; read as 198.18.0.0/16 it would hold for none of those
+    from linuxfp.graph.filtering.predicates import rule_meaning
+    meaning = rule_meaning(parse_rule("-A FORWARD ! -s 198.18.0.1/16 -j DROP"), LINKS)
+    assert "outside its mask" in meaning.unsupported[0]
+    assert not rule_meaning(parse_rule("-A FORWARD ! -s 198.18.0.0/16 -j DROP"), LINKS).unsupported

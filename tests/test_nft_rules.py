@@ -300,6 +300,10 @@ def test_shapes_the_decoder_cannot_vouch_for_are_refused():
         "protocol 0": (_expression("meta", dreg=_be(1), key=_be(16)),
                        _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\0"))),
         "an unknown expression": (_expression("ct", dreg=_be(1), key=_be(0)),),
+        "a load over one not compared (its failure would end the rule)":
+            (_expression("payload", dreg=_be(1), base=_be(1), offset=_be(100), len=_be(4)),
+             _expression("meta", dreg=_be(1), key=_be(16)),
+             _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\6"))),
     }
     for what, expressions in refused.items():
         with pytest.raises(nft_rules.Undecodable):

@@ -119,6 +119,7 @@ def test_a_rule_without_target_and_a_jump_to_a_chain_called_next_stay_apart():
     (b"eth0", b"\xff" * 16, None),              # beyond the name's NUL
     (b"x+", b"\xff" * 3, None),                 # an exact "x+" would read as a wildcard
     (b"", b"", ""),
+    (b"abcdefghijklmnop", b"\xff" * 16, None),  # 16 bytes without a NUL: no interface has that name
 ])
 def test_interface_masks_are_read_only_as_iptables_writes_them(name, mask, text):
     name, mask = name.ljust(16, b"\0"), mask.ljust(16, b"\0")
@@ -134,6 +135,8 @@ def test_icmp_type_255_is_any_type_whatever_its_code():
     assert decode(bytes([255, 0, 255, 0]) + bytes(4), "ip")[1][0].values == ("any",)
     with pytest.raises(Undecodable):
         decode(bytes([255, 3, 3, 0]) + bytes(4), "ip")
+    # ICMPv6 compares type 255 like any other
+    assert xt_matches[("icmp6", 0)](bytes([255, 3, 3, 0]) + bytes(4), "ip6")[1][0].values == ("255/3",)
 
 
 def test_blobs_libiptc_would_not_write_go_to_the_tool():

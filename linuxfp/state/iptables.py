@@ -317,7 +317,11 @@ def read_ruleset(backend: str, family: str = "ip") -> Ruleset:
     path = shutil.which(command) or shutil.which(command, path="/usr/sbin:/sbin")
     if path is None:
         raise FileNotFoundError(f"{command} not found (Debian package {PACKAGE})")
-    done = subprocess.run([path], capture_output=True, text=True, timeout=30)
+    # bytes, decoded here: text mode's universal newlines would end a line
+    # at a \r inside a chain's name or a comment
+    raw = subprocess.run([path], capture_output=True, timeout=30)
+    done = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode("utf-8", "surrogateescape"),
+                                       raw.stderr.decode("utf-8", "replace"))
     complaints = [line for line in done.stderr.splitlines()
                   if line.strip() and not line.startswith(_BENIGN_WARNINGS)]
     if done.returncode != 0 or complaints:

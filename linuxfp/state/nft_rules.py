@@ -305,6 +305,16 @@ def _reg(data: dict[int, bytes], attribute: int) -> int:
     return nl.be32(data.get(attribute, b"\0\0\0\0"))
 
 
+def _loaded(rule: _Rule, data: dict[int, bytes]) -> int:
+    """The register a load writes, which must not hold a value nobody
+    compared yet: that load could fail (a payload beyond the packet ends the
+    rule for that packet) while only the later one is read as a test."""
+    register = _register(data, 1)
+    if register in rule.registers:
+        raise Undecodable("a load over a value not compared")
+    return register
+
+
 def _register(data: dict[int, bytes], attribute: int) -> int:
     """The data register an expression reads or writes: iptables-nft uses
     NFT_REG_1 alone; any other (the 4-byte registers overlap the 16-byte
@@ -319,13 +329,13 @@ def _load_meta(rule: _Rule, data) -> None:
     key = _reg(data, 2)
     if key not in _META_SIZE or 3 in data:
         raise Undecodable(f"meta key {key}")
-    rule.registers[_register(data, 1)] = ("meta", key, _META_SIZE[key], None)
+    rule.registers[_loaded(rule, data)] = ("meta", key, _META_SIZE[key], None)
 
 
 def _load_payload(rule: _Rule, data) -> None:
     if any(k in data for k in (5, 6, 7, 8)):        # a payload write, not a load
         raise Undecodable("payload write")
-    rule.registers[_register(data, 1)] = ("payload", _reg(data, 2), _reg(data, 3), _reg(data, 4), None)
+    rule.registers[_loaded(rule, data)] = ("payload", _reg(data, 2), _reg(data, 3), _reg(data, 4), None)
 
 
 def _bitwise(rule: _Rule, data) -> None:
@@ -364,7 +374,7 @@ def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
         if key in (NFT_META_IIFNAME, NFT_META_OIFNAME) and mask is None:
             option = "-i" if key == NFT_META_IIFNAME else "-o"
             name = value[:-1] if value.endswith(b"\0") else value + b"+"
-            if b"\0" in name or b"+" in name[:-1] or not name or len(value) > 16 or option in rule.header \
+            if b"\0" in name or b"+" in name[:-1] or not name or len(value) >= 16 or option in rule.header \
                     or (value.endswith(b"\0") and name.endswith(b"+")):    # an exact "x+" reads as a wildcard
                 raise Undecodable("interface name")
             try:

@@ -324,7 +324,7 @@ def _interface(name: bytes, mask: bytes) -> str:
     if covered == 0:
         return ""
     nul = name.find(b"\0", 0, covered)
-    if nul not in (-1, covered - 1) or nul == 0:
+    if nul not in (-1, covered - 1) or nul == 0 or covered == 16 and nul == -1:   # (16 bytes, no NUL: no name)
         raise Undecodable("an interface mask beyond the name")   # the kernel compares those bytes too
     text = name[:nul] if nul != -1 else name[:covered] + b"+"
     if b"+" in text[:-1] or (nul != -1 and text.endswith(b"+")):

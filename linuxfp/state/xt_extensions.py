@@ -115,7 +115,7 @@ def _icmp(module: str, option: str) -> Callable[[bytes, str], tuple[str, list[Ma
         kind, low, high, invert = info[:4]
         if invert > 1:
             raise Undecodable(f"{module} flags")
-        if kind == 0xFF:
+        if kind == 0xFF and module == "icmp":           # (ICMPv6 compares 255 as a type like any other)
             if (low, high) != (0, 0xFF):
                 raise Undecodable(f"{module} type 255 with a code")   # the kernel takes 255 as any, whatever the code
             text = "any"

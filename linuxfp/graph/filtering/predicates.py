@@ -233,10 +233,13 @@ class Unsupported(Exception):
 
 
 def _address(text: str, family: Family) -> Prefix:
+    # strict: iptables writes an address inside its mask; one with bits
+    # outside it (a hand-made rule, printed as the kernel holds it) never
+    # matches there, and must not be read as the prefix it would round to
     try:
-        net = family.network(text, strict=False)
+        net = family.network(text, strict=True)
     except ValueError:
-        raise Unsupported(f"address {text!r} (not a prefix)") from None
+        raise Unsupported(f"address {text!r} (not a prefix, or bits outside its mask)") from None
     return (int(net.network_address), net.prefixlen)
 
 
