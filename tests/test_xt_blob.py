@@ -21,8 +21,12 @@ pytestmark = pytest.mark.netns
 
 
 def _both(ns, family: str = "ip"):
+    """The tool's reading and the decoder's (None where it leaves the rules to the tool)."""
     with entered(ns):
-        return read_ruleset("legacy", family), read_legacy_native(family)
+        try:
+            return read_ruleset("legacy", family), read_legacy_native(family)
+        except Undecodable:
+            return read_ruleset("legacy", family), None
 
 
 def test_every_known_match_and_target_decodes_as_the_tool_prints_it():

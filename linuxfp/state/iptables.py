@@ -106,6 +106,17 @@ class Ruleset(_JsonMixin):
     tables: tuple[IptTable, ...] = ()
     incompatible: tuple[str, ...] = ()  # tables the tool could not express (native nft)
     family: str = "ip"                 # "ip" (iptables) or "ip6" (ip6tables)
+    # "kernel": decoded from the kernel's own answer (nft_rules.py, xt_blob.py);
+    # "": the save tool's output, parsed, and `undecoded` says why the
+    # decoders left it to the tool
+    source: str = ""
+    undecoded: str = ""
+
+    def reading(self) -> str:
+        """How these rules were read, for status and graph."""
+        if self.source == "kernel":
+            return f"{self.tool}: rules decoded from the kernel"
+        return f"{self.tool}: rules read with {self.tool}-save" + (f" (not decoded: {self.undecoded})" if self.undecoded else "")
 
     @property
     def tool(self) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import errno
 import hashlib
 import os
@@ -219,10 +220,10 @@ def _legacy_blob(sock: socket.socket, table: str, family: XtFamily = IPV4) -> by
     raise OSError(errno.EAGAIN, f"{table}: replaced while it was read")
 
 
-def read_legacy_native(family: str = "ip") -> Ruleset | None:
+def read_legacy_native(family: str = "ip") -> Ruleset:
     """iptables-legacy's (or ip6tables-legacy's) tables decoded from their
     blobs (xt_blob.py), in the order the tool prints them (the names file's);
-    None where the tool must read them."""
+    raises Undecodable, saying why, where the tool must read them."""
     xt_family = IPV4 if family == "ip" else IPV6
     try:
         with open(_thread_net_path(xt_family.names_file)) as f:
@@ -233,10 +234,7 @@ def read_legacy_native(family: str = "ip") -> Ruleset | None:
     with _cache_lock:
         known = _legacy_decoded.get(key, {})
     used: dict = {}
-    try:
-        ruleset = decode_tables(names, legacy_blobs(names, xt_family), known, used, family)
-    except Undecodable:
-        return None
+    ruleset = decode_tables(names, legacy_blobs(names, xt_family), known, used, family)
     with _cache_lock:
         _legacy_decoded[key] = used
     return ruleset
@@ -313,8 +311,10 @@ def _cached_ruleset(backend: str, fingerprint: object, family: str = "ip") -> Ru
     try:
         # nf_tables' rules straight from the kernel where every one of them
         # is known to decode as the tool prints it; the tool reads the rest
-        native = read_native(family) if backend == "nft" else read_legacy_native(family)
-        result: Ruleset | str = native if native is not None else read_ruleset(backend, family)
+        try:
+            result: Ruleset | str = read_native(family) if backend == "nft" else read_legacy_native(family)
+        except Undecodable as why:
+            result = dataclasses.replace(read_ruleset(backend, family), undecoded=str(why))
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         result = str(exc)
     with _cache_lock:

@@ -110,12 +110,12 @@ _decoded: dict[tuple[int, str], dict] = {}
 _decoded_lock = threading.Lock()
 
 
-def read_native(family: str = "ip") -> Ruleset | None:
+def read_native(family: str = "ip") -> Ruleset:
     """The iptables-nft rules of `family` ("ip" or "ip6") in the calling
-    thread's namespace, or None when iptables-nft-save must read them (an
-    expression this module does not know, or the ruleset changed while it
-    was dumped). Rules whose content the last read of this namespace
-    decoded are not decoded again."""
+    thread's namespace. Raises Undecodable, saying why, when
+    iptables-nft-save must read them (an expression this module does not
+    know, or the ruleset kept changing while it was dumped). Rules whose
+    content the last read of this namespace decoded are not decoded again."""
     from .netfilter import nft_generation           # (netfilter imports this module)
     key = (nl.netns_cookie(), family)
     with _decoded_lock:
@@ -127,19 +127,19 @@ def read_native(family: str = "ip") -> Ruleset | None:
                 request = _NFGENMSG.pack(FAMILIES[family], 0, 0)
                 chains = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN, request)
                 rules = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, request)
-        except (OSError, nl.DumpInterrupted):
-            return None
+        except (OSError, nl.DumpInterrupted) as exc:
+            raise Undecodable(f"nf_tables could not be dumped: {exc}") from None
         if before is None or nft_generation() != before:
             continue                                # a commit came between the dumps
         used: dict = {}
         try:
             ruleset = decode_ruleset(chains, rules, family, known, used)
-        except (Undecodable, struct.error, IndexError):
-            return None
+        except (struct.error, IndexError) as exc:
+            raise Undecodable(f"a malformed dump: {exc}") from None
         with _decoded_lock:
             _decoded[key] = used
         return ruleset
-    return None
+    raise Undecodable("the ruleset kept changing while it was dumped")
 
 
 def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dict | None = None,
@@ -185,7 +185,7 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
         users = sorted((c for c in chains[table] if c not in BUILTIN_CHAINS[table]), key=lambda c: c.encode())
         tables.append(IptTable(table, tuple(Chain(c, chains[table][c][0], tuple(chains[table][c][1]))
                                             for c in builtin + users)))
-    return Ruleset("nft", tuple(tables), (), family)
+    return Ruleset("nft", tuple(tables), (), family, source="kernel")
 
 
 def _policy(table: str, name: str, a: dict[int, bytes]) -> str | None:

@@ -171,7 +171,7 @@ def decode_tables(names: tuple[str, ...], blobs: dict[str, bytes | OSError], kno
             tables.append(decode_table(name, blob, known, used, LAYOUTS[family]))
         except (struct.error, IndexError) as exc:
             raise Undecodable(f"{name}: {exc}") from None
-    return Ruleset("legacy", tuple(tables), (), family)
+    return Ruleset("legacy", tuple(tables), (), family, source="kernel")
 
 
 def _known_rule(chain: str, position: int, entry: bytes, target_offset: int, user_starts: dict[int, str],

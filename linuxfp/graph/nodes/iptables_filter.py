@@ -97,7 +97,7 @@ class Filter(Node):
 
     def notes(self, snapshot) -> tuple[str, ...]:
         plan = filter_plan(snapshot)
-        lines: list[str] = []
+        lines: list[str] = [ruleset.reading() for ruleset in snapshot.netfilter.rulesets + snapshot.netfilter.rulesets6]
         for program, classifier in plan.families:
             tool = TOOLS[program.family.name]
             rules = [r for r in program.rules if not r.unsure_part]
