@@ -181,7 +181,8 @@ def test_response(tmp_path, capsys):
     result = bench("response", tmp_path, capsys)
     response = result["response"]
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "brctl addbr",
-                    "brctl addif", "iptables -A FORWARD", "iptables -A (filter present)", "ipset add"):
+                    "brctl addif", "iptables -A FORWARD", "iptables -A (filter present)", "ipset add",
+                    "iptables -P FORWARD DROP", "iptables -P FORWARD ACCEPT", "nft add rule", "nft flush chain"):
         entry = response[command]
         assert {"p50_ms", "p99_ms", "n", "status", "end_to_end", "command"} <= set(entry)
         assert entry["errors"] == 0, entry.get("first_error")
@@ -189,7 +190,8 @@ def test_response(tmp_path, capsys):
             assert entry["p50_ms"] <= entry["p99_ms"]
         else:
             assert entry["p50_ms"] is None   # never a made-up number
-    for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)"):
+    for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)",
+                    "iptables -P FORWARD DROP", "nft add rule"):
         assert response[command]["n"] > 0
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)",
                     "ipset add", "ipset del", "iptables-legacy -A", "iptables-legacy -D"):

@@ -109,6 +109,7 @@ def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
     neigh_dst, local_dst, filtered_dst, set_member = (line.prefix_address(0), line.prefix_address(1),
                                                       line.prefix_address(2), line.prefix_address(3))
     bridge, port_bridge, port, ipset_name = f"brc{tag}", f"brp{tag}", f"bpa{tag}", f"blk{tag}"
+    nft_table = f"lfpb{tag}"
     return (
         Cycle("route", (
             Step("ip route add", ("ip", "route", "add", new_prefix, "via", SINK_IP, "dev", out),
@@ -160,7 +161,26 @@ def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
         ), setup=(("iptables", "-A", "FORWARD", "-d", "203.0.113.250/32", "-j", "DROP"),),
            teardown=(("iptables", "-F", "FORWARD"),),
            note="only rule contents change: no compile, no reload; the controller re-reads the rules "
-                "(iptables-nft-save), rebuilds the classifier and writes the new generation"),
+                "(decoded from nf_tables), rebuilds the classifier and writes the new generation"),
+        Cycle("iptables policy", (
+            Step("iptables -P FORWARD DROP", ("iptables", "-P", "FORWARD", "DROP"),
+                 Effect("disappears", filtered_dst, sink_mac)),
+            Step("iptables -P FORWARD ACCEPT", ("iptables", "-P", "FORWARD", "ACCEPT"),
+                 Effect("appears", filtered_dst, sink_mac)),
+        ), setup=(("iptables", "-A", "FORWARD", "-d", "203.0.113.250/32", "-j", "DROP"),),
+           teardown=(("iptables", "-P", "FORWARD", "ACCEPT"), ("iptables", "-F", "FORWARD")),
+           note="a chain's policy: a new classifier generation, as a rule change"),
+        Cycle("nft rules", (
+            Step("nft add rule", ("nft", "add", "rule", "inet", nft_table, "lfpfwd", "ip", "daddr", filtered_dst,
+                                  "drop"), Effect("disappears", filtered_dst, sink_mac)),
+            Step("nft flush chain", ("nft", "flush", "chain", "inet", nft_table, "lfpfwd"),
+                 Effect("appears", filtered_dst, sink_mac)),
+        ), setup=(("nft", "add", "table", "inet", nft_table),
+                  ("nft", "add", "chain", "inet", nft_table, "lfpfwd",
+                   "{ type filter hook forward priority 0 ; policy accept ; }")),
+           teardown=(("nft", "delete", "table", "inet", nft_table),),
+           note="a native nftables table on the forward hook: the traffic that crosses that hook goes to the "
+                "kernel, which evaluates the table; the controller reads the commit and keeps it that way"),
         Cycle("legacy iptables rules", (
             Step("iptables-legacy -A", ("iptables-legacy", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j", "DROP"),
                  Effect("disappears", filtered_dst, sink_mac)),
