@@ -52,11 +52,7 @@ def test_corpus_rulesets_decode_as_the_tool_prints_them(name):
         ns = lab.namespace("xt")
         ns.run(["iptables-legacy-restore"], input=corpus_text(name))
         tool, native = _both(ns)
-        if any(m.module in ("limit", "length") for t in tool.tables for c in t.chains for r in c.rules
-               for m in r.matches):
-            assert native is None
-        else:
-            _same(tool, native)
+        _same(tool, native)
 
 
 def test_random_rulesets_decode_as_the_tool_prints_them():
@@ -71,7 +67,7 @@ def test_random_rulesets_decode_as_the_tool_prints_them():
             if native is not None:
                 _same(tool, native)
                 decoded += 1
-        assert decoded >= 8
+        assert decoded >= 11                    # (one draws --tcp-option: read with the tool)
 
 
 @pytest.mark.parametrize("rule", UNKNOWN)

@@ -13,10 +13,11 @@ and targets below, and nothing else:
 * the rule header: `-s/-d` (payload loads of the address, masked), `-i/-o`
   (interface names; a name compared without its NUL is a `+` prefix),
   `-p` (meta l4proto), `-f` (the fragment offset);
-* native `-m tcp/udp` ports and TCP flags, `-m mark`, a comment kept in the
-  rule's user data;
-* x_tables matches (nft `match`): comment, multiport, conntrack and state
-  (states only), icmp, set, addrtype, statistic; targets (nft `target`):
+* native `-m tcp/udp` ports and TCP flags, `-m mark`, `-m limit`, a
+  comment kept in the rule's user data;
+* x_tables matches (nft `match`, xt_extensions.py): comment, multiport,
+  conntrack and state (states only), icmp, icmp6, set, addrtype, statistic,
+  tcp, udp, mark, limit, length, pkttype, ttl; targets (nft `target`):
   REJECT, MASQUERADE, DNAT, SNAT, MARK, LOG; verdicts ACCEPT, DROP, RETURN,
   jumps and gotos.
 Anything else — an unknown expression, match, revision, layout, flag, a
@@ -35,7 +36,8 @@ import threading
 
 from . import netlink as nl
 from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
-from .xt_extensions import Undecodable, protocol_name, tcp_flags, xt_matches, xt_targets
+from .xt_extensions import (XT_LIMIT_SCALE, Undecodable, limit_options, protocol_name, tcp_flags, xt_matches,
+                            xt_targets)
 
 NFNL_SUBSYS_NFTABLES = 10
 NFT_MSG_GETCHAIN = 4
@@ -494,7 +496,21 @@ def _xt_target(rule: _Rule, data) -> None:
     rule.ended = True
 
 
-_EXPRESSIONS = {"meta": _load_meta, "payload": _load_payload, "bitwise": _bitwise, "cmp": _cmp, "range": _range,
+NFT_LIMIT_PKTS = 0
+
+
+def _limit(rule: _Rule, data) -> None:
+    """nft's limit expression, which iptables-nft writes for `-m limit` and
+    reads back as the x_tables match (avg = XT_LIMIT_SCALE * unit / rate)."""
+    rate, unit = struct.unpack("!Q", data.get(1, bytes(8)))[0], struct.unpack("!Q", data.get(2, bytes(8)))[0]
+    burst, kind, flags = _reg(data, 3), _reg(data, 4), _reg(data, 5)
+    if kind != NFT_LIMIT_PKTS or flags or not rate or not unit or XT_LIMIT_SCALE * unit // rate > 0xFFFFFFFF:
+        raise Undecodable("limit: bytes, inverted, or out of range")
+    rule.matches.append(Match("limit", ""))
+    rule.matches.extend(limit_options(XT_LIMIT_SCALE * unit // rate, burst))
+
+
+_EXPRESSIONS = {"limit": _limit, "meta": _load_meta, "payload": _load_payload, "bitwise": _bitwise, "cmp": _cmp, "range": _range,
                 "counter": _counter, "immediate": _immediate, "match": _xt_match, "target": _xt_target}
 
 

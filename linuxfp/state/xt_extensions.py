@@ -204,6 +204,66 @@ def _statistic(info: bytes, family: str) -> tuple[str, list[Match]]:
     raise Undecodable(f"statistic mode {mode}")
 
 
+XT_LIMIT_SCALE, XT_LIMIT_BURST = 10000, 5
+_RATES = (("day", XT_LIMIT_SCALE * 24 * 60 * 60), ("hour", XT_LIMIT_SCALE * 60 * 60), ("min", XT_LIMIT_SCALE * 60),
+          ("sec", XT_LIMIT_SCALE))
+
+
+def _limit(info: bytes, family: str) -> tuple[str, list[Match]]:
+    """struct xt_rateinfo: the average period (of XT_LIMIT_SCALE seconds)
+    and the burst; the rest is the kernel's. As libxt_limit's print_rate."""
+    _need(info, 40, "limit")
+    return "limit", limit_options(*struct.unpack_from("=II", info))
+
+
+def limit_options(period: int, burst: int) -> list[Match]:
+    """`--limit` (and `--limit-burst`) as limit_save prints them."""
+    if not period:
+        raise Undecodable("limit without a period")
+    i = 1
+    while i < len(_RATES) and not (period > _RATES[i][1] or _RATES[i][1] // period < _RATES[i][1] % period):
+        i += 1
+    name, mult = _RATES[i - 1]
+    options = [Match("limit", "--limit", (f"{mult // period}/{name}",))]
+    if burst != XT_LIMIT_BURST:
+        options.append(Match("limit", "--limit-burst", (str(burst),)))
+    return options
+
+
+def _length(info: bytes, family: str) -> tuple[str, list[Match]]:
+    """struct xt_length_info: min, max, invert."""
+    _need(info, 6, "length")
+    low, high, invert = struct.unpack_from("=HHB", info)
+    if invert > 1 or low > high:
+        raise Undecodable("length flags or an empty range")
+    return "length", [Match("length", "--length", (str(low) if low == high else f"{low}:{high}",), bool(invert))]
+
+
+_PKTTYPES = {0: "unicast", 1: "broadcast", 2: "multicast", 3: "otherhost"}
+
+
+def _pkttype(info: bytes, family: str) -> tuple[str, list[Match]]:
+    """struct xt_pkttype_info: the skb's packet type, invert."""
+    _need(info, 8, "pkttype")
+    kind, invert = struct.unpack_from("=ii", info)
+    if kind not in _PKTTYPES or invert not in (0, 1):
+        raise Undecodable(f"pkttype {kind}")
+    return "pkttype", [Match("pkttype", "--pkt-type", (_PKTTYPES[kind],), bool(invert))]
+
+
+_TTL_MODES = {0: ("--ttl-eq", False), 1: ("--ttl-eq", True), 2: ("--ttl-lt", False), 3: ("--ttl-gt", False)}
+
+
+def _ttl(info: bytes, family: str) -> tuple[str, list[Match]]:
+    """struct ipt_ttl_info: mode (eq, ne, lt, gt) and the TTL, IPv4."""
+    _need(info, 2, "ttl")
+    mode, ttl = info[0], info[1]
+    if mode not in _TTL_MODES or family != "ip":
+        raise Undecodable(f"ttl mode {mode}")
+    option, negated = _TTL_MODES[mode]
+    return "ttl", [Match("ttl", option, (str(ttl),), negated)]
+
+
 def _mark_match(info: bytes, family: str) -> tuple[str, list[Match]]:
     """struct xt_mark_mtinfo1: mark, mask, invert."""
     _need(info, 12, "mark")
@@ -268,6 +328,10 @@ xt_matches: dict[tuple[str, int], Callable[[bytes, str], tuple[str, list[Match]]
     ("statistic", 0): _statistic,
     ("tcp", 0): _tcp,
     ("mark", 1): _mark_match,
+    ("limit", 0): _limit,
+    ("length", 0): _length,
+    ("pkttype", 0): _pkttype,
+    ("ttl", 0): _ttl,
     ("udp", 0): _udp,
 }
 
