@@ -23,7 +23,7 @@ and targets below, and nothing else:
 Anything else — an unknown expression, match, revision, layout, flag, a
 base chain that is not the table's built-in one — makes the whole read
 answer None, and the caller asks iptables-nft-save, which stays the
-authority (it also says which tables are incompatible). tests/test_nft_rules.py
+authority (it also says which tables are incompatible). tests/test_rule_decoders.py
 checks that both readings agree, rule for rule, over a corpus of rulesets.
 """
 from __future__ import annotations

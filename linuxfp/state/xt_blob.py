@@ -15,7 +15,8 @@ Anything the decoder does not know exactly — and any blob libiptc would not
 have written (chains not closed, labels that are empty, repeated or a
 verdict's name, masks that are no prefix) — raises Undecodable and the tool
 reads the family's tables instead. IPv4 (struct ipt_entry) and IPv6 (struct
-ip6t_entry). tests/test_xt_blob.py checks both readings agree rule for rule.
+ip6t_entry). tests/test_rule_decoders.py and test_xt_blob.py check that both
+readings agree rule for rule.
 """
 from __future__ import annotations
 
