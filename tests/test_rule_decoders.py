@@ -374,16 +374,19 @@ COMMIT
 """
 
 
-def test_ip6tables_rules_decode_as_the_tool_prints_them():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ip6tables_rules_decode_as_the_tool_prints_them(backend):
     with Lab(prefix="lfp-t") as lab:
-        ns = lab.namespace("nft")
+        ns = lab.namespace("dec")
         ns.run(["ipset", "create", "lfp-six", "hash:net", "family", "inet6"])
-        ns.run(["ip6tables-nft-restore"], input=KNOWN_IPV6)
-        tool, native = _both(ns, "ip6")
+        ns.run([f"ip6tables-{backend}-restore"], input=KNOWN_IPV6)
+        ns.run([f"iptables-{backend}", "-A", "FORWARD", "-j", "ACCEPT"])
+        tool, native = _both(ns, "ip6", backend)
         _same(tool, native)
         assert len(native.table("filter").chain("FORWARD").rules) == KNOWN_IPV6.count("-A FORWARD")
-        ns.run(["ip6tables-nft", "-A", "LFP6", "-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"])
-        assert _both(ns, "ip6")[1] is None      # IPv6 REJECT: not known, the tool reads
+        ns.run([f"ip6tables-{backend}", "-A", "LFP6", "-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"])
+        assert _both(ns, "ip6", backend)[1] is None     # IPv6 REJECT: not known, the tool reads
+        assert _both(ns, "ip", backend)[1] is not None  # (iptables' own tables: still decoded)
 
 
 def test_a_chain_named_like_a_verdict_is_left_to_the_tool():

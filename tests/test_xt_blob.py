@@ -2,29 +2,24 @@
 (linuxfp/state/xt_blob.py) must be exactly the rules iptables-legacy-save
 prints (the corpus, random and unknown rulesets of both decoders:
 test_rule_decoders.py); here what is the blob's own: its chain structure,
-jumps by offset, interface masks, ip6tables-legacy."""
+jumps by offset, interface masks."""
 from __future__ import annotations
 
 import pytest
 
 from linuxfp.lab.netns import Lab, entered
-from linuxfp.state.iptables import read_ruleset
 from linuxfp.state import xt_blob
-from linuxfp.state.netfilter import legacy_blobs, read_legacy_native
+from linuxfp.state.netfilter import legacy_blobs
 from linuxfp.state.xt_extensions import Undecodable, xt_matches
 
-from test_rule_decoders import KNOWN_FILTER, KNOWN_IPV6, KNOWN_OTHERS, SETS, _same
+from test_rule_decoders import KNOWN_FILTER, KNOWN_OTHERS, SETS, _same
+from test_rule_decoders import _both as decoded_both_ways
 
 pytestmark = pytest.mark.netns
 
 
 def _both(ns, family: str = "ip"):
-    """The tool's reading and the decoder's (None where it leaves the rules to the tool)."""
-    with entered(ns):
-        try:
-            return read_ruleset("legacy", family), read_legacy_native(family)
-        except Undecodable:
-            return read_ruleset("legacy", family), None
+    return decoded_both_ways(ns, family, "legacy")
 
 
 def test_every_known_match_and_target_decodes_as_the_tool_prints_it():
@@ -42,20 +37,6 @@ def test_every_known_match_and_target_decodes_as_the_tool_prints_it():
         tool, native = _both(ns)
         _same(tool, native)
         assert native.table("filter").chain("AAA").rules[-1].target == "RETURN"
-
-
-def test_ip6tables_legacy_rules_decode_as_the_tool_prints_them():
-    with Lab(prefix="lfp-t") as lab:
-        ns = lab.namespace("xt")
-        ns.run(["ipset", "create", "lfp-six", "hash:net", "family", "inet6"])
-        ns.run(["ip6tables-legacy-restore"], input=KNOWN_IPV6)
-        tool, native = _both(ns, "ip6")
-        _same(tool, native)
-        assert len(native.table("filter").chain("FORWARD").rules) == KNOWN_IPV6.count("-A FORWARD")
-        ns.run(["ip6tables-legacy", "-A", "LFP6", "-j", "REJECT", "--reject-with", "icmp6-adm-prohibited"])
-        assert _both(ns, "ip6")[1] is None      # IPv6 REJECT: not known, the tool reads
-        with entered(ns):
-            assert read_legacy_native("ip") is not None     # (iptables' own tables: still decoded)
 
 
 def test_a_rule_without_target_and_a_jump_to_a_chain_called_next_stay_apart():
