@@ -154,7 +154,7 @@ def _both(ns, family: str = "ip", backend: str = "nft"):
 
 
 def _same(tool, native) -> None:
-    """Equal rule for rule (the text aside: quoting is the tool's)."""
+    """Equal rule for rule, down to the text (the line the tool prints)."""
     assert native is not None
     assert native.incompatible == tool.incompatible == ()
     assert [t.name for t in native.tables] == [t.name for t in tool.tables]
@@ -162,9 +162,9 @@ def _same(tool, native) -> None:
         assert [(c.name, c.policy) for c in table.chains] == [(c.name, c.policy) for c in theirs.chains]
         for chain, their_chain in zip(table.chains, theirs.chains):
             for rule, their_rule in zip(chain.rules, their_chain.rules):
-                assert (rule.position, rule.matches, rule.target, rule.target_options, rule.goto) == \
+                assert (rule.position, rule.matches, rule.target, rule.target_options, rule.goto, rule.text) == \
                     (their_rule.position, their_rule.matches, their_rule.target, their_rule.target_options,
-                     their_rule.goto), their_rule.text
+                     their_rule.goto, their_rule.text), their_rule.text
             assert len(chain.rules) == len(their_chain.rules)
 
 
@@ -226,10 +226,14 @@ def test_what_the_decoder_does_not_know_is_left_to_the_tool(rule, backend):
         with entered(ns):
             cached = _cached_ruleset(backend, nft_generation() if backend == "nft" else
                                      legacy_fingerprint(legacy_table_names()))
-        assert cached.table("filter").chain("FORWARD").rules[0].text == tool.table("filter").chain("FORWARD").rules[0].text
-        # status and graph say which reader read them, and why not the decoder
+        assert cached.table("filter").chain("FORWARD").rules[0].text == \
+            tool.table("filter").chain("FORWARD").rules[0].text
+        # `linuxfp graph` says which reader read them, and why not the decoder
         assert cached.source == "" and cached.undecoded
-        assert cached.reading().startswith(f"iptables-{backend}: rules read with iptables-{backend}-save (not decoded: ")
+        assert cached.reading().startswith(
+            f"iptables-{backend}: rules read with iptables-{backend}-save (not decoded: ")
+        # the same rules read either way are the same rules (no rebuild when a read falls back once)
+        assert cached == tool and cached.reading() != tool.reading()
 
 
 def test_a_table_the_tool_calls_incompatible_is_left_to_it():

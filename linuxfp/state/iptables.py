@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import _JsonMixin
 
@@ -70,16 +70,39 @@ class IptRule(_JsonMixin):
         return tuple(dict.fromkeys(m.module for m in self.matches if m.module))
 
     def save_line(self) -> str:
-        """The rule as iptables-save prints it (parse_rule reads it back)."""
+        """The rule as iptables-save prints it, quoting included (parse_rule
+        reads it back)."""
         words = ["-A", self.chain]
         for match in self.matches:
             if not match.option:
                 words += ["-m", match.module]
                 continue
-            words += (["!"] if match.negated else []) + [match.option] + [shlex.quote(v) for v in match.values]
+            words += (["!"] if match.negated else []) + [match.option] + [_saved(match.option, v) for v in match.values]
         if self.target:
-            words += ["-g" if self.goto else "-j", self.target] + [shlex.quote(v) for v in self.target_options]
+            words += ["-g" if self.goto else "-j", self.target]
+            option = ""
+            for value in self.target_options:
+                words.append(_saved(option, value))
+                option = value
         return " ".join(words)
+
+
+# options whose value iptables prints with xtables_save_string (free text);
+# every other value it prints as it is
+_STRING_OPTIONS = frozenset({"--comment", "--log-prefix", "--nflog-prefix"})
+_UNQUOTED = frozenset("_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _saved(option: str, value: str) -> str:
+    """A value as iptables-save prints it: free text as xtables_save_string
+    does (bare when it is all letters, digits, `_` and `-`; else in double
+    quotes, `"`, `\\` and `'` escaped), anything else as it is — or in shell
+    quotes where a word could not be read back otherwise."""
+    if option in _STRING_OPTIONS:
+        if value and set(value) <= _UNQUOTED:
+            return value
+        return '"' + "".join("\\" + c if c in "\"\\'" else c for c in value) + '"'
+    return value if value and not any(c in value for c in " \t\"'\\") else shlex.quote(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +131,18 @@ class Ruleset(_JsonMixin):
     family: str = "ip"                 # "ip" (iptables) or "ip6" (ip6tables)
     # "kernel": decoded from the kernel's own answer (nft_rules.py, xt_blob.py);
     # "": the save tool's output, parsed, and `undecoded` says why the
-    # decoders left it to the tool
-    source: str = ""
-    undecoded: str = ""
+    # decoders left it to the tool. Not part of equality: the same rules read
+    # either way are the same rules (a read that fell back once, e.g. while
+    # commits kept coming, must not look like a ruleset change)
+    source: str = field(default="", compare=False)
+    undecoded: str = field(default="", compare=False)
 
     def reading(self) -> str:
-        """How these rules were read, for status and graph."""
+        """How these rules were read, for `linuxfp graph`."""
         if self.source == "kernel":
             return f"{self.tool}: rules decoded from the kernel"
-        return f"{self.tool}: rules read with {self.tool}-save" + (f" (not decoded: {self.undecoded})" if self.undecoded else "")
+        reason = f" (not decoded: {self.undecoded})" if self.undecoded else ""
+        return f"{self.tool}: rules read with {self.tool}-save{reason}"
 
     @property
     def tool(self) -> str:
@@ -266,7 +292,8 @@ def split_words(line: str) -> list[str]:
     `"`, `\\` and `'`; iptables-restore takes a backslash as escaping any
     character) or as save_line does (shlex.quote's single quotes)."""
     if not any(c in line for c in "\"'\\"):
-        return [word for word in line.replace("\t", " ").split(" ") if word]   # (not str.split(): \x1c is no space here)
+        # (not str.split(): \x1c is no space here)
+        return [word for word in line.replace("\t", " ").split(" ") if word]
     words: list[str] = []
     word: list[str] = []
     started, quote, escaped = False, "", False

@@ -131,7 +131,9 @@ def read_native(family: str = "ip") -> Ruleset:
                 rules = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, request)
         except (OSError, nl.DumpInterrupted) as exc:
             raise Undecodable(f"nf_tables could not be dumped: {exc}") from None
-        if before is None or nft_generation() != before:
+        if before is None:
+            raise Undecodable("the nf_tables generation cannot be read")
+        if nft_generation() != before:
             continue                                # a commit came between the dumps
         used: dict = {}
         try:
@@ -510,7 +512,8 @@ def _limit(rule: _Rule, data) -> None:
     rule.matches.extend(limit_options(XT_LIMIT_SCALE * unit // rate, burst))
 
 
-_EXPRESSIONS = {"limit": _limit, "meta": _load_meta, "payload": _load_payload, "bitwise": _bitwise, "cmp": _cmp, "range": _range,
+_EXPRESSIONS = {"limit": _limit, "meta": _load_meta, "payload": _load_payload, "bitwise": _bitwise, "cmp": _cmp,
+                "range": _range,
                 "counter": _counter, "immediate": _immediate, "match": _xt_match, "target": _xt_target}
 
 
