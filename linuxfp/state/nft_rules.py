@@ -20,11 +20,13 @@ and targets below, and nothing else:
   tcp, udp, mark, limit, length, pkttype, ttl; targets (nft `target`):
   REJECT, MASQUERADE, DNAT, SNAT, MARK, LOG; verdicts ACCEPT, DROP, RETURN,
   jumps and gotos.
-Anything else — an unknown expression, match, revision, layout, flag, a
-base chain that is not the table's built-in one — makes the whole read
-answer None, and the caller asks iptables-nft-save, which stays the
-authority (it also says which tables are incompatible). tests/test_rule_decoders.py
-checks that both readings agree, rule for rule, over a corpus of rulesets.
+Anything else — an unknown expression, match, revision, layout, flag,
+register, a value outside its mask, a base chain that is not the table's
+built-in one, a chain named like a verdict — raises Undecodable with the
+reason for the whole read, and the caller asks iptables-nft-save, which
+stays the authority (it also says which tables are incompatible).
+tests/test_rule_decoders.py checks that both readings agree, rule for rule
+and down to the printed line, over a corpus of rulesets.
 """
 from __future__ import annotations
 
@@ -129,7 +131,7 @@ def read_native(family: str = "ip") -> Ruleset:
                 request = _NFGENMSG.pack(FAMILIES[family], 0, 0)
                 chains = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN, request)
                 rules = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, request)
-        except (OSError, nl.DumpInterrupted) as exc:
+        except (OSError, nl.DumpInterrupted, struct.error) as exc:
             raise Undecodable(f"nf_tables could not be dumped: {exc}") from None
         if before is None:
             raise Undecodable("the nf_tables generation cannot be read")
