@@ -168,21 +168,29 @@ def _same(tool, native) -> None:
             assert len(chain.rules) == len(their_chain.rules)
 
 
-def test_every_known_match_and_target_decodes_as_the_tool_prints_it():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_known_match_and_target_decodes_as_the_tool_prints_it(backend):
     with Lab(prefix="lfp-t") as lab:
-        ns = lab.namespace("nft")
+        ns = lab.namespace("dec")
         ns.run(["ipset", "restore"], input=SETS)
-        ns.run(["iptables-nft-restore"], input=KNOWN_FILTER + KNOWN_OTHERS)
-        tool, native = _both(ns)
+        ns.run([f"iptables-{backend}-restore"], input=KNOWN_FILTER + KNOWN_OTHERS)
+        tool, native = _both(ns, backend=backend)
         _same(tool, native)
         assert len(native.table("filter").chain("FORWARD").rules) == KNOWN_FILTER.count("-A FORWARD")
-        assert [t.name for t in native.tables] == ["mangle", "security", "raw", "filter", "nat"]
-        assert native.reading() == "iptables-nft: rules decoded from the kernel"
-        # a comment nft keeps in the rule's user data reads as iptables-nft's
-        ns.run(["nft", "add", "rule", "ip", "filter", "AAA", "counter", "accept", "comment", '"from nft"'])
-        tool, native = _both(ns)
+        assert {t.name for t in native.tables} == {"mangle", "security", "raw", "filter", "nat"}
+        assert native.reading() == f"iptables-{backend}: rules decoded from the kernel"
+        if backend == "nft":
+            # a comment nft keeps in the rule's user data reads as iptables-nft's
+            ns.run(["nft", "add", "rule", "ip", "filter", "AAA", "counter", "accept", "comment", '"from nft"'])
+        else:
+            # a user chain ending in an unconditional RETURN of its own; an empty chain last
+            ns.run(["iptables-legacy", "-A", "AAA", "-j", "RETURN"])
+            ns.run(["iptables-legacy", "-N", "ZZZ"])
+        tool, native = _both(ns, backend=backend)
         _same(tool, native)
-        assert str(native.table("filter").chain("AAA").rules[-1].matches[-1]) == "-m comment --comment 'from nft'"
+        last = native.table("filter").chain("AAA").rules[-1]
+        assert str(last.matches[-1]) == "-m comment --comment 'from nft'" if backend == "nft" else \
+            last.target == "RETURN"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -155,26 +155,14 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
     previous call decoded, by content (its `used`); `used` collects this
     call's."""
     chains: dict[str, dict[str, tuple[str | None, list[IptRule]]]] = {}
-    for message in chain_messages:
-        if message.type & 0xFF != NFT_MSG_NEWCHAIN:
-            continue
-        a = nl.parse_attrs(message.payload, _NFGENMSG.size)
-        table, name = _name(a.get(NFTA_CHAIN_TABLE, b"")), _name(a.get(NFTA_CHAIN_NAME, b""))
-        if table not in BUILTIN_CHAINS:
-            continue                                # not iptables': the save tool ignores it too
+    for table, name, a in _iptables_objects(chain_messages, NFT_MSG_NEWCHAIN, NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME):
         if a.get(NFTA_CHAIN_FLAGS) is not None and nl.be32(a[NFTA_CHAIN_FLAGS]) & ~1:
             raise Undecodable(f"chain {table} {name}: flags")     # (1: base chain)
         policy = _policy(table, name, a)
         if policy is None and name in _NOT_A_USER_CHAIN:
             raise Undecodable(f"a user chain called {name!r}")
         chains.setdefault(table, {})[name] = (policy, [])
-    for message in rule_messages:
-        if message.type & 0xFF != NFT_MSG_NEWRULE:
-            continue
-        a = nl.parse_attrs(message.payload, _NFGENMSG.size)
-        table, chain = _name(a.get(NFTA_RULE_TABLE, b"")), _name(a.get(NFTA_RULE_CHAIN, b""))
-        if table not in BUILTIN_CHAINS:
-            continue
+    for table, chain, a in _iptables_objects(rule_messages, NFT_MSG_NEWRULE, NFTA_RULE_TABLE, NFTA_RULE_CHAIN):
         if chain not in chains.get(table, {}):
             raise Undecodable(f"rule of unknown chain {table} {chain}")
         rules = chains[table][chain][1]
@@ -192,6 +180,18 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
         tables.append(IptTable(table, tuple(Chain(c, chains[table][c][0], tuple(chains[table][c][1]))
                                             for c in builtin + users)))
     return Ruleset("nft", tuple(tables), (), family, source="kernel")
+
+
+def _iptables_objects(messages, kind: int, table_attribute: int, name_attribute: int):
+    """(table, name, attributes) of each dump answer of `kind` in one of
+    iptables' tables (the save tool ignores every other table too)."""
+    for message in messages:
+        if message.type & 0xFF != kind:
+            continue
+        a = nl.parse_attrs(message.payload, _NFGENMSG.size)
+        table = _name(a.get(table_attribute, b""))
+        if table in BUILTIN_CHAINS:
+            yield table, _name(a.get(name_attribute, b"")), a
 
 
 def _policy(table: str, name: str, a: dict[int, bytes]) -> str | None:
