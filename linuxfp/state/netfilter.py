@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from . import netlink as nl
 from .iptables import Ruleset, read_ruleset
 from .nft_rules import read_native
-from .xt_blob import decode_tables
+from .xt_blob import GETINFO, decode_tables
 from .xt_extensions import Undecodable
 from .ipset import LIST_PENDING, combine_list, read_ipsets
 from .model import IpSet, NetfilterState
@@ -59,7 +59,7 @@ IPT_SO_GET_INFO = 64
 IPT_SO_GET_ENTRIES = 65
 XT_TABLE_MAXNAMELEN = 32
 NF_INET_NUMHOOKS = 5
-_IPT_GETINFO = struct.Struct(f"={XT_TABLE_MAXNAMELEN}sI{NF_INET_NUMHOOKS}I{NF_INET_NUMHOOKS}III")
+_IPT_GETINFO = GETINFO         # struct ipt_getinfo (xt_blob.py decodes it; tests/test_xt_layout.py checks it)
 _IPT_GET_ENTRIES_HEADER = 40  # offsetof(struct ipt_get_entries, entrytable)
 _XT_ENTRY_TARGET_SIZE = 32  # sizeof(struct xt_entry_target)
 _VERDICT_ACCEPT = -1 - 1  # standard target verdict for NF_ACCEPT (-NF_ACCEPT - 1)

@@ -29,7 +29,7 @@ from .xt_extensions import Undecodable, protocol_name, xt_matches, xt_targets
 
 NF_INET_NUMHOOKS = 5
 HOOK_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")   # NF_INET_* order
-_GETINFO = struct.Struct(f"=32sI{NF_INET_NUMHOOKS}I{NF_INET_NUMHOOKS}III")
+GETINFO = struct.Struct(f"=32sI{NF_INET_NUMHOOKS}I{NF_INET_NUMHOOKS}III")   # struct ipt_getinfo
 _OFFSETS = struct.Struct("=HH")         # target_offset, next_offset
 _ENTRY_HEADER = struct.Struct("=H29sB")  # xt_entry_match / xt_entry_target (user view): size, name, revision
 _HEADER_SIZE = 32
@@ -37,6 +37,17 @@ _HEADER_SIZE = 32
 _VERDICTS = {-1: "DROP", -2: "ACCEPT", -5: "RETURN"}
 # what no user chain may be called: the tool would print a jump to it as the verdict
 _RESERVED = frozenset({"", "ACCEPT", "DROP", "RETURN", "QUEUE", "ERROR"})
+
+
+def table_info(blob: bytes) -> tuple[int, tuple[int, ...], tuple[int, ...], int, bytes]:
+    """A table's blob (GET_INFO's answer, then its entries; struct
+    ipt_getinfo and ip6t_getinfo share one layout): its valid hooks, each
+    hook's first entry and policy entry (offsets), its number of entries,
+    and the entries."""
+    fields = GETINFO.unpack_from(blob)
+    size = fields[-1]
+    return (fields[1], fields[2:2 + NF_INET_NUMHOOKS], fields[2 + NF_INET_NUMHOOKS:2 + 2 * NF_INET_NUMHOOKS],
+            fields[-2], blob[GETINFO.size:GETINFO.size + size])
 
 
 @dataclass(frozen=True)
@@ -71,13 +82,9 @@ def decode_table(name: str, blob: bytes, known: dict | None = None, used: dict |
     call's."""
     if name not in BUILTIN_CHAINS:
         raise Undecodable(f"table {name}")
-    fields = _GETINFO.unpack_from(blob)
-    valid_hooks = fields[1]
-    hook_entry = fields[2:2 + NF_INET_NUMHOOKS]
-    underflow = fields[2 + NF_INET_NUMHOOKS:2 + 2 * NF_INET_NUMHOOKS]
-    num_entries, size = fields[-2], fields[-1]
-    entries = blob[_GETINFO.size:_GETINFO.size + size]
-    if len(entries) != size:
+    valid_hooks, hook_entry, underflow, num_entries, entries = table_info(blob)
+    size = len(entries)
+    if GETINFO.unpack_from(blob)[-1] != size:
         raise Undecodable(f"{name}: a short blob")
     hooks = [h for h in range(NF_INET_NUMHOOKS) if valid_hooks & (1 << h)]
     if tuple(HOOK_CHAINS[h] for h in hooks) != tuple(sorted(BUILTIN_CHAINS[name], key=HOOK_CHAINS.index)):

@@ -25,8 +25,9 @@ import struct
 
 from . import netlink as nl
 from .iptables import Ruleset
-from .netfilter import (_IPT_GETINFO, IPV4, IPV6, NF_INET_NUMHOOKS, XT_TABLE_MAXNAMELEN, XtFamily, _read_cache,
-                        fingerprint_of_blobs, legacy_blobs, legacy_table_names, xt_socket)
+from .netfilter import (IPV4, IPV6, NF_INET_NUMHOOKS, XT_TABLE_MAXNAMELEN, XtFamily, _read_cache, fingerprint_of_blobs,
+                        legacy_blobs, legacy_table_names, xt_socket)
+from .xt_blob import HOOK_CHAINS, table_info
 
 IPT_SO_SET_ADD_COUNTERS = 65            # IPT_BASE_CTL + 1 (IP6T_SO_SET_ADD_COUNTERS at SOL_IPV6 too)
 # (struct ip6t_getinfo is laid out as struct ipt_getinfo: _IPT_GETINFO reads both)
@@ -36,7 +37,6 @@ _COUNTERS_INFO = struct.Struct(f"={XT_TABLE_MAXNAMELEN}sI4x")
 _COUNTER = struct.Struct("=QQ")         # struct xt_counters: pcnt, bcnt
 _TARGET_NAME = struct.Struct("=H29s")   # struct xt_entry_target (user view): target_size, name
 _ERROR_NAME_OFFSET = 32                 # the ERROR target's data (a chain's name) after its header
-HOOK_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")   # NF_INET_* order
 
 
 class TableChanged(Exception):
@@ -47,12 +47,7 @@ def entry_indexes(blob: bytes, family: XtFamily = IPV4) -> tuple[int, dict[tuple
     """A table's number of entries, and the index of each rule's entry by
     (chain, position from 1) and of each built-in chain's policy by
     (chain, None), from its blob (GET_INFO, then the entries)."""
-    fields = _IPT_GETINFO.unpack_from(blob)
-    valid_hooks = fields[1]
-    hook_entry = fields[2:2 + NF_INET_NUMHOOKS]
-    underflow = fields[2 + NF_INET_NUMHOOKS:2 + 2 * NF_INET_NUMHOOKS]
-    num_entries, size = fields[-2], fields[-1]
-    entries = blob[_IPT_GETINFO.size:_IPT_GETINFO.size + size]
+    valid_hooks, hook_entry, underflow, num_entries, entries = table_info(blob)
     starts = {hook_entry[h]: HOOK_CHAINS[h] for h in range(NF_INET_NUMHOOKS) if valid_hooks & (1 << h)}
     policies = {underflow[h] for h in range(NF_INET_NUMHOOKS) if valid_hooks & (1 << h)}
     found: dict[tuple[str, int | None], int] = {}
