@@ -100,6 +100,7 @@ class Controller:
         # per node, what it published for `linuxfp stats` (Node.publish),
         # as last written to the run dir
         self.published: dict[str, dict] = {}
+        self._unpublished = None     # the snapshot reconciled but not yet published
 
     # -- one reconcile step ------------------------------------------------
 
@@ -199,8 +200,16 @@ class Controller:
             return False
         worked = self._reconcile(snapshot, graph, messages)
         self._reconciled = (snapshot, graph, self.installed)
-        self._publish(snapshot)
+        # written once the lease lets the datapath act on the change
+        # (publish_pending): names for the counts are not part of the response
+        self._unpublished = snapshot
         return worked
+
+    def publish_pending(self) -> None:
+        """Publish what the last reconcile left to publish, if anything."""
+        snapshot, self._unpublished = self._unpublished, None
+        if snapshot is not None:
+            self._publish(snapshot)
 
     def _publish(self, snapshot) -> None:
         """Each node's Node.publish, written to the run dir when one changed
@@ -415,6 +424,7 @@ class Controller:
                 else:
                     self.lease.renew(force=True)
                 self._save_skipped()
+                self.publish_pending()
                 print("ready", file=ready_out, flush=True)
                 notifier.ready("current")
                 said = ""
@@ -498,6 +508,7 @@ class Controller:
                     # been applied: a stuck loop or a stopped process lets it lapse.
                     if not self._stop:
                         self.lease.renew(force=batch is not None)
+                        self.publish_pending()
                         # For launchers: "current" once everything known is applied
                         # and the datapath acts on it, "busy" until then.
                         current = not self.lease.unsure and not in_flight and watched == self.lease.watch_acked \
