@@ -22,7 +22,7 @@ from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scop
 from linuxfp.graph.nodes.iptables_filter import filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, PROBE_TCP_FLAGS, Coverage, probe_addresses, random_ruleset
 from linuxfp.state.iptables import ParseError, parse_rule, parse_save
-from linuxfp.state.model import IpSet, NetfilterState
+from linuxfp.state.model import IpSet, NetfilterState, NftChain, NftNative
 
 from snapshot_fixtures import link, router_snapshot
 
@@ -145,9 +145,13 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
     # A stateless appliance is within scope: only its filter table is read.
     firewall = filter_scope(netfilter(corpus("firewall-appliance.rules", "legacy")))
     assert firewall.uncovered == () and [r.backend for r in firewall.forward] == ["legacy"]
-    # native nft tables of families that see IPv4 are not; ip6/arp do not matter
-    native = filter_scope(netfilter(tables=("nft:inet fw", "nft:ip6 filter", "nft:arp filter")))
-    assert [u for u in native.uncovered] == ["nf_tables table inet fw (native nft: the filter node reads iptables rules only)"]
+    # native nft chains on a hook forwarded IPv4 crosses are not (test_nft_native.py);
+    # ip6/arp tables do not matter
+    chain = NftChain("inet", "fw", "fwd", "forward", "filter", "drop")
+    native = filter_scope(NetfilterState(active=True, tables=("nft:inet fw", "nft:ip6 filter", "nft:arp filter"),
+                                         native=NftNative((chain,), tables=("inet fw", "ip6 filter", "arp filter"))))
+    assert native.uncovered == ("nf_tables chain inet fw fwd on forward: policy drop (native nft: the kernel "
+                                "evaluates it)",)
     # tables whose rules were not read are never taken for empty ones
     unread = filter_scope(netfilter(tables=("nft:ip filter",)))
     assert unread.uncovered == ("iptables-nft holds tables whose rules were not read",)
@@ -209,9 +213,13 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
                   "COMMIT\n", backend)
         assert "ip6tables-" + backend + " table raw: rules" in ipv6_uncovered(raw)
     # native tables that see IPv6 (inet, a non-iptables ip6 table) and unread ones do too
-    native = NetfilterState(active=True, tables=("nft:inet fw",), detail="test")
-    assert "nf_tables table inet fw" in ipv6_uncovered(native)
-    assert "ip6 mine" in ipv6_uncovered(NetfilterState(active=True, tables=("nft:ip6 mine",), detail="test"))
+    def native_state(family: str, table: str) -> NetfilterState:
+        chain = NftChain(family, table, "pre", "prerouting", "filter", "accept", rules=1, expressions=("cmp",))
+        return NetfilterState(active=True, tables=(f"nft:{family} {table}",), detail="test",
+                              native=NftNative((chain,), tables=(f"{family} {table}",)))
+    assert "nf_tables chain inet fw pre on prerouting" in ipv6_uncovered(native_state("inet", "fw"))
+    assert "ip6 mine" in ipv6_uncovered(native_state("ip6", "mine"))
+    assert ipv6_uncovered(native_state("ip", "mine")) is None
     unread = NetfilterState(active=True, tables=("nft:ip6 filter",), detail="test")
     assert "ip6tables-nft holds tables whose rules were not read" in ipv6_uncovered(unread)
     # and IPv4's own tables are not IPv6's business

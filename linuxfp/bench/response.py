@@ -179,8 +179,9 @@ def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
                   ("nft", "add", "chain", "inet", nft_table, "lfpfwd",
                    "{ type filter hook forward priority 0 ; policy accept ; }")),
            teardown=(("nft", "delete", "table", "inet", nft_table),),
-           note="a native nftables table on the forward hook: the traffic that crosses that hook goes to the "
-                "kernel, which evaluates the table; the controller reads the commit and keeps it that way"),
+           note="a native nftables chain on the forward hook: empty, it does nothing and forwarding stays in "
+                "the fast path; with a rule, the traffic that crosses that hook goes to the kernel, which "
+                "evaluates it (from the nf_tables notification on, until the change is applied)"),
         Cycle("legacy iptables rules", (
             Step("iptables-legacy -A", ("iptables-legacy", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j", "DROP"),
                  Effect("disappears", filtered_dst, sink_mac)),

@@ -85,7 +85,7 @@ def _covered(snapshot, link, chosen: tuple[Node, ...], shared) -> tuple[tuple[No
     obstacle no node covers (a decision is covered by its node and by the
     nodes after it that do not decide, e.g. FORWARD after routing), and why
     the ingress stays on the kernel path when no deciding node is left."""
-    obstacles = shared + ingress_obstacles(link)
+    obstacles = shared + ingress_obstacles(link, snapshot)
     deciders = [n for n in chosen if n.decides]
     if not deciders:
         covered = frozenset().union(*(n.covers for n in chosen))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .filtering.scope import evaluated_scope6, filter_scope
+from .filtering.scope import evaluated_scope6, filter_scope, ingress_chain
 from .interfaces import ARPHRD_ETHER
 
 
@@ -38,9 +38,12 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
     return tuple(found)
 
 
-def ingress_obstacles(link) -> tuple[Obstacle, ...]:
+def ingress_obstacles(link, snapshot) -> tuple[Obstacle, ...]:
     """Obstacles of one ingress interface."""
     found = []
+    nft_ingress = ingress_chain(snapshot.netfilter, link.name)
+    if nft_ingress is not None:
+        found.append(Obstacle("nft_ingress", f"netfilter: {nft_ingress}"))
     if link.link_type != ARPHRD_ETHER:
         found.append(Obstacle("not_ethernet", "not an Ethernet interface"))
     if link.tc_ingress:

@@ -520,6 +520,63 @@ class NetfilterState(_JsonMixin):
     legacy_arp_tables: tuple[str, ...] = ()
     # The ipsets iptables' and ip6tables' rules match (`-m set`), as last read.
     ipsets: tuple[IpSet, ...] = ()
+    # Where the native nf_tables tables (the `nft` tool's) hook in
+    # (state/nft_native.py), and why they could not be read.
+    native: "NftNative" = field(default_factory=lambda: NftNative())
+    native_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NftChain(_JsonMixin):
+    """A chain of a native nf_tables table, as far as it tells which packets
+    the table can touch."""
+
+    family: str                     # "inet", "ip", "ip6", "netdev", "bridge", "arp"
+    table: str
+    name: str
+    hook: str = ""                  # "prerouting", "ingress", ...; "": a regular chain
+    kind: str = ""                  # base chains: "filter", "nat" or "route"
+    policy: str = ""                # base chains: "accept" or "drop"
+    devices: tuple[str, ...] = ()   # the devices an ingress/egress chain is bound to, by name ...
+    device_prefixes: tuple[str, ...] = ()   # ... and by name prefix (`device "eth*"`)
+    rules: int = 0
+    expressions: tuple[str, ...] = ()   # what its rules use, by name, nested ones too, sorted
+
+    @property
+    def where(self) -> str:
+        return f"nf_tables chain {self.family} {self.table} {self.name}"
+
+    def binds(self, ifname: str) -> bool:
+        """Whether this device-bound chain hooks the device named `ifname`."""
+        return ifname in self.devices or any(ifname.startswith(p) for p in self.device_prefixes)
+
+
+@dataclass(frozen=True, slots=True)
+class NftObject(_JsonMixin):
+    """What an nf_tables table holds besides chains and can matter beyond
+    them: a stateful object ("ct helper", "connlimit", ...), a "set", a
+    "flowtable"."""
+
+    family: str
+    table: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"nf_tables {self.kind} of {self.family} {self.table}"
+
+
+@dataclass(frozen=True, slots=True)
+class NftNative(_JsonMixin):
+    """The native nf_tables tables' chains, and every table's objects (of
+    `tables`, the ones read).
+    `hooks_by_name`: a device-bound chain hooks whichever device has one of
+    its names, now and later (Linux 6.16 on; before, it stays with the
+    device it was bound to, renamed or not)."""
+
+    chains: tuple[NftChain, ...] = ()
+    objects: tuple[NftObject, ...] = ()
+    hooks_by_name: bool = False
+    tables: tuple[str, ...] = ()    # "family name" of the tables read (any other is not known here)
 
 
 @dataclass(frozen=True, slots=True)

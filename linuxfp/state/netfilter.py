@@ -20,7 +20,9 @@ Where IPv4 iptables tables exist, their rules are read too, so a filter node
 can evaluate them: iptables-nft's decoded straight from nf_tables
 (nft_rules.py) where the decoder knows every rule, else with the save tools
 (iptables.py); re-read only when a backend's fingerprint changed (the
-nf_tables generation id; the legacy tables' blobs).
+nf_tables generation id; the legacy tables' blobs). Native nf_tables tables
+(the `nft` tool's) are read as far as where they hook in, and every table's
+objects, sets and flowtables (nft_native.py), with the same fingerprint.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ import threading
 from dataclasses import dataclass
 
 from . import netlink as nl
-from .iptables import Ruleset, read_ruleset
+from .iptables import BUILTIN_CHAINS, Ruleset, read_ruleset
+from .nft_native import FAMILY_NUMBERS, HOOKS_BY_NAME, read_native_tables
 from .nft_rules import read_native
 from .xt_blob import GETINFO, decode_tables
 from .xt_extensions import Undecodable
 from .ipset import LIST_PENDING, combine_list, read_ipsets
-from .model import IpSet, NetfilterState
+from .model import IpSet, NetfilterState, NftNative
 
 NFT_MSG_NEWTABLE = 0
 NFT_MSG_GETTABLE = 1
@@ -53,7 +56,7 @@ NFTA_TABLE_NAME = 1
 NFTA_GEN_ID = 1
 _NFGENMSG = struct.Struct("=BBH")
 
-NFPROTO_NAMES = {0: "unspec", 1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
+NFPROTO_NAMES = {0: "unspec", **{number: name for name, number in FAMILY_NUMBERS.items()}}
 
 IPT_SO_GET_INFO = 64
 IPT_SO_GET_ENTRIES = 65
@@ -107,7 +110,7 @@ def nft_generation() -> int | None:
     for reply in replies:
         if reply.type & 0xFF == NFT_MSG_NEWGEN:
             gen = nl.parse_attrs(reply.payload, _NFGENMSG.size).get(NFTA_GEN_ID)
-            if gen is not None:
+            if gen is not None and len(gen) == 4:
                 return struct.unpack(">I", gen)[0]
     return None
 
@@ -322,6 +325,32 @@ def _cached_ruleset(backend: str, fingerprint: object, family: str = "ip") -> Ru
     return result
 
 
+def native_table(entry: str) -> bool:
+    """Whether an nf_tables table ("family name") is the `nft` tool's, not
+    one of iptables-nft's (an ip or ip6 table with an x_tables name: if nft
+    made it, iptables-nft-save calls it incompatible)."""
+    family, _, name = entry.partition(" ")
+    return family not in ("ip", "ip6") or name not in BUILTIN_CHAINS
+
+
+def _cached_native(fingerprint: object, tables: tuple[str, ...]) -> NftNative | str:
+    """Where the native tables hook in, and every table's objects, re-read
+    when the nf_tables generation changed; a text when they cannot be read
+    (not remembered: the next read tries again)."""
+    key = (nl.netns_cookie(), "native", "")
+    with _cache_lock:
+        known = _read_cache.get(key)
+    if known is not None and fingerprint is not None and known[0] == (fingerprint, tables):
+        return known[1]
+    try:
+        result = read_native_tables(tables, fingerprint if isinstance(fingerprint, int) else None)
+    except (OSError, ValueError) as exc:     # NativeUnreadable included
+        return f"native nf_tables tables: {exc}"
+    with _cache_lock:
+        _read_cache[key] = ((fingerprint, tables), result)
+    return result
+
+
 def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
     """`fresh_sets`: read every ipset the rules match again; False reads only
     sets not read before in this namespace (an nf_tables commit changes no
@@ -329,6 +358,9 @@ def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
     the caller asks for fresh sets)."""
     tables: list[str] = []
     details: list[str] = []
+    # one fingerprint for every nf_tables read below, the table list
+    # included: read before them all, it is never newer than what they read
+    generation = nft_generation()
     nft = nft_tables()
     if nft:
         tables.extend(f"nft:{t}" for t in nft)
@@ -346,17 +378,22 @@ def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
         details.insert(0, "no netfilter ruleset")
     rulesets, errors = [], []
     if any(t.startswith("ip ") for t in nft or ()):
-        _collect(_cached_ruleset("nft", nft_generation()), rulesets, errors)
+        _collect(_cached_ruleset("nft", generation), rulesets, errors)
     if any(t.startswith("legacy:") for t in tables):
         _collect(_cached_ruleset("legacy", legacy_fingerprint(legacy_names)), rulesets, errors)
     # ip6tables' rules too: what of them touches forwarded IPv6 (scope.py)
     rulesets6, errors6 = [], []
     if any(t.startswith("ip6 ") for t in nft or ()):
-        _collect(_cached_ruleset("nft", nft_generation(), "ip6"), rulesets6, errors6)
+        _collect(_cached_ruleset("nft", generation, "ip6"), rulesets6, errors6)
     legacy6 = legacy_table_names(IPV6.names_file)
     if legacy6:
         _collect(_cached_ruleset("legacy", legacy_fingerprint(legacy6, IPV6), "ip6"), rulesets6, errors6)
+    native, native_error = NftNative(hooks_by_name=HOOKS_BY_NAME), ""
+    if nft:
+        read = _cached_native(generation, nft)
+        native, native_error = (read, "") if isinstance(read, NftNative) else (NftNative(), read)
     return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details),
+                          native=native, native_error=native_error,
                           rulesets=tuple(rulesets), errors=tuple(errors),
                           rulesets6=tuple(rulesets6), errors6=tuple(errors6),
                           legacy_ip6_tables=legacy6,

@@ -15,8 +15,19 @@ consulted (the kernel runs them for a connection's first packet only);
 everything else goes to the kernel.
 
 Uncovered, with the reason:
-* native nf_tables tables (families inet, netdev, bridge, or an ip table
-  iptables-nft cannot express) — their base chains may sit on any hook;
+* a native nf_tables table's base chain (the `nft` tool's: families inet,
+  ip, ip6, netdev, bridge) on a hook forwarded packets cross — any but
+  input and output of ip/ip6/inet: prerouting, forward, postrouting, netdev
+  egress, every bridge hook, a hook not known here — unless it does nothing
+  (a filter chain with no rules and policy accept, as Debian's default
+  /etc/nftables.conf makes; never inet's ingress, which drops malformed
+  packets). Chains bound to a device's ingress send that device's ingress
+  to the kernel (`ingress_chain`), not the namespace's, where the kernel
+  binds them by name. Rules anywhere still turn connection tracking on (ct,
+  NAT, nat chains, ct objects, sets whose elements may count connections)
+  or defragmentation (socket, tproxy), as iptables' do; an expression or
+  object whose effects are not known here, a flowtable, or tables that
+  could not be read are uncovered;
 * raw/mangle/security tables that hold rules or a policy other than ACCEPT;
 * a backend whose rules could not be read.
 Tables of families ip6 and arp do not touch forwarded IPv4 packets, so they
@@ -35,11 +46,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from linuxfp.state.iptables import BUILTIN_CHAINS, Ruleset
+from linuxfp.state.netfilter import native_table
 
 # Per family: the nf_tables families whose tables never see its forwarded packets.
 _IRRELEVANT_FAMILIES = {"ip": ("ip6", "arp"), "ip6": ("ip", "arp")}
-# Tables iptables-nft manages (and iptables-nft-save prints).
-_XTABLES = frozenset(BUILTIN_CHAINS)
 # Matches and targets that make the kernel track connections once loaded.
 CONNTRACK_MATCHES = frozenset({"conntrack", "state", "connmark", "connlabel", "connlimit", "connbytes",
                                "helper", "cluster", "ipvs"})
@@ -53,6 +63,42 @@ CONNTRACK_TARGETS = frozenset({"CT", "NOTRACK", "CONNMARK", "CONNSECMARK", "SNAT
 # traffic; a no costs little there).
 DEFRAG_MATCHES = frozenset({"socket"})
 DEFRAG_TARGETS = frozenset({"TPROXY"})
+# Native nf_tables: the hooks a forwarded packet never crosses, per table
+# family — every other hook (bridge's all, conservatively: bridged or
+# routed, frames on a bridge port meet them; netdev egress: the egress is
+# not known at the ingress; a hook not known here) is crossed, but for the
+# device-bound ingress hooks, asked per device (`ingress_chain`).
+_LOCAL_HOOKS = {"ip": frozenset({"input", "output"}), "ip6": frozenset({"input", "output"}),
+                "inet": frozenset({"input", "output"})}
+_INGRESS_FAMILIES = frozenset({"inet", "netdev"})
+# The expressions (nested ones included: nft_native.py) that take a
+# reference on the namespace's connection tracking once loaded, whatever
+# chain they sit in; those that turn defragmentation on; and those whose
+# effects reach other packets only through chains that are judged
+# themselves (a dynset fills a set other rules look up, a quota or limit
+# object counts for the rules naming it, dup/fwd send only what their chain
+# sees). x_tables' matches and targets ("match NAME", "target NAME") are
+# judged by iptables' lists. Any other expression is not known here.
+NATIVE_TRACKING = frozenset({"ct", "nat", "masq", "redir", "connlimit", "notrack", "synproxy", "flow_offload"})
+NATIVE_DEFRAG = frozenset({"socket", "tproxy"})
+NATIVE_LOCAL = frozenset({"payload", "cmp", "meta", "immediate", "bitwise", "lookup", "counter", "log", "reject",
+                          "limit", "range", "byteorder", "exthdr", "fib", "rt", "numgen", "hash", "quota", "dynset",
+                          "objref", "queue", "dup", "fwd", "last", "xfrm", "osf"})
+# x_tables matches and targets in a native table (nft_compat: ebtables-nft,
+# arptables-nft) with no effect beyond their chain's packets; any other
+# (SET changes ipsets from the packet path) is not known here
+NATIVE_LOCAL_MATCHES = frozenset({
+    "comment", "multiport", "tcp", "udp", "icmp", "icmp6", "limit", "length", "pkttype", "ttl", "hl", "mark",
+    "addrtype", "iprange", "mac", "set", "statistic", "u32", "string", "time", "dscp", "tos", "ecn", "owner",
+    "802_3", "among", "ip", "ip6", "arp", "vlan", "stp", "physdev", "rpfilter", "policy", "hashlimit", "recent"})
+NATIVE_LOCAL_TARGETS = frozenset({"LOG", "NFLOG", "REJECT", "MARK", "CLASSIFY", "DSCP", "TOS", "TCPMSS", "TRACE",
+                                  "AUDIT", "NFQUEUE", "CHECKSUM", "TTL", "HL", "mark", "redirect", "snat", "dnat",
+                                  "arpreply", "nflog", "log", "standard", "ERROR"})
+# objects that take the same reference (a set: its elements may carry a
+# connlimit each, which the sets' listing does not show); objects that do
+# nothing by themselves
+NATIVE_TRACKING_OBJECTS = frozenset({"ct helper", "ct timeout", "ct expectation", "connlimit", "synproxy", "set"})
+NATIVE_LOCAL_OBJECTS = frozenset({"counter", "quota", "limit", "secmark", "tunnel"})
 
 
 @dataclass(frozen=True)
@@ -112,9 +158,9 @@ def _remembered(family: str, netfilter) -> FilterScope:
         if family == "ip":
             scope = _scope(netfilter, family, netfilter.rulesets, netfilter.errors,
                            {"nft" if e.startswith("nft:ip ") else "legacy" for e in netfilter.tables
-                            if e.startswith(("nft:ip ", "legacy:"))})
+                            if e.startswith("legacy:") or (e.startswith("nft:ip ") and not native_table(e[4:]))})
         else:
-            holders = {"nft" for e in netfilter.tables if e.startswith("nft:ip6 ")}
+            holders = {"nft" for e in netfilter.tables if e.startswith("nft:ip6 ") and not native_table(e[4:])}
             scope = _scope(netfilter, family, netfilter.rulesets6, netfilter.errors6,
                            holders | ({"legacy"} if netfilter.legacy_ip6_tables else set()))
         known = _last[family] = (netfilter, scope)
@@ -123,21 +169,14 @@ def _remembered(family: str, netfilter) -> FilterScope:
 
 def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> FilterScope:
     uncovered: list[str] = list(errors)
-    for entry in netfilter.tables:
-        backend, _, name = entry.partition(":")
-        if backend != "nft":
-            continue
-        table_family, _, table = name.partition(" ")
-        if table_family in _IRRELEVANT_FAMILIES[family]:
-            continue
-        if table_family != family or table not in _XTABLES:
-            uncovered.append(f"nf_tables table {name} (native nft: the filter node reads iptables rules only)")
+    native_uncovered, stateful, defrag = _native_findings(netfilter, family)
+    uncovered.extend(native_uncovered)
     read = {ruleset.backend for ruleset in rulesets}
     if not errors:
         tool = "iptables" if family == "ip" else "ip6tables"
         uncovered.extend(f"{tool}-{backend} holds tables whose rules were not read"
                          for backend in sorted(holders - read))
-    forward, stateful, defrag = [], [], []
+    forward = []
     for ruleset in rulesets:
         for name in ruleset.incompatible:
             uncovered.append(f"{ruleset.tool}-save cannot show all of {name!r} (native nft chains "
@@ -150,6 +189,80 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
         if filter_table is not None and _forward_filters(filter_table):
             forward.append(ruleset)
     return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful), tuple(defrag))
+
+
+def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list[str]]:
+    """What nf_tables' native chains, and every table's objects, of the
+    families that see `family`'s packets do to forwarded ones: (uncovered,
+    stateful, defrag)."""
+    uncovered, stateful, defrag = [], [], []
+    if netfilter.native_error:
+        return [netfilter.native_error], stateful, defrag
+    irrelevant = _IRRELEVANT_FAMILIES[family]
+    read = set(netfilter.native.tables)
+    for entry in netfilter.tables:
+        name = entry.partition(":")[2]
+        if entry.startswith("nft:") and native_table(name) and name not in read \
+                and name.partition(" ")[0] not in irrelevant:
+            uncovered.append(f"nf_tables table {name}: not read")
+    for chain in netfilter.native.chains:
+        if chain.family in irrelevant:
+            continue
+        bound = chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES and netfilter.native.hooks_by_name
+        crossed = chain.hook and chain.hook not in _LOCAL_HOOKS.get(chain.family, ()) and not bound
+        # (a nat chain sees a connection's first packet only: the kernel's,
+        # under connection tracking, which it turns on)
+        if crossed and chain.kind != "nat" and not _no_op(chain):
+            uncovered.append(f"{chain.where} on {chain.hook}: {_what(chain)} (native nft: the kernel evaluates it)")
+        if chain.kind == "nat":
+            stateful.append(f"{chain.where}: a nat chain")
+        for name in chain.expressions:
+            kind, _, xt = name.partition(" ")
+            if name in NATIVE_TRACKING or (kind == "match" and xt in CONNTRACK_MATCHES) or (
+                    kind == "target" and xt in CONNTRACK_TARGETS):
+                stateful.append(f"{chain.where} ({name})")
+            elif name in NATIVE_DEFRAG or (kind == "match" and xt in DEFRAG_MATCHES) or (
+                    kind == "target" and xt in DEFRAG_TARGETS):
+                defrag.append(f"{chain.where} ({name})")
+            elif name not in NATIVE_LOCAL and not (kind == "match" and xt in NATIVE_LOCAL_MATCHES) \
+                    and not (kind == "target" and xt in NATIVE_LOCAL_TARGETS):
+                uncovered.append(f"{chain.where}: expression {name}, whose effects are not known here")
+    for obj in netfilter.native.objects:
+        if obj.family in irrelevant or obj.kind in NATIVE_LOCAL_OBJECTS:
+            continue
+        if obj.kind in NATIVE_TRACKING_OBJECTS:
+            stateful.append(str(obj))
+        else:       # a flowtable (forwarded flows bypass the forwarding path), or a kind not known here
+            uncovered.append(str(obj))
+    return uncovered, stateful, defrag
+
+
+def ingress_chain(netfilter, ifname: str) -> str | None:
+    """Why the device named `ifname` has its ingress go to the kernel: a
+    native chain bound to it (netdev or inet `ingress`) that does something
+    (None: none does)."""
+    if not netfilter.native.hooks_by_name:
+        return None         # (namespace-wide: _native_findings)
+    for chain in netfilter.native.chains:
+        if chain.family in _INGRESS_FAMILIES and chain.hook == "ingress" and not _no_op(chain) \
+                and chain.binds(ifname):
+            return f"{chain.where} on ingress: {_what(chain)} (native nft: the kernel evaluates it)"
+    return None
+
+
+def _no_op(chain) -> bool:
+    """A base chain that lets every packet through untouched (inet's ingress
+    never does: it drops malformed IPv4 and IPv6 before any rule)."""
+    return (chain.kind == "filter" and chain.policy == "accept" and chain.rules == 0
+            and (chain.family, chain.hook) != ("inet", "ingress"))
+
+
+def _what(chain) -> str:
+    if chain.rules:
+        return f"{chain.rules} rule{'s' if chain.rules > 1 else ''}"
+    if chain.policy != "accept":
+        return f"policy {chain.policy}"
+    return f"a {chain.kind} chain" + (" (it drops malformed packets)" if chain.hook == "ingress" else "")
 
 
 def _table_findings(tool: str, table) -> list[str]:

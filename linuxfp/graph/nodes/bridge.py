@@ -8,7 +8,7 @@ from linuxfp.resources import modules_dir
 
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
-from ..filtering.scope import evaluated_scope6, filter_scope
+from ..filtering.scope import evaluated_scope6, filter_scope, ingress_chain
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
@@ -177,9 +177,11 @@ def hands_up(snapshot, bridge) -> bool:
     """Whether a frame to the bridge's MAC reaches IP on the bridge device
     as the nodes after the bridge reproduce it: nothing runs on the bridge's
     receive path in between (tc ingress filters or tcx programs of other
-    tools, a generic XDP program, an upper device's rx_handler, the bridge
-    being a port itself)."""
+    tools, a generic XDP program, an nf_tables chain on its ingress, an
+    upper device's rx_handler, the bridge being a port itself)."""
     if bridge.tc_ingress or bridge.tcx_others_ingress or bridge.xdp_prog_id or bridge.master:
+        return False
+    if ingress_chain(snapshot.netfilter, bridge.name) is not None:
         return False
     return not any(link.peer == bridge.index and link.kind in _RX_HANDLER_UPPERS for link in snapshot.links)
 

@@ -1,0 +1,355 @@
+"""Native nf_tables tables (the `nft` tool's, not iptables-nft's): where they
+hook in is read from the kernel, and only what they can touch leaves the
+fast path — Debian's default /etc/nftables.conf (empty base chains) and a
+stateless host firewall on input leave forwarding accelerated, one that
+tracks connections makes the filter stateful, a rule on the forward hook
+sends forwarded packets to the kernel, a chain on one device's ingress only
+that device's ingress. Differential: the same frames through Linux alone
+and Linux + LinuxFP, byte-compared."""
+from __future__ import annotations
+
+import pytest
+
+from controller_counting import Counting, counting
+from linuxfp.graph.filtering.scope import filter_scope, filter_scope6, ingress_chain
+from linuxfp.lab import RouterTopology, run_differential
+from linuxfp.lab.differential import Step
+from linuxfp.lab.netns import entered
+from linuxfp.lab.rulesets import probe_frames
+from linuxfp.state.model import NetfilterState, NftChain, NftNative, NftObject
+
+# Debian 12's /etc/nftables.conf
+DEBIAN_DEFAULT = """flush ruleset
+table inet filter {
+    chain input { type filter hook input priority filter; }
+    chain forward { type filter hook forward priority filter; }
+    chain output { type filter hook output priority filter; }
+}
+"""
+# a host firewall: what reaches the host is filtered, forwarding is not ...
+STATELESS_FIREWALL = """flush ruleset
+table inet filter {
+    chain input { type filter hook input priority filter; policy drop; iif lo accept; tcp dport 22 accept; }
+    chain forward { type filter hook forward priority filter; policy accept; }
+    chain output { type filter hook output priority filter; }
+}
+"""
+# ... and with connection tracking (the filter node turns stateful: one-way
+# probes are never established, they stay the kernel's)
+HOST_FIREWALL = """flush ruleset
+table inet filter {
+    ct helper ftp-standard { type "ftp" protocol tcp; }
+    chain input { type filter hook input priority filter; policy drop;
+                  ct state established,related accept; iif lo accept; tcp dport 22 accept; }
+    chain forward { type filter hook forward priority filter; policy accept; }
+    chain output { type filter hook output priority filter; }
+}
+table ip6 other {
+    chain c { type filter hook prerouting priority 0; ip6 saddr 2001:db8::1 drop; }
+}
+"""
+FORWARD_DROPS = DEBIAN_DEFAULT + "add rule inet filter forward ip daddr 198.19.1.0/24 drop\n"
+# a chain on the sink side's ingress: the probes' ingress stays accelerated
+SINK_INGRESS = DEBIAN_DEFAULT + """table netdev edge {
+    chain in { type filter hook ingress device "to-sink" priority 0; ip saddr 198.19.0.0/16 drop; }
+}
+"""
+# ... and on the probes' own ingress: that ingress goes to the kernel
+SOURCE_INGRESS = DEBIAN_DEFAULT + """table netdev edge {
+    chain in { type filter hook ingress device "to-src" priority 0; ip daddr 198.19.2.0/24 drop; }
+}
+"""
+FRAMES = 200
+
+
+def _state(*chains: NftChain, objects=(), hooks_by_name=True, error="", unread=()) -> NetfilterState:
+    """A netfilter state whose native tables were read, but for `unread`."""
+    tables = sorted({f"{c.family} {c.table}" for c in chains} | {f"{o.family} {o.table}" for o in objects})
+    return NetfilterState(active=True, tables=tuple(f"nft:{t}" for t in sorted([*tables, *unread])),
+                          native=NftNative(chains, objects, hooks_by_name, tuple(tables)), native_error=error)
+
+
+def _base(family, table, name, hook, policy="accept", kind="filter", rules=0, expressions=(), devices=(),
+          prefixes=()):
+    return NftChain(family, table, name, hook, kind, policy, devices, prefixes, rules, tuple(expressions))
+
+
+def test_what_native_chains_touch_is_told_from_where_they_hook():
+    default = _state(_base("inet", "filter", "input", "input"), _base("inet", "filter", "forward", "forward"),
+                     _base("inet", "filter", "output", "output"))
+    assert filter_scope(default).uncovered == () and not filter_scope(default).filters_forward
+    assert filter_scope6(default).uncovered == ()
+    # input and output rules and policies leave forwarded packets alone; their
+    # conntrack expressions, a ct helper and sets turn connection tracking on
+    stateless = _state(_base("inet", "filter", "input", "input", "drop", rules=3, expressions=("cmp", "meta")),
+                       _base("inet", "filter", "output", "output", rules=1, expressions=("counter",)))
+    assert filter_scope(stateless) == filter_scope(_state())
+    host = _state(_base("inet", "filter", "input", "input", "drop", rules=3, expressions=("cmp", "ct", "meta")),
+                  objects=(NftObject("inet", "filter", "ct helper"), NftObject("inet", "filter", "counter"),
+                           NftObject("inet", "filter", "set")))
+    scope = filter_scope(host)
+    assert scope.uncovered == () and scope.stateful == (
+        "nf_tables chain inet filter input (ct)", "nf_tables ct helper of inet filter", "nf_tables set of inet filter")
+    assert filter_scope6(host).stateful == scope.stateful
+    # x_tables matches and targets by iptables' lists
+    xt = _state(_base("bridge", "filter", "INPUT", "input", rules=2,
+                      expressions=("match conntrack", "match comment", "target TPROXY")))
+    assert filter_scope(xt).stateful == ("nf_tables chain bridge filter INPUT (match conntrack)",)
+    assert filter_scope(xt).defrag == ("nf_tables chain bridge filter INPUT (target TPROXY)",)
+    # a rule or a drop policy on a hook forwarded packets cross is the kernel's
+    forward = _state(_base("inet", "filter", "forward", "forward", rules=1, expressions=("cmp", "payload")))
+    assert filter_scope(forward).uncovered == (
+        "nf_tables chain inet filter forward on forward: 1 rule (native nft: the kernel evaluates it)",)
+    dropping = _state(_base("ip", "t", "pre", "prerouting", "drop"))
+    assert filter_scope(dropping).uncovered == (
+        "nf_tables chain ip t pre on prerouting: policy drop (native nft: the kernel evaluates it)",)
+    assert filter_scope6(dropping).uncovered == ()          # an ip table never sees IPv6
+    bridge = _state(_base("bridge", "b", "in", "input", rules=1, expressions=("meta",)))
+    assert filter_scope(bridge).uncovered and filter_scope6(bridge).uncovered
+    assert filter_scope(_state(_base("inet", "t", "x", "hook 9", rules=1, expressions=("cmp",)))).uncovered
+    # a nat chain tracks connections (its rules see only their first packets)
+    nat = _state(_base("ip", "n", "post", "postrouting", kind="nat", rules=1, expressions=("masq",)))
+    assert filter_scope(nat).uncovered == () and filter_scope(nat).stateful[0] == "nf_tables chain ip n post: a nat chain"
+    # defragmentation, expressions and objects not known here, flowtables, unread tables
+    sock = _state(_base("inet", "t", "in", "input", rules=1, expressions=("socket",)))
+    assert filter_scope(sock).defrag == ("nf_tables chain inet t in (socket)",)
+    odd = _state(_base("inet", "t", "in", "input", rules=1, expressions=("brandnew",)))
+    assert "expression brandnew" in filter_scope(odd).uncovered[0]
+    assert filter_scope(_state(objects=(NftObject("inet", "t", "object type 42"),))).uncovered
+    assert filter_scope(_state(objects=(NftObject("inet", "t", "flowtable"),))).uncovered == (
+        "nf_tables flowtable of inet t",)
+    assert filter_scope(_state(error="native nf_tables tables: boom")).uncovered == ("native nf_tables tables: boom",)
+    # a native table the state does not say it read is never taken for an empty one
+    assert filter_scope(_state(unread=("inet fw",))).uncovered == ("nf_tables table inet fw: not read",)
+    assert filter_scope(_state(unread=("ip6 fw",))).uncovered == ()        # IPv6's
+    assert filter_scope(_state(unread=("ip filter",))).uncovered == (      # iptables-nft's: its rules, unread
+        "iptables-nft holds tables whose rules were not read",)
+
+
+def test_a_chain_on_a_devices_ingress_keeps_only_that_ingress():
+    edge = _state(_base("netdev", "e", "in", "ingress", rules=1, expressions=("cmp",), devices=("eth1", "eth2")),
+                  _base("netdev", "e", "wild", "ingress", "drop", prefixes=("wan",)),
+                  _base("netdev", "e", "quiet", "ingress", devices=("eth3",)),
+                  _base("inet", "e", "checks", "ingress", devices=("eth4",)))
+    assert filter_scope(edge).uncovered == () and filter_scope6(edge).uncovered == ()
+    bound = {name: ingress_chain(edge, name) for name in ("eth1", "eth2", "eth3", "eth4", "wan0", "lan0")}
+    assert [name for name, why in bound.items() if why] == ["eth1", "eth2", "eth4", "wan0"], bound
+    assert "drops malformed packets" in bound["eth4"]
+    # a kernel that binds hooks to devices, not names: no name tells which
+    older = _state(*edge.native.chains, hooks_by_name=False)
+    assert ingress_chain(older, "eth1") is None and filter_scope(older).uncovered
+    # an egress chain: the egress is not known at the ingress
+    assert filter_scope(_state(_base("netdev", "e", "out", "egress", "drop", devices=("eth1",)))).uncovered
+
+
+def test_chains_and_expressions_are_decoded_from_the_dump():
+    """The reader's decoding, on answers built here: device names, name
+    prefixes (6.17's NFTA_DEVICE_PREFIX, and 6.16's name without its NUL),
+    hooks this reader does not know, nested and x_tables expressions."""
+    import struct
+
+    from linuxfp.state import netlink as nl
+    from linuxfp.state import nft_native as nn
+
+    def be32(value):
+        return struct.pack(">I", value)
+
+    devices = (nl.attr(nn.NFTA_DEVICE_NAME, b"eth0\0") + nl.attr(nn.NFTA_DEVICE_PREFIX, b"wan\0")
+               + nl.attr(nn.NFTA_DEVICE_NAME, b"lan"))
+    hook = nl.attr(nn.NFTA_HOOK_HOOKNUM, be32(0)) + nl.attr(nn.NFTA_HOOK_DEVS, devices)
+    attrs = {nn.NFTA_CHAIN_TABLE: b"t\0", nn.NFTA_CHAIN_NAME: b"c\0", nn.NFTA_CHAIN_HOOK: hook,
+             nn.NFTA_CHAIN_POLICY: be32(0), nn.NFTA_CHAIN_TYPE: b"filter\0"}
+    chain = nn._chain("netdev", attrs, {("netdev", "t", "c"): 2}, {("netdev", "t", "c"): {"cmp"}})
+    assert (chain.hook, chain.policy, chain.devices, chain.device_prefixes, chain.rules) == (
+        "ingress", "drop", ("eth0",), ("lan", "wan"), 2)
+    assert chain.binds("eth0") and chain.binds("wan3") and chain.binds("lan") and not chain.binds("eth1")
+    odd = {**attrs, nn.NFTA_CHAIN_HOOK: nl.attr(nn.NFTA_HOOK_HOOKNUM, be32(7))}
+    assert nn._chain("inet", odd, {}, {}).hook == "hook 7"
+    with pytest.raises(nn.NativeUnreadable):
+        nn._chain("netdev", {**attrs, nn.NFTA_CHAIN_HOOK: nl.attr(nn.NFTA_HOOK_HOOKNUM, be32(0))
+                             + nl.attr(nn.NFTA_HOOK_DEVS, nl.attr(9, b"x\0"))}, {}, {})
+    with pytest.raises(UnicodeDecodeError):
+        nn._chain("inet", {**attrs, nn.NFTA_CHAIN_TABLE: b"\xff\0"}, {}, {})
+
+    def expression(name: bytes, data: bytes = b"") -> bytes:
+        return nl.attr(nn.NFTA_EXPR_NAME, name + b"\0") + nl.attr(nn.NFTA_EXPR_DATA, data)
+
+    dynset = expression(b"dynset", nl.attr(nn.NFTA_DYNSET_EXPR, expression(b"connlimit"))
+                        + nl.attr(nn.NFTA_DYNSET_EXPRESSIONS, nl.attr(1, expression(b"limit"))))
+    assert nn._expression_names(dynset) == {"dynset", "connlimit", "limit"}
+    assert nn._expression_names(expression(b"match", nl.attr(nn.NFTA_MATCH_NAME, b"conntrack\0"))) == {
+        "match conntrack"}
+    assert nn._expression_names(expression(b"target", nl.attr(nn.NFTA_TARGET_NAME, b"SET\0"))) == {"target SET"}
+    state = _state(_base("inet", "t", "in", "input", rules=1, expressions=("target SET",)))
+    assert "expression target SET" in filter_scope(state).uncovered[0]
+
+
+def test_a_bridge_with_an_ingress_chain_does_not_hand_frames_up():
+    """Frames to the bridge's own address continue into IP in the fast path
+    only when nothing runs on the bridge device's receive path: an nf_tables
+    chain on its ingress does."""
+    from linuxfp.graph.nodes.bridge import hands_up
+    from snapshot_fixtures import link, router_snapshot
+
+    bridge = link(4, "br0", kind="bridge")
+    assert hands_up(router_snapshot(), bridge)
+    chain = _base("netdev", "e", "in", "ingress", rules=1, expressions=("cmp",), devices=("br0",))
+    assert not hands_up(router_snapshot(netfilter=_state(chain)), bridge)
+    other = _base("netdev", "e", "in", "ingress", rules=1, expressions=("cmp",), devices=("eth9",))
+    assert hands_up(router_snapshot(netfilter=_state(other)), bridge)
+
+
+def test_the_graph_keeps_only_the_bound_ingress_on_the_kernel_path():
+    """Debian's default table: both ingresses routed in the fast path; a
+    chain that drops on `left`'s ingress: `left` alone is the kernel's, and
+    `linuxfp graph` names the chain."""
+    from linuxfp.graph import build_graph
+    from snapshot_fixtures import router_snapshot
+
+    default = (_base("inet", "filter", "input", "input"), _base("inet", "filter", "forward", "forward"))
+    graph = build_graph(router_snapshot(netfilter=_state(*default)), "xdp")
+    assert sorted(p.ifname for p in graph.pipelines) == ["left", "right"]
+    edge = _base("netdev", "edge", "in", "ingress", rules=1, expressions=("cmp", "payload"), devices=("left",))
+    graph = build_graph(router_snapshot(netfilter=_state(*default, edge)), "xdp")
+    assert [p.ifname for p in graph.pipelines] == ["right"]
+    reason = {s.ifname: s.reason for s in graph.skipped}["left"]
+    assert "nf_tables chain netdev edge in on ingress: 1 rule" in reason, reason
+
+
+# more of what the reader sees: several devices, inet ingress, a nat chain,
+# a meter counting connections (a connlimit nested in a dynset), an x_tables
+# match, objects of iptables-nft's own table
+MORE = """table inet edge {
+    set seen { type ipv4_addr; flags dynamic; }
+    chain in { type filter hook ingress devices = { "to-sink", "far" } priority 0; }
+    chain input { type filter hook input priority 0; tcp dport 22 add @seen { ip saddr ct count over 2 } drop; }
+}
+table ip nt {
+    chain post { type nat hook postrouting priority 100; }
+}
+table ip filter {
+    ct timeout slow { protocol tcp; policy = { established: 100 }; }
+}
+"""
+
+
+@pytest.mark.netns
+def test_native_tables_are_read_as_the_kernel_holds_them(lab):
+    from linuxfp.state.netfilter import read_netfilter
+    from linuxfp.state.nft_native import HOOKS_BY_NAME
+
+    ns = lab.namespace("nft")
+    ns.run(["ip", "link", "add", "to-sink", "type", "veth", "peer", "name", "far"])
+    ns.run(["nft", "-f", "-"], input=HOST_FIREWALL + SINK_INGRESS.replace("flush ruleset\n", "").replace(
+        "table inet filter", "table inet other") + MORE)
+    with entered(ns):
+        state = read_netfilter()
+    chains = {(c.family, c.table, c.name): c for c in state.native.chains}
+    assert state.native_error == "" and state.native.hooks_by_name == HOOKS_BY_NAME
+    firewall = chains[("inet", "filter", "input")]
+    assert (firewall.hook, firewall.kind, firewall.policy, firewall.rules) == ("input", "filter", "drop", 3)
+    assert {"ct", "meta", "cmp"} <= set(firewall.expressions)
+    assert chains[("inet", "filter", "forward")].rules == 0
+    assert chains[("netdev", "edge", "in")].devices == ("to-sink",)
+    assert chains[("inet", "edge", "in")].devices == ("far", "to-sink")
+    assert {"dynset", "connlimit"} <= set(chains[("inet", "edge", "input")].expressions)
+    assert chains[("ip", "nt", "post")].kind == "nat"
+    assert chains[("ip6", "other", "c")].hook == "prerouting"
+    assert not any(c.table == "filter" and c.family == "ip" for c in state.native.chains)   # iptables-nft's
+    assert {(o.family, o.table, o.kind) for o in state.native.objects} == {
+        ("inet", "filter", "ct helper"), ("inet", "edge", "set"), ("ip", "filter", "ct timeout")}
+    # (before 6.16 the chains bound to devices are the namespace's)
+    assert filter_scope(state).uncovered == () if HOOKS_BY_NAME else filter_scope(state).uncovered
+    assert "nf_tables chain inet edge input (connlimit)" in filter_scope(state).stateful
+    assert "nf_tables ct timeout of ip filter" in filter_scope(state).stateful
+    assert filter_scope6(state).uncovered[0].startswith("nf_tables chain ip6 other c on prerouting")
+    if HOOKS_BY_NAME:
+        assert "inet edge in on ingress" in ingress_chain(state, "far")     # (inet ingress: never a no-op)
+        assert "on ingress" in ingress_chain(state, "to-sink") and ingress_chain(state, "lo") is None
+    # a commit is read again (the generation changed)
+    ns.run(["nft", "add", "rule", "inet", "filter", "output", "counter"])
+    with entered(ns):
+        again = read_netfilter()
+    assert {(c.table, c.name): c.rules for c in again.native.chains}[("filter", "output")] == 1
+
+
+@pytest.mark.netns
+def test_objects_in_iptables_own_tables_are_seen(lab):
+    """iptables-nft's tables are read by the rule decoder, whose chains tell
+    whether a table holds more (its use count counts chains, sets, objects
+    and flowtables): an object nft added there turns conntrack on."""
+    from linuxfp.state.netfilter import read_netfilter
+
+    ns = lab.namespace("nfo")
+    ns.run(["iptables-nft", "-A", "FORWARD", "-d", "192.0.2.1", "-j", "DROP"])
+    with entered(ns):
+        plain = read_netfilter()
+    assert plain.native.objects == () and filter_scope(plain).stateful == ()
+    ns.run(["nft", "-f", "-"], input='table ip filter {\n ct helper h { type "ftp" protocol tcp; }\n}\n')
+    with entered(ns):
+        helped = read_netfilter()
+    assert filter_scope(helped).stateful == ("nf_tables ct helper of ip filter",)
+    assert helped.rulesets == plain.rulesets          # the same rules, read the same way
+
+
+@pytest.mark.netns
+def test_name_bound_ingress_chains_follow_the_name_as_the_reader_assumes(lab):
+    """What `hooks_by_name` stands for, checked on this kernel: a renamed
+    device leaves the chain bound to its old name, a new device of that name
+    joins it (before 6.16 the chain stays with the device)."""
+    from linuxfp.lab.packet_io import inject
+    from linuxfp.state.nft_native import HOOKS_BY_NAME
+
+    ns = lab.namespace("nfr")
+    for name, peer in (("d0", "p0"), ("e0", "q0")):
+        ns.run(["ip", "link", "add", name, "type", "veth", "peer", "name", peer])
+        for device in (name, peer):
+            ns.run(["ip", "link", "set", device, "up"])
+    ns.run(["nft", "-f", "-"], input='table netdev t {\n chain c { type filter hook ingress device "d0" '
+                                     'priority 0; ether type 0x88b5 counter; }\n}\n')
+    frame = bytes.fromhex("ffffffffffff02000000000188b5") + bytes(46)
+
+    def counted(through: str) -> int:
+        before = ns.run(["nft", "list", "chain", "netdev", "t", "c"]).stdout
+        inject(ns, through, [frame])
+        after = ns.run(["nft", "list", "chain", "netdev", "t", "c"]).stdout
+        return int(after.split("packets ")[1].split()[0]) - int(before.split("packets ")[1].split()[0])
+
+    assert counted("p0") == 1                      # into d0
+    ns.run(["ip", "link", "set", "d0", "name", "d9"])
+    assert counted("p0") == (0 if HOOKS_BY_NAME else 1)     # into the renamed d9
+    ns.run(["ip", "link", "set", "e0", "name", "d0"])
+    assert counted("q0") == (1 if HOOKS_BY_NAME else 0)     # into a new d0
+
+
+def _ruleset(text: str):
+    def apply(router):
+        router.dut.run(["nft", "-f", "-"], input=text)
+    return apply
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_root, hook):
+    """Per step, what Linux alone delivers and what Linux + LinuxFP delivers
+    are the same frames; where the native tables leave the probes' path
+    alone, the fast path forwarded most of them."""
+    steps = [Step("debian default", _ruleset(DEBIAN_DEFAULT)), Step("stateless firewall", _ruleset(STATELESS_FIREWALL)),
+             Step("host firewall", _ruleset(HOST_FIREWALL)), Step("forward drops", _ruleset(FORWARD_DROPS)),
+             Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS))]
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
+                              lambda router, index: probe_frames(router, 60, FRAMES), prefix="lfp-nn")
+    assert report.ok, report.render()
+    fast = {}
+    for step, kernel, accelerated in zip(steps, report.kernel, report.accelerated):
+        assert kernel.forwarded_by_kernel > 0, report.render()
+        fast[step.name] = accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2
+    # (the host firewall tracks connections: one-way probes stay NEW, the kernel's)
+    from linuxfp.state.nft_native import HOOKS_BY_NAME      # (before 6.16: ingress chains are everyone's)
+    assert fast == {"debian default": True, "stateless firewall": True, "host firewall": False,
+                    "forward drops": False, "sink ingress": HOOKS_BY_NAME, "source ingress": False}, report.render()
+    # the same frames each step: Linux dropped what the forward rule and the
+    # probes' ingress chain drop
+    delivered = {step.name: len(kernel.at("sink:to-dut")) for step, kernel in zip(steps, report.kernel)}
+    assert delivered["forward drops"] < delivered["debian default"], delivered
+    assert delivered["source ingress"] < delivered["debian default"], delivered
