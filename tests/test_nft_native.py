@@ -1,10 +1,11 @@
 """Native nf_tables tables (the `nft` tool's, not iptables-nft's): where they
 hook in is read from the kernel, and only what they can touch leaves the
 fast path — Debian's default /etc/nftables.conf (empty base chains) and a
-stateless host firewall on input leave forwarding accelerated, one that
-tracks connections makes the filter stateful, a rule on the forward hook
-sends forwarded packets to the kernel, a chain on one device's ingress only
-that device's ingress. Differential: the same frames through Linux alone
+stateless host firewall on input leave forwarding accelerated (beside
+iptables-nft and iptables-legacy rules too), one that tracks connections
+makes the filter stateful, a rule on the forward hook sends forwarded
+packets to the kernel, a chain on one device's ingress only that device's
+ingress. Differential: the same frames through Linux alone
 and Linux + LinuxFP, byte-compared."""
 from __future__ import annotations
 
@@ -322,10 +323,18 @@ def test_name_bound_ingress_chains_follow_the_name_as_the_reader_assumes(lab):
     assert counted("q0") == (1 if HOOKS_BY_NAME else 0)     # into a new d0
 
 
-def _ruleset(text: str):
+def _ruleset(text: str, *commands: tuple[str, ...]):
     def apply(router):
         router.dut.run(["nft", "-f", "-"], input=text)
+        for command in commands:
+            router.dut.run(list(command))
     return apply
+
+
+# Debian's default table beside iptables-nft and iptables-legacy rules: the
+# filter node evaluates both backends' FORWARD rules in the fast path
+BESIDE_IPTABLES = (("iptables-nft", "-A", "FORWARD", "-d", "198.19.1.0/24", "-j", "DROP"),
+                   ("iptables-legacy", "-A", "FORWARD", "-d", "198.19.2.0/24", "-j", "DROP"))
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
@@ -335,7 +344,8 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     alone, the fast path forwarded most of them."""
     steps = [Step("debian default", _ruleset(DEBIAN_DEFAULT)), Step("stateless firewall", _ruleset(STATELESS_FIREWALL)),
              Step("host firewall", _ruleset(HOST_FIREWALL)), Step("forward drops", _ruleset(FORWARD_DROPS)),
-             Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS))]
+             Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS)),
+             Step("beside iptables", _ruleset(DEBIAN_DEFAULT, *BESIDE_IPTABLES))]
     seen: list[Counting] = []
     report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
                               lambda router, index: probe_frames(router, 60, FRAMES), prefix="lfp-nn")
@@ -347,9 +357,11 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     # (the host firewall tracks connections: one-way probes stay NEW, the kernel's)
     from linuxfp.state.nft_native import HOOKS_BY_NAME      # (before 6.16: ingress chains are everyone's)
     assert fast == {"debian default": True, "stateless firewall": True, "host firewall": False,
-                    "forward drops": False, "sink ingress": HOOKS_BY_NAME, "source ingress": False}, report.render()
+                    "forward drops": False, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
+                    "beside iptables": True}, report.render()
     # the same frames each step: Linux dropped what the forward rule and the
     # probes' ingress chain drop
     delivered = {step.name: len(kernel.at("sink:to-dut")) for step, kernel in zip(steps, report.kernel)}
     assert delivered["forward drops"] < delivered["debian default"], delivered
     assert delivered["source ingress"] < delivered["debian default"], delivered
+    assert delivered["beside iptables"] < delivered["debian default"], delivered
