@@ -377,6 +377,7 @@ class Controller:
             # What the fast path counted since the last upkeep, before its maps go.
             self._upkeep(self._snapshot)
             if self.options.keep:
+                self.installer.forget_resting()
                 runtime_files.save_installed(self.layout, self.installed)
                 log.info("datapath kept in place (--keep); the next `linuxfp run` adopts it")
                 return
@@ -454,6 +455,7 @@ class Controller:
                             # Events were lost: until the re-read below is
                             # applied, the datapath must not act on what it has.
                             self.lease.revoke()
+                            self.installer.forget_resting()   # (which devices went is not known)
                             log.warning("netlink overrun: full resync")
                         # a batch that lost events or cannot be applied exactly is
                         # a full re-read, never silent drift
@@ -461,6 +463,8 @@ class Controller:
                         if "link" in batch.kinds:
                             # a link deleted and re-created with the same ifindex
                             # within one batch took our program with it
+                            self.installer.forget_removed(m.index for m in batch.messages
+                                                          if isinstance(m, kstate.LinkRemoved))
                             self.installed = self.installer.forget_defunct(self.installed)
                         worked = self.reconcile(snapshot, batch.messages)
                         if batch.resync:

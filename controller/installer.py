@@ -73,6 +73,9 @@ class Installer:
         # shape last changed (_keep_warm): undoing that change (the first rule
         # added, then removed) attaches it again instead of loading anew
         self._warm: dict[tuple[str, int, str], dp.Program] = {}
+        # interfaces taken off the fast path while their device stays: their
+        # counters and warm program wait for them (until the device goes)
+        self._resting: set[int] = set()
         self._current_ids: set[int] | None = None      # the namespace's map ids, once per apply
         self._faults = load_faults()
 
@@ -192,6 +195,24 @@ class Installer:
 
     def _install(self, pipeline: Pipeline, compiled: CompiledObject, how: str,
                  old: InstalledPipeline | None) -> InstalledPipeline:
+        warm = (compiled.digest, pipeline.ifindex, pipeline.hook) in self._warm
+        try:
+            return self._install_program(pipeline, compiled, how, old)
+        except (dp.BpfError, OSError) as e:
+            if not warm:
+                raise
+            # A kept program a device refuses (an XDP program is bound to the
+            # device it was loaded for: another given its ifindex meanwhile
+            # refuses it) is loaded afresh, once.
+            log.info("%s on %s: its kept program refused (%s), loading it again", pipeline.shape, pipeline.ifname, e)
+            self._forget_warm(pipeline.ifindex)
+            shared = self._programs.pop(compiled.digest, None)
+            if shared is not None:
+                shared.close()      # (links keep what they serve running)
+            return self._install_program(pipeline, compiled, how, old)
+
+    def _install_program(self, pipeline: Pipeline, compiled: CompiledObject, how: str,
+                         old: InstalledPipeline | None) -> InstalledPipeline:
         prog, kept = self._program(pipeline, compiled)
         try:
             if pipeline.shape.shared:
@@ -280,12 +301,17 @@ class Installer:
                 old = state.pipeline(p.ifindex)
                 state = state.with_pipeline(self._install_or_record(p, how, old, compiled))
         self._current_ids = None
+        self._resting.difference_update(p.ifindex for p in state.pipelines if p.active)
         if reloading:
             self._forget_warm()     # what every interface ran read the maps left behind
         self._record_origins()
+        present = {p.ifindex for p in desired.pipelines} | {s.ifindex for s in desired.skipped}
         for old in plan.detach:
-            self.detach_pipeline(old)
+            # (not while reloading: what it ran reads the maps left behind)
+            self.detach_pipeline(old, device_stays=old.ifindex in present and not reloading)
             state = state.without_pipeline(old.ifindex)
+        for ifindex in self._resting - present:      # its device is gone now
+            self._unpin_interface(ifindex)
         # After: what is gone, then summaries narrowed to exactly the new contents.
         for write in plan.tables:
             self.maps.erase(write.table, write.erase)
@@ -335,8 +361,22 @@ class Installer:
                 # nothing of ours runs there: no counters (`stats` would list
                 # them), whether the load or the attach failed
                 self.maps.forget_counters(p.ifindex)
+                self._resting.discard(p.ifindex)
             return InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape),
                                      compiled[p.shape].digest, error=message)
+
+    def forget_removed(self, ifindexes) -> None:
+        """Devices removed (or moved away): what waited for them, off the
+        fast path, goes (a new device given the ifindex is not the one a kept
+        program was bound to, nor are its counters)."""
+        for ifindex in self._resting.intersection(ifindexes):
+            self._unpin_interface(ifindex)
+
+    def forget_resting(self) -> None:
+        """What every interface off the fast path kept (events were lost, or
+        the controller leaves a --keep datapath whose saved state lists only
+        the interfaces it serves)."""
+        self.forget_removed(set(self._resting))
 
     def forget_defunct(self, installed: InstalledState) -> InstalledState:
         """Drop pipelines whose link the kernel detached (the interface went
@@ -358,13 +398,24 @@ class Installer:
                 state = state.without_pipeline(p.ifindex)
         return state
 
-    def detach_pipeline(self, old: InstalledPipeline) -> None:
+    def detach_pipeline(self, old: InstalledPipeline, device_stays: bool = False) -> None:
+        """`device_stays`: the interface only leaves the fast path (an
+        obstacle, e.g. a netfilter rule no node reproduces): its program is
+        kept loaded and its counters kept, so that its return attaches
+        instead of loading (the verifier's ~0.1 s per program)."""
         if old.active:
+            if device_stays:
+                self._keep_warm(old)
             self._detach_link(old.ifindex, old.hook)
-        self._unpin_interface(old.ifindex)
+        if device_stays and old.active:
+            self._resting.add(old.ifindex)
+            dp.remove_tree(self.layout.iface_dir(old.ifindex))
+        else:
+            self._unpin_interface(old.ifindex)
         log.info("detached %s from %s", old.shape, old.ifname)
 
     def _unpin_interface(self, ifindex: int) -> None:
+        self._resting.discard(ifindex)
         self._forget_warm(ifindex)
         dp.remove_tree(self.layout.iface_dir(ifindex))
         self.maps.forget_counters(ifindex)

@@ -410,6 +410,48 @@ def test_a_shape_change_undone_attaches_the_program_it_replaced(router_topology,
         assert ip_forw_datagrams(r.dut) == before
 
 
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_a_namespace_back_from_the_kernel_path_attaches_the_programs_it_ran(router_topology, ip_forw_datagrams,
+                                                                           hook):
+    """A rule no node reproduces (in a native nft forward chain) takes every
+    interface off the fast path; flushing it brings them back with the
+    programs they ran, kept loaded meanwhile (no verifier run), reading the
+    maps as they are now — and their counters carry on."""
+    r = router_topology
+
+    def programs():
+        return {i["ifname"]: i["prog_id"] for i in status(r)["interfaces"]}
+
+    r.dut.run(["nft", "-f", "-"], input="table inet lfpt {\n chain lfpfwd { type filter hook forward priority 0; }\n}\n")
+    with ControllerProcess(r.dut.name, hook=hook) as c:
+        c.settled()
+        plain = programs()
+        assert set(plain) == {"to-src", "to-sink"}          # the empty chain does nothing
+        udp_burst(r, 20)
+        counted = fast_path_count(r)
+        assert counted >= 20
+        r.dut.run(["nft", "add", "rule", "inet", "lfpt", "lfpfwd", "ip", "daddr", "198.19.4.0/24", "drop"])
+        deadline = time.monotonic() + 5
+        while status(r)["interfaces"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status(r)["interfaces"] == []
+        with Capture(r.sink, "to-dut") as sink:         # meanwhile Linux drops what the rule drops
+            udp_burst(r, 10, dst="198.19.4.7")
+            settle([sink], quiet=0.2)
+            assert [f for f in sink.stop() if len(f.data) >= 64] == []
+        r.dut.run(["nft", "flush", "chain", "inet", "lfpt", "lfpfwd"])
+        deadline = time.monotonic() + 5
+        while programs() != plain and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert programs() == plain
+        c.settled()
+        before = ip_forw_datagrams(r.dut)
+        udp_burst(r, 20)
+        assert ip_forw_datagrams(r.dut) == before           # forwarded by the fast path again
+        assert fast_path_count(r) >= counted + 20           # on top of what it counted before
+    r.dut.run(["nft", "delete", "table", "inet", "lfpt"])
+
+
 def test_a_program_the_verifier_rejects_leaves_the_kernel_path_working(router_topology, tmp_path):
     """A router module with an unchecked packet access: the verifier refuses
     it, status shows the verifier's words and the source line, and traffic
