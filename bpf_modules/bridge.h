@@ -275,6 +275,8 @@ static __always_inline enum lfp_rc bridge_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_BR_LOCAL);
 		if (lfp_br_up_path_busy(pkt))
 			return lfp_pass(pkt, LFP_CNT_TCX_OTHERS);
+		if (lfp_nf_hooks_on_ingress_of(lfp_kern_bridge_of_port(pkt)))
+			return lfp_pass(pkt, LFP_CNT_NF_INGRESS);
 		pkt->l3_ifindex = in->bridge;
 		return LFP_NEXT;
 	}

@@ -219,6 +219,7 @@ struct net_device___lfp {
 		void *net;              /* struct net */
 	} nd_net;
 	struct bpf_mprog_entry___lfp *tcx_ingress;   /* kernel 6.6 on */
+	void *nf_hooks_ingress;                      /* CONFIG_NETFILTER_INGRESS */
 } __attribute__((preserve_access_index));
 
 #ifdef LFP_HOOK_TC
@@ -718,6 +719,19 @@ static __always_inline void *lfp_kern_bridge_of_port(struct lfp_pkt *pkt)
 	if (!port || BPF_CORE_READ(port, dev) != (void *)dev)
 		return NULL;
 	return BPF_CORE_READ(port, br, dev);
+}
+
+/* Whether netfilter hooks run at the ingress of `dev` (an nf_tables netdev
+ * or inet ingress chain, after tc): the kernel's to run. The controller
+ * keeps an ingress whose chain does something on the kernel path; this
+ * closes the window until it has read a change no nf_tables event
+ * announces (a device renamed into a name a chain binds, 6.16 on), and
+ * leaves the rest to the kernel too (a chain that does nothing). */
+static __always_inline int lfp_nf_hooks_on_ingress_of(const void *dev)
+{
+	if (!bpf_core_field_exists(((struct net_device___lfp *)0)->nf_hooks_ingress))
+		return 0;       /* no netfilter ingress hooks in this kernel */
+	return BPF_CORE_READ((struct net_device___lfp *)dev, nf_hooks_ingress) != NULL;
 }
 
 /* Whether tcx programs run at the ingress of `dev`, a device reached by

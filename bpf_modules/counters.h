@@ -19,7 +19,8 @@
 	X(ADDRESSES_CHANGED,      pipeline, pass, "an IPv4 address was added or removed; the controller has not read the addresses since") \
 	X(PARSE_SHORT,            pipeline, pass, "frame shorter than its headers")         \
 	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")                        \
-	X(TCX_OTHERS,             pipeline, pass, "tcx programs of another tool run on this ingress (or on the bridge a frame is handed up to): the controller has not read them yet, or they are another namespace's LinuxFP's (a device moved in); briefly also while a hook is switched")
+	X(TCX_OTHERS,             pipeline, pass, "tcx programs of another tool run on this ingress (or on the bridge a frame is handed up to): the controller has not read them yet, or they are another namespace's LinuxFP's (a device moved in); briefly also while a hook is switched") \
+	X(NF_INGRESS,             pipeline, pass, "nf_tables hooks run on this ingress (or on the bridge a frame is handed up to): a netdev or inet ingress chain is bound to the device")
 
 /* Programs that are not pipelines (controller.c) know only the pipeline's. */
 #ifndef LFP_COUNTERS

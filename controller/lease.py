@@ -322,8 +322,8 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
             "once it moves, every packet goes to the kernel until the controller has read the change; the "
             "kernel moves it just after the address takes effect)",
         "IPv6 addresses, neighbours, links, sysctls with events, xfrm policies":
-            "the response time (linuxfp stats; a link renamed into or out of a name-bound nf_tables ingress "
-            "chain too)",
+            "the response time (linuxfp stats; a link renamed into a name-bound nf_tables egress chain too; "
+            "into an ingress chain: none, the datapath reads the device's hooks)",
         "nf_tables (iptables-nft, nft)": "its notification's delivery (a watch thread then hands every "
                                          "packet to the kernel until the change is applied)" if nft_watched
         else "the response time (linuxfp stats)",

@@ -411,6 +411,30 @@ def test_a_shape_change_undone_attaches_the_program_it_replaced(router_topology,
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_netfilter_hooks_on_an_ingress_hand_its_packets_to_the_kernel(router_topology, ip_forw_datagrams, hook):
+    """A netdev chain bound to the ingress, even one that does nothing (the
+    controller keeps such an ingress accelerated), makes the datapath pass
+    every packet there: the kernel runs the hooks, and no change of names
+    can go around them meanwhile. Gone, the fast path is back."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook=hook) as c:
+        c.settled()
+        r.dut.run(["nft", "-f", "-"], input='table netdev lfpe {\n chain lfpin { type filter hook ingress '
+                                            'device "to-src" priority 0; }\n}\n')
+        c.settled()
+        assert "to-src" in {i["ifname"] for i in status(r)["interfaces"]}
+        before, fast = ip_forw_datagrams(r.dut), fast_path_count(r)
+        udp_burst(r, 20)
+        assert ip_forw_datagrams(r.dut) - before >= 20 and fast_path_count(r) == fast
+        assert pipeline_passes(r, "nf_ingress") >= 20
+        r.dut.run(["nft", "delete", "table", "netdev", "lfpe"])
+        c.settled()
+        before = ip_forw_datagrams(r.dut)
+        udp_burst(r, 20)
+        assert ip_forw_datagrams(r.dut) == before and fast_path_count(r) >= fast + 20
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_a_namespace_back_from_the_kernel_path_attaches_the_programs_it_ran(router_topology, ip_forw_datagrams,
                                                                            hook):
     """A rule no node reproduces (in a native nft forward chain) takes every
