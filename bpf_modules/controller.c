@@ -156,7 +156,7 @@ int lfp_watch_setsockopt(struct bpf_sockopt *ctx)
 	if (!lease)
 		return 1;
 	if (replace) {
-		lease->changer_tgid = bpf_get_current_pid_tgid() >> 32;
+		lease->changer_tgid = lfp_tgid_seen_by_controller();
 		__sync_fetch_and_add(&lease->changes_started, 1);
 	} else {
 		__sync_fetch_and_add(&lease->changes_done, 1);

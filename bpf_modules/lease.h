@@ -49,7 +49,8 @@ struct lfp_lease {
 	__u64 watch_acked;
 	__u64 sysctl_writes;
 	__u32 held;
-	__u32 changer_tgid;     /* the process of the latest change */
+	__u32 changer_tgid;     /* the process of the latest change, as the controller's pid
+				 * namespace numbers it (0: one it cannot see) */
 	__u32 addr_genid;
 	__u32 addr_guarded;
 	struct bpf_timer lapse;

@@ -45,18 +45,18 @@ struct pid___lfp {
 
 struct task_struct___lfp {
 	struct pid___lfp *thread_pid;
+	struct task_struct___lfp *group_leader;
 } __attribute__((preserve_access_index));
 
 #define LFP_PIDNS_LEVELS 33      /* the kernel's MAX_PID_NS_LEVEL (32) + the root */
 
-/* The current thread's id in the controller's pid namespace, 0 where it has
- * none (a thread of an outer namespace). bpf_get_ns_current_pid_tgid answers
- * only for threads whose own namespace is the controller's; a thread of a
- * nested one (a container's, under a controller on the host) is numbered
+/* A task's id in the controller's pid namespace, 0 where it has none (a
+ * task of an outer namespace, or of another branch). bpf_get_ns_current_pid_tgid
+ * answers only for threads whose own namespace is the controller's; a task of
+ * a nested one (a container's, under a controller on the host) is numbered
  * there too, one level up its struct pid. */
-static __always_inline __u32 lfp_tid_seen_by_controller(void)
+static __always_inline __u32 lfp_id_seen_by_controller(struct task_struct___lfp *task)
 {
-	struct task_struct___lfp *task = (void *)bpf_get_current_task();
 	struct pid___lfp *pid = BPF_CORE_READ(task, thread_pid);
 	unsigned int level = BPF_CORE_READ(pid, level);
 	unsigned long numbers = (unsigned long)pid + bpf_core_field_offset(struct pid___lfp, numbers);
@@ -68,6 +68,22 @@ static __always_inline __u32 lfp_tid_seen_by_controller(void)
 			return BPF_CORE_READ(upid, nr);
 	}
 	return 0;
+}
+
+/* The current thread's id, as the controller numbers threads. */
+static __always_inline __u32 lfp_tid_seen_by_controller(void)
+{
+	return lfp_id_seen_by_controller((void *)bpf_get_current_task());
+}
+
+/* The current process's id (its thread group leader's), as the controller
+ * numbers processes: bpf_get_current_pid_tgid()'s is the root namespace's,
+ * which names another process, or none, in a container's /proc. */
+static __always_inline __u32 lfp_tgid_seen_by_controller(void)
+{
+	struct task_struct___lfp *task = (void *)bpf_get_current_task();
+
+	return lfp_id_seen_by_controller(BPF_CORE_READ(task, group_leader));
 }
 
 #endif

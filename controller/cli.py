@@ -170,9 +170,13 @@ def cmd_detach(args) -> int:
             print(f"{len(gone)} stale namespace(s) reclaimed")
         return 0
     pid = runtime_files.running_controller(layout)     # only a lock holder counts
+    if pid == -1:
+        # (never a guess: its own number names another process here)
+        print("linuxfp detach: a controller this process cannot name (another pid namespace's, e.g. a "
+              "container's) serves this namespace; stop it where it runs", file=sys.stderr)
+        return 1
     if pid:
-        if pid > 0:
-            os.kill(pid, signal.SIGTERM)                # it detaches everything itself
+        os.kill(pid, signal.SIGTERM)                # it detaches everything itself
         deadline = time.monotonic() + 10
         while runtime_files.running_controller(layout) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -45,8 +45,8 @@ def load_json(path: str) -> dict | None:
 class AlreadyRunning(Exception):
     def __init__(self, pid: int | None):
         self.pid = pid
-        super().__init__(f"another `linuxfp run` (pid {pid or '?'}) already accelerates this namespace; "
-                         "stop it first (or `linuxfp detach`)")
+        super().__init__(f"another `linuxfp run` (pid {pid if pid and pid > 0 else '?'}) already accelerates this "
+                         "namespace; stop it first (or `linuxfp detach`)")
 
 
 class ControllerLock:
@@ -64,7 +64,9 @@ class ControllerLock:
             raise AlreadyRunning(_read_pid(self.path))
         self.fd = fd
         os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"{os.getpid()}\n".encode())
+        # with the pid namespace that numbers it: a controller in a container
+        # of its own may be pid 1 there, which is another process here
+        os.write(self.fd, f"{os.getpid()} {_pid_namespace('self')}\n".encode())
 
     def release(self, remove: bool = True) -> None:
         """Drop the lock; `remove` also deletes the pid file (and the run
@@ -90,16 +92,48 @@ class ControllerLock:
                 pass          # other runtime files (a kept datapath) remain
 
 
-def _read_pid(path: str) -> int | None:
+def _pid_namespace(pid: str) -> int | None:
     try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except (FileNotFoundError, ValueError):
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
         return None
 
 
+def _read_pid(path: str) -> int | None:
+    """The controller's pid as this process's pid namespace numbers it
+    (None: none recorded; -1: one this namespace cannot name)."""
+    try:
+        with open(path) as f:
+            fields = f.read().split()
+        pid = int(fields[0])
+        namespace = int(fields[1]) if len(fields) > 1 else None    # (older versions wrote the pid alone)
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    if namespace is None or namespace == _pid_namespace("self"):
+        return pid
+    return _named_here(pid, namespace)
+
+
+def _named_here(pid: int, namespace: int) -> int:
+    """The process numbered `pid` in pid namespace `namespace`, by this
+    namespace's number (NSpid's last is the number in its own); -1 when no
+    process in view is it (an outer or a sibling namespace's)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or _pid_namespace(entry.name) != namespace:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                numbers = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [])
+        except OSError:
+            continue
+        if numbers and int(numbers[-1]) == pid:
+            return int(entry.name)
+    return -1
+
+
 def running_controller(layout: NamespaceLayout) -> int | None:
-    """Pid of the live controller of this namespace, if one holds the lock."""
+    """Pid of the live controller of this namespace, if one holds the lock,
+    as this process numbers it (-1: one it cannot name)."""
     try:
         fd = os.open(layout.pid_file, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

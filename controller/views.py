@@ -225,9 +225,14 @@ def with_stats(status_data: dict, stats_data: dict, detail: bool = False) -> dic
     return {**status_data, "interfaces": interfaces}
 
 
+def _running(pid: int | None) -> str:
+    if not pid:
+        return "not running"
+    return f"running (pid {pid})" if pid > 0 else "running (in a pid namespace this one cannot see)"
+
+
 def status_text(data: dict) -> str:
-    lines = [f"namespace {data['namespace']}: controller "
-             + (f"running (pid {data['controller_pid']})" if data["controller_pid"] else "not running")]
+    lines = [f"namespace {data['namespace']}: controller {_running(data['controller_pid'])}"]
     held = data.get("lease")
     if held is not None:
         lines.append("  lease: " + ("held" if held["held"] else "lapsed: every packet goes to the kernel")
@@ -293,7 +298,8 @@ def namespaces_text(data: dict) -> str:
         return "no namespace has LinuxFP pins"
     lines = []
     for n in rows:
-        controller = f"controller {n['controller_pid']}" if n["controller_pid"] else "no controller"
+        pid = n["controller_pid"]
+        controller = ("controller ?" if pid < 0 else f"controller {pid}") if pid else "no controller"
         lines.append(f"{n['namespace']:<24} {controller:<18} links {n['serving']}/{n['links']} serving"
                      + ("  STALE (linuxfp detach --stale removes it)" if n["stale"] else ""))
     return "\n".join(lines)

@@ -59,6 +59,10 @@ class TableWatch:
         self.in_flight: set[str] = set()     # what the last settled() waited for
         self.error: str | None = None
         self.sysctl_error: str | None = None
+        # Whether the cgroup programs see every process: attached at the
+        # hierarchy's root, not at a cgroup namespace's (a container's, where
+        # only its own processes are below; the host's changes are polled).
+        self.covers_host = False
 
     @property
     def attached(self) -> bool:
@@ -68,30 +72,37 @@ class TableWatch:
     def sysctls_attached(self) -> bool:
         return self._sysctl_link is not None
 
-    @property
-    def covers_host(self) -> bool:
-        """Whether the cgroup programs see every process: not from inside a
-        container's cgroup namespace (only its own processes are below its
-        root), where the host's changes are left to the 1 s poll."""
-        return dp.in_initial_cgroup_namespace()
-
     def start(self, companion) -> bool:
         """Attach the companion's cgroup programs; False (with `error` set)
         where the kernel cannot attach the legacy-iptables one, which is then
         polled instead (as are sysctls without theirs: `sysctl_error`)."""
-        self._link, self.error = self._attach(companion.program(WATCH_PROGRAM), dp.BPF_CGROUP_SETSOCKOPT)
-        if not self.covers_host:
-            log.warning("in a cgroup namespace of its own, the watches of legacy iptables and sysctls see only "
-                        "its processes: the host's changes are polled every second")
-        if self.error is not None:
-            log.warning("legacy iptables watch unavailable (%s): polling it every second instead", self.error)
-        # writes counted before (a kept lease) are not the new map's to name;
-        # read before attaching, so that every write counted after is named
-        lease_map = self.maps.get(lease.LEASE_MAP)
-        self._sysctl_writes = lease.read(lease_map).sysctl_writes if lease_map is not None else 0
-        self._sysctl_link, self.sysctl_error = self._attach(companion.program(SYSCTL_PROGRAM), dp.BPF_CGROUP_SYSCTL)
+        try:
+            cgroup, unreachable = dp.open_cgroup2_root(), None
+        except (dp.BpfError, OSError) as e:
+            cgroup, unreachable = None, str(e)
+        else:
+            # (one root for both programs: what this says holds for each)
+            self.covers_host = dp.is_hierarchy_root(cgroup.fd)
+        try:
+            self._link, self.error = self._attach(companion.program(WATCH_PROGRAM), cgroup, unreachable,
+                                                  dp.BPF_CGROUP_SETSOCKOPT)
+            if self.error is not None:
+                log.warning("legacy iptables watch unavailable (%s): polling it every second instead", self.error)
+            # writes counted before (a kept lease) are not the new map's to name;
+            # read before attaching, so that every write counted after is named
+            lease_map = self.maps.get(lease.LEASE_MAP)
+            self._sysctl_writes = lease.read(lease_map).sysctl_writes if lease_map is not None else 0
+            self._sysctl_link, self.sysctl_error = self._attach(companion.program(SYSCTL_PROGRAM), cgroup,
+                                                                unreachable, dp.BPF_CGROUP_SYSCTL)
+        finally:
+            if cgroup is not None:
+                cgroup.close()
         if SYSCTL_PROGRAM in companion.skipped:
             self.sysctl_error = f"not loaded: {companion.skipped[SYSCTL_PROGRAM]}"
+        if (self._link is not None or self._sysctl_link is not None) and not self.covers_host:
+            log.warning("the cgroup v2 hierarchy's root is not in view (a cgroup namespace of its own, and no "
+                        "mount of the host's hierarchy): the watches of legacy iptables and sysctls see only "
+                        "this namespace's processes, the host's changes are polled every second")
         if self.sysctl_error is not None:
             log.warning("sysctl watch unavailable (%s): polling sysctls every second instead", self.sysctl_error)
         else:
@@ -109,15 +120,13 @@ class TableWatch:
             log.warning("the watches' doorbell is unavailable (%s): changes are looked at within 200 ms", e)
 
     @staticmethod
-    def _attach(program, attach_type: int):
+    def _attach(program, cgroup, unreachable: str | None, attach_type: int):
+        if program is None:
+            return None, "the controller's programs did not load"
+        if cgroup is None:
+            return None, unreachable
         try:
-            if program is None:
-                raise dp.BpfError("the controller's programs did not load", errno.ENOENT)
-            cgroup = dp.open_cgroup2_root()
-            try:
-                return dp.attach_cgroup(program.fd, cgroup.fd, attach_type), None
-            finally:
-                cgroup.close()
+            return dp.attach_cgroup(program.fd, cgroup.fd, attach_type), None
         except (dp.BpfError, OSError) as e:
             return None, str(e)
 
@@ -132,8 +141,11 @@ class TableWatch:
         # each message the filter node's watch counted is a change begun and done
         sent = lease.read_sent(self.maps.get(lease.SENT_MAP))
         outstanding = state.changes_started - state.changes_done
-        # replaced, counters not added yet: still in the kernel
-        replacing = outstanding > self._unpaired and os.path.exists(f"/proc/{state.changer_tgid}")
+        # replaced, counters not added yet: still in the kernel, unless its
+        # process is gone (0: one the controller cannot see, another pid
+        # namespace's: in flight until its counters, or the limit below)
+        replacing = outstanding > self._unpaired and (state.changer_tgid == 0
+                                                      or os.path.exists(f"/proc/{state.changer_tgid}"))
         # read after the count: every write counted names its thread by now
         writing = (self._writers is not None and state.sysctl_writes != self._sysctl_writes
                    and self._writers.writing(state.sysctl_writes - self._sysctl_writes))

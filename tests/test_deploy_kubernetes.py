@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from linuxfp.datapath.cgroups import _mounted_cgroup2
+from linuxfp.datapath.cgroups import mounted_cgroup2
 from linuxfp.lab import Lab, RouterTopology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,18 +66,18 @@ def _run_image_in_a_lab() -> None:
         privileges += ["--security-opt", "no-new-privileges"]
     if security["readOnlyRootFilesystem"]:
         privileges += ["--read-only", "--tmpfs", "/tmp"]
-    cgroup2 = _mounted_cgroup2()
+    cgroup2 = mounted_cgroup2()
     assert cgroup2 is not None
     probe = container["readinessProbe"]["exec"]["command"]
     with Lab("lfp-img") as lab, tempfile.TemporaryFile("w+") as log:
         router = RouterTopology(prefixes=2)(lab)
         name = f"lfp-img-{router.dut.name}"
         # runc and cgroupfs: this machine's cgroups are hybrid (crun refuses
-        # them), and its hard limits lie below podman's default ulimits. The
-        # host's cgroup namespace: a private one would hide the cgroup v2
-        # root the legacy-iptables watch attaches to (docs/operations.md).
+        # them), and its hard limits lie below podman's default ulimits. A
+        # cgroup namespace of its own, as Kubernetes gives on cgroup v2: the
+        # watches reach the hierarchy's root through the host's mount.
         command = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "run", "--rm", "--name", name,
-                   "--network", f"ns:/run/netns/{router.dut.name}", "--cgroupns=host",
+                   "--network", f"ns:/run/netns/{router.dut.name}", "--cgroupns=private",
                    "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000",
                    "-v", "/sys/fs/bpf:/sys/fs/bpf", "-v", "/run/linuxfp:/run/linuxfp", "-v", f"{cgroup2}:{cgroup2}",
                    *privileges, TAG, "run", "--hook", "xdp"]
@@ -102,6 +102,8 @@ def _run_image_in_a_lab() -> None:
                                                capture_output=True, text=True, check=True, timeout=30).stdout)
             by_name = {i["ifname"]: i for i in status["interfaces"]}
             assert by_name["to-src"]["hook"] == "xdp" and by_name["to-src"]["origin"] == "precompiled", by_name
+            # its watches see the host's processes: no poll's window
+            assert status["windows"]["legacy iptables, ip6tables, arptables"].startswith("none"), status["windows"]
         finally:
             subprocess.run(["podman", "stop", "-t", "10", name], capture_output=True, timeout=60)
             try:

@@ -9,13 +9,16 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from controller import lease
 from controller.launcher import ControllerProcess, accelerator, linuxfp_cli, linuxfp_stats, wait_lease_current
 from linuxfp import datapath as dp
+from linuxfp.datapath.cgroups import mounted_cgroup2
 from linuxfp.lab import RouterTopology, run_differential, standard_frames
 from linuxfp.lab.differential import Step
 from linuxfp.lab.standard import ORDINARY, round_sources
@@ -172,27 +175,121 @@ class NoGrace:
             self.attached = True
 
 
-def no_grace():
+def no_grace(launch=ControllerProcess):
     @contextlib.contextmanager
     def accelerate(topology):
-        with ControllerProcess(topology.dut.name, hook="xdp") as controller:
+        with launch(topology.dut.name, hook="xdp") as controller:
             yield NoGrace(controller)
 
     return accelerate
 
 
-def test_legacy_iptables_changes_are_honoured_from_the_syscall_on(require_root):
-    """Legacy iptables sends no event: the watch (a cgroup setsockopt
-    program) makes the datapath defer to Linux as the table replacement is
-    requested, not a poll later. Each burst follows its change at once."""
+@contextlib.contextmanager
+def in_a_cgroup_namespace_of_its_own(netns: str, hook: str, hierarchy_in_view: bool = True):
+    """A controller as a container runtime starts one: in a cgroup below the
+    hierarchy's root and a cgroup namespace rooted there; with the host's
+    hierarchy mounted (a DaemonSet's hostPath /sys/fs/cgroup: `nsenter`
+    keeps this mount namespace's), or not (`ip netns exec`'s fresh /sys has
+    none: a cgroup2 mount made there shows the namespace's root only)."""
+    hierarchy = mounted_cgroup2()
+    assert hierarchy and os.stat(hierarchy).st_ino == 1, "the test needs the cgroup v2 hierarchy's root in view"
+    cgroup = Path(hierarchy) / f"lfp-t-{netns}"
+    cgroup.mkdir()
+    try:
+        controller = ControllerProcess(netns, hook=hook)
+        enter = ["nsenter", f"--net=/run/netns/{netns}"] if hierarchy_in_view else ["ip", "netns", "exec", netns]
+        controller.argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup),
+                           "unshare", "--cgroup", *enter, *controller.argv[controller.argv.index(netns) + 1:]]
+        with controller:
+            # (sh, unshare, nsenter and ip netns exec exec: one process throughout)
+            assert os.stat(f"/proc/{controller.proc.pid}/ns/cgroup").st_ino != os.stat("/proc/self/ns/cgroup").st_ino
+            windows = json.loads(linuxfp_cli(netns, "-j", "status").stdout)["windows"]
+            legacy = windows["legacy iptables, ip6tables, arptables"]
+            assert legacy.startswith("none") if hierarchy_in_view else "poll" in legacy, windows
+            yield controller
+    finally:
+        with contextlib.suppress(OSError):
+            (cgroup / "cgroup.kill").write_text("1")     # anything left in it
+        for _ in range(50):      # empty once its last process is reaped
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert not cgroup.exists(), f"{cgroup} left behind"
+
+
+def test_a_controller_in_a_cgroup_namespace_of_its_own_watches_the_hosts_legacy_changes(require_root):
+    """A containerised controller (a cgroup namespace of its own, as under
+    Kubernetes on cgroup v2) still sees a legacy iptables change made outside
+    its cgroups from the system call on: its watches attach at the
+    hierarchy's root (through the host's mount), not at its namespace's,
+    where only its own processes would be seen and the host's changes left
+    to the 1 s poll (then the frames right after each change differ)."""
     ordinary = lambda r: r.prefixes[ORDINARY]  # noqa: E731
     steps = (
         Step("legacy-drop", lambda r: r.dut.run(f"iptables-legacy -A FORWARD -d {ordinary(r)} -j DROP")),
         Step("legacy-flush", lambda r: r.dut.run("iptables-legacy -F FORWARD")),
         Step("legacy-drop-again", lambda r: r.dut.run(f"iptables-legacy -I FORWARD -d {ordinary(r)} -j DROP")),
     )
-    report = run_differential(RouterTopology(prefixes=8), steps, no_grace(), frames=standard_frames, prefix="lfp-t")
+    report = run_differential(RouterTopology(prefixes=8), steps, no_grace(in_a_cgroup_namespace_of_its_own),
+                              frames=standard_frames, prefix="lfp-t")
     assert report.ok, report.render()
+
+
+def test_a_controller_whose_cgroup_namespace_hides_the_hierarchys_root_states_the_poll(router_topology):
+    """Where no mount shows the hierarchy's root, the watches see only the
+    controller's own cgroup namespace: status says the host's legacy
+    iptables changes wait for the poll, not that nothing does."""
+    with in_a_cgroup_namespace_of_its_own(router_topology.dut.name, "xdp", hierarchy_in_view=False) as controller:
+        assert "not in view" in controller.stderr()
+
+
+class InAPidNamespaceOfItsOwn(ControllerProcess):
+    """A controller as a container runtime without the host's pid namespace
+    starts one: it is process 1 of a namespace of its own, with a /proc of
+    it (`unshare --fork` waits for it and ignores SIGTERM: the group gets it)."""
+
+    def __init__(self, netns: str, hook: str) -> None:
+        super().__init__(netns, hook=hook)
+        self.argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+                     "nsenter", f"--net=/run/netns/{netns}", *self.argv[self.argv.index(netns) + 1:]]
+
+    @property
+    def pid(self) -> int:
+        """The controller's own process, as this namespace numbers it."""
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as children:
+            return int(children.read().split()[0])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(OSError, IndexError, ValueError):     # not forked yet, or gone
+                os.kill(self.pid, sig)
+        return super().stop(sig, timeout)
+
+
+def test_a_legacy_replace_is_named_as_the_controllers_pid_namespace_numbers_its_process(router_topology):
+    """The watch names the process of each legacy replace as the controller's
+    /proc numbers it, to look there whether the replace may be in flight: 0
+    for a process it cannot see (the host's, from a container without the
+    host's pid namespace), which counts as in flight until its counters call
+    — never the root namespace's number, which names another process there,
+    or none, and would let the controller re-read before the table changed."""
+    from controller.launcher import layout_of
+
+    r = router_topology
+    with InAPidNamespaceOfItsOwn(r.dut.name, hook="xdp") as controller, \
+            dp.Map.from_pinned(layout_of(r.dut.name).shared_map_pin(lease.LEASE_MAP)) as lease_map:
+        controller.settled()
+        r.dut.run("iptables-legacy -A FORWARD -d 203.0.113.9 -j DROP")
+        assert lease.read(lease_map).changer_tgid == 0
+        inside = subprocess.run(["nsenter", f"--target={controller.pid}", "--pid", "--mount", "--net", "sh", "-c",
+                                 'echo $$; exec iptables-legacy -D FORWARD -d 203.0.113.9 -j DROP'],
+                                capture_output=True, text=True, check=True)
+        assert lease.read(lease_map).changer_tgid == int(inside.stdout) > 1
+        _wait_fast_path_resumes(r, controller)
+        # status names it as this namespace does (its pid file says 1 in its own)
+        assert json.loads(linuxfp_cli(r.dut.name, "-j", "status").stdout)["controller_pid"] == controller.pid
 
 
 def test_the_fast_path_resumes_once_the_controller_has_reread_the_table(router_topology):

@@ -57,3 +57,22 @@ def test_a_stopping_controller_leaves_its_successors_pid_file_alone(tmp_path):
         assert running_controller(layout) == os.getpid()
     finally:
         successor.release()
+
+
+def test_a_controller_of_a_pid_namespace_out_of_view_is_never_named_by_its_own_number(tmp_path):
+    """The pid file says which pid namespace numbers the controller: one in
+    a container of its own may be pid 1 there, another process here — a
+    `linuxfp detach` that signalled that number would stop the host's init.
+    Unnamed (-1) when no process in view is it; the pid alone (older
+    versions' files) is taken as this namespace's."""
+    layout = _layout(tmp_path)
+    lock = ControllerLock(layout)
+    try:
+        ours = os.stat("/proc/self/ns/pid").st_ino
+        assert open(layout.pid_file).read().split() == [str(os.getpid()), str(ours)]
+        for written, named in ((f"1 {ours + 1}", -1), (f"{os.getpid()}", os.getpid()),
+                               (f"{os.getpid()} {ours}", os.getpid())):
+            os.pwrite(lock.fd, f"{written}\n".ljust(40).encode(), 0)
+            assert running_controller(layout) == named, written
+    finally:
+        lock.release()

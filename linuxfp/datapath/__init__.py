@@ -27,7 +27,7 @@ from .libbpf import (
     BPF_TCX_INGRESS,
     BPF_XDP,
 )
-from .cgroups import in_initial_cgroup_namespace, open_cgroup2_root
+from .cgroups import is_hierarchy_root, open_cgroup2_root
 from .ringbuf import Doorbell
 from .links import (
     BPF_CGROUP_SETSOCKOPT,
@@ -80,7 +80,7 @@ __all__ = [
     "XdpMd",
     "attach_cgroup",
     "Doorbell",
-    "in_initial_cgroup_namespace",
+    "is_hierarchy_root",
     "BPF_CGROUP_SETSOCKOPT",
     "BPF_CGROUP_SYSCTL",
     "attach_raw_tracepoint",
