@@ -140,9 +140,15 @@ struct {
 /* The current classifier of a family (index 0: IPv4, 1: IPv6): its
  * generation, whose low bits are the fields it looks up (LFP_FLT_*), so one
  * load reads both. 0: none yet; LFP_FLT_OPEN: the family's FORWARD chains
- * let every packet through (no generation is below 0x200). */
+ * let every packet through (no generation is below 0x200). epoch: drawn
+ * afresh by the controller for each classifier it builds and each patch of
+ * one — an ipset member added or removed is written into the current
+ * generation's LPM entries in place (no other entry changes:
+ * classifier.py's patch_classifier), and a verdict cached under an earlier
+ * epoch, or while the entries were being written, is never used again. */
 struct lfp_flt_cfg {
 	__u32 gen;
+	__u32 epoch;
 };
 #define LFP_FLT_USED_MASK 0xffu
 #define LFP_FLT_OPEN 1u
@@ -309,7 +315,8 @@ struct lfp_flt_cached {
 	struct lfp_tally tally;
 	__u32 verdict;          /* LFP_FLT_* | (rule + 1) << 2 */
 	__u32 cls;              /* the flow's last class (the verdict's key) */
-	/* last: an IPv4 flow's hit reads the slot's first 52 bytes only */
+	__u32 epoch;            /* lfp_flt_cfg's when the verdict was found */
+	/* last: an IPv4 flow's hit reads the slot's first 56 bytes only */
 	struct lfp_flt_flow flow;
 };
 
@@ -401,7 +408,7 @@ static __always_inline int lfp_flt_same(const struct lfp_flt_flow *a, const stru
 /* The classifier: the verdict word for `flow`, or LFP_FLT_UNSURE when an
  * entry it needs is missing or the generation changed meanwhile. */
 static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u32 used, int family6,
-					       const struct lfp_flt_flow *flow, __u32 *cls)
+					       const struct lfp_flt_flow *flow, __u32 epoch, __u32 *cls)
 {
 	__u32 gen = flow->gen;
 	__u32 src = 0, dst = 0, sport = 0, dport = 0, flags = 0, iif = 0, oif = 0;
@@ -461,8 +468,9 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 	/* A missing pair reads as the empty set, which is only true while the
 	 * generation's entries are all there: the old one's are erased only
 	 * after lfp_flt_cfg names the next, so a packet that still sees its
-	 * generation there now read nothing erased. */
-	if (!rule || *(volatile const __u32 *)&cfg->gen != gen)
+	 * generation there now read nothing erased. The same for an epoch: one
+	 * whose entries were being written while it was read is not cached. */
+	if (!rule || *(volatile const __u32 *)&cfg->gen != gen || *(volatile const __u32 *)&cfg->epoch != epoch)
 		return LFP_FLT_UNSURE;
 	return *rule;
 }
@@ -477,7 +485,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	struct lfp_flt_flow flow;
 	struct lfp_flt_cached *cached;
 	struct lfp_flt_cfg *cfg;
-	__u32 slot, verdict, used, cls = 0;
+	__u32 slot, verdict, used, epoch, cls = 0;
 	__u32 family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	__u32 l3_len;
 
@@ -489,6 +497,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
 	if (flow.gen == LFP_FLT_OPEN)
 		return LFP_NEXT;
+	epoch = *(volatile const __u32 *)&cfg->epoch;
 	used = flow.gen & LFP_FLT_USED_MASK;
 	if (used & LFP_FLT_CT) {
 		/* Conntrack runs at PREROUTING, before the FORWARD verdict: the
@@ -545,10 +554,10 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	cached = bpf_map_lookup_elem(&lfp_flt_cache, &slot);
 	if (!cached)
 		return lfp_pass(pkt, LFP_CNT_FILTER_STALE);     /* cannot happen: slot < LFP_FLT_CACHE_SLOTS */
-	if (lfp_flt_same(&cached->flow, &flow, family6)) {
+	if (lfp_flt_same(&cached->flow, &flow, family6) && cached->epoch == epoch) {
 		verdict = cached->verdict;
 	} else {
-		verdict = lfp_flt_classify(cfg, used, family6, &flow, &cls);
+		verdict = lfp_flt_classify(cfg, used, family6, &flow, epoch, &cls);
 		if (verdict == LFP_FLT_UNSURE)
 			return lfp_pass(pkt, LFP_CNT_FILTER_STALE);
 		lfp_flt_flush(cached);
@@ -568,6 +577,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 		}
 		cached->verdict = verdict;
 		cached->cls = cls;
+		cached->epoch = epoch;
 	}
 	/* counted as iptables counts it (skb->len at FORWARD: the IP packet),
 	 * once the packet leaves through the fast path (lfp_leave) */

@@ -133,10 +133,14 @@ def table_write(table: Table, installed: Entries, refresh: frozenset[bytes] = fr
     reuses them), so most events compare nothing."""
     if table.entries is installed and not refresh:
         return None
-    desired = table.as_dict
     new = set(table.entries - installed)
-    new.update((k, desired[k]) for k in refresh if k in desired)
-    gone = {k for k, _ in installed} - desired.keys()
+    if refresh:
+        desired = table.as_dict
+        new.update((k, desired[k]) for k in refresh if k in desired)
+    # (a key whose value changed is in both differences: written, not erased;
+    # set operations, not a dict of every entry: a 100 000-entry table whose
+    # one entry changed costs little)
+    gone = {k for k, _ in installed - table.entries} - {k for k, _ in new}
     if not new and not gone:
         return None
     ordered = tuple(sorted(new))

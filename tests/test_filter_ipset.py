@@ -148,6 +148,55 @@ def test_set_changes_reach_the_fast_path_before_the_command_returns(router_topol
             - before["filter"]["drops"].get("filter_dropped", 0)) == 8, (before, after)
 
 
+def _filter_cfg(r) -> tuple[int, int]:
+    """IPv4's (generation, epoch) as the datapath reads lfp_flt_cfg."""
+    from controller.launcher import layout_of
+    from linuxfp import datapath as dp
+    from linuxfp.graph.nodes.iptables_filter import CFG, CFG_VALUE
+
+    with dp.Map.from_pinned(layout_of(r.dut.name).shared_map_pin(CFG)) as cfg:
+        return CFG_VALUE.unpack(dict(cfg.items())[bytes(4)])
+
+
+def test_a_verdict_cached_before_a_member_is_patched_in_is_not_used_after(router_topology):
+    """A flow the fast path accepted (its verdict cached per CPU) whose
+    destination is then added to the blocking set: the member is patched
+    into the classifier (same generation, new epoch, one LPM entry), and
+    the cached verdict, of the epoch before, is not used — the flow's next
+    frames are dropped in the fast path, as Linux drops them; removed again,
+    they are forwarded again."""
+    r = router_topology
+    r.dut.run(["ipset", "create", "lfp-block", "hash:net"])
+    r.dut.run(["ipset", "add", "lfp-block", "198.19.1.0/24"])
+    r.dut.run(["iptables-restore"], input=BLOCKLIST)
+    with ControllerProcess(r.dut.name, hook="xdp") as c, Capture(r.sink, "to-dut") as sink:
+        c.settled()
+        generation, epoch = _filter_cfg(r)
+        inject(r.src, r.src_if.name, _frames(r, ALLOWED))
+        settle([sink], quiet=0.3)
+        assert len(sink.stop()) == 8
+        states = []
+        for command in ("add", "del"):
+            r.dut.run(["ipset", command, "lfp-block", ALLOWED])
+            c.settled()
+            assert wait_lease_current(r.dut.name)
+            states.append(_filter_cfg(r))
+            before = _nodes(r)
+            with Capture(r.sink, "to-dut") as after_change:
+                inject(r.src, r.src_if.name, _frames(r, ALLOWED))
+                settle([after_change], quiet=0.3)
+                got = after_change.stop()
+            after = _nodes(r)
+            dropped = (after["filter"]["drops"].get("filter_dropped", 0)
+                       - before["filter"]["drops"].get("filter_dropped", 0))
+            forwarded = after["transmit"]["fast_path"] - before["transmit"]["fast_path"]
+            assert (len(got), dropped, forwarded) == ((0, 8, 0) if command == "add" else (8, 0, 8)), \
+                (command, before, after)
+    # patched both times: the generation stayed, each change drew a fresh epoch
+    assert states[0][0] == states[1][0] == generation, (generation, states)
+    assert len({epoch, states[0][1], states[1][1]}) == 3, (epoch, states)
+
+
 def _nodes(r) -> dict:
     stats = linuxfp_stats(r.dut.name)
     return {i["ifname"]: i for i in stats["interfaces"]}["to-src"]["nodes"]

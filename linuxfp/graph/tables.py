@@ -12,6 +12,7 @@ before it shares or writes a map (controller/shared_maps.py).
 """
 from __future__ import annotations
 
+import copy
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -114,11 +115,24 @@ class Table:
     describe: str = field(default="", compare=False)    # what an entry means, for `linuxfp graph`
 
     def __post_init__(self) -> None:
-        key_size, value_size = self.key_size, self.value_size
-        for key, value in self.entries:
+        Table._check(self.name, self.entries, self.key_size, self.value_size)
+
+    def changed(self, gone: frozenset[tuple[bytes, bytes]], new: frozenset[tuple[bytes, bytes]]) -> "Table":
+        """This table without the entries `gone` and with those `new`,
+        checking only the new ones (a large table's other entries were
+        checked when it was made)."""
+        Table._check(self.name, new, self.key_size, self.value_size)
+        table = copy.copy(self)
+        object.__setattr__(table, "entries", (self.entries - gone) | new)
+        table.__dict__.pop("as_dict", None)       # (cached for the old entries)
+        return table
+
+    @staticmethod
+    def _check(name: str, entries, key_size: int, value_size: int) -> None:
+        for key, value in entries:
             if len(key) != key_size or len(value) != value_size:
-                raise ValueError(f"{self.name}: entry of {len(key)}/{len(value)} bytes, "
-                                 f"layout is {self.key_size}/{self.value_size}")
+                raise ValueError(f"{name}: entry of {len(key)}/{len(value)} bytes, "
+                                 f"layout is {key_size}/{value_size}")
 
     @property
     def key_size(self) -> int:

@@ -19,14 +19,25 @@ pair with one unused side passes the other side's class through unchanged.
 iptables' and ip6tables' rules make one classifier each; only the address
 fields differ (predicates.Family). The generation says which family it is,
 so both live side by side in the datapath's shared tables.
+
+A change of ipset members alone (the same rules, boxes that differ only in
+the prefixes of LPM fields) is patched into the classifier instead
+(patch_classifier): when every changed prefix is a leaf of its field's
+trie (no other prefix of any box lies within it) and its new set of boxes
+is already a class of that field, only its LPM entry changes — the phase-2
+tables, the verdicts and the generation stay, and a fresh epoch (each
+build and each patch draws one) tells the datapath's cached verdicts
+apart. Anything else is built anew.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from .predicates import FIELDS, FIELDS6, IPV4, IPV6, WIDTH
@@ -52,6 +63,8 @@ FAMILY_BIT = {IPV4.name: 0, IPV6.name: USED_MASK + 1}
 # generation is 0, "none", or LFP_FLT_OPEN).
 GENERATION_LOW = (USED_MASK << 1) | 1
 LPM_FIELDS = ("src", "dst", "src6", "dst6", "l4s", "l4d", "tcpflags")
+# More changed prefixes than this are built anew (each is checked against the others).
+MAX_PATCHED = 256
 MAX_SALTS = 16
 MAX_PAIR_ENTRIES = 1 << 20
 
@@ -73,6 +86,15 @@ class Classifier:
     # `linuxfp stats` attributes the datapath's per-class counts to
     counted: tuple[tuple[int, ...], ...] = ()
     fields: tuple[str, ...] = FIELDS                  # its family's (predicates.Family.fields)
+    # which contents the generation's LPM entries have: drawn afresh by each
+    # build and each patch (patch_classifier), never 0
+    epoch: int = 0
+    # what the last patch changed, per field: (entries gone, entries new),
+    # from the classifier of this generation at epoch `patched_from`
+    patch: tuple[tuple[str, tuple, tuple], ...] = ()
+    patched_from: int = 0
+    # what patching needs (_Memo): held by one classifier at a time
+    memo: object = field(default=None, compare=False, repr=False)
 
     @property
     def family(self) -> str:
@@ -130,11 +152,16 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
     field_classes: dict[str, list[int]] = {}
     prefixes = []
     interface_classes = {}
+    memos: dict[str, _FieldMemo] = {}
     for name in fields:
-        bits_of_node = _field_nodes(program, name)
+        bits_of_node, field_memo = _field_nodes(program, name)
         if name in LPM_FIELDS:
             classes, entries = _dedupe_nodes(bits_of_node)
             prefixes.append((name, tuple(entries)))
+            if field_memo is not None:
+                field_memo.entries = entries
+                field_memo.class_ids = {bits: i for i, bits in enumerate(classes)}
+                memos[name] = field_memo
         else:
             per_value = {index: _value_bits(bits_of_node, index, WIDTH[name]) for index in ifindexes}
             classes, ids = _dedupe_values(per_value, bits_of_node[(0, 0)])
@@ -213,12 +240,231 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         generation = next(candidates())
     else:
         generation = book.choose(hashlib.blake2b(body, digest_size=16).digest(), candidates())
-    return Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, fields)
+    memo = _Memo(program, tuple(sorted(ifindexes)), memos)
+    built = Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, fields,
+                       epoch=fresh_epoch(), memo=memo)
+    memo.owner = built
+    return built
 
 
-def _field_nodes(program: Program, name: str) -> dict[tuple[int, int], int]:
+@dataclass
+class _FieldMemo:
+    """One field's phase 1 as built, kept for patching: the boxes each
+    prefix is named inside / outside by, those with no inside predicate,
+    per trie prefix ("atom") the boxes inside / outside along its path from
+    the root, the atoms in (network, length) order, and (LPM fields) the
+    class of each set of boxes and the entries."""
+    inside: dict[tuple[int, int], int]
+    outside: dict[tuple[int, int], int]
+    no_inside: int
+    path: dict[tuple[int, int], tuple[int, int]]
+    ordered: list[tuple[int, int]]
+    width: int
+    class_ids: dict[int, int] = field(default_factory=dict)
+    entries: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+@dataclass
+class _Memo:
+    program: Program
+    ifindexes: tuple[int, ...]
+    fields: dict[str, _FieldMemo]
+    owner: object = None      # the classifier it describes: patching moves it on
+
+
+def patch_classifier(old: Classifier, program: Program, ifindexes) -> Classifier | None:
+    """`old` for `program`, when it differs from the program `old` was made
+    for only in LPM fields' prefixes that can be patched (the module's
+    docstring): the same generation, classes and verdicts, new LPM entries
+    and epoch. None: build it anew."""
+    with _PATCHING:      # (a memo is patched by one thread at a time, and moves on)
+        return _patched(old, program, ifindexes)
+
+
+_PATCHING = threading.Lock()
+
+
+def _patched(old: Classifier, program: Program, ifindexes) -> Classifier | None:
+    memo = old.memo
+    if not isinstance(memo, _Memo) or memo.owner is not old or memo.ifindexes != tuple(sorted(ifindexes)):
+        return None
+    deltas = _prefix_deltas(memo.program, program)
+    if deltas is None:
+        return None
+    if not deltas:
+        return old
+    if sum(len(changes) for changes in deltas.values()) > MAX_PATCHED:
+        return None
+    planned = {}
+    for name, changes in deltas.items():
+        fm = memo.fields.get(name)
+        if fm is None:
+            return None
+        plan = _field_patch(fm, changes)
+        if plan is None:
+            return None
+        planned[name] = plan
+    # every field can take its changes: apply them (the memo moves to the new classifier)
+    patch = []
+    prefixes = dict(old.prefixes)
+    try:
+        for name, (atoms, gone, new) in planned.items():
+            fm = memo.fields[name]
+            _apply_field_patch(fm, atoms, gone, new)
+            prefixes[name] = tuple(fm.entries)
+            patch.append((name, tuple(gone), tuple(new)))
+    except Exception:       # noqa: BLE001 - a memo half patched describes nothing: build anew
+        memo.owner = None
+        return None
+    patched = replace(old, prefixes=tuple((name, prefixes[name]) for name, _ in old.prefixes),
+                      epoch=fresh_epoch(), patch=tuple(patch), patched_from=old.epoch, memo=memo)
+    memo.program, memo.owner = program, patched
+    return patched
+
+
+def fresh_epoch() -> int:
+    """An epoch no classifier had (but once in 2^32): verdicts cached under
+    another — in this process or one before it (--keep), while entries were
+    being written, or read in a torn lfp_flt_cfg — never match it."""
+    return secrets.randbits(32) or 1
+
+
+def _prefix_deltas(before: Program, after: Program):
+    """Per LPM field, per prefix: the boxes that now name it inside and
+    outside, as (added inside, removed inside, added outside, removed
+    outside) bit masks — when the programs differ in nothing else; None
+    otherwise."""
+    if (before.rules != after.rules or before.chains != after.chains or before.backends != after.backends
+            or before.interface_fields != after.interface_fields or before.reads_mark != after.reads_mark
+            or before.stateful != after.stateful or before.family != after.family
+            or len(before.boxes) != len(after.boxes)):
+        return None
+    deltas: dict[str, dict[tuple[int, int], list[int]]] = {}
+    for box_id, (a, b) in enumerate(zip(before.boxes, after.boxes)):
+        if a is b or a == b:
+            continue
+        if [n for n, _ in a.fields] != [n for n, _ in b.fields]:
+            return None
+        bit = 1 << box_id
+        for (name, pa), (_, pb) in zip(a.fields, b.fields):
+            if pa == pb:
+                continue
+            if name not in LPM_FIELDS or (pa.inside is None) != (pb.inside is None):
+                return None
+            changes = deltas.setdefault(name, {})
+            for prefixes, slot in ((pb.inside - pa.inside if pb.inside is not None else (), 0),
+                                   (pa.inside - pb.inside if pa.inside is not None else (), 1),
+                                   (pb.outside - pa.outside, 2), (pa.outside - pb.outside, 3)):
+                for prefix in prefixes:
+                    changes.setdefault(prefix, [0, 0, 0, 0])[slot] |= bit
+    return deltas
+
+
+def _field_patch(fm: _FieldMemo, changes):
+    """What the changes make of the field's trie: per changed prefix, its
+    new (inside, outside, path, class) — an atom no box names any more
+    stays, with its parent's path and class (its entry is rewritten, never
+    erased: the sync erases after lfp_flt_cfg names the new epoch, and
+    until then a packet would still find it); None for a prefix that never
+    was one and is not now. The entries replaced and new. None when the
+    field cannot be patched."""
+    width = fm.width
+    changed = set(changes)
+    atoms, gone, new = {}, [], []
+    for prefix, (add_in, drop_in, add_out, drop_out) in changes.items():
+        value, length = prefix
+        if length == 0 or value != _network(value, length, width):
+            return None       # the root (every address) or an unnormalised prefix
+        if _has_inside(fm, prefix, changed):
+            return None       # another prefix's path runs through it
+        inside = (fm.inside.get(prefix, 0) | add_in) & ~drop_in
+        outside = (fm.outside.get(prefix, 0) | add_out) & ~drop_out
+        parent = _parent(fm, prefix, changed)
+        if parent is None:
+            return None       # an ancestor changes too
+        before = _bits(fm, fm.path[prefix]) if prefix in fm.path else None
+        if not (inside or outside or before is not None):
+            atoms[prefix] = None
+            continue
+        up_in, up_out = fm.path[parent]
+        path = (up_in | inside, up_out | outside)
+        bits = _bits(fm, path)
+        cls = fm.class_ids.get(bits)
+        if cls is None:
+            return None   # a set of boxes no class stands for: phase 2 changes
+        atoms[prefix] = (inside, outside, path)
+        if before is None or fm.class_ids[before] != cls:
+            new.append((value, length, cls))
+            if before is not None:
+                gone.append((value, length, fm.class_ids[before]))
+    return atoms, gone, new
+
+
+def _apply_field_patch(fm: _FieldMemo, atoms, gone, new) -> None:
+    key = lambda e: (e[1], e[0])     # noqa: E731  (the entries' order: length, then value)
+    for entry in gone:
+        i = bisect.bisect_left(fm.entries, key(entry), key=key)
+        if i == len(fm.entries) or fm.entries[i] != entry:
+            raise LookupError(f"{entry} is not an entry of the memo")
+        del fm.entries[i]
+    for entry in new:
+        bisect.insort(fm.entries, entry, key=key)
+    for prefix, state in atoms.items():
+        if state is None:
+            continue
+        inside, outside, path = state
+        for table, bits_ in ((fm.inside, inside), (fm.outside, outside)):
+            if bits_:
+                table[prefix] = bits_
+            else:
+                table.pop(prefix, None)
+        if prefix not in fm.path:
+            bisect.insort(fm.ordered, prefix)
+        fm.path[prefix] = path
+
+
+def _bits(fm: _FieldMemo, path: tuple[int, int]) -> int:
+    """The boxes whose predicate holds below an atom with this path."""
+    return (fm.no_inside | path[0]) & ~path[1]
+
+
+def _network(value: int, length: int, width: int) -> int:
+    shift = width - length
+    return value >> shift << shift
+
+
+def _has_inside(fm: _FieldMemo, prefix: tuple[int, int], changed) -> bool:
+    """Whether an atom, or another changed prefix, lies strictly within
+    `prefix` (atoms are ordered by network, then length: those within
+    follow it)."""
+    value, length = prefix
+    if length == fm.width:
+        return False
+    last = value + (1 << (fm.width - length)) - 1
+    i = bisect.bisect_left(fm.ordered, (value, length + 1))
+    if i < len(fm.ordered) and fm.ordered[i][0] <= last:
+        return True
+    return any(q != prefix and q[1] > length and value <= q[0] <= last for q in changed)
+
+
+def _parent(fm: _FieldMemo, prefix: tuple[int, int], changed) -> tuple[int, int] | None:
+    """The longest atom strictly containing `prefix` (the root at least);
+    None when one of the prefixes containing it changes too."""
+    value, length = prefix
+    for shorter in range(length - 1, -1, -1):
+        up = (_network(value, shorter, fm.width), shorter)
+        if up in changed:
+            return None
+        if up in fm.path:
+            return up
+    return None
+
+
+def _field_nodes(program: Program, name: str) -> tuple[dict[tuple[int, int], int], _FieldMemo | None]:
     """For the root prefix and every prefix a box names on this field: the
-    boxes whose predicate holds for a value whose longest named prefix it is."""
+    boxes whose predicate holds for a value whose longest named prefix it is;
+    and what patching needs of the field (None: a prefix with bits outside
+    its length, which the patch's lookups by network would miss)."""
     width = WIDTH[name]
     no_inside = 0
     inside: dict[tuple[int, int], int] = {}
@@ -226,24 +472,35 @@ def _field_nodes(program: Program, name: str) -> dict[tuple[int, int], int]:
     for box_id, box in enumerate(program.boxes):
         pred = box.get(name)
         bit = 1 << box_id
+        # (a prefix one box names holds that box's own `bit` object: a
+        # 100 000-member set makes no 100 000 copies of a wide int)
         if pred.inside is None:
             no_inside |= bit
         else:
             for p in pred.inside:
-                inside[p] = inside.get(p, 0) | bit
+                held = inside.get(p)
+                inside[p] = bit if held is None else held | bit
         for p in pred.outside:
-            outside[p] = outside.get(p, 0) | bit
+            held = outside.get(p)
+            outside[p] = bit if held is None else held | bit
     atoms = sorted(set(inside) | set(outside) | {(0, 0)}, key=lambda p: (p[0] >> (width - p[1]) << (width - p[1]), p[1]))
     nodes: dict[tuple[int, int], int] = {}
+    path: dict[tuple[int, int], tuple[int, int]] = {}
     stack: list[tuple[tuple[int, int], int, int]] = []   # prefix, inside so far, outside so far
+    normal = True
+    shared: dict = {}       # one object per distinct path and node (few, however many atoms)
     for atom in atoms:
         while stack and not _within(atom, stack[-1][0], width):
             stack.pop()
         ins = (stack[-1][1] if stack else 0) | inside.get(atom, 0)
         outs = (stack[-1][2] if stack else 0) | outside.get(atom, 0)
-        stack.append((atom, ins, outs))
-        nodes[atom] = (no_inside | ins) & ~outs
-    return nodes
+        walked = shared.setdefault((ins, outs), (ins, outs))
+        stack.append((atom, walked[0], walked[1]))
+        node = (no_inside | ins) & ~outs
+        nodes[atom] = shared.setdefault(node, node)
+        path[atom] = walked
+        normal = normal and atom[0] == atom[0] >> (width - atom[1]) << (width - atom[1])
+    return nodes, (_FieldMemo(inside, outside, no_inside, path, atoms, width) if normal else None)
 
 
 def _within(inner: tuple[int, int], outer: tuple[int, int], width: int) -> bool:

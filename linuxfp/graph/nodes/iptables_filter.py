@@ -16,7 +16,7 @@ from linuxfp.state.iptables import TOOLS
 
 from ..filtering.addrtypes import AddressTypes, address_types
 from ..filtering.classifier import (FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
-                                    build_classifier)
+                                    build_classifier, patch_classifier)
 from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
 from ..filtering.scope import evaluated_scope6, filter_scope
@@ -92,7 +92,9 @@ class Filter(Node):
         last = _last_tables
         if last is None or any(a is not b for a, b in zip(last[0], key)):
             # the same objects while the classifiers are: the sync skips them
-            last = _last_tables = (key, filter_tables(plan.classifier, plan.classifier6, plan.ipv6))
+            patched = _patched_tables(last, key) if last is not None else None
+            last = _last_tables = (key, patched if patched is not None else
+                                   filter_tables(plan.classifier, plan.classifier6, plan.ipv6))
         return last[1]
 
     def notes(self, snapshot) -> tuple[str, ...]:
@@ -110,7 +112,8 @@ class Filter(Node):
                              "the rest go to the kernel")
             if classifier is not None:
                 fields = ",".join(name for name in classifier.fields if classifier.used & FIELD_BIT[name]) or "none"
-                lines.append(f"{tool} classifier generation {classifier.generation:08x}: "
+                patched = f" epoch {classifier.epoch:08x} (ipset members patched in)" if classifier.epoch else ""
+                lines.append(f"{tool} classifier generation {classifier.generation:08x}{patched}: "
                              f"{classifier.entry_count()} entries, fields {fields}")
             elif f"not evaluated: {plan.problem}" not in lines:
                 lines.append(f"not evaluated: {plan.problem}")
@@ -194,8 +197,8 @@ FILTER = register(Filter())
 # filter.h's per-flow cache slot and per-class counts, as `stats` reads them
 TALLY = CType("struct lfp_tally", (("packets", "Q"), ("bytes", "Q")))     # common.h
 HIT_KEY = CType("struct lfp_flt_hit_key", (("gen", "I"), ("cls", "I")))
-CACHED = CType("struct lfp_flt_cached", (("tally", "16s"), ("verdict", "I"), ("cls", "I"), ("flow", "52s"),
-                                         ("", "4x")))
+CACHED = CType("struct lfp_flt_cached", (("tally", "16s"), ("verdict", "I"), ("cls", "I"), ("epoch", "I"),
+                                         ("flow", "52s")))
 
 
 def fast_path_counts(hits_map, cache_map) -> dict[tuple[int, int], list[int]]:
@@ -404,7 +407,7 @@ def filter_plan(snapshot) -> FilterPlan:
         names = _link_names(links) if last[1] is not None else None
         if names == last[1]:
             return last[3]
-    plan = _plan(nf, links, types)
+    plan = _plan(nf, links, types, last[3] if last is not None else None)
     names = _link_names(links) if any(program.interface_fields for program, _ in plan.families) else None
     _last = (nf, names, types, plan)
     return plan
@@ -440,7 +443,9 @@ def _link_names(links) -> tuple[tuple[int, str], ...]:
     return tuple((link.index, link.name) for link in links)
 
 
-def _plan(netfilter, links, addrtypes: AddressTypes | None = None) -> FilterPlan:
+def _plan(netfilter, links, addrtypes: AddressTypes | None = None, previous: FilterPlan | None = None) -> FilterPlan:
+    """`previous`: the plan before, whose classifiers a change of ipset
+    members alone is patched into (classifier.patch_classifier)."""
     scope, scope6 = filter_scope(netfilter), evaluated_scope6(netfilter)
     filters6 = scope6 is not None and scope6.filters_forward
     if not scope.filters_forward and not filters6:
@@ -454,11 +459,11 @@ def _plan(netfilter, links, addrtypes: AddressTypes | None = None) -> FilterPlan
         if scope.filters_forward:
             program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets,
                                       addrtypes=addrtypes)
-            classifier = _classifier(program, links)
+            classifier = _classifier(program, links, previous.classifier if previous is not None else None)
         if filters6:
             program6 = compile_program(scope6.forward, links, stateful=bool(tracking6), ipsets=netfilter.ipsets,
                                        family=IPV6)
-            classifier6 = _classifier(program6, links)
+            classifier6 = _classifier(program6, links, previous.classifier6 if previous is not None else None)
         check_capacity(classifier, classifier6)
     except TooLarge as exc:
         return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})", tracking=scope.stateful,
@@ -475,9 +480,10 @@ def _plan(netfilter, links, addrtypes: AddressTypes | None = None) -> FilterPlan
 _GENERATIONS = GenerationBook()
 
 
-def _classifier(program: Program, links) -> Classifier:
+def _classifier(program: Program, links, previous: Classifier | None = None) -> Classifier:
     ifindexes = [link.index for link in links] if program.interface_fields else []
-    return build_classifier(program, ifindexes, _GENERATIONS)
+    patched = patch_classifier(previous, program, ifindexes) if previous is not None else None
+    return patched if patched is not None else build_classifier(program, ifindexes, _GENERATIONS)
 
 
 # max_entries of the maps in filter.h (tests/test_filter_datapath.py checks
@@ -509,7 +515,7 @@ LPM6_KEY = CType("struct lfp_flt_lpm6_key", (("prefixlen", "I"), ("gen", "I"), (
 IF_KEY = CType("struct lfp_flt_if_key", (("gen", "I"), ("ifindex", "I")))
 IF_CLASSES = CType("struct lfp_flt_if_classes", (("in", "I"), ("out", "I")))
 PAIR_KEY = CType("struct lfp_flt_pair_key", (("gen", "I"), ("node", "I"), ("left", "I"), ("right", "I")))
-CFG_VALUE = CType("struct lfp_flt_cfg", (("gen", "I"),))
+CFG_VALUE = CType("struct lfp_flt_cfg", (("gen", "I"), ("epoch", "I")))
 
 
 def lpm_key(generation: int, name: str, value: int, length: int) -> bytes:
@@ -540,7 +546,6 @@ def filter_tables(classifier: Classifier | None, classifier6: Classifier | None 
     where it may not be routed (`ipv6` False): left unconfigured there."""
     lpm: dict[str, set] = {name: set() for name in LPM_FIELDS}
     ifs, comb = set(), set()
-    cfg = {CFG_INDEX[IPV4.name]: OPEN, CFG_INDEX[IPV6.name]: OPEN if ipv6 else 0}
     for current in (classifier, classifier6):
         if current is None:
             continue
@@ -553,9 +558,6 @@ def filter_tables(classifier: Classifier | None, classifier6: Classifier | None 
         comb.update((pair_key(gen, node, left, right), u32(cls)) for node, left, right, cls in current.pairs)
         comb.update((pair_key(gen, VERDICT_NODE, cls, 0), u32(verdict | (rule + 1) << 2))
                     for cls, verdict, rule in current.verdicts)
-        cfg[CFG_INDEX[current.family]] = gen
-    if classifier is None and classifier6 is None:
-        cfg = {}        # the node does not apply
     return tuple(Table(LPM_TABLE[name], FILTER.name, LPM6_KEY if WIDTH[name] == 128 else LPM_KEY, U32,
                        frozenset(lpm[name]), kind=HASH, describe=f"filter classes of {name} prefixes")
                  for name in LPM_FIELDS) + (
@@ -563,7 +565,52 @@ def filter_tables(classifier: Classifier | None, classifier6: Classifier | None 
               describe="filter classes of interfaces as -i / -o"),
         Table(COMB, FILTER.name, PAIR_KEY, U32, frozenset(comb), kind=HASH,
               describe="filter classes of class pairs; verdicts"),
-        Table(CFG, FILTER.name, U32, CFG_VALUE,
-              frozenset((u32(index), CFG_VALUE.pack(gen)) for index, gen in cfg.items() if gen), kind=ARRAY,
-              describe="current filter generation per family (its low bits: fields used), or 1: open"),
+        _cfg_table(classifier, classifier6, ipv6),
     )
+
+
+def _cfg_table(classifier: Classifier | None, classifier6: Classifier | None, ipv6: bool) -> Table:
+    """lfp_flt_cfg: per family its classifier's generation and epoch, open
+    (no classifier), or nothing (IPv6 not routed; no classifier at all)."""
+    cfg = {CFG_INDEX[IPV4.name]: (OPEN, 0), CFG_INDEX[IPV6.name]: (OPEN if ipv6 else 0, 0)}
+    for current in (classifier, classifier6):
+        if current is not None:
+            cfg[CFG_INDEX[current.family]] = (current.generation, current.epoch)
+    if classifier is None and classifier6 is None:
+        cfg = {}        # the node does not apply
+    return Table(CFG, FILTER.name, U32, CFG_VALUE,
+                 frozenset((u32(index), CFG_VALUE.pack(gen, epoch)) for index, (gen, epoch) in cfg.items() if gen),
+                 kind=ARRAY, describe="current filter generation per family (its low bits: fields used), or 1: "
+                                      "open; and the epoch of its address prefixes' contents")
+
+
+def _patched_tables(last, key) -> tuple[Table, ...] | None:
+    """The tables of `key`'s classifiers made from the `last` ones where
+    each classifier is the last one or a patch of it (classifier.py's
+    patch_classifier: only LPM entries changed): those entries swapped in
+    their tables, lfp_flt_cfg with the new epoch. None: build them anew."""
+    (old4, old6, old_ipv6), tables = last
+    if key[2] != old_ipv6:
+        return None
+    changes: dict[str, tuple[set, set]] = {}
+    for old, new in zip((old4, old6), key[:2]):
+        if new is old:
+            continue
+        if old is None or new is None or new.generation != old.generation or new.patched_from != old.epoch \
+                or not new.patch:
+            return None
+        for name, gone, added in new.patch:
+            if not new.used & FIELD_BIT[name]:
+                continue        # (a field no lookup reads has no entries)
+            pairs = changes.setdefault(LPM_TABLE[name], (set(), set()))
+            pairs[0].update((lpm_key(new.generation, name, v, length), u32(c)) for v, length, c in gone)
+            pairs[1].update((lpm_key(new.generation, name, v, length), u32(c)) for v, length, c in added)
+    out = []
+    for table in tables:
+        if table.name in changes:
+            gone, added = changes[table.name]
+            table = table.changed(frozenset(gone), frozenset(added))
+        elif table.name == CFG:
+            table = _cfg_table(key[0], key[1], key[2])
+        out.append(table)
+    return tuple(out)
