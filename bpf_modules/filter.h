@@ -145,7 +145,11 @@ struct {
  * one — an ipset member added or removed is written into the current
  * generation's LPM entries in place (no other entry changes:
  * classifier.py's patch_classifier), and a verdict cached under an earlier
- * epoch, or while the entries were being written, is never used again. */
+ * epoch (those found while the entries were being written included) is not
+ * used once the new one is written. (A reader that sees the new epoch sees
+ * the entries written before it on x86's ordering; a weakly ordered CPU
+ * could pair them otherwise, where only the watch's pass-everything window,
+ * which covers every patch of an ipset change, keeps it exact.) */
 struct lfp_flt_cfg {
 	__u32 gen;
 	__u32 epoch;

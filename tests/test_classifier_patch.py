@@ -158,3 +158,56 @@ def test_patched_tables_are_the_tables_of_the_patched_classifier():
         cfg = {t.name: t for t in tables}["lfp_flt_cfg"]
         assert iptables_filter.CFG_VALUE.unpack(next(iter(cfg.entries))[1]) == (patched.generation, patched.epoch)
         last = ((patched, None, False), tables)
+
+
+def test_a_patched_generation_is_never_built_again_for_other_contents():
+    """The sync erases what a plan no longer has only after lfp_flt_cfg
+    names the new contents: a build given the generation patches changed in
+    place would leave the patched-in entries readable under the new epoch.
+    So a patch retires its generation in the book, and each process salts
+    its generations (a --keep datapath patched by another process)."""
+    import subprocess
+    import sys
+
+    from linuxfp.graph.filtering.classifier import GenerationBook
+
+    block, allow = {(_ip("198.19.1.0"), 24)}, {(_ip("198.19.7.7"), 32)}
+    book = GenerationBook()
+    base = build_classifier(_program(block, allow), [], book)
+    assert build_classifier(_program(block, allow), [], book).generation == base.generation   # equal contents
+    patched = patch_classifier(base, _program(block | {(_ip("198.19.9.9"), 32)}, allow), [], book)
+    assert patched is not None and patched.generation == base.generation
+    again = build_classifier(_program(block, allow), [], book)
+    assert again.generation != base.generation
+    assert build_classifier(_program(block | {(_ip("198.19.9.9"), 32)}, allow), [], book).generation \
+        not in (base.generation, again.generation)
+    code = ("from tests.test_classifier_patch import _program, _ip; "
+            "from linuxfp.graph.filtering.classifier import build_classifier; "
+            "print(build_classifier(_program({(_ip('198.19.1.0'), 24)}, {(_ip('198.19.7.7'), 32)}), []).generation)")
+    root = __file__.rsplit("/tests/", 1)[0]
+    other = {int(subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                                check=True).stdout) for _ in range(2)}
+    assert len(other | {build_classifier(_program(block, allow), []).generation}) == 3
+
+
+def test_removed_members_left_behind_are_bounded(monkeypatch):
+    """A removed member's entry stays (with the class around it) until a
+    build: past the bound a patch declines, and the build drops them."""
+    from linuxfp.graph.filtering import classifier as module
+
+    monkeypatch.setattr(module, "MIN_LEFTOVER", 5)
+    block, allow = {(_ip("198.19.1.0"), 24)}, {(_ip("198.19.7.7"), 32)}
+    current = build_classifier(_program(block, allow), [])
+    size = {name: len(entries) for name, entries in current.prefixes}
+    removed = 0
+    for n in range(20):
+        member = (_ip("198.19.9.0") + n, 32)
+        current = patch_classifier(current, _program(block | {member}, allow), [])
+        assert current is not None
+        attempt = patch_classifier(current, _program(block, allow), [])
+        if attempt is None:
+            break
+        current, removed = attempt, removed + 1
+    assert removed == 5, removed      # each removal leaves one atom per field it lies in (src and dst)
+    rebuilt = build_classifier(_program(block, allow), [])
+    assert {name: len(entries) for name, entries in rebuilt.prefixes} == size

@@ -19,7 +19,7 @@ from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, GENER
 from linuxfp.graph.filtering.program import (ACCEPT, DROP, KERNEL, box_contains, compile_program, matched_boxes,
                                              packet_fields, verdict)
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6
-from linuxfp.graph.nodes.iptables_filter import filter_plan
+from linuxfp.graph.nodes.iptables_filter import CFG_VALUE, filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, PROBE_TCP_FLAGS, Coverage, probe_addresses, random_ruleset
 from linuxfp.state.iptables import ParseError, parse_rule, parse_save
 from linuxfp.state.model import IpSet, NetfilterState, NftChain, NftNative
@@ -465,7 +465,7 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
         "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
     tables = {t.name: t for t in graph.tables}
     # IPv4's generation; IPv6 open (no ip6tables rule filters it)
-    cfg = {int.from_bytes(k, "little"): int.from_bytes(v, "little") for k, v in tables["lfp_flt_cfg"].entries}
+    cfg = {int.from_bytes(k, "little"): CFG_VALUE.unpack(v)[0] for k, v in tables["lfp_flt_cfg"].entries}
     assert cfg[0] > GENERATION_LOW and not cfg[0] & FAMILY_BIT["ip6"] and cfg[1] == 1
     assert tables["lfp_flt_dst"].entries
     # stateful rules: the filter looks connections up (the CT bit of its generation)
@@ -725,7 +725,7 @@ def test_ip6tables_legacy_forward_rules_alone_are_filtered_or_keep_the_router_of
     assert {p.ifname: p.shape.nodes for p in graph.pipelines} == {
         "left": ("router", "filter", "transmit"), "right": ("router", "filter", "transmit")}
     tables = {t.name: t for t in graph.tables}
-    cfg = {int.from_bytes(k, "little"): int.from_bytes(v, "little") for k, v in tables["lfp_flt_cfg"].entries}
+    cfg = {int.from_bytes(k, "little"): CFG_VALUE.unpack(v)[0] for k, v in tables["lfp_flt_cfg"].entries}
     assert cfg[0] == 1 and cfg[1] > GENERATION_LOW and cfg[1] & FAMILY_BIT["ip6"] and tables["lfp_flt_dst6"].entries
     monkeypatch.setattr(iptables_filter, "CAPACITY", dict.fromkeys(iptables_filter.CAPACITY, 2))
     monkeypatch.setattr(iptables_filter, "_last", None)

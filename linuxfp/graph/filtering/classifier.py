@@ -65,6 +65,12 @@ GENERATION_LOW = (USED_MASK << 1) | 1
 LPM_FIELDS = ("src", "dst", "src6", "dst6", "l4s", "l4d", "tcpflags")
 # More changed prefixes than this are built anew (each is checked against the others).
 MAX_PATCHED = 256
+# Atoms left behind by removed members a field keeps before a patch declines:
+# this many, or an eighth of its entries.
+MIN_LEFTOVER = 1024
+# Mixed into every generation's digest: equal contents get equal generations
+# within a process, never the same one as in another (GenerationBook.retire).
+_PROCESS_SALT = secrets.token_bytes(8)
 MAX_SALTS = 16
 MAX_PAIR_ENTRIES = 1 << 20
 
@@ -142,6 +148,18 @@ class GenerationBook:
                 if self._by_contents.get(its_contents) == gone:
                     del self._by_contents[its_contents]
             return generation
+
+    def retire(self, generation: int) -> None:
+        """`generation` no longer names the contents it was given (a patch
+        changed them in place): those contents, built again, get another —
+        a build under the same generation would erase what the patches added
+        only after lfp_flt_cfg named it (the sync's order), and a packet in
+        between would find those entries. It stays taken."""
+        with self._lock:
+            contents = self._by_generation.get(generation)
+            if contents is not None and self._by_contents.get(contents) == generation:
+                del self._by_contents[contents]
+                self._by_generation[generation] = b"patched"
 
 
 def build_classifier(program: Program, ifindexes, book: GenerationBook | None = None) -> Classifier:
@@ -232,7 +250,11 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
             # The low bits are `used` and the family: the datapath reads them
             # in one word, so it can never pair one generation with another's
             # fields, and the two families' entries never share a key.
-            digest = int.from_bytes(hashlib.blake2b(body + salt.to_bytes(1, "big") * bool(salt),
+            # (and this process's salt: a generation an earlier process
+            # patched — a --keep datapath — is not taken again for what its
+            # build held; the first plan writes a generation of its own,
+            # the kept one serving meanwhile)
+            digest = int.from_bytes(hashlib.blake2b(_PROCESS_SALT + body + salt.to_bytes(1, "big") * bool(salt),
                                                     digest_size=4).digest(), "big")
             yield (digest & ~GENERATION_LOW & 0xFFFFFFFF or GENERATION_LOW + 1) | FAMILY_BIT[program.family.name] | used
 
@@ -262,6 +284,9 @@ class _FieldMemo:
     width: int
     class_ids: dict[int, int] = field(default_factory=dict)
     entries: list[tuple[int, int, int]] = field(default_factory=list)
+    # atoms no box names any more, kept with their parent's class (patches
+    # never erase): a build drops them, so past MAX_LEFTOVER a patch declines
+    leftover: int = 0
 
 
 @dataclass
@@ -272,13 +297,21 @@ class _Memo:
     owner: object = None      # the classifier it describes: patching moves it on
 
 
-def patch_classifier(old: Classifier, program: Program, ifindexes) -> Classifier | None:
+def patch_classifier(old: Classifier, program: Program, ifindexes,
+                     book: GenerationBook | None = None) -> Classifier | None:
     """`old` for `program`, when it differs from the program `old` was made
     for only in LPM fields' prefixes that can be patched (the module's
     docstring): the same generation, classes and verdicts, new LPM entries
-    and epoch. None: build it anew."""
+    and epoch. None: build it anew. `book`: the generations given, where
+    the patched one is retired (GenerationBook.retire)."""
     with _PATCHING:      # (a memo is patched by one thread at a time, and moves on)
-        return _patched(old, program, ifindexes)
+        try:
+            patched = _patched(old, program, ifindexes)
+        except Exception:   # noqa: BLE001 - whatever went wrong, a build is exact
+            return None
+    if patched is not None and patched is not old and book is not None:
+        book.retire(old.generation)
+    return patched
 
 
 _PATCHING = threading.Lock()
@@ -304,18 +337,16 @@ def _patched(old: Classifier, program: Program, ifindexes) -> Classifier | None:
         if plan is None:
             return None
         planned[name] = plan
-    # every field can take its changes: apply them (the memo moves to the new classifier)
+    # every field can take its changes: apply them (the memo moves to the new
+    # classifier; disowned until then, so one half patched is never used)
+    memo.owner = None
     patch = []
     prefixes = dict(old.prefixes)
-    try:
-        for name, (atoms, gone, new) in planned.items():
-            fm = memo.fields[name]
-            _apply_field_patch(fm, atoms, gone, new)
-            prefixes[name] = tuple(fm.entries)
-            patch.append((name, tuple(gone), tuple(new)))
-    except Exception:       # noqa: BLE001 - a memo half patched describes nothing: build anew
-        memo.owner = None
-        return None
+    for name, (atoms, gone, new) in planned.items():
+        fm = memo.fields[name]
+        _apply_field_patch(fm, atoms, gone, new)
+        prefixes[name] = tuple(fm.entries)
+        patch.append((name, tuple(gone), tuple(new)))
     patched = replace(old, prefixes=tuple((name, prefixes[name]) for name, _ in old.prefixes),
                       epoch=fresh_epoch(), patch=tuple(patch), patched_from=old.epoch, memo=memo)
     memo.program, memo.owner = program, patched
@@ -371,6 +402,7 @@ def _field_patch(fm: _FieldMemo, changes):
     width = fm.width
     changed = set(changes)
     atoms, gone, new = {}, [], []
+    leftover = 0
     for prefix, (add_in, drop_in, add_out, drop_out) in changes.items():
         value, length = prefix
         if length == 0 or value != _network(value, length, width):
@@ -386,6 +418,10 @@ def _field_patch(fm: _FieldMemo, changes):
         if not (inside or outside or before is not None):
             atoms[prefix] = None
             continue
+        if not (inside or outside) and (prefix in fm.inside or prefix in fm.outside):
+            leftover += 1
+            if fm.leftover + leftover > max(MIN_LEFTOVER, len(fm.entries) // 8):
+                return None   # enough left behind: a build drops them
         up_in, up_out = fm.path[parent]
         path = (up_in | inside, up_out | outside)
         bits = _bits(fm, path)
@@ -413,6 +449,9 @@ def _apply_field_patch(fm: _FieldMemo, atoms, gone, new) -> None:
         if state is None:
             continue
         inside, outside, path = state
+        was = prefix in fm.inside or prefix in fm.outside
+        if was != bool(inside or outside) and prefix in fm.path:
+            fm.leftover += 1 if was else -1
         for table, bits_ in ((fm.inside, inside), (fm.outside, outside)):
             if bits_:
                 table[prefix] = bits_

@@ -112,7 +112,7 @@ class Filter(Node):
                              "the rest go to the kernel")
             if classifier is not None:
                 fields = ",".join(name for name in classifier.fields if classifier.used & FIELD_BIT[name]) or "none"
-                patched = f" epoch {classifier.epoch:08x} (ipset members patched in)" if classifier.epoch else ""
+                patched = f" epoch {classifier.epoch:08x} (ipset members patched in)" if classifier.patch else ""
                 lines.append(f"{tool} classifier generation {classifier.generation:08x}{patched}: "
                              f"{classifier.entry_count()} entries, fields {fields}")
             elif f"not evaluated: {plan.problem}" not in lines:
@@ -464,7 +464,15 @@ def _plan(netfilter, links, addrtypes: AddressTypes | None = None, previous: Fil
             program6 = compile_program(scope6.forward, links, stateful=bool(tracking6), ipsets=netfilter.ipsets,
                                        family=IPV6)
             classifier6 = _classifier(program6, links, previous.classifier6 if previous is not None else None)
-        check_capacity(classifier, classifier6)
+        try:
+            check_capacity(classifier, classifier6)
+        except TooLarge:
+            if not any(c is not None and c.patch for c in (classifier, classifier6)):
+                raise
+            # what patches left behind may be what does not fit: built anew
+            classifier = _classifier(program, links) if program is not None else None
+            classifier6 = _classifier(program6, links) if program6 is not None else None
+            check_capacity(classifier, classifier6)
     except TooLarge as exc:
         return FilterPlan(program, problem=f"the rules need too large a classifier ({exc})", tracking=scope.stateful,
                           program6=program6, ipv6=ipv6, tracking6=tracking6)
@@ -482,7 +490,7 @@ _GENERATIONS = GenerationBook()
 
 def _classifier(program: Program, links, previous: Classifier | None = None) -> Classifier:
     ifindexes = [link.index for link in links] if program.interface_fields else []
-    patched = patch_classifier(previous, program, ifindexes) if previous is not None else None
+    patched = patch_classifier(previous, program, ifindexes, _GENERATIONS) if previous is not None else None
     return patched if patched is not None else build_classifier(program, ifindexes, _GENERATIONS)
 
 
