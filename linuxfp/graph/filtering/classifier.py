@@ -285,8 +285,11 @@ class _FieldMemo:
     class_ids: dict[int, int] = field(default_factory=dict)
     entries: list[tuple[int, int, int]] = field(default_factory=list)
     # atoms no box names any more, kept with their parent's class (patches
-    # never erase): a build drops them, so past MAX_LEFTOVER a patch declines
+    # never erase): a build drops them, so past MIN_LEFTOVER a patch declines
     leftover: int = 0
+    # one object per distinct set of boxes and path (wide ints: few distinct
+    # values, however many atoms hold them)
+    shared: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -409,8 +412,8 @@ def _field_patch(fm: _FieldMemo, changes):
             return None       # the root (every address) or an unnormalised prefix
         if _has_inside(fm, prefix, changed):
             return None       # another prefix's path runs through it
-        inside = (fm.inside.get(prefix, 0) | add_in) & ~drop_in
-        outside = (fm.outside.get(prefix, 0) | add_out) & ~drop_out
+        inside = _shared(fm, (fm.inside.get(prefix, 0) | add_in) & ~drop_in)
+        outside = _shared(fm, (fm.outside.get(prefix, 0) | add_out) & ~drop_out)
         parent = _parent(fm, prefix, changed)
         if parent is None:
             return None       # an ancestor changes too
@@ -423,7 +426,7 @@ def _field_patch(fm: _FieldMemo, changes):
             if fm.leftover + leftover > max(MIN_LEFTOVER, len(fm.entries) // 8):
                 return None   # enough left behind: a build drops them
         up_in, up_out = fm.path[parent]
-        path = (up_in | inside, up_out | outside)
+        path = _shared(fm, (up_in | inside, up_out | outside))
         bits = _bits(fm, path)
         cls = fm.class_ids.get(bits)
         if cls is None:
@@ -460,6 +463,10 @@ def _apply_field_patch(fm: _FieldMemo, atoms, gone, new) -> None:
         if prefix not in fm.path:
             bisect.insort(fm.ordered, prefix)
         fm.path[prefix] = path
+
+
+def _shared(fm: _FieldMemo, value):
+    return fm.shared.setdefault(value, value)
 
 
 def _bits(fm: _FieldMemo, path: tuple[int, int]) -> int:
@@ -539,7 +546,7 @@ def _field_nodes(program: Program, name: str) -> tuple[dict[tuple[int, int], int
         nodes[atom] = shared.setdefault(node, node)
         path[atom] = walked
         normal = normal and atom[0] == atom[0] >> (width - atom[1]) << (width - atom[1])
-    return nodes, (_FieldMemo(inside, outside, no_inside, path, atoms, width) if normal else None)
+    return nodes, (_FieldMemo(inside, outside, no_inside, path, atoms, width, shared=shared) if normal else None)
 
 
 def _within(inner: tuple[int, int], outer: tuple[int, int], width: int) -> bool:
