@@ -198,7 +198,8 @@ def test_response(tmp_path, capsys):
         for system in ("linux", "linuxfp-xdp"):
             assert response[command]["end_to_end"][system]["n"] > 0, command
     # how long a watched change keeps the traffic on the kernel path, once re-read
-    for command in ("iptables-legacy -A", "sysctl -w (no event)", "ipset add", "iptables -A (filter present)"):
+    for command in ("iptables-legacy -A", "sysctl -w (no event)", "ipset add", "iptables -A (filter present)",
+                    "ipset add (large set)", "ipset del (large set)"):
         assert response[command]["errors"] == 0, response[command].get("first_error")
         assert response[command]["kernel_path"]["n"] > 0, command
 

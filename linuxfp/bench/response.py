@@ -24,6 +24,7 @@ import re
 import secrets
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -103,12 +104,19 @@ def _delete_nft_table(line: Line, family: int, name: str) -> Callable[[], None]:
     return delete
 
 
-def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
+# Members of the large set: a blocklist's size in full runs; quick runs (the
+# tests') keep its setup short.
+LARGE_SET = 100_000
+LARGE_SET_QUICK = 10_000
+
+
+def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...]:
     out, sink_mac = line.dut_out.ifname, line.snk.mac
     new_prefix, new_dst = "198.19.250.0/24", "198.19.250.1"
     neigh_dst, local_dst, filtered_dst, set_member = (line.prefix_address(0), line.prefix_address(1),
                                                       line.prefix_address(2), line.prefix_address(3))
     bridge, port_bridge, port, ipset_name = f"brc{tag}", f"brp{tag}", f"bpa{tag}", f"blk{tag}"
+    big_set, big_member = f"big{tag}", line.prefix_address(4)
     nft_table = f"lfpb{tag}"
     return (
         Cycle("route", (
@@ -203,9 +211,30 @@ def cycles(line: Line, tag: str) -> tuple[Cycle, ...]:
                   ("iptables", "-A", "FORWARD", "-m", "set", "--match-set", ipset_name, "dst", "-j", "DROP")),
            teardown=(("iptables", "-F", "FORWARD"), ("ipset", "destroy", ipset_name)),
            note="ipset sends no event: the filter node's watch makes the datapath pass from the end of the "
-                "command's sendmsg until the controller has read the sets again and written the new "
-                "classifier generation"),
+                "command's sendmsg until the controller has read the sets again and patched the member into "
+                "the classifier"),
+        Cycle("ipset, large set", (
+            Step("ipset add (large set)", ("ipset", "add", big_set, big_member),
+                 Effect("disappears", big_member, sink_mac)),
+            Step("ipset del (large set)", ("ipset", "del", big_set, big_member),
+                 Effect("appears", big_member, sink_mac)),
+        ), setup=(("ipset", "create", big_set, "hash:net", "maxelem", "200000", "hashsize", "65536"),
+                  ("sh", "-c", f"{sys.executable} -c '{_BIG_SET_MEMBERS}' {big_set} {large_set} | ipset restore"),
+                  ("iptables", "-A", "FORWARD", "-m", "set", "--match-set", big_set, "dst", "-j", "DROP")),
+           teardown=(("iptables", "-F", "FORWARD"), ("ipset", "destroy", big_set)),
+           note=f"a blocklist-sized set ({large_set} /32s outside the routed prefixes): the set is read "
+                "again whole, the member patched into the classifier (one entry)"),
     )
+
+
+# Addresses of the benchmark range that no routed prefix, source or lab
+# interface holds (198.18.32.0 and up, then 198.19.64.0 and up: 106 496 of
+# them), as `ipset restore` lines: the set the first argument names, as many
+# as the second says.
+_BIG_SET_MEMBERS = ("import sys, ipaddress as a; n, count = sys.argv[1], int(sys.argv[2]); "
+                    "s = [a.ip_address(\"198.18.32.0\") + i for i in range(min(count, 57344))]; "
+                    "s += [a.ip_address(\"198.19.64.0\") + i for i in range(count - len(s))]; "
+                    "print(\"\\n\".join(f\"add {n} {x}\" for x in s))")
 
 
 @dataclass(frozen=True)
@@ -411,7 +440,7 @@ def run(options: Options) -> dict:
         stack.callback(sink.close)
         probes = ProbeStream(line)
         stack.callback(probes.close)
-        all_cycles = cycles(line, tag)
+        all_cycles = cycles(line, tag, LARGE_SET_QUICK if options.quick else LARGE_SET)
         samples += _run_cycles(line, sink, probes, all_cycles, "linux", None, iterations)
         with ControllerProcess(line.dut.name, hook="xdp") as controller:
             samples += _run_cycles(line, sink, probes, all_cycles, "linuxfp-xdp", controller, iterations)
