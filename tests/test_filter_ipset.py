@@ -197,6 +197,73 @@ def test_a_verdict_cached_before_a_member_is_patched_in_is_not_used_after(router
     assert len({epoch, states[0][1], states[1][1]}) == 3, (epoch, states)
 
 
+def _patched_steps():
+    """Sets and rules, then members added and removed one step at a time:
+    a blocking set (dst) and an allow list (`! --match-set`: udp/7 only to
+    its members)."""
+    rules = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+             "-A FORWARD -m set --match-set lfp-block dst -j DROP\n"
+             "-A FORWARD -p udp --dport 7 -m set ! --match-set lfp-allow dst -j DROP\nCOMMIT\n")
+
+    def setup(r):
+        r.dut.run(["ipset", "create", "lfp-block", "hash:net"])
+        r.dut.run(["ipset", "add", "lfp-block", str(r.prefixes[7])])
+        r.dut.run(["ipset", "create", "lfp-allow", "hash:ip"])
+        r.dut.run(["ipset", "add", "lfp-allow", _dst(r, 6)])
+        r.dut.run(["iptables-restore"], input=rules)
+
+    def ipset(*commands):
+        def run(r):
+            for command, name, index in commands:
+                r.dut.run(["ipset", command, name, _dst(r, index)])
+        return run
+
+    return (Step("sets", setup),
+            Step("block 2", ipset(("add", "lfp-block", 2))),
+            Step("block 3, unblock 2", ipset(("add", "lfp-block", 3), ("del", "lfp-block", 2))),
+            Step("allow 4", ipset(("add", "lfp-allow", 4))),
+            Step("unblock 3, disallow 4, allow 5", ipset(("del", "lfp-block", 3), ("del", "lfp-allow", 4),
+                                                         ("add", "lfp-allow", 5))))
+
+
+def _dst(r, index: int) -> str:
+    return str(r.prefixes[index].network_address + 9)
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_members_patched_in_step_by_step_forward_as_linux(require_root, hook):
+    """The same flows after every step (their verdicts cached by the fast
+    path the step before): each member change is patched into the
+    classifier — the generation stays, the epoch moves — and every frame is
+    Linux's, byte for byte; the fast path forwards and drops throughout."""
+    seen: list[Counting] = []
+    cfgs: list = []
+
+    def look(router) -> None:
+        from linuxfp.datapath import BpfError
+
+        try:
+            cfgs.append(_filter_cfg(router))
+        except (BpfError, OSError, KeyError):
+            cfgs.append(None)       # no filter yet
+
+    def frames(router, index):
+        return [udp_frame(router.src_if.mac, router.dut_left.mac, str(router.src_if.ip), _dst(router, i),
+                          sport=3000 + n, dport=port)
+                for i in (2, 3, 4, 5, 6, 7) for port in (7, 9) for n in range(3)]
+
+    report = run_differential(RouterTopology(prefixes=8), _patched_steps(), counting(seen, hook, look), frames,
+                              prefix="lfp-sp")
+    assert report.ok, report.render()
+    # steps 1-4 each patched the generation step 0 built
+    generations = {cfg[0] for cfg in cfgs[-4:]}
+    assert len(generations) == 1 and cfgs[-5][0] in generations, cfgs
+    assert len({cfg[1] for cfg in cfgs[-5:]}) == 5, cfgs
+    fast = count_reasons(seen[0].stats[-1], ("fast",))
+    dropped = count_reasons(seen[0].stats[-1]).get("filter_dropped", 0)
+    assert sum(fast.values()) > 0 and dropped > 0, (fast, dropped)
+
+
 def _nodes(r) -> dict:
     stats = linuxfp_stats(r.dut.name)
     return {i["ifname"]: i for i in stats["interfaces"]}["to-src"]["nodes"]
