@@ -178,9 +178,10 @@ def cmd_detach(args) -> int:
     if pid:
         os.kill(pid, signal.SIGTERM)                # it detaches everything itself
         deadline = time.monotonic() + 10
-        while runtime_files.running_controller(layout) and time.monotonic() < deadline:
+        # (the lock alone: naming the holder may scan /proc)
+        while runtime_files.lock_held(layout) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if runtime_files.running_controller(layout):
+        if runtime_files.lock_held(layout):
             print(f"linuxfp detach: controller {pid} did not stop within 10 s", file=sys.stderr)
             return 1
     # Held while removing, so that neither a controller starting nor another

@@ -131,20 +131,27 @@ def _named_here(pid: int, namespace: int) -> int:
     return -1
 
 
-def running_controller(layout: NamespaceLayout) -> int | None:
-    """Pid of the live controller of this namespace, if one holds the lock,
-    as this process numbers it (-1: one it cannot name)."""
+def lock_held(layout: NamespaceLayout) -> bool:
+    """Whether a controller (or a reclaim, for an instant) holds the lock."""
     try:
         fd = os.open(layout.pid_file, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return _read_pid(layout.pid_file) or -1
+        return True
     finally:
         os.close(fd)
-    return None
+    return False
+
+
+def running_controller(layout: NamespaceLayout) -> int | None:
+    """Pid of the live controller of this namespace, if one holds the lock,
+    as this process numbers it (-1: one it cannot name)."""
+    if not lock_held(layout):
+        return None
+    return _read_pid(layout.pid_file) or -1
 
 
 def remove_run_dir(layout: NamespaceLayout) -> None:

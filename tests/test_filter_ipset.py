@@ -262,6 +262,10 @@ def test_members_patched_in_step_by_step_forward_as_linux(require_root, hook):
     fast = count_reasons(seen[0].stats[-1], ("fast",))
     dropped = count_reasons(seen[0].stats[-1]).get("filter_dropped", 0)
     assert sum(fast.values()) > 0 and dropped > 0, (fast, dropped)
+    # every step's frames, not only the first's (each read is taken once the
+    # next step is applied: the growth from the read after the sets on)
+    sent = [sum(count_reasons(stats, ("fast",)).values()) for stats in seen[0].stats]
+    assert all(later > earlier for earlier, later in zip(sent[1:], sent[2:])), sent
 
 
 def _nodes(r) -> dict:

@@ -17,8 +17,9 @@ import pytest
 
 from controller import lease
 from controller.launcher import ControllerProcess, accelerator, linuxfp_cli, linuxfp_stats, wait_lease_current
+from controller_counting import reasons as count_reasons
 from linuxfp import datapath as dp
-from linuxfp.datapath.cgroups import mounted_cgroup2
+from linuxfp.datapath.cgroups import HIERARCHY_ROOT_INO, mounted_cgroup2
 from linuxfp.lab import RouterTopology, run_differential, standard_frames
 from linuxfp.lab.differential import Step
 from linuxfp.lab.standard import ORDINARY, round_sources
@@ -192,7 +193,7 @@ def in_a_cgroup_namespace_of_its_own(netns: str, hook: str, hierarchy_in_view: b
     keeps this mount namespace's), or not (`ip netns exec`'s fresh /sys has
     none: a cgroup2 mount made there shows the namespace's root only)."""
     hierarchy = mounted_cgroup2()
-    assert hierarchy and os.stat(hierarchy).st_ino == 1, "the test needs the cgroup v2 hierarchy's root in view"
+    assert hierarchy and os.stat(hierarchy).st_ino == HIERARCHY_ROOT_INO, "the test needs the hierarchy's root in view"
     cgroup = Path(hierarchy) / f"lfp-t-{netns}"
     cgroup.mkdir()
     try:
@@ -219,6 +220,38 @@ def in_a_cgroup_namespace_of_its_own(netns: str, hook: str, hierarchy_in_view: b
         assert not cgroup.exists(), f"{cgroup} left behind"
 
 
+def _legacy_changes_honoured(launch) -> None:
+    """A legacy DROP, a flush and a DROP again, each burst right after its
+    command: the same frames as Linux alone — handed to the kernel by the
+    datapath itself, which the watch told of the change (its pass reason
+    counts them: no datapath at all would pass this comparison too)."""
+    ordinary = lambda r: r.prefixes[ORDINARY]  # noqa: E731
+    steps = (
+        Step("legacy-drop", lambda r: r.dut.run(f"iptables-legacy -A FORWARD -d {ordinary(r)} -j DROP")),
+        Step("legacy-flush", lambda r: r.dut.run("iptables-legacy -F FORWARD")),
+        Step("legacy-drop-again", lambda r: r.dut.run(f"iptables-legacy -I FORWARD -d {ordinary(r)} -j DROP")),
+    )
+    passed: list[dict] = []
+
+    @contextlib.contextmanager
+    def counted(netns: str, hook: str):
+        with launch(netns, hook=hook) as controller:
+            yield controller
+            passed.append(count_reasons(linuxfp_stats(netns)))
+
+    report = run_differential(RouterTopology(prefixes=8), steps, no_grace(counted), frames=standard_frames,
+                              prefix="lfp-t")
+    assert report.ok, report.render()
+    assert passed and passed[0].get("watched_table_changed", 0) > 0, passed
+
+
+def test_legacy_iptables_changes_are_honoured_from_the_syscall_on(require_root):
+    """Legacy iptables sends no event: the watch (a cgroup setsockopt
+    program) makes the datapath defer to Linux as the table replacement is
+    requested, not a poll later. Each burst follows its change at once."""
+    _legacy_changes_honoured(ControllerProcess)
+
+
 def test_a_controller_in_a_cgroup_namespace_of_its_own_watches_the_hosts_legacy_changes(require_root):
     """A containerised controller (a cgroup namespace of its own, as under
     Kubernetes on cgroup v2) still sees a legacy iptables change made outside
@@ -226,15 +259,7 @@ def test_a_controller_in_a_cgroup_namespace_of_its_own_watches_the_hosts_legacy_
     hierarchy's root (through the host's mount), not at its namespace's,
     where only its own processes would be seen and the host's changes left
     to the 1 s poll (then the frames right after each change differ)."""
-    ordinary = lambda r: r.prefixes[ORDINARY]  # noqa: E731
-    steps = (
-        Step("legacy-drop", lambda r: r.dut.run(f"iptables-legacy -A FORWARD -d {ordinary(r)} -j DROP")),
-        Step("legacy-flush", lambda r: r.dut.run("iptables-legacy -F FORWARD")),
-        Step("legacy-drop-again", lambda r: r.dut.run(f"iptables-legacy -I FORWARD -d {ordinary(r)} -j DROP")),
-    )
-    report = run_differential(RouterTopology(prefixes=8), steps, no_grace(in_a_cgroup_namespace_of_its_own),
-                              frames=standard_frames, prefix="lfp-t")
-    assert report.ok, report.render()
+    _legacy_changes_honoured(in_a_cgroup_namespace_of_its_own)
 
 
 def test_a_controller_whose_cgroup_namespace_hides_the_hierarchys_root_states_the_poll(router_topology):
