@@ -26,6 +26,16 @@
 #error "define exactly one of LFP_HOOK_XDP, LFP_HOOK_TC"
 #endif
 
+/* Which nodes a pipeline has: the template defines LFP_NODE_<NAME> for
+ * every registered node; a source built otherwise (a benchmark's) has none
+ * of those one node reads for another. */
+#ifndef LFP_NODE_CONNTRACK
+#define LFP_NODE_CONNTRACK 0
+#endif
+#ifndef LFP_NODE_NAT_OUT
+#define LFP_NODE_NAT_OUT 0
+#endif
+
 #ifdef LFP_HOOK_XDP
 typedef struct xdp_md lfp_ctx_t;
 #else
@@ -77,6 +87,29 @@ struct lfp_tally {
 	__u64 bytes;
 };
 
+/* What the packet's connection has NAT do to it (ct_prerouting.h, conntrack.h), as
+ * Linux applies it: the destination at PREROUTING — written into the packet
+ * there, without its checksums, so routing and FORWARD see it as Linux shows
+ * it them (the header checksum follows: the router checks it) — and the
+ * source at POSTROUTING. Transmit writes the rest after its last decision
+ * (nat_rewrite.h); a packet handed to the kernel before that gets its
+ * destination back first (lfp_leave()). */
+#define LFP_NAT_SRC (1u << 0)   /* the source becomes saddr:sport at POSTROUTING */
+#define LFP_NAT_DST (1u << 1)   /* the destination changes at PREROUTING (daddr, dport) */
+
+struct lfp_nat {
+	/* The destination PREROUTING gives the packet; once written there, the
+	 * one it replaced (swapped: nat_rewrite.h). */
+	__be32 daddr;
+	__be32 saddr;
+	__u32 masq_ifindex;     /* MASQUERADE's device: the only egress Linux keeps the connection on; 0: any */
+	__be16 dport;
+	__be16 sport;
+	__u16 check_was;        /* the IPv4 header checksum before PREROUTING's rewrite */
+	__u8 manip;             /* LFP_NAT_* */
+	__u8 ct;                /* conntrack.h's answer for this packet + 1; 0: not looked up yet */
+};
+
 struct lfp_pkt {
 	lfp_ctx_t *ctx;
 	void *data;
@@ -93,6 +126,7 @@ struct lfp_pkt {
 	void *net;              /* its struct net */
 	struct lfp_tally *tally;        /* NULL: nothing to count on the way out */
 	__u32 tally_len;                /* the length it counts (e.g. IP's, as netfilter sees it) */
+	struct lfp_nat nat;
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
@@ -307,7 +341,17 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 	pkt->l3_ifindex = pkt->ingress_ifindex;
 	pkt->l3_proto = 0;
 	__builtin_memset(&pkt->fwd, 0, sizeof(pkt->fwd));
+	pkt->nat.manip = 0;
+	pkt->nat.ct = 0;
 	return pkt->counters ? 0 : -1;
+}
+
+/* Every pointer into the packet must be derived again after a helper that
+ * may move its data. */
+static __always_inline void lfp_reload(struct lfp_pkt *pkt)
+{
+	pkt->data = (void *)(long)pkt->ctx->data;
+	pkt->data_end = (void *)(long)pkt->ctx->data_end;
 }
 
 /* Whether the first `len` bytes of the frame are in pkt->data..data_end.
@@ -319,10 +363,15 @@ static __always_inline int lfp_linear(struct lfp_pkt *pkt, __u32 len)
 	if (pkt->data + len <= pkt->data_end)
 		return 1;
 #ifdef LFP_HOOK_TC
-	if (len > pkt->len || bpf_skb_pull_data(pkt->ctx, len))
+	if (len > pkt->len)
 		return 0;
-	pkt->data = (void *)(long)pkt->ctx->data;
-	pkt->data_end = (void *)(long)pkt->ctx->data_end;
+	/* (the pointers again even when it fails: nodes after may read the
+	 * packet, which has not changed) */
+	if (bpf_skb_pull_data(pkt->ctx, len)) {
+		lfp_reload(pkt);
+		return 0;
+	}
+	lfp_reload(pkt);
 	return pkt->data + len <= pkt->data_end;
 #else
 	return 0;
@@ -420,6 +469,91 @@ static __always_inline void lfp_csum_changed(struct lfp_pkt *pkt, __be32 from, _
 	(void)pkt;
 	(void)from;
 	(void)to;
+#endif
+}
+
+/* The kernel's one's complement sums (include/net/checksum.h), on values as
+ * they lie in memory: csum_add(), csum_fold() and csum_replace4(), whose
+ * results (which of the two zeroes, say) a byte-exact rewrite must share. */
+static __always_inline __u32 lfp_kcsum_add(__u32 csum, __u32 addend)
+{
+	__u32 res = csum + addend;
+
+	return res + (res < addend);
+}
+
+static __always_inline __u16 lfp_kcsum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+static __always_inline __u16 lfp_kcsum_replace4(__u16 check, __u32 from, __u32 to)
+{
+	return lfp_kcsum_fold(lfp_kcsum_add(lfp_kcsum_add(~(__u32)check, ~from), to));
+}
+
+/* Whether the transport checksum is the sender's to fill (CHECKSUM_PARTIAL:
+ * it holds only the pseudo-header's sum). XDP: never — such a datagram does
+ * not verify there, and conntrack.h hands it to the kernel. */
+static __always_inline int lfp_l4_csum_partial(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, ip_summed) == 3;
+#else
+	(void)pkt;
+	return 0;
+#endif
+}
+
+/* Four bytes the IPv4 header checksum at `check_off` covers changed from
+ * `from` to `to`: the checksum follows as csum_replace4() has it. 0, or < 0
+ * when the packet could not be written. */
+static __always_inline int lfp_l3_csum_replace(struct lfp_pkt *pkt, __u32 check_off, __be32 from, __be32 to)
+{
+#ifdef LFP_HOOK_TC
+	int err = bpf_l3_csum_replace(pkt->ctx, check_off, from, to, sizeof(to));
+
+	lfp_reload(pkt);
+	return err;
+#else
+	__u16 *check = pkt->data + check_off;
+
+	if ((void *)(check + 1) > pkt->data_end)
+		return -1;
+	*check = lfp_kcsum_replace4(*check, from, to);
+	return 0;
+#endif
+}
+
+/* inet_proto_csum_replace4() (`size` 4) or _replace2() (`size` 2, the
+ * values widened as it widens them) on the transport checksum at
+ * `check_off`; `pseudo`: the bytes are the pseudo-header's too (an address).
+ * TC runs the kernel's own function, which follows the skb's checksum state
+ * (a partial checksum takes only pseudo-header changes, a complete one keeps
+ * skb->csum true); XDP has no skb yet, and Linux's would not be partial
+ * (lfp_l4_csum_partial()): csum_replace4(). 0, or < 0 when the packet could
+ * not be written. */
+static __always_inline int lfp_l4_csum_replace(struct lfp_pkt *pkt, __u32 check_off, __u32 from, __u32 to,
+					       int pseudo, int size)
+{
+#ifdef LFP_HOOK_TC
+	int err = bpf_l4_csum_replace(pkt->ctx, check_off, from, to, (pseudo ? BPF_F_PSEUDO_HDR : 0) | size);
+
+	lfp_reload(pkt);
+	return err;
+#else
+	__u16 *check = pkt->data + check_off;
+
+	(void)pseudo;
+	(void)size;
+	if ((void *)(check + 1) > pkt->data_end)
+		return -1;
+	*check = lfp_kcsum_replace4(*check, from, to);
+	return 0;
 #endif
 }
 

@@ -9,14 +9,20 @@
  * - UDP, of an entry that is CONFIRMED, SEEN_REPLY and ASSURED and past its
  *   stream stamp (udp_packet() then only refreshes the timeout to the
  *   namespace's "stream" timeout: nothing else of the entry changes);
- * - no NAT, sequence adjustment, helper, expectation, fixed timeout,
- *   offload, NAT clash, or dying entry (each changes what the kernel does),
- *   a reply tuple that is the original reversed (IPVS translates without
- *   NAT bits), and no accounting, helper or timeout-policy extension;
+ * - no sequence adjustment, helper, expectation, fixed timeout, offload,
+ *   NAT clash, or dying entry (each changes what the kernel does), no
+ *   accounting, helper or timeout-policy extension, and a reply tuple that
+ *   is the original reversed (IPVS translates without NAT bits) — or, for
+ *   the conntrack node (ct_prerouting.h, IPv4), that is the original as the entry's NAT
+ *   bits translate it: the packet then leaves with the addresses and ports
+ *   nf_nat_manip_pkt() gives it (struct lfp_nat);
  * - a datagram conntrack calls valid (udp_error(): a length that fits and a
  *   checksum that verifies, over the whole IP payload as nf_ip_checksum()
  *   sums it — unless the skb says it was verified or is the sender's to
  *   fill, which nf_ip_checksum() takes as valid).
+ * The answer is kept in the packet's context (pkt->nat.ct): conntrack looks
+ * a packet up once, at PREROUTING, and the conntrack node's NAT rewrite there would
+ * find nothing in a second lookup.
  * The refresh writes the entry's timeout only when it would change (at most
  * once per jiffy per entry, like __nf_ct_refresh_acct() itself), so a
  * steady flow does not write a shared cache line per packet.
@@ -82,7 +88,12 @@ enum nf_ct_ext_id___lfp {
 	NF_CT_EXT_HELPER___lfp,
 	NF_CT_EXT_ACCT___lfp,
 	NF_CT_EXT_TIMEOUT___lfp,
+	NF_CT_EXT_NAT___lfp,
 };
+
+struct nf_conn_nat___lfp {
+	int masq_index;                 /* MASQUERADE's device, 0: none */
+} __attribute__((preserve_access_index));
 
 struct nf_conn___lfp {
 	__u32 timeout;                  /* jiffies (32 bits) at which it expires */
@@ -100,6 +111,8 @@ struct nf_conn___lfp {
 } __attribute__((preserve_access_index));
 
 #define LFP_UDP_CT_REPLIED 1
+
+#define LFP_CT_NAT_BITS ((1ul << IPS_SRC_NAT_BIT) | (1ul << IPS_DST_NAT_BIT))
 
 /* Every bit must be set... */
 #define LFP_CT_NEED ((1ul << IPS_CONFIRMED_BIT) | (1ul << IPS_SEEN_REPLY_BIT) | (1ul << IPS_ASSURED_BIT))
@@ -308,13 +321,90 @@ static __always_inline int lfp_ct_extended(struct nf_conn___lfp *conn)
 	return 0;
 }
 
+/* The device MASQUERADE bound the connection to (nf_conn_nat.masq_index),
+ * 0 for none, into *masq: read through the NAT extension, whose place the
+ * entry's extension header gives. */
+static __always_inline void lfp_ct_masq_ifindex(struct nf_conn___lfp *conn, __u32 *masq)
+{
+	__u32 nat = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_NAT___lfp);
+	unsigned long ext = 0;
+	__u8 offset = 0;
+
+	*masq = 0;
+	/* (without CONFIG_NF_NAT_MASQUERADE there is no such field, nor a
+	 * connection MASQUERADE bound) */
+	if (!bpf_core_enum_value_exists(enum nf_ct_ext_id___lfp, NF_CT_EXT_NAT___lfp) || nat >= 9 ||
+	    !bpf_core_field_exists(struct nf_conn_nat___lfp, masq_index))
+		return;
+	if (bpf_probe_read_kernel(&ext, sizeof(ext), &conn->ext) || !ext ||
+	    bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(ext + nat)) || !offset ||
+	    bpf_probe_read_kernel(masq, sizeof(*masq),
+				  (void *)(ext + offset + bpf_core_field_offset(struct nf_conn_nat___lfp, masq_index))) ||
+	    (int)*masq < 0)
+		*masq = 0;
+}
+
+/* What the entry's NAT does to this IPv4 packet (nf_nat_packet()), into
+ * pkt->nat: in the direction the packet takes, it ends as the other
+ * direction's tuple inverted; at PREROUTING its destination changes if the
+ * entry's status says so for that direction, at POSTROUTING its source. A
+ * side the status leaves alone must already be what the other tuple says,
+ * or the reply tuple was altered by something else (IPVS): 0 then.
+ * MASQUERADE binds a connection to its device (nf_nat_oif_changed()) where
+ * it translated the source; one that found the source already right, and
+ * bound the connection all the same, had a packet whose source is the
+ * router's own address, which the router hands to the kernel anyway. */
+static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___lfp *conn, unsigned long status,
+					 const struct bpf_sock_tuple *tuple)
+{
+	struct nf_conntrack_tuple___lfp *orig = &conn->tuplehash[0].tuple, *other;
+	unsigned long src_bit = 1ul << IPS_SRC_NAT_BIT, dst_bit = 1ul << IPS_DST_NAT_BIT;
+	int reply;
+
+	if (orig->src.u3.ip == tuple->ipv4.saddr && orig->dst.u3.ip == tuple->ipv4.daddr &&
+	    orig->src.u.all == tuple->ipv4.sport && orig->dst.u.all == tuple->ipv4.dport) {
+		reply = 0;
+		other = &conn->tuplehash[1].tuple;
+	} else {
+		reply = 1;
+		other = orig;
+		src_bit = 1ul << IPS_DST_NAT_BIT;
+		dst_bit = 1ul << IPS_SRC_NAT_BIT;
+	}
+	pkt->nat.manip = 0;
+	pkt->nat.masq_ifindex = 0;
+	if (status & src_bit) {
+		pkt->nat.manip |= LFP_NAT_SRC;
+		pkt->nat.saddr = other->dst.u3.ip;
+		pkt->nat.sport = other->dst.u.all;
+		if (!reply) {
+			lfp_ct_masq_ifindex(conn, &pkt->nat.masq_ifindex);
+			/* (only where a node checks it at POSTROUTING: nat_out.h) */
+			if (pkt->nat.masq_ifindex && !LFP_NODE_NAT_OUT)
+				return 0;
+		}
+	} else if (other->dst.u3.ip != tuple->ipv4.saddr || other->dst.u.all != tuple->ipv4.sport) {
+		return 0;
+	}
+	if (status & dst_bit) {
+		pkt->nat.manip |= LFP_NAT_DST;
+		pkt->nat.daddr = other->src.u3.ip;
+		pkt->nat.dport = other->src.u.all;
+	} else if (other->src.u3.ip != tuple->ipv4.daddr || other->src.u.all != tuple->ipv4.dport) {
+		return 0;
+	}
+	return 1;
+}
+
 /* Looks the packet's connection up and, when the fast path may take it,
- * refreshes its timeout as conntrack would. */
-static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
+ * refreshes its timeout as conntrack would. `nat` (a constant): an IPv4
+ * entry with NAT may be taken too, its translation left in pkt->nat. */
+static __always_inline enum lfp_ct_result lfp_ct_take_now(struct lfp_pkt *pkt, int nat)
 {
 	int family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
 	struct bpf_ct_opts opts = { .netns_id = -1, .l4proto = IPPROTO_UDP };
+	unsigned long avoid = LFP_CT_AVOID;
 	struct bpf_sock_tuple tuple = {};
 	struct nf_conn___lfp *conn;
 	struct nf_conn *ct;
@@ -375,11 +465,16 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 	conn = (void *)ct;
 	status = conn->status;
 	now = bpf_jiffies64();
-	if ((status & LFP_CT_NEED) != LFP_CT_NEED || (status & LFP_CT_AVOID) ||
-	    (long)(conn->proto.udp.stream_ts - now) >= 0 || !CONFIG_HZ ||
-	    !lfp_ct_untranslated(conn, family6) || lfp_ct_extended(conn)) {
-		bpf_ct_release(ct);
-		return LFP_CT_STATE;
+	if (nat && !family6)
+		avoid &= ~LFP_CT_NAT_BITS;
+	if ((status & LFP_CT_NEED) != LFP_CT_NEED || (status & avoid) ||
+	    (long)(conn->proto.udp.stream_ts - now) >= 0 || !CONFIG_HZ || lfp_ct_extended(conn))
+		goto state;
+	if (nat && !family6 && (status & LFP_CT_NAT_BITS)) {
+		if (!lfp_ct_nat_of(pkt, conn, status, &tuple))
+			goto state;
+	} else if (!lfp_ct_untranslated(conn, family6)) {
+		goto state;
 	}
 	extra = conn->ct_net.net->ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_REPLIED];
 	expires = (__u32)now + extra;
@@ -387,6 +482,32 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 		bpf_ct_change_timeout(ct, (__u32)((__u64)extra * 1000 / CONFIG_HZ));
 	bpf_ct_release(ct);
 	return LFP_CT_TAKEN;
+state:
+	pkt->nat.manip = 0;
+	bpf_ct_release(ct);
+	return LFP_CT_STATE;
+}
+
+/* Conntrack's answer for the packet, looked up the first time it is asked
+ * for (one the conntrack node took may carry NAT: pkt->nat.manip). */
+static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
+{
+	enum lfp_ct_result result;
+
+	if (pkt->nat.ct)
+		return pkt->nat.ct - 1;
+	result = lfp_ct_take_now(pkt, 0);
+	pkt->nat.ct = result + 1;
+	return result;
+}
+
+/* The same for the conntrack node: an IPv4 entry with NAT may be taken. */
+static __always_inline enum lfp_ct_result lfp_ct_take_nat(struct lfp_pkt *pkt)
+{
+	enum lfp_ct_result result = lfp_ct_take_now(pkt, 1);
+
+	pkt->nat.ct = result + 1;
+	return result;
 }
 
 #endif

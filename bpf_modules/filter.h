@@ -66,8 +66,13 @@
 #define LFP_FLT_OIF (1u << 5)
 #define LFP_FLT_TCPF (1u << 6)
 /* Not a field: the kernel tracks connections, so only packets of an
- * established, un-NATed connection are classified (conntrack.h). */
+ * established, un-NATed connection are classified (conntrack.h)... */
 #define LFP_FLT_CT  (1u << 7)
+/* ... and of an established connection with NAT too: the kernel translates
+ * them (an IPv4 nat table), and no rule tells them apart (--ctstate SNAT,
+ * DNAT). The conntrack node (ct_prerouting.h) takes them then; a classifier without the bit
+ * passes one it took under a generation before. */
+#define LFP_FLT_NAT (1u << 8)
 
 /* Longest-prefix match of one field. value: an IPv4 address as on the
  * wire, or {protocol, port in network order} / {1 or 58, 0, ICMP type or
@@ -140,7 +145,7 @@ struct {
 /* The current classifier of a family (index 0: IPv4, 1: IPv6): its
  * generation, whose low bits are the fields it looks up (LFP_FLT_*), so one
  * load reads both. 0: none yet; LFP_FLT_OPEN: the family's FORWARD chains
- * let every packet through (no generation is below 0x200). epoch: drawn
+ * let every packet through (no generation is below 0x400). epoch: drawn
  * afresh by the controller for each classifier it builds and each patch of
  * one — an ipset member added or removed is written into the current
  * generation's LPM entries in place (no other entry changes:
@@ -154,7 +159,7 @@ struct lfp_flt_cfg {
 	__u32 gen;
 	__u32 epoch;
 };
-#define LFP_FLT_USED_MASK 0xffu
+#define LFP_FLT_USED_MASK 0x1ffu
 #define LFP_FLT_OPEN 1u
 
 struct {
@@ -499,6 +504,10 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	flow.gen = *(volatile const __u32 *)&cfg->gen;
 	if (!flow.gen)
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
+	/* A connection the conntrack node translated under a generation before one
+	 * that does not classify such connections. */
+	if (LFP_NODE_CONNTRACK && pkt->nat.manip && (flow.gen == LFP_FLT_OPEN || !(flow.gen & LFP_FLT_NAT)))
+		return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
 	if (flow.gen == LFP_FLT_OPEN)
 		return LFP_NEXT;
 	epoch = *(volatile const __u32 *)&cfg->epoch;

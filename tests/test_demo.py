@@ -60,7 +60,7 @@ def test_flannel_demo_quick(require_root):
         assert all(e["gbit_s"] > 0 for e in result["tcp_bulk"][placement]["1"].values())
     graph = result["graph"]
     # (kube-proxy's rules track connections: TCP goes to the kernel before routing)
-    assert re.search(r"flannel\.1 \(ifindex \d+\) \[tc\]: parse -> conntrack_tcp -> router -> ", graph), graph
+    assert re.search(r"flannel\.1 \(ifindex \d+\) \[tc\]: parse -> conntrack -> router -> ", graph), graph
     assert re.search(r"veth\w+ \(ifindex \d+\) \[tc\]: parse -> bridge -> bridge_filter -> ", graph), graph
     assert sum(i["fast_path"] for i in result["stats"]["interfaces"]) > 0, result["stats"]
     assert not left_behind, f"namespaces left behind: {left_behind}"

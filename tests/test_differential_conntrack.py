@@ -117,7 +117,7 @@ def _fast_and_fresh(report, seen, timeouts, allowed, blocked, established, sizes
     for reason in ("filter_ct_new", "filter_ct_state", "filter_ct_proto", "filter_ct_invalid"):
         assert reasons.get(reason, 0) > 0, (reason, reasons)
     # TCP, which the filter would pass anyway, went before routing
-    # (conntrack_tcp.h): none reached the filter.
+    # (ct_prerouting.h): none reached the filter.
     assert reasons.get("ct_tcp_tracked", 0) > 0 and not reasons.get("filter_ct_tcp"), reasons
     assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
     # The entries the fast path kept alive are as fresh as Linux keeps them.

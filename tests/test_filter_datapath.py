@@ -211,7 +211,7 @@ def test_tcp_goes_to_the_kernel_before_routing_while_connections_are_tracked(fil
     drop = "-A FORWARD -d 198.19.1.0/24 -p tcp -j DROP\n"
     filter_ns.run(["iptables-restore"], input=head + "-A FORWARD -m conntrack --ctstate INVALID -j DROP\n"
                   + drop + "COMMIT\n")
-    loaded = pipeline_loader.LoadedPipeline(filter_ns, "in0", "xdp", ("conntrack_tcp", "router", "filter", "transmit"),
+    loaded = pipeline_loader.LoadedPipeline(filter_ns, "in0", "xdp", ("conntrack", "router", "filter", "nat_out", "transmit"),
                                             "test_ct_tcp")
 
     def frame(dst: str, l4) -> bytes:

@@ -14,11 +14,11 @@ import pytest
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
-from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, GENERATION_LOW, GenerationBook, TooLarge,
+from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, NAT_BIT, GENERATION_LOW, GenerationBook, TooLarge,
                                                 build_classifier, classify)
 from linuxfp.graph.filtering.program import (ACCEPT, DROP, KERNEL, box_contains, compile_program, matched_boxes,
                                              packet_fields, verdict)
-from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6
+from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6, translating
 from linuxfp.graph.nodes.iptables_filter import CFG_VALUE, filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, PROBE_TCP_FLAGS, Coverage, probe_addresses, random_ruleset
 from linuxfp.state.iptables import ParseError, parse_rule, parse_save
@@ -472,10 +472,10 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
     stateful = parse_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
                           "-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n", "nft")
     graph = build_graph(router_snapshot(netfilter=netfilter(stateful)), "xdp")
-    # (and TCP, which it would pass, goes to the kernel before routing: conntrack_tcp.h)
+    # (and TCP, which it would pass, goes to the kernel before routing: ct_prerouting.h)
     assert {p.ifname: p.shape.nodes for p in graph.pipelines} == {
-        "left": ("conntrack_tcp", "router", "filter", "transmit"),
-        "right": ("conntrack_tcp", "router", "filter", "transmit")}
+        "left": ("conntrack", "router", "filter", "nat_out", "transmit"),
+        "right": ("conntrack", "router", "filter", "nat_out", "transmit")}
     assert filter_plan(router_snapshot(netfilter=netfilter(stateful))).classifier.used & CONNTRACK_BIT
     # a nat table alone turns tracking on: the filter applies with no FORWARD rule
     nat = parse_save("*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"
@@ -487,6 +487,53 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
     graph = build_graph(router_snapshot(netfilter=netfilter(mangled)), "xdp")
     assert graph.pipelines == () and all("table mangle: rules" in s.reason for s in graph.skipped
                                          if s.ifname != "lo")
+
+
+def test_connections_with_nat_are_classified_where_the_kernel_translates_them_and_no_rule_tells_them_apart():
+    """The generation's NAT bit (the conntrack node then translates
+    established connections with NAT): connection tracking on, an IPv4 nat
+    table registering the kernel's NAT hooks, and no FORWARD rule naming
+    --ctstate SNAT or DNAT (negated or not, in a chain FORWARD reaches)."""
+    nat = ("*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"
+           "-A POSTROUTING -o right -j MASQUERADE\nCOMMIT\n")
+    stateful = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:CHECK - [0:0]\n"
+                "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n{}COMMIT\n")
+
+    def bits(*texts, backend="nft", tables=None):
+        state = netfilter(*(parse_save(text, backend) for text in texts), tables=tables)
+        used = filter_plan(router_snapshot(netfilter=state)).classifier.used
+        return bool(used & CONNTRACK_BIT), bool(used & NAT_BIT)
+
+    assert bits(stateful.format(""), nat) == (True, True)
+    assert bits(stateful.format(""), nat, backend="legacy") == (True, True)
+    # tracking without a nat table: the kernel translates nothing
+    assert bits(stateful.format("")) == (True, False)
+    # a rule that tells them apart, wherever FORWARD reaches it
+    for rule in ("-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT\n",
+                 "-A FORWARD -m conntrack ! --ctstate SNAT,ESTABLISHED -j DROP\n",
+                 "-A FORWARD -j CHECK\n-A CHECK -m conntrack --ctstate SNAT -j RETURN\n"):
+        assert bits(stateful.format(rule), nat) == (True, False), rule
+    # a chain FORWARD never reaches does not count
+    assert bits(stateful.format("-A CHECK -m conntrack --ctstate SNAT -j DROP\n"), nat) == (True, True)
+    # an iptables-nft nat table registers hooks with its base chains only
+    empty = NetfilterState(active=True, tables=("nft:ip nat",), detail="test",
+                           rulesets=(parse_save("*nat\nCOMMIT\n", "nft"),))
+    assert translating(empty) is None
+    assert translating(netfilter(parse_save(nat, "nft"))) == "iptables-nft table nat"
+    assert translating(NetfilterState(active=True, tables=("legacy:nat",), detail="test")) \
+        == "iptables-legacy table nat"
+    native = NftNative(tables=("inet gw",), chains=(NftChain("inet", "gw", "post", hook="postrouting", kind="nat"),))
+    assert translating(NetfilterState(active=True, tables=("nft:inet gw",), detail="test", native=native)) \
+        == "nf_tables chain inet gw post"
+    bridge = NftNative(tables=("bridge gw",), chains=(NftChain("bridge", "gw", "post", hook="postrouting",
+                                                                kind="nat"),))
+    assert translating(NetfilterState(active=True, tables=("nft:bridge gw",), detail="test", native=bridge)) is None
+    # a dormant table's chains are not hooked in
+    assert translating(NetfilterState(active=True, tables=("nft:inet gw",), detail="test", native=native,
+                                      dormant=("inet gw",))) is None
+    asleep = netfilter(parse_save(nat, "nft"))
+    assert translating(NetfilterState(active=True, tables=asleep.tables, detail="test", rulesets=asleep.rulesets,
+                                      dormant=("ip nat",))) is None
 
 
 def test_a_classifier_too_large_keeps_the_filter_on_the_kernel_path(monkeypatch):

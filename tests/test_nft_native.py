@@ -302,6 +302,28 @@ def test_objects_in_iptables_own_tables_are_seen(lab):
 
 
 @pytest.mark.netns
+def test_a_dormant_tables_nat_chains_translate_nothing(lab):
+    """A table flagged dormant has none of its chains hooked in: its nat
+    chains register no NAT hooks, so established connections with NAT are
+    not the fast path's to translate (scope.translating()) — until another
+    table's nat chain registers them."""
+    from linuxfp.graph.filtering.scope import translating
+    from linuxfp.state.netfilter import read_netfilter
+
+    ns = lab.namespace("nfd")
+    ns.run(["nft", "-f", "-"], input="table ip gw {\n flags dormant\n chain post { type nat hook postrouting "
+                                     "priority 100; }\n}\n")
+    with entered(ns):
+        asleep = read_netfilter()
+    assert asleep.dormant == ("ip gw",) and translating(asleep) is None
+    ns.run(["nft", "add table ip awake"])
+    ns.run(["nft", "add chain ip awake post { type nat hook postrouting priority 100; }"])
+    with entered(ns):
+        awake = read_netfilter()
+    assert awake.dormant == ("ip gw",) and translating(awake) == "nf_tables chain ip awake post"
+
+
+@pytest.mark.netns
 def test_name_bound_ingress_chains_follow_the_name_as_the_reader_assumes(lab):
     """What `hooks_by_name` stands for, checked on this kernel: a renamed
     device leaves the chain bound to its old name, a new device of that name

@@ -37,8 +37,8 @@ def test_example_node_renders_between_route_and_transmit_with_its_counters():
         "build(shape)\n"       # compiles: the header is found by path
         "print(json.dumps({'nodes': [n.name for n in registered()], 'src': src,\n"
         "                  'counters': {c.name: [c.node, c.kind] for c in counters()}}))\n"))
-    assert out["nodes"] == ["router", "transmit", "filter", "bridge", "bridge_filter", "bridge_tx", "conntrack_tcp",
-                            "egress_guard"]
+    assert out["nodes"] == ["router", "transmit", "filter", "bridge", "bridge_filter", "bridge_tx", "conntrack",
+                            "nat_out", "egress_guard"]
     src = out["src"]
     assert src.index("router_node(&pkt)") < src.index("egress_guard_node(&pkt)") < src.index("transmit_node(&pkt)")
     assert out["counters"]["guard_dropped"] == ["egress_guard", "drop"]
@@ -78,7 +78,7 @@ def test_counters_are_numbered_alike_whichever_node_a_process_imports_first():
 
     canonical = numbering("")
     for first in ("linuxfp.graph.nodes.iptables_filter", "linuxfp.graph.nodes.bridge_tx",
-                  "linuxfp.graph.nodes.conntrack_tcp"):
+                  "linuxfp.graph.nodes.conntrack"):
         assert numbering(first) == canonical, first
 
 

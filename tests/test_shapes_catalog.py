@@ -110,7 +110,9 @@ def test_catalog_follows_the_declarations():
         assert [n.stage for n in chosen] == sorted(n.stage for n in chosen), shape
         assert "transmit" in shape.nodes, shape           # applies everywhere, needs nothing
         assert "filter" not in shape.nodes or "router" in shape.nodes, shape   # FORWARD sees routed packets
-        assert "conntrack_tcp" not in shape.nodes or "filter" in shape.nodes, shape   # its verdict is FORWARD's
+        assert "conntrack" not in shape.nodes or "filter" in shape.nodes, shape   # its verdict is FORWARD's
+        # applies everywhere its need is met: with the conntrack node, always
+        assert ("nat_out" in shape.nodes) == ("conntrack" in shape.nodes), shape
     for hook in HOOKS:
         assert {s.nodes for s in catalog if s.hook == hook} == {s.nodes for s in catalog}
 
@@ -139,3 +141,35 @@ def test_a_new_node_enters_the_catalog_through_its_declaration(tmp_path, monkeyp
     # where the router is, with and without NAT; nowhere else
     assert len(with_nat) == len(without) + sum("router" in s.nodes for s in without)
     assert all("router" in s.nodes for s in with_nat if "nat" in s.nodes)
+
+
+def test_a_node_that_applies_wherever_its_needs_are_met_follows_them(tmp_path, monkeypatch):
+    """A node with no applies() of its own is in every pipeline whose nodes
+    meet its needs (build_graph drops it only where they are unmet), so the
+    catalog holds no shape without it there; one whose needs cannot be
+    asked without a configuration is assumed to need nothing, never left
+    out on that assumption."""
+    from linuxfp.graph import nodes as registry
+
+    class Audit(Node):
+        name, stage = "audit", Stage.POSTROUTING
+        header = tmp_path / "audit.h"
+
+        def needs(self, snapshot, link):
+            return ("filter",)
+
+    class Guess(Audit):
+        name = "guess"
+
+        def needs(self, snapshot, link):
+            return snapshot.netfilter.rulesets[0]     # raises on the empty probe
+
+    Audit.header.write_text("/* test */\n")
+    monkeypatch.setattr(registry, "_REGISTRY", list(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_registered", None)
+    base = builtin_nodes()
+    audit, guess = registry.register(Audit()), registry.register(Guess())
+    shapes = possible_shapes(base + (audit,), hooks=("tc",))
+    assert shapes and all(("audit" in s.nodes) == ("filter" in s.nodes) for s in shapes)
+    shapes = possible_shapes(base + (guess,), hooks=("tc",))
+    assert {s.nodes for s in shapes if "guess" not in s.nodes} == {s.nodes for s in possible_shapes(base, ("tc",))}

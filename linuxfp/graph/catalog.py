@@ -36,18 +36,26 @@ def possible_shapes(nodes: tuple[Node, ...] | None = None, hooks: tuple[str, ...
     built-in ones), sorted. A node set is possible when, as build_graph
     composes pipelines:
     - it holds a deciding node (without one the ingress stays with the kernel);
-    - it holds every node that applies everywhere and needs nothing;
+    - it holds every node that applies everywhere and needs nothing, and
+      every node that applies everywhere whose needs it meets on every
+      ingress (build_graph drops such a node only where they are unmet);
     - each node's needs can be met by the set on some ingress.
     Whether a hook is possible depends on the configuration: both are."""
     nodes = builtin_nodes() if nodes is None else nodes
     everywhere = frozenset(n.name for n in nodes if _everywhere(n))
     needs = {n.name: _possible_needs(n) for n in nodes}
+    # (a node whose needs could not be asked without a configuration is
+    # assumed to need nothing: only an over-approximation may rest on that)
+    follows = [n.name for n in nodes if type(n).applies is Node.applies and n.name not in everywhere
+               and _needs_known(n)]
     shapes = []
     for size in range(1, len(nodes) + 1):
         for chosen in combinations(in_stage_order(nodes), size):
             names = frozenset(n.name for n in chosen)
             if (any(n.decides for n in chosen) and everywhere <= names
-                    and all(any(not need or names & need for need in needs[n.name]) for n in chosen)):
+                    and all(any(not need or names & need for need in needs[n.name]) for n in chosen)
+                    and not any(name not in names and all(not need or names & need for need in needs[name])
+                                for name in follows)):
                 shapes += [Shape(hook, tuple(n.name for n in chosen)) for hook in hooks]
     return tuple(sorted(shapes))
 
@@ -56,6 +64,17 @@ def _everywhere(node: Node) -> bool:
     """Whether build_graph puts `node` on every pipeline: it declares
     neither where it applies nor what it needs."""
     return type(node).applies is Node.applies and type(node).needs is Node.needs
+
+
+def _needs_known(node: Node) -> bool:
+    """Whether `node`'s needs can be asked on every kind of ingress without
+    a configuration."""
+    try:
+        for link in (_ROUTED, _BRIDGE_PORT):
+            node.needs(_EMPTY, link)
+    except Exception:
+        return False
+    return True
 
 
 def _possible_needs(node: Node) -> tuple[frozenset[str], ...]:

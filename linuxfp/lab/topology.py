@@ -349,6 +349,8 @@ class RouterTopology:
     containers: bool = False     # src and sink keep veth defaults, as pods do (TopologySpec.containers)
     # Dual stack: the same line in 2001:db8::/32 besides (IPv6 stays off otherwise).
     ipv6: bool = False
+    # Where test frames enter: "src", or "sink" (the other way through the DUT).
+    inject_from: str = "src"
 
     SRC_IP = "198.18.1.1"
     DUT_LEFT_IP = "198.18.1.254"
@@ -369,6 +371,8 @@ class RouterTopology:
     def __post_init__(self) -> None:
         if not 1 <= self.prefixes <= 256:
             raise ValueError("RouterTopology supports 1..256 prefixes (198.19.0.0/24 .. 198.19.255.0/24)")
+        if self.inject_from not in ("src", "sink"):
+            raise ValueError(f"RouterTopology injects from src or sink, not {self.inject_from!r}")
 
     def routed_prefixes(self) -> tuple[IPv4Network, ...]:
         return tuple(IPv4Network(f"198.19.{i}.0/24") for i in range(self.prefixes))
@@ -419,7 +423,7 @@ class RouterTopology:
             hosts=("src", "dut", "sink"),
             links=(LinkSpec("src", "to-dut", "dut", "to-src"), LinkSpec("dut", "to-sink", "sink", "to-dut")),
             dut="dut",
-            inject=("src", "to-dut"),
+            inject=(self.inject_from, "to-dut"),
             addresses=(
                 ("src", "to-dut", f"{self.SRC_IP}/24"),
                 ("dut", "to-src", f"{self.DUT_LEFT_IP}/24"),

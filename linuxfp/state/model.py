@@ -524,6 +524,9 @@ class NetfilterState(_JsonMixin):
     # (state/nft_native.py), and why they could not be read.
     native: "NftNative" = field(default_factory=lambda: NftNative())
     native_error: str = ""
+    # The nf_tables tables flagged dormant ("family name"): none of their
+    # chains is hooked in.
+    dormant: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

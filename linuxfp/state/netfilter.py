@@ -53,6 +53,7 @@ NFT_MSG_GETTABLE = 1
 NFT_MSG_NEWGEN = 15
 NFT_MSG_GETGEN = 16
 NFTA_TABLE_NAME = 1
+NFTA_TABLE_FLAGS = 2
 NFTA_GEN_ID = 1
 _NFGENMSG = struct.Struct("=BBH")
 
@@ -78,6 +79,17 @@ def _thread_net_path(name: str) -> str:
 
 def nft_tables() -> tuple[str, ...] | None:
     """"family name" of every nf_tables table; None when nf_tables is absent."""
+    found = _nft_table_dump()
+    return None if found is None else found[0]
+
+
+NFT_TABLE_F_DORMANT = 0x1
+
+
+def _nft_table_dump() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Every nf_tables table and the dormant ones among them (whose chains
+    the kernel has not hooked in), as "family name"; None when nf_tables is
+    absent."""
     try:
         with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
             replies = sock.dump((10 << 8) | NFT_MSG_GETTABLE, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0))
@@ -89,15 +101,18 @@ def nft_tables() -> tuple[str, ...] | None:
         if exc.errno in (errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT):    # no NETLINK_NETFILTER at all
             return None
         raise
-    names = []
+    names, dormant = [], []
     for reply in replies:
         if reply.type & 0xFF != NFT_MSG_NEWTABLE:
             continue
         family = reply.payload[0]
         a = nl.parse_attrs(reply.payload, _NFGENMSG.size)
-        name = nl.cstr(a.get(NFTA_TABLE_NAME, b"?"))
-        names.append(f"{NFPROTO_NAMES.get(family, str(family))} {name}")
-    return tuple(sorted(names))
+        name = f"{NFPROTO_NAMES.get(family, str(family))} {nl.cstr(a.get(NFTA_TABLE_NAME, b'?'))}"
+        names.append(name)
+        flags = a.get(NFTA_TABLE_FLAGS)
+        if flags is not None and len(flags) >= 4 and struct.unpack("!I", flags[:4])[0] & NFT_TABLE_F_DORMANT:
+            dormant.append(name)
+    return tuple(sorted(names)), tuple(sorted(dormant))
 
 
 def nft_generation() -> int | None:
@@ -361,7 +376,8 @@ def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
     # one fingerprint for every nf_tables read below, the table list
     # included: read before them all, it is never newer than what they read
     generation = nft_generation()
-    nft = nft_tables()
+    dump = _nft_table_dump()
+    nft, dormant = dump if dump is not None else (None, ())
     if nft:
         tables.extend(f"nft:{t}" for t in nft)
         details.append(f"nf_tables tables: {', '.join(nft)}")
@@ -393,7 +409,7 @@ def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
         read = _cached_native(generation, nft)
         native, native_error = (read, "") if isinstance(read, NftNative) else (NftNative(), read)
     return NetfilterState(active=active, tables=tuple(tables), detail="; ".join(details),
-                          native=native, native_error=native_error,
+                          native=native, native_error=native_error, dormant=dormant,
                           rulesets=tuple(rulesets), errors=tuple(errors),
                           rulesets6=tuple(rulesets6), errors6=tuple(errors6),
                           legacy_ip6_tables=legacy6,

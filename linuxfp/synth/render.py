@@ -6,7 +6,7 @@ from functools import cache
 
 import jinja2
 
-from linuxfp.graph.nodes import Stage, node_named
+from linuxfp.graph.nodes import Stage, node_named, registered
 from linuxfp.graph.shape import Shape
 from linuxfp.resources import modules_dir, templates_dir
 
@@ -50,6 +50,7 @@ def render(shape: Shape, headroom: int = MINIMUM) -> str:
         shape=str(shape), hook=shape.hook, section=shape.section, entry=shape.entry,
         vlan_kfunc=shape.device_bound, headroom=headroom, counters_define=counters_define(),
         stages=[(stage.name, int(any(n.stage is stage for n in nodes))) for stage in Stage],
+        present=[(node.name.upper(), int(node in nodes)) for node in registered()],
         nodes=[{"name": n.name, "include": _include(n), "ip_only": bridging and n.stage.is_ip}
                for n in nodes],
     )

@@ -56,7 +56,10 @@ assert set(FIELD_BIT) == set(FIELDS) | set(FIELDS6)
 # ... and whether the datapath looks the packet up in the kernel's
 # conntrack table first (Program.stateful; LFP_FLT_CT).
 CONNTRACK_BIT = 1 << 7
-USED_MASK = (CONNTRACK_BIT << 1) - 1
+# ... and whether connections with NAT are classified too (Program.translated;
+# LFP_FLT_NAT: the conntrack node takes them).
+NAT_BIT = 1 << 8
+USED_MASK = (NAT_BIT << 1) - 1
 # Set in the generation of ip6tables' classifier, never in iptables'.
 FAMILY_BIT = {IPV4.name: 0, IPV6.name: USED_MASK + 1}
 # A generation's bits above these are its digest (never all zero, so no
@@ -196,6 +199,8 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         used |= FIELD_BIT[name]
     if program.stateful:
         used |= CONNTRACK_BIT
+    if program.translated:
+        used |= NAT_BIT
     level = {(i,): (field_classes[name], bool(used & FIELD_BIT[name])) for i, name in enumerate(fields)}
     pairs = []
     for node, left, right in PAIRS:
@@ -371,6 +376,7 @@ def _prefix_deltas(before: Program, after: Program):
     if (before.rules != after.rules or before.chains != after.chains or before.backends != after.backends
             or before.interface_fields != after.interface_fields or before.reads_mark != after.reads_mark
             or before.stateful != after.stateful or before.family != after.family
+            or before.translated != after.translated
             or len(before.boxes) != len(after.boxes)):
         return None
     deltas: dict[str, dict[tuple[int, int], list[int]]] = {}

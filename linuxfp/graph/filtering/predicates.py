@@ -19,10 +19,11 @@ prefixes; `-i eth+` becomes the ifindexes whose names match.
 
 Connection-tracking matches (`-m conntrack --ctstate`, `-m state --state`,
 `--ctstatus`) are constants: while the kernel tracks connections, the filter
-node classifies only packets of an established connection that carries no
-NAT (bpf_modules/filter.h checks the kernel's own entry; every other packet
-goes to the kernel first), so each such match holds for all of them or for
-none.
+node classifies only packets of an established connection — one that
+carries no NAT, or, where no rule names SNAT or DNAT (Program.translated),
+one the conntrack node translated (bpf_modules/filter.h and conntrack.h
+check the kernel's own entry; every other packet goes to the kernel
+first) — so each such match holds for all of them or for none.
 
 A match the fast path cannot evaluate makes the rule `unsupported`: its box
 keeps the matches it can evaluate (a superset of what it matches) and its
@@ -81,7 +82,8 @@ _MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "icmp6", "ma
                       "addrtype"})
 # What conntrack says of every packet the filter node classifies while
 # connections are tracked: ctstate ESTABLISHED (its entry has seen a reply),
-# neither SNAT nor DNAT, status CONFIRMED|SEEN_REPLY|ASSURED.
+# status CONFIRMED|SEEN_REPLY|ASSURED; SNAT and DNAT may hold only where no
+# rule names them (Program.translated), so they are taken as not holding.
 CT_STATES = frozenset({"NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED", "SNAT", "DNAT"})
 FAST_PATH_CTSTATES = frozenset({"ESTABLISHED"})
 CT_STATUSES = frozenset({"NONE", "EXPECTED", "SEEN_REPLY", "ASSURED", "CONFIRMED"})

@@ -58,6 +58,10 @@ class Program:
     # connections are classified (scope.py), the rest go to the kernel.
     stateful: bool = False
     family: Family = IPV4         # iptables' rules or ip6tables'
+    # ... and of established connections with NAT too (the conntrack node takes
+    # them): the kernel translates them (an IPv4 nat table) and no rule
+    # tells them apart (--ctstate SNAT / DNAT).
+    translated: bool = False
 
     def chain(self, backend: str, name: str):
         return self._chain_index.get((backend, name))
@@ -81,17 +85,18 @@ class Program:
 
 
 def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), family: Family = IPV4,
-                    addrtypes=None) -> Program:
+                    addrtypes=None, nat: bool = False) -> Program:
     """The FORWARD chain of each ruleset's filter table (of `family`) and
     every chain it reaches; `stateful` as FilterScope says; `ipsets` the
     sets rules match; `addrtypes` the namespace's address types
-    (addrtypes.py), where rules match them."""
+    (addrtypes.py), where rules match them; `nat`: the kernel translates
+    connections with NAT (scope.translating())."""
     sets = {s.name: s for s in ipsets}
     rules: list[CompiledRule] = []
     boxes: list[Box] = []
     chains = []
     named = set()
-    marks = False
+    marks = nat_apart = False
     for ruleset in forward_rulesets:
         table = ruleset.table("filter")
         seen, todo = set(), ["FORWARD"]
@@ -107,6 +112,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                              if m.module == "" and m.option in ("-i", "-o"))
                 named.update(_set_interface_fields(rule, sets))
                 marks = marks or "mark" in rule.modules
+                nat_apart = nat_apart or _tells_nat_apart(rule)
                 meaning = rule_meaning(rule, links, sets, family, addrtypes)
                 if meaning.unsure:
                     ids = tuple(range(len(boxes), len(boxes) + len(meaning.unsure)))
@@ -125,7 +131,15 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                                           action, jump, ids, meaning.unsupported, rule.target, family.name))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
-                   frozenset(named), marks, stateful, family)
+                   frozenset(named), marks, stateful, family, stateful and nat and not nat_apart)
+
+
+def _tells_nat_apart(rule) -> bool:
+    """Whether the rule's conntrack state match names SNAT or DNAT (the
+    states xt_conntrack adds for a connection with NAT), negated or not."""
+    return any(m.module == "conntrack" and m.option == "--ctstate" and m.values
+               and {"SNAT", "DNAT"} & {word.upper() for word in m.values[0].split(",")}
+               for m in rule.matches)
 
 
 def _set_interface_fields(rule, sets) -> set[str]:

@@ -1,18 +1,19 @@
 """Which part of a namespace's netfilter configuration touches forwarded
 IPv4 packets, and which of it a filter node may evaluate: the filter table's
 FORWARD chain of each iptables backend, and — when the kernel tracks
-connections — only for packets of established connections without NAT.
-Everything else that could touch a forwarded packet is named as uncovered.
-Pure.
+connections — only for packets of established connections (with NAT too
+where translating() finds the kernel's NAT hooks and no rule tells such
+connections apart: program.py). Everything else that could touch a
+forwarded packet is named as uncovered. Pure.
 
 Connection tracking is on once any rule uses it (a conntrack match, or a
 target such as MASQUERADE or CONNMARK: each takes a reference on the
 namespace's conntrack hooks; a nat table without NAT targets does not). The filter node is then
 `stateful`: it looks every packet up in the kernel's conntrack table and
-classifies only those of an established, un-NATed connection, for which
-conntrack matches are constants (predicates.py) and nat tables are never
-consulted (the kernel runs them for a connection's first packet only);
-everything else goes to the kernel.
+classifies only those of an established connection (un-NATed, or one the
+conntrack node translated), for which conntrack matches are constants
+(predicates.py) and nat tables are never consulted (the kernel runs them
+for a connection's first packet only); everything else goes to the kernel.
 
 Uncovered, with the reason:
 * a native nf_tables table's base chain (the `nft` tool's: families inet,
@@ -189,6 +190,27 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
         if filter_table is not None and _forward_filters(filter_table):
             forward.append(ruleset)
     return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful), tuple(defrag))
+
+
+def translating(netfilter) -> str | None:
+    """What registers the kernel's IPv4 NAT hooks, which translate an
+    established connection with NAT from its conntrack entry (the first nat
+    table or base chain of the family registers all of them:
+    nf_nat_register_fn()); None when nothing does — the kernel then
+    translates nothing, whatever an entry says. A dormant table's chains are
+    not hooked in."""
+    if "legacy:nat" in netfilter.tables:
+        return "iptables-legacy table nat"
+    for ruleset in netfilter.rulesets:
+        table = ruleset.table("nat") if ruleset.backend == "nft" and "ip nat" not in netfilter.dormant else None
+        if table is not None and any(chain.policy is not None for chain in table.chains):
+            return "iptables-nft table nat"
+    if not netfilter.native_error:
+        for chain in netfilter.native.chains:
+            if (chain.kind == "nat" and chain.hook and chain.family in ("ip", "inet")
+                    and f"{chain.family} {chain.table}" not in netfilter.dormant):
+                return chain.where
+    return None
 
 
 def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list[str]]:

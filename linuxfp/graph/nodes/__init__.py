@@ -201,7 +201,8 @@ def _load_external() -> None:
 # The built-in nodes' modules, in the order that numbers their counters:
 # the same in every process (the controller's, `linuxfp stats`', a test's),
 # whichever of them a process happened to import first.
-_BUILTIN_MODULES = ("router", "transmit", "iptables_filter", "bridge", "bridge_filter", "bridge_tx", "conntrack_tcp")
+_BUILTIN_MODULES = ("router", "transmit", "iptables_filter", "bridge", "bridge_filter", "bridge_tx", "conntrack",
+                    "nat_out")
 
 
 def registered() -> tuple[Node, ...]:

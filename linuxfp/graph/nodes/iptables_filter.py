@@ -19,7 +19,7 @@ from ..filtering.classifier import (FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, 
                                     build_classifier, patch_classifier)
 from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
-from ..filtering.scope import evaluated_scope6, filter_scope
+from ..filtering.scope import evaluated_scope6, filter_scope, translating
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Series, Stage, register
 
@@ -107,9 +107,11 @@ class Filter(Node):
             lines.append(f"{len(rules)} rules reached from FORWARD ({counts or f'{tool}: none'})")
             if program.stateful:
                 tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
+                which = ("established connections, with NAT or without (the conntrack node translates them), are "
+                         "classified" if program.translated else
+                         "established connections without NAT are classified")
                 lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
-                             + "; ".join(tracking) + "): established connections without NAT are classified, "
-                             "the rest go to the kernel")
+                             + "; ".join(tracking) + f"): {which}, the rest go to the kernel")
             if classifier is not None:
                 fields = ",".join(name for name in classifier.fields if classifier.used & FIELD_BIT[name]) or "none"
                 patched = f" epoch {classifier.epoch:08x} (ipset members patched in)" if classifier.patch else ""
@@ -458,7 +460,7 @@ def _plan(netfilter, links, addrtypes: AddressTypes | None = None, previous: Fil
     try:
         if scope.filters_forward:
             program = compile_program(scope.forward, links, stateful=bool(scope.stateful), ipsets=netfilter.ipsets,
-                                      addrtypes=addrtypes)
+                                      addrtypes=addrtypes, nat=translating(netfilter) is not None)
             classifier = _classifier(program, links, previous.classifier if previous is not None else None)
         if filters6:
             program6 = compile_program(scope6.forward, links, stateful=bool(tracking6), ipsets=netfilter.ipsets,
@@ -539,7 +541,7 @@ def pair_key(generation: int, node: int, left: int, right: int) -> bytes:
 
 
 # lfp_flt_cfg's value for a family whose FORWARD chains let every packet
-# through (LFP_FLT_OPEN; no generation is below 0x200); its index per family
+# through (LFP_FLT_OPEN; no generation is below 0x400); its index per family
 OPEN = 1
 CFG_INDEX = {IPV4.name: 0, IPV6.name: 1}
 

@@ -1,0 +1,126 @@
+/* Conntrack node: what Linux's connection tracking and NAT do at
+ * PREROUTING, while connection tracking of the packet's family is on (the
+ * filter generation's LFP_FLT_CT).
+ *
+ * TCP goes to the kernel here: conntrack follows each segment's sequence
+ * and window numbers, state no program may update (filter.h, conntrack.h).
+ * Reaching that verdict after the router's lookup and the FORWARD stage's
+ * own checks costs 300 to 600 ns per segment and acknowledgement; this node
+ * gives it before the routing decision, for all TCP that is not bridged
+ * (what the router would have passed for another reason too: its count is
+ * this node's then). IPv6's next header is TCP only without extension
+ * headers, which the router passes anyway.
+ *
+ * IPv4 UDP is looked up here, once (conntrack.h keeps the answer in the
+ * context for the filter node's FORWARD verdict), and an established
+ * connection with NAT (SNAT, MASQUERADE, DNAT — a gateway's, a Kubernetes
+ * service's) is translated as Linux translates it, from the entry alone: no
+ * nat rule is consulted after a connection's first packet
+ * (nf_nat_inet_fn()). The destination changes here, before the routing
+ * decision — the reply of a MASQUERADEd connection, addressed to the router
+ * itself, is routed to the client behind it — and the source at
+ * POSTROUTING (nat_out.h checks MASQUERADE's device there). This node
+ * writes the new destination address and port, so the router and the
+ * filter see the packet as Linux shows it them; transmit writes the rest
+ * after its last decision (nat_rewrite.h), and a packet handed to the
+ * kernel on the way is restored first (lfp_leave()). Connections with NAT
+ * are taken only while the classifier carries LFP_FLT_NAT too: an IPv4 nat
+ * table registered (without one the kernel translates nothing, whatever an
+ * entry says) and no rule that tells them apart (--ctstate SNAT, DNAT).
+ * Everything conntrack.h does not take goes on unchanged: the filter node
+ * passes it with its own reason.
+ *
+ * Exact because handing a packet to the kernel always is, and with the
+ * built-in nodes it takes nothing from the fast path: every exit of the IP
+ * path crosses FORWARD, where TCP would be passed anyway (bridged frames
+ * skip this stage: the bridge node keeps its own per-frame bookkeeping, and
+ * the bridge-filter node passes their TCP, and their connections with NAT,
+ * as before). A node of its own (LINUXFP_NODES) with an IP exit before
+ * FORWARD would lose TCP here to the kernel: still exact, no longer free.
+ * Placed only with the filter node (linuxfp/graph/nodes/conntrack.py); the
+ * generation's bits are read per packet, so a ruleset that turns connection
+ * tracking off lets TCP through to the nodes after it at once.
+ */
+#ifndef LFP_CT_PREROUTING_H
+#define LFP_CT_PREROUTING_H
+
+#include "common.h"
+#include "conntrack.h"
+#include "filter.h"
+#include "nat_rewrite.h"
+#include "parse.h"
+
+#define LFP_COUNTERS_CONNTRACK(X)                                                         \
+	X(CT_TCP_TRACKED,         conntrack, pass, "connection tracking on: TCP, before routing (its window tracking stays with the kernel)") \
+	X(NAT_UNWRITABLE,         conntrack, drop, "a translated packet could not be written (Linux drops it too)")
+
+/* Whether ip_rcv() hands the IPv4 packet to PREROUTING as it is, where
+ * conntrack sees it (ip_rcv_core()'s checks, defragmentation's): a packet
+ * Linux drops before must not refresh a connection. The router passes the
+ * rest, each for its reason. */
+static __always_inline int lfp_ct_reaches_prerouting(struct lfp_pkt *pkt, struct iphdr *ip)
+{
+	struct lfp_iface *in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->l3_ifindex);
+	struct ethhdr *eth = lfp_eth(pkt);
+
+	if (!in || !eth || lfp_is_gso(pkt))
+		return 0;
+	if (pkt->l3_ifindex == pkt->ingress_ifindex && !lfp_for_this_host(pkt, eth->h_dest, in->mac))
+		return 0;
+	return ip->version == 4 && ip->ihl == 5 && pkt->len == sizeof(struct ethhdr) + bpf_ntohs(ip->tot_len) &&
+	       !lfp_ipv4_csum_check(ip) && !(ip->frag_off & bpf_htons(0x3fff /* MF, offset */));
+}
+
+/* An IPv4 UDP datagram: looked up, and an established connection with NAT
+ * given its destination as PREROUTING leaves it. */
+static __always_inline enum lfp_rc lfp_ct_translate(struct lfp_pkt *pkt, struct iphdr *ip)
+{
+	if (!lfp_ct_reaches_prerouting(pkt, ip))
+		return LFP_NEXT;
+	if (lfp_ct_take_nat(pkt) != LFP_CT_TAKEN || !(pkt->nat.manip & LFP_NAT_DST))
+		return LFP_NEXT;
+	if (lfp_nat_rewrite_destination(pkt)) {
+		pkt->nat.manip = 0;
+		return lfp_drop(pkt, LFP_CNT_NAT_UNWRITABLE);
+	}
+	return LFP_NEXT;
+}
+
+static __always_inline enum lfp_rc conntrack_node(struct lfp_pkt *pkt)
+{
+	__u32 family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
+	struct iphdr *ip = NULL;
+	struct lfp_flt_cfg *cfg;
+	__u32 gen;
+	__u8 proto;
+
+	if (family6) {
+		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
+
+		if (!ip6)
+			return LFP_NEXT;
+		proto = ip6->nexthdr;
+	} else {
+		if (pkt->l3_proto != bpf_htons(ETH_P_IP))
+			return LFP_NEXT;
+		ip = lfp_ipv4(pkt);
+		if (!ip)
+			return LFP_NEXT;
+		proto = ip->protocol;
+	}
+	if (proto != IPPROTO_TCP && (proto != IPPROTO_UDP || family6))
+		return LFP_NEXT;
+	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &family6);
+	if (!cfg)
+		return LFP_NEXT;
+	gen = *(volatile const __u32 *)&cfg->gen;
+	if (gen == LFP_FLT_OPEN || !(gen & LFP_FLT_CT))
+		return LFP_NEXT;
+	if (proto == IPPROTO_TCP)
+		return lfp_pass(pkt, LFP_CNT_CT_TCP_TRACKED);
+	if ((gen & LFP_FLT_NAT) && ip)
+		return lfp_ct_translate(pkt, ip);
+	return LFP_NEXT;
+}
+
+#endif /* LFP_CT_PREROUTING_H */
