@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from controller.launcher import linuxfp_stats, wait_lease_current
-from linuxfp.lab.conntrack import Flow, udp_entries
+from linuxfp.lab.conntrack import Flow, flush, udp_entries
 from linuxfp.lab.frames import ipv6_udp_frame, udp_frame
 from linuxfp.lab.packet_io import inject
 
@@ -86,12 +86,14 @@ def ipset_ruleset(name: str = BLACKLIST_SET) -> str:
 
 
 def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT, bridge: str | None = None,
-                     sources: list[str] | None = None, nat: bool = True) -> str:
+                     sources: list[str] | None = None, nat: bool = True,
+                     masquerade: str = f"-d {MASQUERADED}") -> str:
     """A real host's FORWARD: policy DROP, established connections first,
     INVALID dropped, the blacklist, then the one service (the generator's
-    UDP port) accepted; a nat table with one MASQUERADE rule (`nat`).
-    `bridge`: the service accepted only between that bridge's ports (`-i br
-    -o br`), as Docker accepts traffic within docker0."""
+    UDP port) accepted; a nat table with one MASQUERADE rule (`nat`) of
+    `masquerade`'s matches (by default for a destination no traffic goes
+    to). `bridge`: the service accepted only between that bridge's ports
+    (`-i br -o br`), as Docker accepts traffic within docker0."""
     within = f"-i {bridge} -o {bridge} " if bridge else ""
     lines = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]",
              "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
@@ -100,7 +102,7 @@ def stateful_ruleset(count: int = BLACKLIST, port: int = BENCH_UDP_PORT, bridge:
     lines += [f"-A FORWARD {within}-p udp -m udp --dport {port} -j ACCEPT", "COMMIT"]
     if nat:
         lines += ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
-                  ":POSTROUTING ACCEPT [0:0]", f"-A POSTROUTING -d {MASQUERADED} -j MASQUERADE", "COMMIT"]
+                  ":POSTROUTING ACCEPT [0:0]", f"-A POSTROUTING {masquerade} -j MASQUERADE", "COMMIT"]
     return "\n".join(lines) + "\n"
 
 
@@ -119,20 +121,23 @@ def conntrack_state(line: Line, flows: tuple[Flow, ...]) -> dict:
     }
 
 
-def establish_flows(line: Line, flows: tuple[Flow, ...], size: int = FRAME_SIZE - 4) -> dict:
+def establish_flows(line: Line, flows: tuple[Flow, ...], size: int = FRAME_SIZE - 4,
+                    reply_to: str | None = None) -> dict:
     """Each flow as a real exchange through the DUT (Linux alone): a
     datagram from the source side, its reply from the sink side, and one
     more datagram past conntrack's stream mark, which makes the entry
     ASSURED. The reply is addressed to the MAC the forwarded datagrams
     reach the sink from: the DUT's egress, or across a bridge the
-    generator itself. IPv6 flows (addresses with a colon) as IPv6. Returns
-    conntrack_state afterwards."""
+    generator itself; and to `reply_to` rather than the flow's source where
+    the DUT MASQUERADEs (its egress address; the ports stay). IPv6 flows
+    (addresses with a colon) as IPv6. Returns conntrack_state afterwards."""
     def frame(src_mac, dst_mac, src, dst, sport, dport) -> bytes:
         make = ipv6_udp_frame if ":" in src else udp_frame
         return make(src_mac, dst_mac, src, dst, sport=sport, dport=dport, size=size)
 
     originals = [frame(line.gen.mac, line.frame_dst_mac, src, dst, sport, dport) for src, dst, sport, dport in flows]
-    replies = [frame(line.snk.mac, line.arrival_src_mac, dst, src, dport, sport) for src, dst, sport, dport in flows]
+    replies = [frame(line.snk.mac, line.arrival_src_mac, dst, reply_to or src, dport, sport)
+               for src, dst, sport, dport in flows]
     started = time.monotonic()
     inject(line.src, line.gen.ifname, originals)
     time.sleep(0.2)
@@ -152,6 +157,7 @@ class FlowSetup:
 
     label: str                              # the variant, in the progress lines
     size: int = FRAME_SIZE - 4              # the frames' (the generator's without the FCS)
+    masqueraded: bool = False               # the DUT MASQUERADEs them out of its egress
     established: dict | None = None
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -159,7 +165,11 @@ class FlowSetup:
         flows = rig.generator.flows()
         throughput.progress(f"{self.label}: establishing {len(flows)} generator flows in conntrack")
         try:
-            self.established = establish_flows(rig.line, flows, self.size)
+            if self.masqueraded:
+                # (a connection keeps the NAT it started with: earlier variants' go)
+                flush(rig.line.dut)
+            self.established = establish_flows(rig.line, flows, self.size,
+                                               reply_to=rig.line.dut_out.ip if self.masqueraded else None)
         except Exception as exc:  # noqa: BLE001 - the measurements still run; this says what they lack
             self.errors["establish"] = f"{type(exc).__name__}: {exc}"
             return
@@ -351,7 +361,16 @@ def run(options: Options) -> dict:
                             f"{len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
         stateful, stateful_errors = measure_with_rules(rig, plan, stateful_ruleset(), prepare=setup,
                                                        observe=observer(stateful=True))
+        throughput.progress(f"gateway masqueraded: the same, every flow MASQUERADEd out of "
+                            f"{rig.line.dut_out.ifname}; {len(SYSTEM_NAMES)} systems x {plan.repetitions} repetitions")
+        masq_setup = FlowSetup("gateway masqueraded", masqueraded=True)
+        masqueraded, masq_errors = measure_with_rules(
+            rig, plan, stateful_ruleset(masquerade=f"-o {rig.line.dut_out.ifname}"), prepare=masq_setup,
+            observe=observer(stateful=True))
         method = throughput.method(plan, rig.placement, PREFIXES)
+        method["masqueraded_rules"] = (f"the stateful rules, with nat `-A POSTROUTING -o {rig.line.dut_out.ifname} "
+                                       "-j MASQUERADE` (every flow: its source becomes the DUT's egress address); "
+                                       "conntrack flushed, the flows established again with replies to that address")
     method["rules"] = f"{BLACKLIST} x `-A FORWARD -s <documentation /32> -j DROP`, iptables-nft"
     method["ipset_variant"] = (f"the same {BLACKLIST} sources as one `ipset` hash:net set, one rule: "
                                f"`-A FORWARD -m set --match-set {BLACKLIST_SET} src -j DROP`, iptables-nft")
@@ -375,6 +394,10 @@ def run(options: Options) -> dict:
     established = setup.established
     stateful_errors = {**setup.errors, **stateful_errors, **conntrack_checks(established, stateful_after),
                        **share_checks(stateful_shares)}
+    masq_shares = fast_path_shares(masqueraded["repetitions"])
+    masq_after = conntrack_after(masqueraded["repetitions"])
+    masq_errors = {**masq_setup.errors, **masq_errors, **conntrack_checks(masq_setup.established, masq_after),
+                   **share_checks(masq_shares)}
     return {
         "scenario": "gateway",
         "supported": True,
@@ -407,9 +430,20 @@ def run(options: Options) -> dict:
             "conntrack": {"established": established, "after_measurement": stateful_after},
             "errors": stateful_errors,
         },
+        "masqueraded": {
+            "systems": masqueraded["systems"],
+            "ratios": masqueraded["ratios"],
+            "ratio_spread": masqueraded["ratio_spread"],
+            "regime": masqueraded["regime"],
+            "repetitions": masqueraded["repetitions"],
+            "fast_path": masq_shares,
+            "conntrack": {"established": masq_setup.established, "after_measurement": masq_after},
+            "errors": masq_errors,
+        },
         "targets": {"linuxfp-xdp/linux": TARGET},
         "errors": {**errors, **{f"ipset {k}": v for k, v in set_errors.items()},
-                   **{f"stateful {k}": v for k, v in stateful_errors.items()}},
+                   **{f"stateful {k}": v for k, v in stateful_errors.items()},
+                   **{f"masqueraded {k}": v for k, v in masq_errors.items()}},
     }
 
 
@@ -426,11 +460,12 @@ def summary_line(result: dict) -> str:
         ratios = by_set["ratios"]
         line += "; ipset " + (", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios)
                               or "no valid ratios")
-    stateful = result.get("stateful")
-    if stateful:
-        ratios = stateful["ratios"]
-        shown = ", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios) or "no valid ratios"
-        line += (f"; stateful (conntrack, nat) {shown}, fast-pathed {shares_text(stateful['fast_path'])}")
+    for key, title in (("stateful", "stateful (conntrack, nat)"), ("masqueraded", "masqueraded")):
+        variant = result.get(key)
+        if variant:
+            ratios = variant["ratios"]
+            shown = ", ".join(f"{k} {ratios[k]:.2f}" for k in RATIO_KEYS if k in ratios) or "no valid ratios"
+            line += f"; {title} {shown}, fast-pathed {shares_text(variant['fast_path'])}"
     if result["errors"]:
         line += f"; errors: {', '.join(result['errors'])}"
     return line
@@ -507,6 +542,13 @@ def markdown(result: dict) -> str:
                   fmt_mpps(stateful["systems"][name]["pps_median"]) if name in stateful["systems"] else "-"]
                  for name in SYSTEM_NAMES]
         out += ["\n## Stateless and stateful\n\n", table(["", "stateless", "stateful"], rows)]
+    masqueraded = result.get("masqueraded")
+    if masqueraded:
+        established = masqueraded["conntrack"]["established"]
+        out += [f"\n## Masqueraded: {result['method']['masqueraded_rules']}\n\n", established_text(established),
+                systems_table(masqueraded["systems"]), "\n", ratios_table(masqueraded["ratio_spread"], {}), "\n",
+                table(SHARE_HEADER, share_rows(masqueraded["fast_path"]))]
+        out.append(conntrack_after_text(masqueraded["conntrack"]["after_measurement"], established))
     if result["errors"]:
         out.append("\n## Errors\n\n" + "".join(f"- {k}: {v}\n" for k, v in result["errors"].items()))
     return "".join(out)

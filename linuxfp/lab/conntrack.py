@@ -1,13 +1,16 @@
 """The kernel's connection tracking table of a namespace, as
 /proc/net/nf_conntrack shows it (tests and benches check what the fast path
-left of the entries it refreshed)."""
+left of the entries it refreshed), and its flush."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 import struct
 from collections.abc import Iterable
 
-from .netns import Namespace
+from linuxfp.state import netlink as nl
+
+from .netns import Namespace, entered
 
 Flow = tuple[str, str, int, int]     # source, destination, source port, destination port
 
@@ -57,3 +60,11 @@ def malformed_udp(frame: bytes) -> list[bytes]:
 
     return [corrupt(udp + 6, struct.pack("!H", frame[udp + 6] << 8 ^ 0x5a5a)), corrupt(udp + 6, b"\0\0"),
             corrupt(udp + 4, struct.pack("!H", 999)), corrupt(udp + 4, struct.pack("!H", 7))]
+
+
+def flush(ns: Namespace) -> None:
+    """Forget every IPv4 connection `ns`'s conntrack tracks (what
+    `conntrack -F` does: a ctnetlink delete without a tuple)."""
+    with entered(ns), nl.query_socket(nl.NETLINK_NETFILTER) as sock:
+        # NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_DELETE; nfgenmsg: family, version 0, res_id 0
+        sock.request((1 << 8) | 2, struct.pack("=BBH", socket.AF_INET, 0, 0), dump=False)
