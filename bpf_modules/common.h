@@ -87,27 +87,28 @@ struct lfp_tally {
 	__u64 bytes;
 };
 
-/* What the packet's connection has NAT do to it (ct_prerouting.h, conntrack.h), as
- * Linux applies it: the destination at PREROUTING — written into the packet
- * there, without its checksums, so routing and FORWARD see it as Linux shows
- * it them (the header checksum follows: the router checks it) — and the
- * source at POSTROUTING. Transmit writes the rest after its last decision
- * (nat_rewrite.h); a packet handed to the kernel before that gets its
- * destination back first (lfp_leave()). */
+/* What conntrack said of the packet (conntrack.h: looked up once, at
+ * PREROUTING where the conntrack node is) and what its connection's NAT
+ * does to it, as Linux applies it: the destination at PREROUTING — written
+ * into the packet there with the header checksum, so routing and FORWARD
+ * see it as Linux shows it them (ct_prerouting.h) — and the source at
+ * POSTROUTING. Transmit writes the rest after its last decision
+ * (nat_rewrite.h); a packet handed to the kernel before that gets its bytes
+ * back first (lfp_leave()). */
 #define LFP_NAT_SRC (1u << 0)   /* the source becomes saddr:sport at POSTROUTING */
-#define LFP_NAT_DST (1u << 1)   /* the destination changes at PREROUTING (daddr, dport) */
+#define LFP_NAT_DST (1u << 1)   /* the destination changes at PREROUTING (other_daddr, other_dport) */
 
-struct lfp_nat {
-	/* The destination PREROUTING gives the packet; once written there, the
-	 * one it replaced (swapped: nat_rewrite.h). */
-	__be32 daddr;
+struct lfp_ct {
+	/* The destination not in the packet: the one PREROUTING gives it until
+	 * written there, then the one it replaced (nat_rewrite.h). */
+	__be32 other_daddr;
 	__be32 saddr;
 	__u32 masq_ifindex;     /* MASQUERADE's device: the only egress Linux keeps the connection on; 0: any */
-	__be16 dport;
+	__be16 other_dport;
 	__be16 sport;
 	__u16 check_was;        /* the IPv4 header checksum before PREROUTING's rewrite */
 	__u8 manip;             /* LFP_NAT_* */
-	__u8 ct;                /* conntrack.h's answer for this packet + 1; 0: not looked up yet */
+	__u8 answer;            /* conntrack.h's answer for this packet + 1; 0: not looked up yet */
 };
 
 struct lfp_pkt {
@@ -126,7 +127,7 @@ struct lfp_pkt {
 	void *net;              /* its struct net */
 	struct lfp_tally *tally;        /* NULL: nothing to count on the way out */
 	__u32 tally_len;                /* the length it counts (e.g. IP's, as netfilter sees it) */
-	struct lfp_nat nat;
+	struct lfp_ct ct;
 };
 
 /* Per-interface facts, shared by every pipeline of the namespace and kept
@@ -341,8 +342,8 @@ static __always_inline int lfp_pkt_init(struct lfp_pkt *pkt, lfp_ctx_t *ctx)
 	pkt->l3_ifindex = pkt->ingress_ifindex;
 	pkt->l3_proto = 0;
 	__builtin_memset(&pkt->fwd, 0, sizeof(pkt->fwd));
-	pkt->nat.manip = 0;
-	pkt->nat.ct = 0;
+	pkt->ct.manip = 0;
+	pkt->ct.answer = 0;
 	return pkt->counters ? 0 : -1;
 }
 
@@ -410,6 +411,24 @@ static __always_inline struct nf_conn *lfp_ct_lookup(struct lfp_pkt *pkt, struct
 #endif
 }
 
+/* The skb's checksum state (skb->ip_summed); XDP has no skb yet: what a
+ * frame from the wire has, CHECKSUM_NONE. */
+#define LFP_CHECKSUM_NONE 0
+#define LFP_CHECKSUM_UNNECESSARY 1
+#define LFP_CHECKSUM_PARTIAL 3
+
+static __always_inline __u8 lfp_ip_summed(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, ip_summed);
+#else
+	(void)pkt;
+	return LFP_CHECKSUM_NONE;
+#endif
+}
+
 /* Whether the kernel takes the packet's transport checksum as verified
  * without summing it: nf_ip_checksum() does for CHECKSUM_UNNECESSARY and
  * CHECKSUM_PARTIAL (sent by a local socket, e.g. a container's, whose
@@ -417,15 +436,9 @@ static __always_inline struct nf_conn *lfp_ct_lookup(struct lfp_pkt *pkt, struct
  * ip_summed; XDP cannot know it, so it sums. */
 static __always_inline int lfp_l4_csum_taken_as_verified(struct lfp_pkt *pkt)
 {
-#ifdef LFP_HOOK_TC
-	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
-	__u64 summed = BPF_CORE_READ_BITFIELD(skb, ip_summed);
+	__u8 summed = lfp_ip_summed(pkt);
 
-	return summed == 1 /* CHECKSUM_UNNECESSARY */ || summed == 3 /* CHECKSUM_PARTIAL */;
-#else
-	(void)pkt;
-	return 0;
-#endif
+	return summed == LFP_CHECKSUM_UNNECESSARY || summed == LFP_CHECKSUM_PARTIAL;
 }
 
 /* Whether the skb carries a hash of its L4 flow (the NIC's RSS hash, a
@@ -499,14 +512,7 @@ static __always_inline __u16 lfp_kcsum_replace4(__u16 check, __u32 from, __u32 t
  * not verify there, and conntrack.h hands it to the kernel. */
 static __always_inline int lfp_l4_csum_partial(struct lfp_pkt *pkt)
 {
-#ifdef LFP_HOOK_TC
-	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
-
-	return BPF_CORE_READ_BITFIELD(skb, ip_summed) == 3;
-#else
-	(void)pkt;
-	return 0;
-#endif
+	return lfp_ip_summed(pkt) == LFP_CHECKSUM_PARTIAL;
 }
 
 /* Four bytes the IPv4 header checksum at `check_off` covers changed from

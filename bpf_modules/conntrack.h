@@ -15,12 +15,12 @@
  *   is the original reversed (IPVS translates without NAT bits) — or, for
  *   the conntrack node (ct_prerouting.h, IPv4), that is the original as the entry's NAT
  *   bits translate it: the packet then leaves with the addresses and ports
- *   nf_nat_manip_pkt() gives it (struct lfp_nat);
+ *   nf_nat_manip_pkt() gives it (struct lfp_ct);
  * - a datagram conntrack calls valid (udp_error(): a length that fits and a
  *   checksum that verifies, over the whole IP payload as nf_ip_checksum()
  *   sums it — unless the skb says it was verified or is the sender's to
  *   fill, which nf_ip_checksum() takes as valid).
- * The answer is kept in the packet's context (pkt->nat.ct): conntrack looks
+ * The answer is kept in the packet's context (pkt->ct.answer): conntrack looks
  * a packet up once, at PREROUTING, and the conntrack node's NAT rewrite there would
  * find nothing in a second lookup.
  * The refresh writes the entry's timeout only when it would change (at most
@@ -80,8 +80,10 @@ struct nf_conntrack_tuple_hash___lfp {
 	struct nf_conntrack_tuple___lfp tuple;
 } __attribute__((preserve_access_index));
 
+#define LFP_CT_EXT_SLOTS 9              /* extension ids this view has room for */
+
 struct nf_ct_ext___lfp {
-	__u8 offset[9];                 /* per extension id: 0 when absent */
+	__u8 offset[LFP_CT_EXT_SLOTS];  /* per extension id: 0 when absent */
 } __attribute__((preserve_access_index));
 
 enum nf_ct_ext_id___lfp {
@@ -299,7 +301,7 @@ static __always_inline int lfp_ct_untranslated(struct nf_conn___lfp *conn, int f
 static __always_inline int lfp_ct_extended(struct nf_conn___lfp *conn)
 {
 	struct nf_ct_ext___lfp *ext = conn->ext;
-	__u8 offset[9];
+	__u8 offset[LFP_CT_EXT_SLOTS];
 	__u32 acct = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_ACCT___lfp);
 	__u32 helper = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_HELPER___lfp);
 	__u32 timeout = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_TIMEOUT___lfp);
@@ -333,7 +335,7 @@ static __always_inline void lfp_ct_masq_ifindex(struct nf_conn___lfp *conn, __u3
 	*masq = 0;
 	/* (without CONFIG_NF_NAT_MASQUERADE there is no such field, nor a
 	 * connection MASQUERADE bound) */
-	if (!bpf_core_enum_value_exists(enum nf_ct_ext_id___lfp, NF_CT_EXT_NAT___lfp) || nat >= 9 ||
+	if (!bpf_core_enum_value_exists(enum nf_ct_ext_id___lfp, NF_CT_EXT_NAT___lfp) || nat >= LFP_CT_EXT_SLOTS ||
 	    !bpf_core_field_exists(struct nf_conn_nat___lfp, masq_index))
 		return;
 	if (bpf_probe_read_kernel(&ext, sizeof(ext), &conn->ext) || !ext ||
@@ -345,7 +347,7 @@ static __always_inline void lfp_ct_masq_ifindex(struct nf_conn___lfp *conn, __u3
 }
 
 /* What the entry's NAT does to this IPv4 packet (nf_nat_packet()), into
- * pkt->nat: in the direction the packet takes, it ends as the other
+ * pkt->ct: in the direction the packet takes, it ends as the other
  * direction's tuple inverted; at PREROUTING its destination changes if the
  * entry's status says so for that direction, at POSTROUTING its source. A
  * side the status leaves alone must already be what the other tuple says,
@@ -371,25 +373,25 @@ static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___l
 		src_bit = 1ul << IPS_DST_NAT_BIT;
 		dst_bit = 1ul << IPS_SRC_NAT_BIT;
 	}
-	pkt->nat.manip = 0;
-	pkt->nat.masq_ifindex = 0;
+	pkt->ct.manip = 0;
+	pkt->ct.masq_ifindex = 0;
 	if (status & src_bit) {
-		pkt->nat.manip |= LFP_NAT_SRC;
-		pkt->nat.saddr = other->dst.u3.ip;
-		pkt->nat.sport = other->dst.u.all;
+		pkt->ct.manip |= LFP_NAT_SRC;
+		pkt->ct.saddr = other->dst.u3.ip;
+		pkt->ct.sport = other->dst.u.all;
 		if (!reply) {
-			lfp_ct_masq_ifindex(conn, &pkt->nat.masq_ifindex);
+			lfp_ct_masq_ifindex(conn, &pkt->ct.masq_ifindex);
 			/* (only where a node checks it at POSTROUTING: nat_out.h) */
-			if (pkt->nat.masq_ifindex && !LFP_NODE_NAT_OUT)
+			if (pkt->ct.masq_ifindex && !LFP_NODE_NAT_OUT)
 				return 0;
 		}
 	} else if (other->dst.u3.ip != tuple->ipv4.saddr || other->dst.u.all != tuple->ipv4.sport) {
 		return 0;
 	}
 	if (status & dst_bit) {
-		pkt->nat.manip |= LFP_NAT_DST;
-		pkt->nat.daddr = other->src.u3.ip;
-		pkt->nat.dport = other->src.u.all;
+		pkt->ct.manip |= LFP_NAT_DST;
+		pkt->ct.other_daddr = other->src.u3.ip;
+		pkt->ct.other_dport = other->src.u.all;
 	} else if (other->src.u3.ip != tuple->ipv4.daddr || other->src.u.all != tuple->ipv4.dport) {
 		return 0;
 	}
@@ -398,8 +400,8 @@ static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___l
 
 /* Looks the packet's connection up and, when the fast path may take it,
  * refreshes its timeout as conntrack would. `nat` (a constant): an IPv4
- * entry with NAT may be taken too, its translation left in pkt->nat. */
-static __always_inline enum lfp_ct_result lfp_ct_take_now(struct lfp_pkt *pkt, int nat)
+ * entry with NAT may be taken too, its translation left in pkt->ct. */
+static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat)
 {
 	int family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
@@ -483,30 +485,30 @@ static __always_inline enum lfp_ct_result lfp_ct_take_now(struct lfp_pkt *pkt, i
 	bpf_ct_release(ct);
 	return LFP_CT_TAKEN;
 state:
-	pkt->nat.manip = 0;
+	pkt->ct.manip = 0;
 	bpf_ct_release(ct);
 	return LFP_CT_STATE;
 }
 
 /* Conntrack's answer for the packet, looked up the first time it is asked
- * for (one the conntrack node took may carry NAT: pkt->nat.manip). */
+ * for (one the conntrack node took may carry NAT: pkt->ct.manip). */
 static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 {
 	enum lfp_ct_result result;
 
-	if (pkt->nat.ct)
-		return pkt->nat.ct - 1;
-	result = lfp_ct_take_now(pkt, 0);
-	pkt->nat.ct = result + 1;
+	if (pkt->ct.answer)
+		return pkt->ct.answer - 1;
+	result = lfp_ct_take_uncached(pkt, 0);
+	pkt->ct.answer = result + 1;
 	return result;
 }
 
 /* The same for the conntrack node: an IPv4 entry with NAT may be taken. */
 static __always_inline enum lfp_ct_result lfp_ct_take_nat(struct lfp_pkt *pkt)
 {
-	enum lfp_ct_result result = lfp_ct_take_now(pkt, 1);
+	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1);
 
-	pkt->nat.ct = result + 1;
+	pkt->ct.answer = result + 1;
 	return result;
 }
 

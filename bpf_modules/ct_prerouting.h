@@ -49,26 +49,25 @@
 #include "filter.h"
 #include "nat_rewrite.h"
 #include "parse.h"
+#include "router.h"
 
 #define LFP_COUNTERS_CONNTRACK(X)                                                         \
 	X(CT_TCP_TRACKED,         conntrack, pass, "connection tracking on: TCP, before routing (its window tracking stays with the kernel)") \
 	X(NAT_UNWRITABLE,         conntrack, drop, "a translated packet could not be written (Linux drops it too)")
 
 /* Whether ip_rcv() hands the IPv4 packet to PREROUTING as it is, where
- * conntrack sees it (ip_rcv_core()'s checks, defragmentation's): a packet
- * Linux drops before must not refresh a connection. The router passes the
- * rest, each for its reason. */
+ * conntrack sees it (the router's own checks of what ip_rcv() takes: this
+ * node is only ever placed with it): a packet Linux drops before must not
+ * refresh a connection. The router passes the rest, each for its reason
+ * (a GSO packet too, here: its segments are the kernel's to translate). */
 static __always_inline int lfp_ct_reaches_prerouting(struct lfp_pkt *pkt, struct iphdr *ip)
 {
-	struct lfp_iface *in = bpf_map_lookup_elem(&lfp_ifaces, &pkt->l3_ifindex);
 	struct ethhdr *eth = lfp_eth(pkt);
+	struct lfp_iface *in;
 
-	if (!in || !eth || lfp_is_gso(pkt))
+	if (!eth || lfp_is_gso(pkt))
 		return 0;
-	if (pkt->l3_ifindex == pkt->ingress_ifindex && !lfp_for_this_host(pkt, eth->h_dest, in->mac))
-		return 0;
-	return ip->version == 4 && ip->ihl == 5 && pkt->len == sizeof(struct ethhdr) + bpf_ntohs(ip->tot_len) &&
-	       !lfp_ipv4_csum_check(ip) && !(ip->frag_off & bpf_htons(0x3fff /* MF, offset */));
+	return lfp_l3_ingress_refusal(pkt, eth, &in) == LFP_CNT_MAX && lfp_ipv4_rcv_refusal(pkt, ip) == LFP_CNT_MAX;
 }
 
 /* An IPv4 UDP datagram: looked up, and an established connection with NAT
@@ -77,10 +76,10 @@ static __always_inline enum lfp_rc lfp_ct_translate(struct lfp_pkt *pkt, struct 
 {
 	if (!lfp_ct_reaches_prerouting(pkt, ip))
 		return LFP_NEXT;
-	if (lfp_ct_take_nat(pkt) != LFP_CT_TAKEN || !(pkt->nat.manip & LFP_NAT_DST))
+	if (lfp_ct_take_nat(pkt) != LFP_CT_TAKEN || !(pkt->ct.manip & LFP_NAT_DST))
 		return LFP_NEXT;
 	if (lfp_nat_rewrite_destination(pkt)) {
-		pkt->nat.manip = 0;
+		pkt->ct.manip = 0;
 		return lfp_drop(pkt, LFP_CNT_NAT_UNWRITABLE);
 	}
 	return LFP_NEXT;

@@ -506,7 +506,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
 	/* A connection the conntrack node translated under a generation before one
 	 * that does not classify such connections. */
-	if (LFP_NODE_CONNTRACK && pkt->nat.manip && (flow.gen == LFP_FLT_OPEN || !(flow.gen & LFP_FLT_NAT)))
+	if (LFP_NODE_CONNTRACK && pkt->ct.manip && (flow.gen == LFP_FLT_OPEN || !(flow.gen & LFP_FLT_NAT)))
 		return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
 	if (flow.gen == LFP_FLT_OPEN)
 		return LFP_NEXT;

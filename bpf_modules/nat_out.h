@@ -17,7 +17,7 @@
 
 static __always_inline enum lfp_rc nat_out_node(struct lfp_pkt *pkt)
 {
-	if ((pkt->nat.manip & LFP_NAT_SRC) && pkt->nat.masq_ifindex && pkt->nat.masq_ifindex != pkt->fwd.egress)
+	if ((pkt->ct.manip & LFP_NAT_SRC) && pkt->ct.masq_ifindex && pkt->ct.masq_ifindex != pkt->fwd.egress)
 		return lfp_pass(pkt, LFP_CNT_NAT_MASQ_ELSEWHERE);
 	return LFP_NEXT;
 }

@@ -1,4 +1,4 @@
-/* A connection's NAT written into its packet (struct lfp_nat), byte for
+/* A connection's NAT written into its packet (struct lfp_ct), byte for
  * byte as Linux writes it: nf_nat_ipv4_manip_pkt() on UDP, destination
  * first (PREROUTING), source after (POSTROUTING).
  *
@@ -81,13 +81,13 @@ static __always_inline int lfp_nat_manip(struct lfp_pkt *pkt, int src, __be32 ad
  * packet could not be written. */
 static __always_inline int lfp_nat_write(struct lfp_pkt *pkt)
 {
-	__u8 manip = pkt->nat.manip;
+	__u8 manip = pkt->ct.manip;
 	struct udphdr *udp;
 	struct iphdr *ip;
 	__be32 addr;
 	__be16 port;
 
-	pkt->nat.manip = 0;     /* written: nothing to undo */
+	pkt->ct.manip = 0;     /* written: nothing to undo */
 	if (manip & LFP_NAT_DST) {
 		ip = lfp_ipv4(pkt);
 		udp = lfp_nat_udp(pkt);
@@ -95,7 +95,7 @@ static __always_inline int lfp_nat_write(struct lfp_pkt *pkt)
 			return -1;
 		addr = ip->daddr;
 		port = udp->dest;
-		if (lfp_nat_manip(pkt, 0, pkt->nat.daddr, addr, pkt->nat.dport, port, 0))
+		if (lfp_nat_manip(pkt, 0, pkt->ct.other_daddr, addr, pkt->ct.other_dport, port, 0))
 			return -1;
 	}
 	if (manip & LFP_NAT_SRC) {
@@ -105,7 +105,7 @@ static __always_inline int lfp_nat_write(struct lfp_pkt *pkt)
 			return -1;
 		addr = ip->saddr;
 		port = udp->source;
-		if (lfp_nat_manip(pkt, 1, addr, pkt->nat.saddr, port, pkt->nat.sport, 1))
+		if (lfp_nat_manip(pkt, 1, addr, pkt->ct.saddr, port, pkt->ct.sport, 1))
 			return -1;
 	}
 	return 0;
@@ -118,22 +118,22 @@ static __always_inline void lfp_nat_undo(struct lfp_pkt *pkt)
 	struct udphdr *udp;
 	struct iphdr *ip;
 
-	if (!(pkt->nat.manip & LFP_NAT_DST))
+	if (!(pkt->ct.manip & LFP_NAT_DST))
 		return;
-	pkt->nat.manip = 0;
+	pkt->ct.manip = 0;
 	ip = lfp_ipv4(pkt);
 	udp = lfp_nat_udp(pkt);
 	/* (both were in the linear part when written, and nothing shrinks it) */
 	if (!ip || !udp)
 		return;
-	ip->daddr = pkt->nat.daddr;
-	ip->check = pkt->nat.check_was;
-	udp->dest = pkt->nat.dport;
+	ip->daddr = pkt->ct.other_daddr;
+	ip->check = pkt->ct.check_was;
+	udp->dest = pkt->ct.other_dport;
 }
 
-/* PREROUTING's rewrite: the destination becomes pkt->nat's, the header
+/* PREROUTING's rewrite: the destination becomes pkt->ct's, the header
  * checksum following (csum_replace4(), as nf_nat_ipv4_manip_pkt() does),
- * the UDP checksum left for lfp_nat_write(); pkt->nat keeps the destination
+ * the UDP checksum left for lfp_nat_write(); pkt->ct keeps the destination
  * it replaced. 0, or < 0 when the packet could not be written (nothing of
  * it changed then). */
 static __always_inline int lfp_nat_rewrite_destination(struct lfp_pkt *pkt)
@@ -146,23 +146,23 @@ static __always_inline int lfp_nat_rewrite_destination(struct lfp_pkt *pkt)
 	ip = lfp_ipv4(pkt);
 	if (!ip)
 		return -1;
-	pkt->nat.check_was = ip->check;
-	if (lfp_l3_csum_replace(pkt, LFP_NAT_IP_CHECK, ip->daddr, pkt->nat.daddr))
+	pkt->ct.check_was = ip->check;
+	if (lfp_l3_csum_replace(pkt, LFP_NAT_IP_CHECK, ip->daddr, pkt->ct.other_daddr))
 		return -1;
 	ip = lfp_ipv4(pkt);
 	udp = lfp_nat_udp(pkt);
 	if (!ip || !udp) {
 		/* cannot happen: both were read before; the checksum back */
 		if (ip)
-			ip->check = pkt->nat.check_was;
+			ip->check = pkt->ct.check_was;
 		return -1;
 	}
 	daddr = ip->daddr;
 	dport = udp->dest;
-	ip->daddr = pkt->nat.daddr;
-	udp->dest = pkt->nat.dport;
-	pkt->nat.daddr = daddr;
-	pkt->nat.dport = dport;
+	ip->daddr = pkt->ct.other_daddr;
+	udp->dest = pkt->ct.other_dport;
+	pkt->ct.other_daddr = daddr;
+	pkt->ct.other_dport = dport;
 	return 0;
 }
 

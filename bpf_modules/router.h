@@ -485,9 +485,10 @@ static __always_inline enum lfp_counter lfp_l3_ingress_refusal(struct lfp_pkt *p
 	return LFP_CNT_MAX;
 }
 
-/* LFP_CNT_MAX, or why ip_rcv() and ip_route_input_slow() would not route
- * this IPv4 header as it is. */
-static __always_inline enum lfp_counter lfp_ipv4_header_refusal(struct lfp_pkt *pkt, struct iphdr *ip)
+/* LFP_CNT_MAX, or why ip_rcv() would not hand this IPv4 header to
+ * PREROUTING as it is (or why the fast path does not take it there: options,
+ * link-layer padding, a fragment, which conntrack would see reassembled). */
+static __always_inline enum lfp_counter lfp_ipv4_rcv_refusal(struct lfp_pkt *pkt, struct iphdr *ip)
 {
 	__u16 tot_len;
 
@@ -506,7 +507,17 @@ static __always_inline enum lfp_counter lfp_ipv4_header_refusal(struct lfp_pkt *
 		return LFP_CNT_IP_BAD_CHECKSUM;
 	if (ip->frag_off & bpf_htons(LFP_IP_MF | LFP_IP_OFFSET))
 		return LFP_CNT_IP_FRAGMENT;
+	return LFP_CNT_MAX;
+}
 
+/* LFP_CNT_MAX, or why ip_rcv() and ip_route_input_slow() would not route
+ * this IPv4 header as it is. */
+static __always_inline enum lfp_counter lfp_ipv4_header_refusal(struct lfp_pkt *pkt, struct iphdr *ip)
+{
+	enum lfp_counter refusal = lfp_ipv4_rcv_refusal(pkt, ip);
+
+	if (refusal != LFP_CNT_MAX)
+		return refusal;
 	if (lfp_ipv4_is_multicast(ip->daddr) || lfp_ipv4_is_lbcast(ip->daddr))
 		return LFP_CNT_FIB_NOT_FORWARDED;
 	if (lfp_ipv4_is_multicast(ip->saddr) || lfp_ipv4_is_lbcast(ip->saddr) ||

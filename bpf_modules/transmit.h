@@ -199,9 +199,10 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	}
 	__builtin_memcpy(eth->h_dest, pkt->fwd.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, pkt->fwd.smac, ETH_ALEN);
-	/* The connection's NAT (ct_prerouting.h), after the TTL as in Linux (the header
-	 * checksum comes out the same either way: nat_rewrite.h). */
-	if (LFP_NODE_CONNTRACK && pkt->nat.manip && lfp_nat_write(pkt))
+	/* The connection's NAT (ct_prerouting.h), after the TTL as in Linux
+	 * (nat_rewrite.h). A packet that cannot be written is dropped, as
+	 * nf_nat_manip_pkt() drops it. */
+	if (LFP_NODE_CONNTRACK && pkt->ct.manip && lfp_nat_write(pkt))
 		return lfp_drop(pkt, LFP_CNT_NAT_UNWRITABLE);
 	lfp_count(pkt, lfp_transmit_into_peer(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac));
 	return LFP_REDIRECT;

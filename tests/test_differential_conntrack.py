@@ -137,33 +137,17 @@ def test_datagrams_of_local_sockets_keep_their_checksum_state(router_topology, i
     partial checksum wrong, and hands it to the kernel, which forwards it.
     Every datagram arrives either way; TC carries the established ones —
     unless conntrack counts them (nf_conntrack_acct): then the kernel must."""
-    import socket
-
     from controller.launcher import ControllerProcess, linuxfp_stats
-    from linuxfp.lab import entered
+    from udp_peers import assured, udp_peers
 
     r = router_topology
     r.dut.run(["iptables-restore"], input=RULES)
     if accounting:
         r.dut.run(["sysctl", "-qw", "net.netfilter.nf_conntrack_acct=1"])
     sink_ip = RouterTopology.SINK_IP
-    with entered(r.src):
-        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with entered(r.sink):
-        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with a, b, ControllerProcess(r.dut.name, hook=hook) as controller:
-        a.bind((SRC, 40123))
-        b.bind((sink_ip, 5001))
-        a.settimeout(2)
-        b.settimeout(2)
+    with udp_peers(r) as (a, b), ControllerProcess(r.dut.name, hook=hook) as controller:
         controller.settled()
-        a.sendto(b"open", (sink_ip, 5001))
-        _, peer = b.recvfrom(2048)
-        b.sendto(b"reply", peer)
-        a.recvfrom(2048)
-        time.sleep(2.3)
-        a.sendto(b"assure", (sink_ip, 5001))
-        b.recvfrom(2048)
+        assured(a, b)
         before = ip_forw_datagrams(r.dut)
         sizes = [1 + n * 29 for n in range(48)]
         for size in sizes:

@@ -197,10 +197,11 @@ def test_generations_never_mix(filter_ns):
 
 
 def test_tcp_goes_to_the_kernel_before_routing_while_connections_are_tracked(filter_ns):
-    """The conntrack-TCP node passes IPv4 TCP before the router looks
-    anything up while the generation tracks connections; UDP and IPv6 are
-    not its business; and a ruleset without tracking makes TCP the filter's
-    again as soon as its generation is written, before any reload."""
+    """The conntrack node passes IPv4 TCP before the router looks
+    anything up while the generation tracks connections; UDP (without NAT
+    to translate) and IPv6 it leaves to the nodes after it; and a ruleset
+    without tracking makes TCP the filter's again as soon as its generation
+    is written, before any reload."""
     from scapy.layers.inet import IP, TCP, UDP
     from scapy.layers.inet6 import IPv6
     from scapy.layers.l2 import Ether

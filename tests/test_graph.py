@@ -233,10 +233,10 @@ def test_a_bridge_port_pipeline_is_a_dag_of_the_bridged_and_the_routed_path():
     from linuxfp.graph.shape import Shape
 
     port = Pipeline(5, "port", Shape("tc", ("bridge", "bridge_filter", "conntrack", "router", "filter",
-                                            "bridge_tx", "transmit")))
+                                            "nat_out", "bridge_tx", "transmit")))
     assert port.paths() == (
         ("forwarded by bridge", ("bridge", "bridge_filter", "transmit")),
-        ("handed up to IP", ("bridge", "conntrack", "router", "filter", "bridge_tx", "transmit")))
+        ("handed up to IP", ("bridge", "conntrack", "router", "filter", "nat_out", "bridge_tx", "transmit")))
     plain = Pipeline(2, "left", Shape("xdp", ("router", "filter", "transmit")))
     assert plain.paths() == (("", ("router", "filter", "transmit")),)
     # a bridge with nothing deciding behind it: what it hands up goes to the kernel

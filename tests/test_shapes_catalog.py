@@ -54,7 +54,7 @@ SNAPSHOTS = {
     "bridge+bridge_filter+router+filter, queued bridge":
         lambda: with_br_netfilter(with_filter(bridged_router_snapshot(bridge_qdisc="htb"))),
 }
-# The same with connection tracking on: the conntrack-TCP node joins the filter.
+# The same with connection tracking on: the conntrack and nat_out nodes join the filter.
 SNAPSHOTS.update({f"{name}, stateful": (lambda make=make: with_filter(make(), STATEFUL_RULES))
                   for name, make in list(SNAPSHOTS.items()) if "filter" in name})
 

@@ -15,7 +15,12 @@ conntrack's 2 s stream mark: [ASSURED]), as they would be on a host that
 has been forwarding them. For LinuxFP the datapath's own counters
 (`linuxfp -j stats`) say which share of the frames it forwarded itself
 rather than passing them to the kernel (filter_ct_* reasons): a fast path
-that stopped taking established connections shows as a share near 0."""
+that stopped taking established connections shows as a share near 0.
+
+Then the masqueraded variant: the same rules, every flow MASQUERADEd out
+of the DUT's egress, conntrack flushed and the flows established again
+(their replies to the DUT's address): connections with NAT, which the
+conntrack node translates (docs/datapath.md)."""
 from __future__ import annotations
 
 import contextlib

@@ -66,5 +66,6 @@ def flush(ns: Namespace) -> None:
     """Forget every IPv4 connection `ns`'s conntrack tracks (what
     `conntrack -F` does: a ctnetlink delete without a tuple)."""
     with entered(ns), nl.query_socket(nl.NETLINK_NETFILTER) as sock:
-        # NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_DELETE; nfgenmsg: family, version 0, res_id 0
-        sock.request((1 << 8) | 2, struct.pack("=BBH", socket.AF_INET, 0, 0), dump=False)
+        # NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_DELETE; nfgenmsg: family,
+        # version 1 (NFNETLINK_V1: version 0 flushes every family), res_id 0
+        sock.request((1 << 8) | 2, struct.pack("=BBH", socket.AF_INET, 1, 0), dump=False)
