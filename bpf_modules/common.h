@@ -874,6 +874,17 @@ static __always_inline int lfp_nf_hooks_on_ingress_of(const void *dev)
 	return BPF_CORE_READ((struct net_device___lfp *)dev, nf_hooks_ingress) != NULL;
 }
 
+/* The same for the device the packet arrived on, a pointer the verifier
+ * knows (the context's): a direct load, not a probe-read call per packet. */
+static __always_inline int lfp_nf_hooks_on_ingress(struct lfp_pkt *pkt)
+{
+	struct net_device___lfp *dev = lfp_kern_dev(pkt);
+
+	if (!bpf_core_field_exists(dev->nf_hooks_ingress))
+		return 0;       /* no netfilter ingress hooks in this kernel */
+	return dev->nf_hooks_ingress != NULL;
+}
+
 /* Whether tcx programs run at the ingress of `dev`, a device reached by
  * probe reads (untyped) that the controller never attaches to. */
 static __always_inline int lfp_tcx_on_ingress_of(const void *dev)

@@ -294,43 +294,53 @@ static __always_inline int lfp_ct_untranslated(struct nf_conn___lfp *conn, int f
 	return same;
 }
 
+/* Where each of the entry's extensions lies (0: absent), read with direct
+ * loads (the verifier guards them), not a probe-read helper call per
+ * packet; 0 when the entry has none. */
+static __always_inline struct nf_ct_ext___lfp *lfp_ct_ext_offsets(struct nf_conn___lfp *conn,
+								   __u8 offset[LFP_CT_EXT_SLOTS])
+{
+	struct nf_ct_ext___lfp *ext = conn->ext;
+
+	if (!ext)
+		return NULL;
+#pragma unroll
+	for (int i = 0; i < LFP_CT_EXT_SLOTS; i++)
+		offset[i] = ext->offset[i];
+	return ext;
+}
+
 /* Whether the entry carries an extension that makes conntrack do more per
  * packet than a timeout refresh: accounting (nf_conntrack_acct, connbytes),
  * a helper (attached with or without IPS_HELPER, e.g. by ctnetlink), or a
  * timeout policy of its own. */
 static __always_inline int lfp_ct_extended(struct nf_conn___lfp *conn)
 {
-	struct nf_ct_ext___lfp *ext = conn->ext;
 	__u8 offset[LFP_CT_EXT_SLOTS];
 	__u32 acct = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_ACCT___lfp);
 	__u32 helper = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_HELPER___lfp);
 	__u32 timeout = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_TIMEOUT___lfp);
 
-	if (!ext)
+	if (!lfp_ct_ext_offsets(conn, offset))
 		return 0;
-	/* Direct loads (the verifier guards them), not a probe-read helper call
-	 * per packet. */
-#pragma unroll
-	for (int i = 0; i < (int)sizeof(offset); i++)
-		offset[i] = ext->offset[i];
-	if (acct >= sizeof(offset) || helper >= sizeof(offset))
+	if (acct >= LFP_CT_EXT_SLOTS || helper >= LFP_CT_EXT_SLOTS)
 		return 1;
 	if (offset[acct] || offset[helper])
 		return 1;
 	/* Without CONFIG_NF_CONNTRACK_TIMEOUT there is no such extension. */
 	if (bpf_core_enum_value_exists(enum nf_ct_ext_id___lfp, NF_CT_EXT_TIMEOUT___lfp))
-		return timeout >= sizeof(offset) || offset[timeout];
+		return timeout >= LFP_CT_EXT_SLOTS || offset[timeout];
 	return 0;
 }
 
 /* The device MASQUERADE bound the connection to (nf_conn_nat.masq_index),
- * 0 for none, into *masq: read through the NAT extension, whose place the
- * entry's extension header gives. */
+ * 0 for none, into *masq: in the NAT extension, where the entry's
+ * extension header places it (a variable place: one probe read). */
 static __always_inline void lfp_ct_masq_ifindex(struct nf_conn___lfp *conn, __u32 *masq)
 {
 	__u32 nat = bpf_core_enum_value(enum nf_ct_ext_id___lfp, NF_CT_EXT_NAT___lfp);
-	unsigned long ext = 0;
-	__u8 offset = 0;
+	__u8 offset[LFP_CT_EXT_SLOTS];
+	struct nf_ct_ext___lfp *ext;
 
 	*masq = 0;
 	/* (without CONFIG_NF_NAT_MASQUERADE there is no such field, nor a
@@ -338,11 +348,11 @@ static __always_inline void lfp_ct_masq_ifindex(struct nf_conn___lfp *conn, __u3
 	if (!bpf_core_enum_value_exists(enum nf_ct_ext_id___lfp, NF_CT_EXT_NAT___lfp) || nat >= LFP_CT_EXT_SLOTS ||
 	    !bpf_core_field_exists(struct nf_conn_nat___lfp, masq_index))
 		return;
-	if (bpf_probe_read_kernel(&ext, sizeof(ext), &conn->ext) || !ext ||
-	    bpf_probe_read_kernel(&offset, sizeof(offset), (void *)(ext + nat)) || !offset ||
-	    bpf_probe_read_kernel(masq, sizeof(*masq),
-				  (void *)(ext + offset + bpf_core_field_offset(struct nf_conn_nat___lfp, masq_index))) ||
-	    (int)*masq < 0)
+	ext = lfp_ct_ext_offsets(conn, offset);
+	if (!ext || !offset[nat])
+		return;
+	if (bpf_probe_read_kernel(masq, sizeof(*masq), (void *)ext + offset[nat] +
+				  bpf_core_field_offset(struct nf_conn_nat___lfp, masq_index)) || (int)*masq < 0)
 		*masq = 0;
 }
 
