@@ -330,7 +330,9 @@ def _cached_ruleset(backend: str, fingerprint: object, family: str = "ip") -> Ru
         # nf_tables' rules straight from the kernel where every one of them
         # is known to decode as the tool prints it; the tool reads the rest
         try:
-            result: Ruleset | str = read_native(family) if backend == "nft" else read_legacy_native(family)
+            # (nf_tables' fingerprint is its generation, read before the dump)
+            result: Ruleset | str = (read_native(family, fingerprint if isinstance(fingerprint, int) else None)
+                                     if backend == "nft" else read_legacy_native(family))
         except Undecodable as why:
             result = dataclasses.replace(read_ruleset(backend, family), undecoded=str(why))
     except (OSError, ValueError, subprocess.SubprocessError) as exc:

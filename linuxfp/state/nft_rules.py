@@ -114,18 +114,21 @@ _decoded: dict[tuple[int, str], dict] = {}
 _decoded_lock = threading.Lock()
 
 
-def read_native(family: str = "ip") -> Ruleset:
+def read_native(family: str = "ip", generation: int | None = None) -> Ruleset:
     """The iptables-nft rules of `family` ("ip" or "ip6") in the calling
     thread's namespace. Raises Undecodable, saying why, when
     iptables-nft-save must read them (an expression this module does not
     know, or the ruleset kept changing while it was dumped). Rules whose
-    content the last read of this namespace decoded are not decoded again."""
+    content the last read of this namespace decoded are not decoded again.
+    `generation`: the nf_tables generation read before this call (saves
+    reading it again; as read_native_tables takes it)."""
     from .netfilter import nft_generation           # (netfilter imports this module)
     key = (nl.netns_cookie(), family)
     with _decoded_lock:
         known = _decoded.get(key, {})
     for _ in range(3):
-        before = nft_generation()
+        before = generation if generation is not None else nft_generation()
+        generation = None
         try:
             with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
                 request = _NFGENMSG.pack(FAMILIES[family], 0, 0)
