@@ -9,6 +9,8 @@ ingress. Differential: the same frames through Linux alone
 and Linux + LinuxFP, byte-compared."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from controller_counting import Counting, counting
@@ -68,6 +70,12 @@ QUIET_SOURCE_INGRESS = DEBIAN_DEFAULT + """table netdev edge {
     chain in { type filter hook ingress device "to-src" priority 0; }
 }
 """
+# iptables-nft's FORWARD rule, then a native forward rule, in a table
+# flagged dormant: Linux evaluates neither, nor does the fast path
+DORMANT = FORWARD_DROPS + "add table inet filter { flags dormant; }\n"
+DORMANT_IPTABLES = (("iptables-legacy", "-F", "FORWARD"),       # (the step before's)
+                    ("iptables-nft", "-A", "FORWARD", "-d", "198.19.2.0/24", "-j", "DROP"),
+                    ("nft", "add table ip filter { flags dormant; }"))
 FRAMES = 200
 
 
@@ -116,6 +124,11 @@ def test_what_native_chains_touch_is_told_from_where_they_hook():
     bridge = _state(_base("bridge", "b", "in", "input", rules=1, expressions=("meta",)))
     assert filter_scope(bridge).uncovered and filter_scope6(bridge).uncovered
     assert filter_scope(_state(_base("inet", "t", "x", "hook 9", rules=1, expressions=("cmp",)))).uncovered
+    # ... unless its table is dormant (not hooked in), whose conntrack rules still track
+    asleep = replace(_state(_base("inet", "fw", "forward", "forward", "drop", rules=1, expressions=("ct",))),
+                     dormant=("inet fw",))
+    assert filter_scope(asleep).uncovered == () and filter_scope(asleep).stateful == (
+        "nf_tables chain inet fw forward (ct)",)
     # a nat chain tracks connections (its rules see only their first packets)
     nat = _state(_base("ip", "n", "post", "postrouting", kind="nat", rules=1, expressions=("masq",)))
     assert filter_scope(nat).uncovered == () and filter_scope(nat).stateful[0] == "nf_tables chain ip n post: a nat chain"
@@ -376,7 +389,9 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
              Step("host firewall", _ruleset(HOST_FIREWALL)), Step("forward drops", _ruleset(FORWARD_DROPS)),
              Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS)),
              Step("quiet source ingress", _ruleset(QUIET_SOURCE_INGRESS)),
-             Step("beside iptables", _ruleset(DEBIAN_DEFAULT, *BESIDE_IPTABLES))]
+             Step("beside iptables", _ruleset(DEBIAN_DEFAULT, *BESIDE_IPTABLES)),
+             Step("dormant iptables", _ruleset(DEBIAN_DEFAULT, *DORMANT_IPTABLES)),
+             Step("dormant native", _ruleset(DORMANT))]
     seen: list[Counting] = []
     report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
                               lambda router, index: probe_frames(router, 60, FRAMES), prefix="lfp-nn")
@@ -389,7 +404,8 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     from linuxfp.state.nft_native import HOOKS_BY_NAME      # (before 6.16: ingress chains are everyone's)
     assert fast == {"debian default": True, "stateless firewall": True, "host firewall": False,
                     "forward drops": False, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
-                    "quiet source ingress": False, "beside iptables": True}, report.render()
+                    "quiet source ingress": False, "beside iptables": True,
+                    "dormant iptables": True, "dormant native": True}, report.render()
     # (the quiet chain's ingress kept its program, which passed every packet;
     # the counts are read as each step's change is settled: its frames show
     # in the next step's)
@@ -400,3 +416,4 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     assert delivered["forward drops"] < delivered["debian default"], delivered
     assert delivered["source ingress"] < delivered["debian default"], delivered
     assert delivered["beside iptables"] < delivered["debian default"], delivered
+    assert delivered["dormant iptables"] == delivered["dormant native"] == delivered["debian default"], delivered

@@ -32,7 +32,9 @@ Uncovered, with the reason:
 * raw/mangle/security tables that hold rules or a policy other than ACCEPT;
 * a backend whose rules could not be read.
 Tables of families ip6 and arp do not touch forwarded IPv4 packets, so they
-are neither.
+are neither; nor are nf_tables tables flagged dormant, iptables-nft's or
+native (the kernel hooks none of their chains in), though their rules still
+turn connection tracking or defragmentation on.
 
 `filter_scope6` asks the same of ip6tables and forwarded IPv6 (tables of
 families ip and arp are then the irrelevant ones). The filter nodes evaluate
@@ -183,11 +185,15 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
             uncovered.append(f"{ruleset.tool}-save cannot show all of {name!r} (native nft chains "
                              "or rules; `nft list ruleset` shows them)")
         for table in ruleset.tables:
-            uncovered.extend(_table_findings(ruleset.tool, table))
+            # (a dormant table's rules still turn tracking or defragmentation
+            # on: their matches took the reference when they were loaded)
             stateful.extend(_tracking(ruleset.tool, table))
             defrag.extend(_first_use(ruleset.tool, table, DEFRAG_MATCHES, DEFRAG_TARGETS))
+            if _hooked(netfilter, ruleset, family, table.name):
+                uncovered.extend(_table_findings(ruleset.tool, table))
         filter_table = ruleset.table("filter")
-        if filter_table is not None and _forward_filters(filter_table):
+        if filter_table is not None and _forward_filters(filter_table) \
+                and _hooked(netfilter, ruleset, family, "filter"):
             forward.append(ruleset)
     return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful), tuple(defrag))
 
@@ -202,13 +208,12 @@ def translating(netfilter) -> str | None:
     if "legacy:nat" in netfilter.tables:
         return "iptables-legacy table nat"
     for ruleset in netfilter.rulesets:
-        table = ruleset.table("nat") if ruleset.backend == "nft" and "ip nat" not in netfilter.dormant else None
+        table = ruleset.table("nat") if ruleset.backend == "nft" and _hooked(netfilter, ruleset, "ip", "nat") else None
         if table is not None and any(chain.policy is not None for chain in table.chains):
             return "iptables-nft table nat"
     if not netfilter.native_error:
         for chain in netfilter.native.chains:
-            if (chain.kind == "nat" and chain.hook and chain.family in ("ip", "inet")
-                    and f"{chain.family} {chain.table}" not in netfilter.dormant):
+            if chain.kind == "nat" and chain.hook and chain.family in ("ip", "inet") and _awake(netfilter, chain):
                 return chain.where
     return None
 
@@ -231,7 +236,8 @@ def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list
         if chain.family in irrelevant:
             continue
         bound = chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES and netfilter.native.hooks_by_name
-        crossed = chain.hook and chain.hook not in _LOCAL_HOOKS.get(chain.family, ()) and not bound
+        crossed = chain.hook and chain.hook not in _LOCAL_HOOKS.get(chain.family, ()) and not bound \
+            and _awake(netfilter, chain)
         # (a nat chain sees a connection's first packet only: the kernel's,
         # under connection tracking, which it turns on)
         if crossed and chain.kind != "nat" and not _no_op(chain):
@@ -267,9 +273,21 @@ def ingress_chain(netfilter, ifname: str) -> str | None:
         return None         # (namespace-wide: _native_findings)
     for chain in netfilter.native.chains:
         if chain.family in _INGRESS_FAMILIES and chain.hook == "ingress" and not _no_op(chain) \
-                and chain.binds(ifname):
+                and chain.binds(ifname) and _awake(netfilter, chain):
             return f"{chain.where} on ingress: {_what(chain)} (native nft: the kernel evaluates it)"
     return None
+
+
+def _hooked(netfilter, ruleset, family: str, table: str) -> bool:
+    """Whether the kernel evaluates the chains of `ruleset`'s `table`: an
+    iptables-nft table flagged dormant has none of them hooked in, whatever
+    iptables-nft-save shows (iptables-legacy knows no such flag)."""
+    return ruleset.backend != "nft" or f"{family} {table}" not in netfilter.dormant
+
+
+def _awake(netfilter, chain) -> bool:
+    """Whether a native base chain is hooked in (its table is not dormant)."""
+    return f"{chain.family} {chain.table}" not in netfilter.dormant
 
 
 def _no_op(chain) -> bool:
