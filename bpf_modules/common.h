@@ -97,6 +97,11 @@ struct lfp_tally {
  * back first (lfp_leave()). */
 #define LFP_NAT_SRC (1u << 0)   /* the source becomes saddr:sport at POSTROUTING */
 #define LFP_NAT_DST (1u << 1)   /* the destination changes at PREROUTING (other_daddr, other_dport) */
+/* ... and the NAT the connection carries in either direction (its status'
+ * IPS_SRC_NAT, IPS_DST_NAT: --ctstate SNAT, DNAT; the filter's ctnat field) */
+#define LFP_CT_SNAT (1u << 2)
+#define LFP_CT_DNAT (1u << 3)
+#define LFP_CT_NAT_SHIFT 2
 
 struct lfp_ct {
 	/* The destination not in the packet: the one PREROUTING gives it until
@@ -107,7 +112,7 @@ struct lfp_ct {
 	__be16 other_dport;
 	__be16 sport;
 	__u16 check_was;        /* the IPv4 header checksum before PREROUTING's rewrite */
-	__u8 manip;             /* LFP_NAT_* */
+	__u8 manip;             /* LFP_NAT_*, LFP_CT_* */
 	__u8 answer;            /* conntrack.h's answer for this packet + 1; 0: not looked up yet */
 };
 

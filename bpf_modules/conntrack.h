@@ -383,7 +383,8 @@ static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___l
 		src_bit = 1ul << IPS_DST_NAT_BIT;
 		dst_bit = 1ul << IPS_SRC_NAT_BIT;
 	}
-	pkt->ct.manip = 0;
+	pkt->ct.manip = (status & (1ul << IPS_SRC_NAT_BIT) ? LFP_CT_SNAT : 0) |
+			(status & (1ul << IPS_DST_NAT_BIT) ? LFP_CT_DNAT : 0);
 	pkt->ct.masq_ifindex = 0;
 	if (status & src_bit) {
 		pkt->ct.manip |= LFP_NAT_SRC;

@@ -26,7 +26,8 @@
  * kernel on the way is restored first (lfp_leave()). Connections with NAT
  * are taken only while the classifier carries LFP_FLT_NAT too: an IPv4 nat
  * table registered (without one the kernel translates nothing, whatever an
- * entry says) and no rule that tells them apart (--ctstate SNAT, DNAT).
+ * entry says). The NAT they carry is left for the filter's --ctstate SNAT
+ * and DNAT (LFP_CT_SNAT, LFP_CT_DNAT).
  * Everything conntrack.h does not take goes on unchanged: the filter node
  * passes it with its own reason.
  *

@@ -5,8 +5,9 @@
  * The controller compiles the rules into a recursive flow classifier
  * (linuxfp/graph/filtering/classifier.py, whose classify() is this file in
  * Python): each header field maps to a class (source, destination,
- * protocol+port or ICMP type/code, and TCP flags by longest-prefix match;
- * ingress and egress by ifindex), pairs of classes map to the class of their
+ * protocol+port or ICMP type/code, TCP flags, and the connection's NAT for
+ * --ctstate SNAT/DNAT by longest-prefix match; ingress and egress by
+ * ifindex), pairs of classes map to the class of their
  * combination, and the last class to the verdict Linux's chains reach for
  * every packet of that class: accept, drop, or "the kernel" (a rule with an
  * effect or a match the fast path does not reproduce).
@@ -65,13 +66,14 @@
 #define LFP_FLT_IIF (1u << 4)
 #define LFP_FLT_OIF (1u << 5)
 #define LFP_FLT_TCPF (1u << 6)
+#define LFP_FLT_CTNAT (1u << 9)     /* the connection's NAT, in the flow's l4d[LFP_FLT_CTNAT_BYTE] */
 /* Not a field: the kernel tracks connections, so only packets of an
  * established, un-NATed connection are classified (conntrack.h)... */
 #define LFP_FLT_CT  (1u << 7)
 /* ... and of an established connection with NAT too: the kernel translates
- * them (an IPv4 nat table), and no rule tells them apart (--ctstate SNAT,
- * DNAT). The conntrack node (ct_prerouting.h) takes them then; a classifier without the bit
- * passes one it took under a generation before. */
+ * them (an IPv4 nat table). The conntrack node (ct_prerouting.h) takes them
+ * then; a classifier without the bit passes one it took under a generation
+ * before. */
 #define LFP_FLT_NAT (1u << 8)
 
 /* Longest-prefix match of one field. value: an IPv4 address as on the
@@ -100,7 +102,7 @@ struct lfp_flt_if_classes {
 	__u32 out;              /* class as -o */
 };
 
-/* Phase 2: nodes 1..5 and 7 combine two classes; node 6 (left: the last
+/* Phase 2: nodes 1..5, 7 and 8 combine two classes; node 6 (left: the last
  * class) holds the verdict | (deciding rule + 1) << 2. */
 struct lfp_flt_pair_key {
 	__u32 gen;
@@ -125,6 +127,14 @@ LFP_FLT_LPM_MAP(lfp_flt_dst6, struct lfp_flt_lpm6_key);
 LFP_FLT_LPM_MAP(lfp_flt_l4s, struct lfp_flt_lpm_key);
 LFP_FLT_LPM_MAP(lfp_flt_l4d, struct lfp_flt_lpm_key);
 LFP_FLT_LPM_MAP(lfp_flt_tcpflags, struct lfp_flt_lpm_key);
+/* (2 bits: LFP_CT_SNAT, LFP_CT_DNAT shifted down, left-aligned in value[0]) */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lfp_flt_lpm_key);
+	__type(value, __u32);
+} lfp_flt_ctnat SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -145,7 +155,7 @@ struct {
 /* The current classifier of a family (index 0: IPv4, 1: IPv6): its
  * generation, whose low bits are the fields it looks up (LFP_FLT_*), so one
  * load reads both. 0: none yet; LFP_FLT_OPEN: the family's FORWARD chains
- * let every packet through (no generation is below 0x400). epoch: drawn
+ * let every packet through (no generation is below 0x800). epoch: drawn
  * afresh by the controller for each classifier it builds and each patch of
  * one — an ipset member added or removed is written into the current
  * generation's LPM entries in place (no other entry changes:
@@ -159,7 +169,7 @@ struct lfp_flt_cfg {
 	__u32 gen;
 	__u32 epoch;
 };
-#define LFP_FLT_USED_MASK 0x1ffu
+#define LFP_FLT_USED_MASK 0x3ffu
 #define LFP_FLT_OPEN 1u
 
 struct {
@@ -212,8 +222,10 @@ static __always_inline __u32 lfp_flt_join(__u32 gen, __u32 node, int left_used, 
 	return hit ? *hit : 0;
 }
 
-/* Where the flow's l4s holds TCP's flags byte (its prefixes are 24 bits). */
+/* Where the flow's l4s holds TCP's flags byte, and its l4d the
+ * connection's NAT (their prefixes are 24 bits). */
 #define LFP_FLT_FLAGS_BYTE 3
+#define LFP_FLT_CTNAT_BYTE 3
 
 /* Protocol and the transport fields iptables' tcp/udp/icmp matches (and
  * ip6tables' tcp/udp/icmp6) read, TCP's flags in l4s[LFP_FLT_FLAGS_BYTE];
@@ -281,13 +293,13 @@ static __always_inline int lfp_flt_l4(struct lfp_pkt *pkt, int family6, __u8 *l4
 }
 
 /* The fields every rule can see, under one generation: the key of a
- * verdict. Ports and flags the classifier does not use are 0; an IPv4 flow has no
+ * verdict. Ports, flags and NAT the classifier does not use are 0; an IPv4 flow has no
  * words past its addresses (LFP_FLT_WORDS4), and a cache slot's copy of one
  * may keep an earlier IPv6 flow's there: never compared. */
 struct lfp_flt_flow {
 	__u32 gen;
 	__u8 l4s[4];            /* protocol, port (ICMP type), TCP flags: l4s' LPM prefixes end before them */
-	__u8 l4d[4];
+	__u8 l4d[4];            /* protocol, port (ICMP code), the connection's NAT (ctnat) */
 	__u32 iif;
 	__u32 oif;
 	union {
@@ -420,7 +432,7 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 					       const struct lfp_flt_flow *flow, __u32 epoch, __u32 *cls)
 {
 	__u32 gen = flow->gen;
-	__u32 src = 0, dst = 0, sport = 0, dport = 0, flags = 0, iif = 0, oif = 0;
+	__u32 src = 0, dst = 0, sport = 0, dport = 0, flags = 0, iif = 0, oif = 0, nat = 0;
 	__u32 addrs, l4, headers, last, *rule;
 	struct lfp_flt_pair_key verdict_key = {};
 
@@ -451,8 +463,16 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 			return LFP_FLT_UNSURE;
 		l4 = lfp_flt_join(gen, 7, used & (LFP_FLT_L4S | LFP_FLT_L4D), l4, 1, flags);
 	}
+	if (used & LFP_FLT_CTNAT) {
+		struct lfp_flt_lpm_key key = { .prefixlen = 32 + 2, .gen = gen };
+
+		key.value[0] = flow->l4d[LFP_FLT_CTNAT_BYTE] << 6;
+		if (!lfp_flt_class(&lfp_flt_ctnat, &key, &nat))
+			return LFP_FLT_UNSURE;
+		l4 = lfp_flt_join(gen, 8, used & (LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF), l4, 1, nat);
+	}
 	headers = lfp_flt_join(gen, 4, used & (LFP_FLT_SRC | LFP_FLT_DST), addrs,
-			       used & (LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF), l4);
+			       used & (LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF | LFP_FLT_CTNAT), l4);
 	if (used & (LFP_FLT_IIF | LFP_FLT_OIF)) {
 		struct lfp_flt_if_key key = { .gen = gen, .ifindex = flow->iif };
 		struct lfp_flt_if_classes *in, *out;
@@ -465,7 +485,8 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 		iif = in->in;
 		oif = out->out;
 	}
-	last = lfp_flt_join(gen, 5, used & (LFP_FLT_SRC | LFP_FLT_DST | LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF),
+	last = lfp_flt_join(gen, 5, used & (LFP_FLT_SRC | LFP_FLT_DST | LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF |
+					    LFP_FLT_CTNAT),
 			    headers, used & (LFP_FLT_IIF | LFP_FLT_OIF),
 			    lfp_flt_join(gen, 3, used & LFP_FLT_IIF, iif, used & LFP_FLT_OIF, oif));
 
@@ -539,6 +560,9 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	/* unlooked-at flags must not tell one flow's packets apart in the cache */
 	if (!(used & LFP_FLT_TCPF))
 		flow.l4s[LFP_FLT_FLAGS_BYTE] = 0;
+	/* (only a connection the conntrack node took carries NAT) */
+	if (used & LFP_FLT_CTNAT)
+		flow.l4d[LFP_FLT_CTNAT_BYTE] = (pkt->ct.manip >> LFP_CT_NAT_SHIFT) & 3;
 	if (family6) {
 		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
 

@@ -14,8 +14,9 @@ import pytest
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
-from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, NAT_BIT, GENERATION_LOW, GenerationBook, TooLarge,
-                                                build_classifier, classify)
+from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, NAT_BIT, GENERATION_LOW, USED_MASK,
+                                                GenerationBook, TooLarge, build_classifier, classify)
+from linuxfp.graph.filtering.predicates import CTNAT_DNAT, CTNAT_SNAT
 from linuxfp.graph.filtering.program import (ACCEPT, DROP, KERNEL, box_contains, compile_program, matched_boxes,
                                              packet_fields, verdict)
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6, translating
@@ -352,9 +353,9 @@ def test_firewall_verdicts():
 
 
 def test_connection_tracking_matches_are_constants_of_established_connections():
-    """The stateful filter classifies only packets of established, un-NATed
-    connections: for them ESTABLISHED holds, NEW/INVALID/RELATED/DNAT do
-    not, and a match it cannot know (--ctdir, EXPECTED) sends the rule's
+    """The stateful filter classifies only packets of established
+    connections, here un-NATed ones: for them ESTABLISHED holds,
+    NEW/INVALID/RELATED/DNAT do not, and a match it cannot know (--ctdir, EXPECTED) sends the rule's
     packets to the kernel."""
     program = compile_program(filter_scope(netfilter(corpus("docker-host.rules"))).forward, LINKS, stateful=True)
     classifier = build_classifier(program, [link.index for link in LINKS])
@@ -425,16 +426,25 @@ def test_classifier_agrees_with_the_rules_evaluator_on_random_rulesets():
     evaluator's. Seed printed on failure."""
     coverage = Coverage()
     outcomes = {ACCEPT: 0, DROP: 0, KERNEL: 0}
-    cases = 0
+    cases = told_apart = 0
     for seed in range(120):
         rng = random.Random(seed)
         text = random_ruleset(seed, rng.choice((1, 5, 20, 40)), ("lan0", "wan0", "dmz0"), coverage)
+        stateful = seed % 4 == 0
+        if stateful:
+            # connections with NAT told apart: --ctstate SNAT / DNAT (ctnat)
+            told = "".join(f"-A FORWARD -s {rng.choice(('198.18.0.0/15', '0.0.0.0/0'))} -m conntrack "
+                           f"{rng.choice(('', '! '))}--ctstate {rng.choice(CTSTATES)} -j {rng.choice(('ACCEPT', 'DROP'))}\n"
+                           for _ in range(rng.randint(1, 3)))
+            at = text.find("-A FORWARD") if seed % 8 == 0 else -1      # first, or last
+            text = text[:at] + told + text[at:] if at >= 0 else text.replace("COMMIT", told + "COMMIT")
         program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS,
-                                  addrtypes=TYPES)
+                                  stateful=stateful, addrtypes=TYPES, nat=stateful)
         try:
             classifier = build_classifier(program, [link.index for link in LINKS])
         except TooLarge:
             continue
+        told_apart += bool(classifier.used & FIELD_BIT["ctnat"])
         addresses = probe_addresses(seed, 40) + ["198.18.1.254", "198.19.8.7", "224.0.0.5"]
         flags = random.Random(seed << 8)
         for _ in range(40):
@@ -446,15 +456,19 @@ def test_classifier_agrees_with_the_rules_evaluator_on_random_rulesets():
                 sport = dport = 0
             fields = packet_fields(_ip(rng.choice(addresses)), _ip(rng.choice(addresses)), proto, sport, dport,
                                    rng.choice((2, 3, 4)), rng.choice((2, 3, 4)),
-                                   tcp_flags=flags.choice(PROBE_TCP_FLAGS))
+                                   tcp_flags=flags.choice(PROBE_TCP_FLAGS), ctnat=rng.randrange(4) * stateful)
             expected = verdict(program, matched_boxes(program, fields))
             assert classify(classifier, fields) == expected, f"seed {seed}: {fields}\n{text}"
             outcomes[expected[0]] += 1
             cases += 1
     assert cases >= 4000 and min(outcomes.values()) >= 200, (cases, outcomes, coverage.summary())
+    assert told_apart >= 15, told_apart
     for kind in ("! -s", "-d", "! -i", "-o", "multiport", "icmp-type", "goto LFP_B", "RETURN", "unsupported",
                  "tcp-flags", "! tcp-flags", "addrtype", "! addrtype"):
         assert coverage.matches.get(kind, 0) + coverage.targets.get(kind, 0) > 0, kind
+
+
+CTSTATES = ("SNAT", "DNAT", "SNAT,DNAT", "NEW,SNAT", "DNAT,INVALID", "ESTABLISHED,SNAT", "RELATED")
 
 
 def test_the_graph_places_the_filter_between_route_and_transmit():
@@ -489,32 +503,46 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
                                          if s.ifname != "lo")
 
 
-def test_connections_with_nat_are_classified_where_the_kernel_translates_them_and_no_rule_tells_them_apart():
+def test_connections_with_nat_are_classified_where_the_kernel_translates_them():
     """The generation's NAT bit (the conntrack node then translates
-    established connections with NAT): connection tracking on, an IPv4 nat
-    table registering the kernel's NAT hooks, and no FORWARD rule naming
-    --ctstate SNAT or DNAT (negated or not, in a chain FORWARD reaches)."""
+    established connections with NAT): connection tracking on and an IPv4
+    nat table registering the kernel's NAT hooks. A FORWARD rule naming
+    --ctstate SNAT or DNAT reads the connection's NAT (the ctnat field),
+    per packet, as xt_conntrack reads the entry's status."""
     nat = ("*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"
            "-A POSTROUTING -o right -j MASQUERADE\nCOMMIT\n")
     stateful = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n:CHECK - [0:0]\n"
                 "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n{}COMMIT\n")
 
-    def bits(*texts, backend="nft", tables=None):
-        state = netfilter(*(parse_save(text, backend) for text in texts), tables=tables)
-        used = filter_plan(router_snapshot(netfilter=state)).classifier.used
-        return bool(used & CONNTRACK_BIT), bool(used & NAT_BIT)
+    def plan(*texts, backend="nft"):
+        return filter_plan(router_snapshot(netfilter=netfilter(*(parse_save(text, backend) for text in texts))))
 
-    assert bits(stateful.format(""), nat) == (True, True)
-    assert bits(stateful.format(""), nat, backend="legacy") == (True, True)
+    def bits(*texts, backend="nft"):
+        used = plan(*texts, backend=backend).classifier.used
+        return bool(used & CONNTRACK_BIT), bool(used & NAT_BIT), bool(used & FIELD_BIT["ctnat"])
+
+    assert bits(stateful.format(""), nat) == (True, True, False)
+    assert bits(stateful.format(""), nat, backend="legacy") == (True, True, False)
     # tracking without a nat table: the kernel translates nothing
-    assert bits(stateful.format("")) == (True, False)
-    # a rule that tells them apart, wherever FORWARD reaches it
-    for rule in ("-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT\n",
-                 "-A FORWARD -m conntrack ! --ctstate SNAT,ESTABLISHED -j DROP\n",
-                 "-A FORWARD -j CHECK\n-A CHECK -m conntrack --ctstate SNAT -j RETURN\n"):
-        assert bits(stateful.format(rule), nat) == (True, False), rule
-    # a chain FORWARD never reaches does not count
-    assert bits(stateful.format("-A CHECK -m conntrack --ctstate SNAT -j DROP\n"), nat) == (True, True)
+    assert bits(stateful.format("")) == (True, False, False)
+    # a rule that tells them apart, wherever FORWARD reaches it, reads ctnat;
+    # one whose states hold anyway (ESTABLISHED) does not
+    for rule, reads in (("-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT\n", True),
+                        ("-A FORWARD -m conntrack ! --ctstate SNAT,ESTABLISHED -j DROP\n", False),
+                        ("-A FORWARD -j CHECK\n-A CHECK -m conntrack --ctstate SNAT -j RETURN\n", True),
+                        ("-A CHECK -m conntrack --ctstate SNAT -j DROP\n", False)):       # (not reached)
+        assert bits(stateful.format(rule), nat) == (True, True, reads), rule
+    # per packet, as the kernel's status says: a port forward's connections
+    # (DNAT) accepted, the rest dropped by the policy; a negated state
+    forward = plan(("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                    "-A FORWARD -p udp -m conntrack ! --ctstate SNAT -j DROP\n"
+                    "-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT\nCOMMIT\n"), nat)
+    for ctnat, proto, expected in ((0, 6, DROP), (CTNAT_SNAT, 6, DROP), (CTNAT_DNAT, 6, ACCEPT),
+                                   (CTNAT_SNAT | CTNAT_DNAT, 6, ACCEPT), (CTNAT_DNAT, 17, DROP),
+                                   (CTNAT_SNAT | CTNAT_DNAT, 17, ACCEPT), (0, 17, DROP)):
+        fields = packet_fields(0xC6120001, 0xC6130001, proto, 1000, 53, 2, 3, ctnat=ctnat)
+        assert classify(forward.classifier, fields)[0] == expected, (ctnat, proto)
+        assert verdict(forward.program, matched_boxes(forward.program, fields))[0] == expected, (ctnat, proto)
     # an iptables-nft nat table registers hooks with its base chains only
     empty = NetfilterState(active=True, tables=("nft:ip nat",), detail="test",
                            rulesets=(parse_save("*nat\nCOMMIT\n", "nft"),))
@@ -924,3 +952,27 @@ def test_an_address_with_bits_outside_its_mask_is_not_rounded_to_a_prefix():
     meaning = rule_meaning(parse_rule("-A FORWARD ! -s 198.18.0.1/16 -j DROP"), LINKS)
     assert "outside its mask" in meaning.unsupported[0]
     assert not rule_meaning(parse_rule("-A FORWARD ! -s 198.18.0.0/16 -j DROP"), LINKS).unsupported
+
+
+def test_the_generations_bits_are_filter_hs():
+    """One source for the bits C and Python share: the generation's low
+    bits (fields looked up, conntrack, NAT) and the ctnat values, as
+    filter.h and common.h define them."""
+    import re
+
+    from linuxfp.resources import modules_dir
+
+    defined = {}
+    for header in ("filter.h", "common.h"):
+        text = (modules_dir() / header).read_text()
+        for name, shift in re.findall(r"#define (LFP_\w+)\s+\(1u << (\d+)\)", text):
+            defined[name] = 1 << int(shift)
+        defined.update((name, int(value, 0)) for name, value in
+                       re.findall(r"#define (LFP_FLT_USED_MASK|LFP_CT_NAT_SHIFT)\s+(0x[0-9a-f]+|\d+)u?\b", text))
+    c_names = {"src": "SRC", "dst": "DST", "l4s": "L4S", "l4d": "L4D", "iif": "IIF", "oif": "OIF",
+               "tcpflags": "TCPF", "ctnat": "CTNAT"}
+    assert {name: FIELD_BIT[name] for name in c_names} == {name: defined[f"LFP_FLT_{c}"] for name, c in c_names.items()}
+    assert (CONNTRACK_BIT, NAT_BIT) == (defined["LFP_FLT_CT"], defined["LFP_FLT_NAT"])
+    assert USED_MASK == defined["LFP_FLT_USED_MASK"]
+    shift = defined["LFP_CT_NAT_SHIFT"]
+    assert (CTNAT_SNAT, CTNAT_DNAT) == (defined["LFP_CT_SNAT"] >> shift, defined["LFP_CT_DNAT"] >> shift)

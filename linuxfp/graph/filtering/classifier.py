@@ -6,9 +6,9 @@ Phase 1, per field: the values every box can tell apart fall into classes
 decides which rules' predicates hold, so an LPM trie holding exactly the rule
 prefixes maps an address to its class). Each class stands for the set of
 boxes whose predicate on that field holds, as a bit vector.
-Phase 2, pairwise: (src, dst), (l4s, l4d), that with tcpflags, (iif, oif),
-then the addresses with the transport fields, then that with the
-interfaces: each pair of classes maps to the class of the intersection of
+Phase 2, pairwise: (src, dst), (l4s, l4d), that with tcpflags, that with
+ctnat, (iif, oif), then the addresses with the transport fields, then that
+with the interfaces: each pair of classes maps to the class of the intersection of
 their bit vectors. The last class is the exact set of boxes
 the packet lies in, so its verdict (program.verdict) is computed here, once,
 by the same evaluator the tests check against Linux.
@@ -44,14 +44,14 @@ from .predicates import FIELDS, FIELDS6, IPV4, IPV6, WIDTH
 from .program import Program, bit_indexes, verdict_and_counted
 
 # Phase-2 nodes (bpf_modules/filter.h): node id, left, right, as positions
-# in a family's fields (src, dst, l4s, l4d, tcpflags, iif, oif), in the
-# order they are computed.
-PAIRS = ((1, (0,), (1,)), (2, (2,), (3,)), (7, (2, 3), (4,)), (3, (5,), (6,)), (4, (0, 1), (2, 3, 4)),
-         (5, (0, 1, 2, 3, 4), (5, 6)))
+# in a family's fields (src, dst, l4s, l4d, tcpflags, ctnat, iif, oif), in
+# the order they are computed.
+PAIRS = ((1, (0,), (1,)), (2, (2,), (3,)), (7, (2, 3), (4,)), (8, (2, 3, 4), (5,)), (3, (6,), (7,)),
+         (4, (0, 1), (2, 3, 4, 5)), (5, (0, 1, 2, 3, 4, 5), (6, 7)))
 VERDICT_NODE = 6
 # The generation's low bits (filter.h's LFP_FLT_*): the fields looked up ...
 FIELD_BIT = {"src": 1 << 0, "src6": 1 << 0, "dst": 1 << 1, "dst6": 1 << 1, "l4s": 1 << 2, "l4d": 1 << 3,
-             "iif": 1 << 4, "oif": 1 << 5, "tcpflags": 1 << 6}
+             "iif": 1 << 4, "oif": 1 << 5, "tcpflags": 1 << 6, "ctnat": 1 << 9}
 assert set(FIELD_BIT) == set(FIELDS) | set(FIELDS6)
 # ... and whether the datapath looks the packet up in the kernel's
 # conntrack table first (Program.stateful; LFP_FLT_CT).
@@ -59,13 +59,13 @@ CONNTRACK_BIT = 1 << 7
 # ... and whether connections with NAT are classified too (Program.translated;
 # LFP_FLT_NAT: the conntrack node takes them).
 NAT_BIT = 1 << 8
-USED_MASK = (NAT_BIT << 1) - 1
+USED_MASK = (FIELD_BIT["ctnat"] << 1) - 1
 # Set in the generation of ip6tables' classifier, never in iptables'.
 FAMILY_BIT = {IPV4.name: 0, IPV6.name: USED_MASK + 1}
 # A generation's bits above these are its digest (never all zero, so no
 # generation is 0, "none", or LFP_FLT_OPEN).
 GENERATION_LOW = (USED_MASK << 1) | 1
-LPM_FIELDS = ("src", "dst", "src6", "dst6", "l4s", "l4d", "tcpflags")
+LPM_FIELDS = ("src", "dst", "src6", "dst6", "l4s", "l4d", "tcpflags", "ctnat")
 # More changed prefixes than this are built anew (each is checked against the others).
 MAX_PATCHED = 256
 # Atoms left behind by removed members a field keeps before a patch declines:
@@ -123,7 +123,7 @@ class Classifier:
 
 class GenerationBook:
     """The generations given (the most recent `kept`) and the contents each
-    named (a digest). Two digests collide once in 2^24, and the datapath
+    named (a digest). Two digests collide once in 2^21, and the datapath
     would take two classifiers under one generation for one (cached
     verdicts, the sync's entries, counts): contents keep the generation they
     were given, and new contents get the first of their salted candidates

@@ -11,6 +11,9 @@ Fields (what the fast path extracts from a forwarded packet):
   tcpflags   the TCP header's flags byte (CWR ECE URG ACK PSH RST SYN FIN);
              0 for other protocols (a rule on it names -p tcp)
   iif, oif   ingress and egress ifindex
+  ctnat      the NAT the packet's connection carries (the conntrack entry's
+             status: CTNAT_SNAT, CTNAT_DNAT), which `--ctstate SNAT,DNAT`
+             match; 0 for a connection without NAT
 A Family names the fields of one address family and what its rules may say
 (ICMP or ICMPv6, `-f`): the rest is the same for both.
 A field predicate is a union of prefixes that must contain the value (None:
@@ -18,12 +21,14 @@ any value) and a union of prefixes that must not. Port ranges become
 prefixes; `-i eth+` becomes the ifindexes whose names match.
 
 Connection-tracking matches (`-m conntrack --ctstate`, `-m state --state`,
-`--ctstatus`) are constants: while the kernel tracks connections, the filter
-node classifies only packets of an established connection — one that
-carries no NAT, or, where no rule names SNAT or DNAT (Program.translated),
-one the conntrack node translated (bpf_modules/filter.h and conntrack.h
-check the kernel's own entry; every other packet goes to the kernel
-first) — so each such match holds for all of them or for none.
+`--ctstatus`) are constants but for SNAT and DNAT: while the kernel tracks
+connections, the filter node classifies only packets of an established
+connection — one that carries no NAT, or, where the kernel translates
+(Program.translated), one the conntrack node translated
+(bpf_modules/filter.h and conntrack.h check the kernel's own entry; every
+other packet goes to the kernel first) — so each such match holds for all
+of them or for none, and `--ctstate SNAT` / `DNAT` ask the entry's status
+(the ctnat field).
 
 A match the fast path cannot evaluate makes the rule `unsupported`: its box
 keeps the matches it can evaluate (a superset of what it matches) and its
@@ -38,9 +43,14 @@ from itertools import product
 
 from linuxfp.state.ipset import NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_UNSPEC
 
-FIELDS = ("src", "dst", "l4s", "l4d", "tcpflags", "iif", "oif")
-FIELDS6 = ("src6", "dst6", "l4s", "l4d", "tcpflags", "iif", "oif")
-WIDTH = {"src": 32, "dst": 32, "src6": 128, "dst6": 128, "l4s": 24, "l4d": 24, "tcpflags": 8, "iif": 32, "oif": 32}
+FIELDS = ("src", "dst", "l4s", "l4d", "tcpflags", "ctnat", "iif", "oif")
+FIELDS6 = ("src6", "dst6", "l4s", "l4d", "tcpflags", "ctnat", "iif", "oif")
+WIDTH = {"src": 32, "dst": 32, "src6": 128, "dst6": 128, "l4s": 24, "l4d": 24, "tcpflags": 8, "iif": 32, "oif": 32,
+         "ctnat": 2}
+# ctnat's bits (filter.h's LFP_CT_SNAT and LFP_CT_DNAT, shifted down): the
+# entry's IPS_SRC_NAT and IPS_DST_NAT, which xt_conntrack's SNAT and DNAT
+# states stand for
+CTNAT_SNAT, CTNAT_DNAT = 1, 2
 
 
 @dataclass(frozen=True)
@@ -82,8 +92,7 @@ _MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "icmp6", "ma
                       "addrtype"})
 # What conntrack says of every packet the filter node classifies while
 # connections are tracked: ctstate ESTABLISHED (its entry has seen a reply),
-# status CONFIRMED|SEEN_REPLY|ASSURED; SNAT and DNAT may hold only where no
-# rule names them (Program.translated), so they are taken as not holding.
+# status CONFIRMED|SEEN_REPLY|ASSURED; SNAT and DNAT per packet (ctnat).
 CT_STATES = frozenset({"NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED", "SNAT", "DNAT"})
 FAST_PATH_CTSTATES = frozenset({"ESTABLISHED"})
 CT_STATUSES = frozenset({"NONE", "EXPECTED", "SEEN_REPLY", "ASSURED", "CONFIRMED"})
@@ -425,9 +434,16 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
                 Box((("l4d", FieldPredicate(None, code_p)), ("l4s", FieldPredicate(type_p)))))
     if (m, opt) in (("conntrack", "--ctstate"), ("state", "--state")):
         states = {word.upper() for word in values[0].split(",")}
-        if not states <= CT_STATES:
-            raise Unsupported(f"state {values[0]!r}")
-        return EVERYTHING if bool(states & FAST_PATH_CTSTATES) != neg else NOTHING
+        if not states <= CT_STATES or (m == "state" and states & {"SNAT", "DNAT"}):
+            raise Unsupported(f"state {values[0]!r}")      # (xt_state knows no SNAT, DNAT)
+        if states & FAST_PATH_CTSTATES:
+            return NOTHING if neg else EVERYTHING
+        # (any listed state holds: xt_conntrack's mask)
+        nat = [v for v in range(1 << WIDTH["ctnat"])
+               if (v & CTNAT_SNAT and "SNAT" in states) or (v & CTNAT_DNAT and "DNAT" in states)]
+        if not nat:
+            return EVERYTHING if neg else NOTHING
+        return _single("ctnat", _values_prefixes(nat, WIDTH["ctnat"]), neg)
     if (m, opt) == ("conntrack", "--ctstatus"):
         # any of the listed bits set; EXPECTED (a helper's child) is not known here
         statuses = {word.upper() for word in values[0].split(",")}

@@ -59,8 +59,7 @@ class Program:
     stateful: bool = False
     family: Family = IPV4         # iptables' rules or ip6tables'
     # ... and of established connections with NAT too (the conntrack node takes
-    # them): the kernel translates them (an IPv4 nat table) and no rule
-    # tells them apart (--ctstate SNAT / DNAT).
+    # them): the kernel translates them (an IPv4 nat table).
     translated: bool = False
 
     def chain(self, backend: str, name: str):
@@ -96,7 +95,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
     boxes: list[Box] = []
     chains = []
     named = set()
-    marks = nat_apart = False
+    marks = False
     for ruleset in forward_rulesets:
         table = ruleset.table("filter")
         seen, todo = set(), ["FORWARD"]
@@ -112,7 +111,6 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                              if m.module == "" and m.option in ("-i", "-o"))
                 named.update(_set_interface_fields(rule, sets))
                 marks = marks or "mark" in rule.modules
-                nat_apart = nat_apart or _tells_nat_apart(rule)
                 meaning = rule_meaning(rule, links, sets, family, addrtypes)
                 if meaning.unsure:
                     ids = tuple(range(len(boxes), len(boxes) + len(meaning.unsure)))
@@ -131,15 +129,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                                           action, jump, ids, meaning.unsupported, rule.target, family.name))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
-                   frozenset(named), marks, stateful, family, stateful and nat and not nat_apart)
-
-
-def _tells_nat_apart(rule) -> bool:
-    """Whether the rule's conntrack state match names SNAT or DNAT (the
-    states xt_conntrack adds for a connection with NAT), negated or not."""
-    return any(m.module == "conntrack" and m.option == "--ctstate" and m.values
-               and {"SNAT", "DNAT"} & {word.upper() for word in m.values[0].split(",")}
-               for m in rule.matches)
+                   frozenset(named), marks, stateful, family, stateful and nat)
 
 
 def _set_interface_fields(rule, sets) -> set[str]:
@@ -288,9 +278,9 @@ def matched_boxes(program: Program, values: dict[str, int]) -> int:
 
 
 def packet_fields(src: int, dst: int, proto: int, sport: int, dport: int, iif: int, oif: int,
-                  family: Family = IPV4, tcp_flags: int = 0) -> dict[str, int]:
+                  family: Family = IPV4, tcp_flags: int = 0, ctnat: int = 0) -> dict[str, int]:
     """Field values of a packet as the fast path extracts them (for ICMP
     and ICMPv6, sport/dport are type/code; for protocols without ports, 0;
-    TCP's flags byte, 0 for other protocols)."""
+    TCP's flags byte, 0 for other protocols; its connection's NAT, ctnat)."""
     return {family.src: src, family.dst: dst, "l4s": proto << 16 | sport, "l4d": proto << 16 | dport,
-            "tcpflags": tcp_flags if proto == 6 else 0, "iif": iif, "oif": oif}
+            "tcpflags": tcp_flags if proto == 6 else 0, "iif": iif, "oif": oif, "ctnat": ctnat}

@@ -2,8 +2,7 @@
 IPv4 packets, and which of it a filter node may evaluate: the filter table's
 FORWARD chain of each iptables backend, and — when the kernel tracks
 connections — only for packets of established connections (with NAT too
-where translating() finds the kernel's NAT hooks and no rule tells such
-connections apart: program.py). Everything else that could touch a
+where translating() finds the kernel's NAT hooks: program.py). Everything else that could touch a
 forwarded packet is named as uncovered. Pure.
 
 Connection tracking is on once any rule uses it (a conntrack match, or a
@@ -11,8 +10,8 @@ target such as MASQUERADE or CONNMARK: each takes a reference on the
 namespace's conntrack hooks; a nat table without NAT targets does not). The filter node is then
 `stateful`: it looks every packet up in the kernel's conntrack table and
 classifies only those of an established connection (un-NATed, or one the
-conntrack node translated), for which conntrack matches are constants
-(predicates.py) and nat tables are never consulted (the kernel runs them
+conntrack node translated), for which conntrack matches are constants but
+for --ctstate SNAT/DNAT, read per packet (predicates.py), and nat tables are never consulted (the kernel runs them
 for a connection's first packet only); everything else goes to the kernel.
 
 Uncovered, with the reason:

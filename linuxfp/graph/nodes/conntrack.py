@@ -6,8 +6,8 @@ UDP is looked up once, and an established connection with NAT is
 translated from the kernel's own entry (its destination here; transmit
 writes the source). It owns no tables: it reads the filter node's
 generation, whose bits say whether connections are tracked (LFP_FLT_CT)
-and whether those with NAT are taken (LFP_FLT_NAT: an IPv4 nat table, no
-rule that tells them apart)."""
+and whether those with NAT are taken (LFP_FLT_NAT: an IPv4 nat table
+registers the kernel's NAT hooks)."""
 from __future__ import annotations
 
 from linuxfp.resources import modules_dir

@@ -27,7 +27,7 @@ OBSTACLE = "iptables_filter"
 CFG, IFS, COMB = "lfp_flt_cfg", "lfp_flt_ifs", "lfp_flt_comb"
 CACHE, HITS = "lfp_flt_cache", "lfp_flt_hits"
 LPM_TABLE = {name: f"lfp_flt_{name}" for name in LPM_FIELDS}
-assert {node for node, _, _ in PAIRS} | {VERDICT_NODE} == set(range(1, 8))   # filter.h's nodes
+assert {node for node, _, _ in PAIRS} | {VERDICT_NODE} == set(range(1, 9))   # filter.h's nodes
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,8 @@ class Filter(Node):
             lines.append(f"{len(rules)} rules reached from FORWARD ({counts or f'{tool}: none'})")
             if program.stateful:
                 tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
-                which = ("established connections, with NAT or without (the conntrack node translates them), are "
-                         "classified" if program.translated else
+                which = ("established connections, with NAT or without (the conntrack node translates them; "
+                         "--ctstate SNAT / DNAT read the entry), are classified" if program.translated else
                          "established connections without NAT are classified")
                 lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
                              + "; ".join(tracking) + f"): {which}, the rest go to the kernel")
@@ -485,7 +485,7 @@ def _plan(netfilter, links, addrtypes: AddressTypes | None = None, previous: Fil
 # The generations this process gave: a new classifier never takes one that
 # named other contents. What a datapath kept from an earlier process
 # (--keep) or from further back than the book keeps is not known: such a
-# generation could come back for other contents once in 2^24 (a cache slot
+# generation could come back for other contents once in 2^21 (a cache slot
 # still holding one would then give its verdict to a flow of the same key).
 _GENERATIONS = GenerationBook()
 
@@ -501,7 +501,8 @@ def _classifier(program: Program, links, previous: Classifier | None = None) -> 
 # side by side while one replaces the other, so both families' current
 # generations together may fill half.
 CAPACITY = {"lfp_flt_src": 262144, "lfp_flt_dst": 262144, "lfp_flt_src6": 262144, "lfp_flt_dst6": 262144,
-            "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144, "lfp_flt_tcpflags": 262144, IFS: 8192, COMB: 2097152}
+            "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144, "lfp_flt_tcpflags": 262144, "lfp_flt_ctnat": 64,
+            IFS: 8192, COMB: 2097152}
 
 
 def check_capacity(*classifiers: Classifier | None) -> None:
@@ -541,7 +542,7 @@ def pair_key(generation: int, node: int, left: int, right: int) -> bytes:
 
 
 # lfp_flt_cfg's value for a family whose FORWARD chains let every packet
-# through (LFP_FLT_OPEN; no generation is below 0x400); its index per family
+# through (LFP_FLT_OPEN; no generation is below 0x800); its index per family
 OPEN = 1
 CFG_INDEX = {IPV4.name: 0, IPV6.name: 1}
 
