@@ -465,7 +465,11 @@ class Controller:
                             # within one batch took our program with it
                             self.installer.forget_removed(m.index for m in batch.messages
                                                           if isinstance(m, kstate.LinkRemoved))
-                            self.installed = self.installer.forget_defunct(self.installed)
+                            # (only a device announced gone or anew can have
+                            # lost our link with it: a resync announces all)
+                            self.installed = self.installer.forget_defunct(self.installed, None if batch.resync else (
+                                m.index if isinstance(m, kstate.LinkRemoved) else m.link.index
+                                for m in batch.messages if isinstance(m, (kstate.LinkRemoved, kstate.LinkUpdate))))
                         worked = self.reconcile(snapshot, batch.messages)
                         if batch.resync:
                             snapshot = self._follow_sets(snapshot)

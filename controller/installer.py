@@ -378,13 +378,15 @@ class Installer:
         the interfaces it serves)."""
         self.forget_removed(set(self._resting))
 
-    def forget_defunct(self, installed: InstalledState) -> InstalledState:
+    def forget_defunct(self, installed: InstalledState, ifindexes=None) -> InstalledState:
         """Drop pipelines whose link the kernel detached (the interface went
         away, maybe to come back with the same ifindex), so they are planned
-        again as new attachments."""
+        again as new attachments. `ifindexes`: only those interfaces' (the
+        ones a batch announced); None: every one's."""
         state = installed
+        wanted = None if ifindexes is None else set(ifindexes)
         for p in installed.pipelines:
-            if not p.active:
+            if not p.active or (wanted is not None and p.ifindex not in wanted):
                 continue
             link = self.links.get(p.ifindex)
             try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Mapping
 
 from linuxfp.graph import Graph, Pipeline, Shape, Table
@@ -36,10 +37,12 @@ class InstalledState:
     tables: Mapping[str, Entries] = field(default_factory=dict)
 
     def pipeline(self, ifindex: int) -> InstalledPipeline | None:
-        for p in self.pipelines:
-            if p.ifindex == ifindex:
-                return p
-        return None
+        return self._by_ifindex.get(ifindex)
+
+    @cached_property
+    def _by_ifindex(self) -> dict[int, InstalledPipeline]:
+        # (asked for every pipeline of a plan: hundreds of interfaces)
+        return {p.ifindex: p for p in reversed(self.pipelines)}     # (the first, were one named twice)
 
     def with_pipeline(self, p: InstalledPipeline) -> "InstalledState":
         rest = tuple(x for x in self.pipelines if x.ifindex != p.ifindex)

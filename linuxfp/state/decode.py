@@ -53,6 +53,7 @@ from .model import (
     Address,
     BridgeOptions,
     BridgePort,
+    DeviceConf,
     FdbEntry,
     Link,
     Neighbour,
@@ -89,6 +90,7 @@ IFLA_IFALIAS = 20
 IFLA_MASTER, IFLA_OPERSTATE, IFLA_LINKINFO = 10, 16, 18
 IFLA_EXT_MASK, IFLA_LINK_NETNSID, IFLA_XDP = 29, 37, 43
 IFLA_TARGET_NETNSID = 46     # alias IFLA_IF_NETNSID: act on a link of another namespace
+IFLA_AF_SPEC, IFLA_INET_CONF, IFLA_INET6_CONF = 26, 1, 2
 IFLA_INFO_KIND, IFLA_INFO_DATA, IFLA_INFO_SLAVE_KIND, IFLA_INFO_SLAVE_DATA = 1, 2, 4, 5
 # IFLA_BR_* (bridge options) and IFLA_BRPORT_* (port settings), if_link.h
 IFLA_BR_FORWARD_DELAY, IFLA_BR_AGEING_TIME, IFLA_BR_STP_STATE = 1, 4, 5
@@ -147,6 +149,23 @@ def mac_str(raw: bytes) -> str:
 
 
 # --- links -------------------------------------------------------------------
+
+def decode_device_conf(payload: bytes) -> DeviceConf | None:
+    """RTM_NEWLINK payload -> the device's IPv4 and IPv6 configuration
+    arrays (None for per-family link messages, as decode_link)."""
+    family, _type, index, _flags, _change = _IFINFOMSG.unpack_from(payload)
+    if family != AF_UNSPEC:
+        return None
+    a = nl.parse_attrs(payload, _IFINFOMSG.size)
+    ipv4 = ipv6 = None
+    if IFLA_AF_SPEC in a:
+        families = nl.parse_attrs(a[IFLA_AF_SPEC])
+        if AF_INET in families:
+            ipv4 = nl.parse_attrs(families[AF_INET]).get(IFLA_INET_CONF)
+        if AF_INET6 in families:
+            ipv6 = nl.parse_attrs(families[AF_INET6]).get(IFLA_INET6_CONF)
+    return DeviceConf(index, nl.cstr(a.get(IFLA_IFNAME, b"")), ipv4, ipv6)
+
 
 def decode_link(payload: bytes) -> Link | None:
     """RTM_NEWLINK payload -> Link; None for per-family link messages

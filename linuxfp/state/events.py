@@ -97,7 +97,9 @@ from .genl import NETDEV_MGMT_GROUP, NetdevFamily
 from .model import IFF_LOWER_UP, IFF_UP, Snapshot, has_far_end
 from .netfilter import read_netfilter
 from .read import (
+    dump_device_confs,
     dump_links,
+    get_device_confs,
     get_links,
     dump_routes,
     dump_rules,
@@ -467,11 +469,10 @@ class EventStream:
             if features is not None:
                 extra.append(XdpFeaturesUpdate(index, *features))
         if need_sysctls:
-            extra.append(SysctlsReplaced(read_sysctls(
-                (index, name) for index, (name, _state) in self._links.items())))
+            extra.append(SysctlsReplaced(read_sysctls(dump_device_confs(self._rtnl, self._links))))
         elif sysctl_links or sysctls_gone:
-            extra.append(SysctlsPatched(read_sysctls(
-                (index, self._links[index][0]) for index in sorted(sysctl_links) if index in self._links),
+            extra.append(SysctlsPatched(read_sysctls(get_device_confs(
+                self._rtnl, (index for index in sorted(sysctl_links) if index in self._links))),
                 removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
         if need_netfilter:
             extra.append(NetfilterReplaced(read_netfilter()))

@@ -439,6 +439,19 @@ class Neighbour(_JsonMixin):
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceConf:
+    """A device's IPv4 and IPv6 configuration as its RTM_NEWLINK carries it
+    (IFLA_AF_SPEC: IFLA_INET_CONF, IFLA_INET6_CONF — the values the
+    /proc/sys/net/ipv{4,6}/conf/DEV files show), raw; None where the kernel
+    keeps none for that family (sysctl.py reads them)."""
+
+    index: int
+    name: str
+    ipv4: bytes | None
+    ipv6: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class InterfaceSysctls(_JsonMixin):
     """The values Linux's IPv4 forwarding path actually applies to a device
     (conf/all and conf/DEV combined the way the kernel macros do)."""

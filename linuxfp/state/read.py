@@ -15,6 +15,7 @@ from . import decode
 from . import netlink as nl
 from .genl import NetdevFamily
 from .model import (
+    DeviceConf,
     Link,
     Route,
     Rule,
@@ -52,6 +53,40 @@ def _decoded(messages: Iterable[nl.RawMessage], decoder) -> list:
 
 def dump_links(sock: nl.NetlinkSocket) -> list[Link]:
     return _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link)
+
+
+def dump_links_and_confs(sock: nl.NetlinkSocket) -> tuple[list[Link], dict[int, DeviceConf]]:
+    """Every link, and each one's configuration from the same dump (the
+    sysctls' values: sysctl.py)."""
+    links, confs = [], {}
+    for msg in sock.dump(decode.RTM_GETLINK, decode.link_dump_request()):
+        link = decode.decode_link(msg.payload)
+        if link is not None:
+            links.append(link)
+            confs[link.index] = decode.decode_device_conf(msg.payload)
+    return links, confs
+
+
+def dump_device_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[DeviceConf]:
+    """The configuration of the devices with these ifindexes, from one link
+    dump (the way to read them all)."""
+    wanted = set(indexes)
+    return [conf for conf in _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()),
+                                      decode.decode_device_conf) if conf.index in wanted]
+
+
+def get_device_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[DeviceConf]:
+    """The same, one request per device (a few of many); gone ones are left out."""
+    found = []
+    for index in indexes:
+        try:
+            replies = sock.request(decode.RTM_GETLINK, decode.link_get_request(index), dump=False)
+        except nl.NetlinkError as e:
+            if e.errno == errno.ENODEV:
+                continue
+            raise
+        found += _decoded((m for m in replies if m.type == decode.RTM_NEWLINK), decode.decode_device_conf)
+    return found
 
 
 def get_links(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[Link]:
@@ -157,7 +192,7 @@ def read_snapshot() -> Snapshot:
     """One dump of everything LinuxFP needs from this network namespace."""
     inode = netns_inode()
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
-        links = dump_links(sock)
+        links, confs = dump_links_and_confs(sock)
         tc_ingress = dump_tc_ingress(sock)
         addresses = _decoded(sock.dump(decode.RTM_GETADDR, decode.address_dump_request()),
                              decode.decode_address)
@@ -184,7 +219,7 @@ def read_snapshot() -> Snapshot:
         routes=routes,
         rules=rules,
         neighbours=tuple(neighbours),
-        sysctls=read_sysctls((link.index, link.name) for link in links),
+        sysctls=read_sysctls(confs[link.index] for link in links),
         netfilter=read_netfilter(),
         xfrm=read_xfrm(),
         netns_inode=inode,
@@ -229,7 +264,8 @@ def refresh_netfilter(snapshot: Snapshot) -> Snapshot:
     netfilter = read_netfilter(fresh_sets=False)
     sysctls = snapshot.sysctls
     if sysctl_state.br_netfilter_loaded() != sysctls.br_netfilter:
-        sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
+        with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
+            sysctls = read_sysctls(dump_device_confs(sock, (link.index for link in snapshot.links)))
     if netfilter == snapshot.netfilter:
         netfilter = snapshot.netfilter
     if sysctls == snapshot.sysctls:
@@ -255,8 +291,9 @@ def refresh_polled(snapshot: Snapshot, sets: bool = True) -> Snapshot:
         raise RuntimeError("refresh_polled: called from a different network namespace "
                            "than the snapshot was read in")
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
-        links = _with_current_attachments(snapshot.links, {l.index: l for l in dump_links(sock)})
-    sysctls = read_sysctls((link.index, link.name) for link in snapshot.links)
+        current, confs = dump_links_and_confs(sock)
+    links = _with_current_attachments(snapshot.links, {l.index: l for l in current})
+    sysctls = read_sysctls(confs[link.index] for link in snapshot.links if link.index in confs)
     netfilter = read_netfilter(fresh_sets=sets)
     xfrm = read_xfrm()
     if xfrm == snapshot.xfrm:

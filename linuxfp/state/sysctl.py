@@ -10,16 +10,20 @@ controller decides on — the datapath reads IPv6's forwarding switches live):
     IN_DEV_RX_REDIRECTS(dev)   = forwarding ? all && dev : all || dev  (accept_redirects)
     IN_DEV_IGNORE_ROUTES_WITH_LINKDOWN(dev) = all || dev
 
-/proc/sys/net belongs to the network namespace of the thread that opens the
-file, so these readers must run in the namespace being described.
+Each device's own values come with its RTM_NEWLINK (DeviceConf: the arrays
+the conf/DEV files show, one link dump for every device instead of a dozen
+file reads each); conf/all and the namespace's switches are read from
+/proc/sys/net, which belongs to the network namespace of the thread that
+opens the file, so these readers must run in the namespace being described.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterable
 
-from .model import InterfaceSysctls, Sysctls
+from .model import DeviceConf, InterfaceSysctls, Sysctls
 
 CONF_ROOT = "/proc/sys/net/ipv4/conf"
 CONF6_ROOT = "/proc/sys/net/ipv6/conf"
@@ -27,6 +31,14 @@ BR_NETFILTER_DIR = "/proc/sys/net/bridge"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 _KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet", "accept_redirects",
          "ignore_routes_with_linkdown")
+# Where a DeviceConf's arrays keep each value: IFLA_INET_CONF's u32 at
+# IPV4_DEVCONF_<KEY> - 1 (include/uapi/linux/ip.h), IFLA_INET6_CONF's s32
+# at DEVCONF_<KEY> (include/uapi/linux/ipv6.h); tests/test_state_support.py
+# checks them against the files.
+CONF4_INDEX = {"forwarding": 0, "accept_redirects": 3, "send_redirects": 5, "rp_filter": 7, "accept_local": 22,
+               "route_localnet": 25, "ignore_routes_with_linkdown": 28}
+CONF6_INDEX = {"forwarding": 0, "accept_ra": 3, "accept_redirects": 4, "disable_ipv6": 26,
+               "ignore_routes_with_linkdown": 39}
 _NAMESPACE_KEYS = {
     "forward_use_pmtu": ("/proc/sys/net/ipv4/ip_forward_use_pmtu", 0),
     "multipath_hash_policy": ("/proc/sys/net/ipv4/fib_multipath_hash_policy", 0),
@@ -58,39 +70,64 @@ def _read_conf(dev: str) -> dict[str, int] | None:
     return values
 
 
-def _read_conf6(dev: str) -> tuple[bool, bool, bool, bool]:
+def _read_conf6(dev: str) -> dict[str, int] | None:
+    values = {}
+    for key in CONF6_INDEX:
+        value = _read_int(f"{CONF6_ROOT}/{dev}/{key}")
+        if value is None:
+            return None
+        values[key] = value
+    return values
+
+
+def _values(raw: bytes | None, index: dict[str, int], form: str) -> dict[str, int] | None:
+    """The keys' values in a DeviceConf array; None where it is shorter
+    than they need (a kernel that knows fewer keys: the files are read)."""
+    if raw is None or len(raw) < 4 * (max(index.values()) + 1):
+        return None
+    return {key: struct.unpack_from(form, raw, 4 * i)[0] for key, i in index.items()}
+
+
+def _conf4(conf: DeviceConf) -> dict[str, int] | None:
+    """The device's IPv4 values; None where the kernel keeps no IPv4
+    configuration for it (or it vanished while the files were read)."""
+    if conf.ipv4 is None:
+        return None
+    return _values(conf.ipv4, CONF4_INDEX, "=I") or _read_conf(conf.name)
+
+
+def _conf6(conf: DeviceConf, linkdown_all: int) -> tuple[bool, bool, bool, bool]:
     """(IPv6 on, accepts redirects, ignores routes with link down, accepts
     router advertisements) for a device; all False where the kernel keeps
     no IPv6 configuration for it. (fib6_ignore_linkdown(): all || dev;
     ipv6_accept_ra(): forwarding ? accept_ra == 2 : accept_ra.)"""
-    disabled = _read_int(f"{CONF6_ROOT}/{dev}/disable_ipv6")
-    forwarding = _read_int(f"{CONF6_ROOT}/{dev}/forwarding")
-    redirects = _read_int(f"{CONF6_ROOT}/{dev}/accept_redirects")
-    linkdown = _read_int(f"{CONF6_ROOT}/{dev}/ignore_routes_with_linkdown")
-    linkdown_all = _read_int(f"{CONF6_ROOT}/all/ignore_routes_with_linkdown")
-    accept_ra = _read_int(f"{CONF6_ROOT}/{dev}/accept_ra")
-    if disabled is None or forwarding is None or redirects is None:
+    dev = None if conf.ipv6 is None else _values(conf.ipv6, CONF6_INDEX, "=i") or _read_conf6(conf.name)
+    if dev is None:
         return False, False, False, False
-    return (not disabled, not forwarding and bool(redirects), bool(linkdown or linkdown_all),
-            bool(accept_ra == 2 if forwarding else accept_ra))
+    forwarding = dev["forwarding"]
+    return (not dev["disable_ipv6"], not forwarding and bool(dev["accept_redirects"]),
+            bool(dev["ignore_routes_with_linkdown"] or linkdown_all),
+            bool(dev["accept_ra"] == 2 if forwarding else dev["accept_ra"]))
 
 
-def read_sysctls(links: Iterable[tuple[int, str]]) -> Sysctls:
-    """Effective IPv4 forwarding sysctls for (ifindex, name) pairs."""
+def read_sysctls(confs: Iterable[DeviceConf]) -> Sysctls:
+    """Effective IPv4 forwarding sysctls for these devices (their
+    DeviceConf as their RTM_NEWLINK carried it: state/read.py)."""
     every = _read_conf("all")
     if every is None:
         raise RuntimeError(
             f"{CONF_ROOT}/all is unreadable: /proc/sys must be mounted "
             "(procfs) and IPv4 enabled in this network namespace")
     ip_forward = _read_int(IP_FORWARD)
+    linkdown6_all = _read_int(f"{CONF6_ROOT}/all/ignore_routes_with_linkdown") or 0
     interfaces = []
-    for ifindex, name in links:
-        dev = _read_conf(name)
+    for conf in confs:
+        dev = _conf4(conf)
         if dev is None:
             continue
-        ipv6, ipv6_redirects, ipv6_linkdown, ipv6_ra = _read_conf6(name)
+        ipv6, ipv6_redirects, ipv6_linkdown, ipv6_ra = _conf6(conf, linkdown6_all)
         interfaces.append(InterfaceSysctls(
-            ifindex=ifindex,
+            ifindex=conf.index,
             forwarding=bool(dev["forwarding"]),
             rp_filter=max(every["rp_filter"], dev["rp_filter"]),
             accept_local=bool(every["accept_local"] or dev["accept_local"]),
