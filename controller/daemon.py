@@ -460,13 +460,14 @@ class Controller:
                         # a batch that lost events or cannot be applied exactly is
                         # a full re-read, never silent drift
                         snapshot = kstate.advance(snapshot, batch)
-                        if "link" in batch.kinds:
+                        if "link" in batch.kinds or batch.resync:
                             # a link deleted and re-created with the same ifindex
                             # within one batch took our program with it
                             self.installer.forget_removed(m.index for m in batch.messages
                                                           if isinstance(m, kstate.LinkRemoved))
                             # (only a device announced gone or anew can have
-                            # lost our link with it: a resync announces all)
+                            # lost our link with it; after a resync, whose
+                            # messages may not name them, every one is checked)
                             self.installed = self.installer.forget_defunct(self.installed, None if batch.resync else (
                                 m.index if isinstance(m, kstate.LinkRemoved) else m.link.index
                                 for m in batch.messages if isinstance(m, (kstate.LinkRemoved, kstate.LinkUpdate))))

@@ -174,23 +174,26 @@ def test_sysctls_effective_values(netns):
 def test_device_configuration_is_read_from_the_link_dump_as_the_files_show_it(netns):
     """Each device's sysctls come with its RTM_NEWLINK (IFLA_AF_SPEC): at
     the positions sysctl.py reads, the values are the conf/DEV files', key
-    by key, device by device (each key given values the others do not
-    have), and a device without IPv6 configuration has none there either."""
+    by key, device by device (each key given values, over the devices, no
+    other key has; a negative one too), and a device without IPv6
+    configuration has none there either."""
     from linuxfp.state.read import dump_links_and_confs
     from linuxfp.state.sysctl import CONF4_INDEX, CONF6_INDEX, _values
 
     basic_topology()
     sh("ip link add m0 mtu 1200 type veth peer name m1 mtu 1200")     # (below 1280: no IPv6 configuration)
-    devices = ("a0", "b0", "m0")
-    values4 = {"forwarding": (1, 0, 1), "accept_redirects": (0, 1, 1), "send_redirects": (0, 1, 0),
-               "rp_filter": (2, 0, 1), "accept_local": (1, 0, 0), "route_localnet": (0, 1, 0),
-               "ignore_routes_with_linkdown": (1, 1, 0)}
-    values6 = {"forwarding": (1, 0), "accept_ra": (2, 0), "accept_redirects": (0, 1), "disable_ipv6": (0, 1),
-               "ignore_routes_with_linkdown": (1, 0)}
+    sh("ip link add c0 type veth peer name c1")
+    devices, devices6 = ("a0", "b0", "m0"), ("a0", "b0", "c0")
+    values4 = {"forwarding": (1, 0, 1), "accept_redirects": (0, 1, 1), "send_redirects": (1, 1, 0),
+               "rp_filter": (2, 0, -1), "accept_local": (1, 0, 0), "route_localnet": (0, 0, 1),
+               "ignore_routes_with_linkdown": (0, 1, 0)}
+    values6 = {"forwarding": (1, 0, 0), "accept_ra": (2, 0, 1), "accept_redirects": (0, 1, 1),
+               "disable_ipv6": (0, 1, 0), "ignore_routes_with_linkdown": (1, 1, 0)}
+    assert len(set(values4.values())) == len(values4) and len(set(values6.values())) == len(values6)
     for key, per_device in values4.items():
         sh(*(f"sysctl -qw net.ipv4.conf.{dev}.{key}={v}" for dev, v in zip(devices, per_device)))
     for key, per_device in values6.items():
-        sh(*(f"sysctl -qw net.ipv6.conf.{dev}.{key}={v}" for dev, v in zip(devices, per_device)))
+        sh(*(f"sysctl -qw net.ipv6.conf.{dev}.{key}={v}" for dev, v in zip(devices6, per_device)))
     with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
         links, confs = dump_links_and_confs(sock)
     by_name = {confs[link.index].name: confs[link.index] for link in links}
@@ -199,16 +202,17 @@ def test_device_configuration_is_read_from_the_link_dump_as_the_files_show_it(ne
         return {key: int(open(f"/proc/sys/net/{family}/conf/{dev}/{key}").read()) for key in keys}
 
     for dev in devices:
-        assert _values(by_name[dev].ipv4, CONF4_INDEX, "=I") == files("ipv4", dev, CONF4_INDEX), dev
-    for dev in ("a0", "b0"):
+        assert _values(by_name[dev].ipv4, CONF4_INDEX, "=i") == files("ipv4", dev, CONF4_INDEX), dev
+    for dev in devices6:
         assert _values(by_name[dev].ipv6, CONF6_INDEX, "=i") == files("ipv6", dev, CONF6_INDEX), dev
     assert by_name["m0"].ipv6 is None and not os.path.exists("/proc/sys/net/ipv6/conf/m0")
+    assert _values(by_name["a0"].ipv4[:40], CONF4_INDEX, "=i") is None     # (a shorter array: the files)
     # and what the snapshot makes of them
     snap = read_snapshot()
-    a0, b0 = (snap.interface_sysctls(snap.link_by_name(n).index) for n in ("a0", "b0"))
+    a0, b0, m0 = (snap.interface_sysctls(snap.link_by_name(n).index) for n in ("a0", "b0", "m0"))
     assert (a0.ipv6, a0.ipv6_accept_ra, a0.ipv6_ignore_routes_with_linkdown) == (True, True, True)
     assert (b0.ipv6, b0.ipv6_accept_redirects) == (False, True)
-    assert not snap.interface_sysctls(snap.link_by_name("m0").index).ipv6
+    assert not m0.ipv6 and m0.rp_filter == max(int(open("/proc/sys/net/ipv4/conf/all/rp_filter").read()), -1)
 
 
 def test_xdp_features_follow_peer_gro(netns):

@@ -296,8 +296,9 @@ class SysctlsPatched:
     """Sysctls read afresh for some interfaces only (new, renamed, or named
     by a netconf event) and for the namespace; the others' stay. Entries of
     `removed` interfaces (gone, or read again) go before the patched ones
-    are added. Reading every interface's costs ~15 files each, per event:
-    a new veth must not cost that for all the others."""
+    are added. Reading every interface's costs a dump of every link, per
+    event: a new veth must not cost that for all the others (one request
+    each is read)."""
 
     sysctls: Sysctls                 # the namespace's values, the patched interfaces'
     removed: frozenset[int] = frozenset()

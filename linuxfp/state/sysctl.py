@@ -31,10 +31,12 @@ BR_NETFILTER_DIR = "/proc/sys/net/bridge"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 _KEYS = ("forwarding", "rp_filter", "accept_local", "send_redirects", "route_localnet", "accept_redirects",
          "ignore_routes_with_linkdown")
-# Where a DeviceConf's arrays keep each value: IFLA_INET_CONF's u32 at
-# IPV4_DEVCONF_<KEY> - 1 (include/uapi/linux/ip.h), IFLA_INET6_CONF's s32
-# at DEVCONF_<KEY> (include/uapi/linux/ipv6.h); tests/test_state_support.py
-# checks them against the files.
+# Where a DeviceConf's arrays keep each value: IFLA_INET_CONF's at
+# IPV4_DEVCONF_<KEY> - 1 (include/uapi/linux/ip.h), IFLA_INET6_CONF's at
+# DEVCONF_<KEY> (include/uapi/linux/ipv6.h); both are the kernel's ints as
+# the files print them, signed (the uapi calls IPv4's u32: a negative
+# rp_filter is -1 in its file); tests/test_state_snapshot.py checks them
+# against the files.
 CONF4_INDEX = {"forwarding": 0, "accept_redirects": 3, "send_redirects": 5, "rp_filter": 7, "accept_local": 22,
                "route_localnet": 25, "ignore_routes_with_linkdown": 28}
 CONF6_INDEX = {"forwarding": 0, "accept_ra": 3, "accept_redirects": 4, "disable_ipv6": 26,
@@ -93,7 +95,7 @@ def _conf4(conf: DeviceConf) -> dict[str, int] | None:
     configuration for it (or it vanished while the files were read)."""
     if conf.ipv4 is None:
         return None
-    return _values(conf.ipv4, CONF4_INDEX, "=I") or _read_conf(conf.name)
+    return _values(conf.ipv4, CONF4_INDEX, "=i") or _read_conf(conf.name)
 
 
 def _conf6(conf: DeviceConf, linkdown_all: int) -> tuple[bool, bool, bool, bool]:
