@@ -23,8 +23,11 @@ class ControllerProcess:
                  keep: bool = False, extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
                  env: dict[str, str] | None = None):
         self.netns = netns
-        self.argv = ["ip", "netns", "exec", netns, sys.executable, "-m", "controller.cli", "run",
-                     "--hook", hook, *(("--keep",) if keep else ()), *extra_args]
+        # the controller's own command line, and how it enters the namespace
+        # (a test may enter it otherwise: argv is what runs)
+        self.command = [sys.executable, "-m", "controller.cli", "run", "--hook", hook,
+                        *(("--keep",) if keep else ()), *extra_args]
+        self.argv = ["ip", "netns", "exec", netns, *self.command]
         self.ready_timeout = ready_timeout
         self.extra_env = env or {}
         self.proc: subprocess.Popen | None = None

@@ -14,6 +14,7 @@ from linuxfp.graph import Graph, Table
 from linuxfp.graph.interfaces import MAX_IFACE_SLOTS
 from linuxfp.graph.nodes import state_maps
 from linuxfp.graph.tables import ARRAY, DEVMAP
+from linuxfp.state.kernel import release_at_least
 from linuxfp.synth import counters
 
 from .lease import NAMESPACE_MAPS, NAMESPACE_TYPES
@@ -61,11 +62,7 @@ def check_types(obj, name: str, whose: str, key, value) -> None:
 def _batch_waits_once() -> bool:
     """Whether the kernel waits for one grace period per batched update of
     an array of maps (6.8 on: bpf_map_do_batch), not one per entry."""
-    try:
-        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (6, 8)
+    return release_at_least(6, 8)
 
 
 def iface_slots(ifindexes) -> int:

@@ -61,6 +61,11 @@ def pipeline_passes(router, reason: str, ifname="to-src") -> int:
     return 0
 
 
+def programs(router) -> dict[str, int]:
+    """The id of the program each interface runs, by name."""
+    return {i["ifname"]: i["prog_id"] for i in status(router)["interfaces"]}
+
+
 def fast_path_count(router, ifname="to-src") -> int:
     for entry in stats(router)["interfaces"]:
         if entry["ifname"] == ifname:
@@ -385,21 +390,18 @@ def test_a_shape_change_undone_attaches_the_program_it_replaced(router_topology,
     maps as they are now: the rules of today decide, not those it last saw."""
     r = router_topology
 
-    def programs():
-        return {i["ifname"]: i["prog_id"] for i in status(r)["interfaces"]}
-
     with ControllerProcess(r.dut.name, hook=hook) as c:
-        plain = programs()
+        plain = programs(r)
         r.dut.run(["iptables", "-A", "FORWARD", "-d", "198.19.3.0/24", "-p", "udp", "-j", "DROP"])
         assert "filter" in _shapes_once(r, c, lambda shapes: "filter" in shapes["to-src"])["to-src"]
-        filtering = programs()
+        filtering = programs(r)
         assert filtering["to-src"] != plain["to-src"]
         r.dut.run(["nft", "delete", "table", "ip", "filter"])
         assert "filter" not in _shapes_once(r, c, lambda shapes: "filter" not in shapes["to-src"])["to-src"]
-        assert programs() == plain
+        assert programs(r) == plain
         r.dut.run(["iptables", "-A", "FORWARD", "-d", "198.19.4.0/24", "-p", "udp", "-j", "DROP"])
         assert "filter" in _shapes_once(r, c, lambda shapes: "filter" in shapes["to-src"])["to-src"]
-        assert programs() == filtering
+        assert programs(r) == filtering
         before = ip_forw_datagrams(r.dut)
         with Capture(r.sink, "to-dut") as sink:
             udp_burst(r, 20)                       # 198.19.3.7: forwarded now
@@ -443,13 +445,10 @@ def test_a_namespace_back_from_the_kernel_path_attaches_the_programs_it_ran(rout
     maps as they are now — and their counters carry on."""
     r = router_topology
 
-    def programs():
-        return {i["ifname"]: i["prog_id"] for i in status(r)["interfaces"]}
-
     r.dut.run(["nft", "-f", "-"], input="table inet lfpt {\n chain lfpfwd { type filter hook forward priority 0; }\n}\n")
     with ControllerProcess(r.dut.name, hook=hook) as c:
         c.settled()
-        plain = programs()
+        plain = programs(r)
         assert set(plain) == {"to-src", "to-sink"}          # the empty chain does nothing
         udp_burst(r, 20)
         counted = fast_path_count(r)
@@ -465,9 +464,9 @@ def test_a_namespace_back_from_the_kernel_path_attaches_the_programs_it_ran(rout
             assert [f for f in sink.stop() if len(f.data) >= 64] == []
         r.dut.run(["nft", "flush", "chain", "inet", "lfpt", "lfpfwd"])
         deadline = time.monotonic() + 5
-        while programs() != plain and time.monotonic() < deadline:
+        while programs(r) != plain and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert programs() == plain
+        assert programs(r) == plain
         c.settled()
         before = ip_forw_datagrams(r.dut)
         udp_burst(r, 20)

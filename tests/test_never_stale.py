@@ -200,7 +200,7 @@ def in_a_cgroup_namespace_of_its_own(netns: str, hook: str, hierarchy_in_view: b
         controller = ControllerProcess(netns, hook=hook)
         enter = ["nsenter", f"--net=/run/netns/{netns}"] if hierarchy_in_view else ["ip", "netns", "exec", netns]
         controller.argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup),
-                           "unshare", "--cgroup", *enter, *controller.argv[controller.argv.index(netns) + 1:]]
+                           "unshare", "--cgroup", *enter, *controller.command]
         with controller:
             # (sh, unshare, nsenter and ip netns exec exec: one process throughout)
             assert os.stat(f"/proc/{controller.proc.pid}/ns/cgroup").st_ino != os.stat("/proc/self/ns/cgroup").st_ino
@@ -278,7 +278,7 @@ class InAPidNamespaceOfItsOwn(ControllerProcess):
     def __init__(self, netns: str, hook: str) -> None:
         super().__init__(netns, hook=hook)
         self.argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
-                     "nsenter", f"--net=/run/netns/{netns}", *self.argv[self.argv.index(netns) + 1:]]
+                     "nsenter", f"--net=/run/netns/{netns}", *self.command]
 
     @property
     def pid(self) -> int:

@@ -197,12 +197,12 @@ def test_controller_runs_with_only_the_units_privileges(router_topology, tmp_pat
     sandbox = (f"mount --bind {hidden} /proc/kallsyms && mount --bind /proc/sys /proc/sys && "
                "mount -o remount,bind,ro /proc/sys && mount -o remount,bind,ro /sys && exec \"$@\"")
     listener = NotifyListener(tmp_path / "notify", r)
-    c = ControllerProcess(r.dut.name, hook="xdp", env={"NOTIFY_SOCKET": str(tmp_path / "notify")})
+    c = ControllerProcess(r.dut.name, hook="xdp", keep=True, env={"NOTIFY_SOCKET": str(tmp_path / "notify")})
     # A slave mount namespace: the read-only remounts never reach the host.
     c.argv = ["nsenter", f"--net=/run/netns/{r.dut.name}", "unshare", "--mount", "--propagation", "slave",
               "sh", "-c", sandbox, "sandbox",
               "setpriv", f"--bounding-set=-all,{wanted}", f"--inh-caps=-all,{wanted}", f"--ambient-caps=-all,{wanted}",
-              sys.executable, "-m", "controller.cli", "run", "--hook", "xdp", "--keep"]
+              *c.command]
     try:
         with c:
             listener.wait_for("READY=1")

@@ -172,6 +172,13 @@ def cstr(b: bytes) -> str:
     return b.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+def strict_name(raw: bytes) -> str:
+    """A name (a table's, chain's, device's) up to its NUL, strictly: one
+    that is not UTF-8 raises UnicodeDecodeError, as it would meet another
+    once its bad bytes were replaced (cstr)."""
+    return raw.split(b"\0", 1)[0].decode()
+
+
 ScannerT = TypeVar("ScannerT", bound="DumpScanner")
 
 

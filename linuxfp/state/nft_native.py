@@ -11,12 +11,12 @@ Anything that cannot be read raises NativeUnreadable, and the caller treats
 the tables as touching everything."""
 from __future__ import annotations
 
-import os
 import socket
 import struct
 from collections.abc import Iterable
 
 from . import netlink as nl
+from .kernel import release_at_least
 from .model import NftChain, NftNative, NftObject
 from .nft_rules import (NF_ACCEPT, NF_DROP, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE,
                         NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY,
@@ -46,11 +46,7 @@ def _hooks_by_name() -> bool:
     """Whether this kernel binds netdev hooks by name (6.16's dynamic hook
     interface binding; checked here on 6.18: a renamed device leaves its
     chain, a new device of that name joins it)."""
-    release = os.uname().release.split("-", 1)[0].split(".")
-    try:
-        return (int(release[0]), int(release[1])) >= (6, 16)
-    except (IndexError, ValueError):
-        return False
+    return release_at_least(6, 16)
 
 
 HOOKS_BY_NAME = _hooks_by_name()
@@ -112,7 +108,7 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                 request = _NFGENMSG.pack(FAMILY_NUMBERS[family], 0, 0) + nl.attr(NFTA_RULE_TABLE,
                                                                                   table.encode() + b"\0")
                 for _family, a in _answers(sock.dump(_msg(NFT_MSG_GETRULE), request), NFT_MSG_NEWRULE):
-                    key = (family, _name(a[NFTA_RULE_TABLE]), _name(a[NFTA_RULE_CHAIN]))
+                    key = (family, nl.strict_name(a[NFTA_RULE_TABLE]), nl.strict_name(a[NFTA_RULE_CHAIN]))
                     rules[key] = rules.get(key, 0) + 1
                     used = expressions.setdefault(key, set())
                     for _kind, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
@@ -120,14 +116,14 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
         every_family = _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0)
         if any(native.values()):
             for number, a in _answers(sock.dump(_msg(NFT_MSG_GETCHAIN), every_family), NFT_MSG_NEWCHAIN):
-                family, table = names.get(number, str(number)), _name(a[NFTA_CHAIN_TABLE])
+                family, table = names.get(number, str(number)), nl.strict_name(a[NFTA_CHAIN_TABLE])
                 if table in native.get(family, ()):
                     chains.append(_chain(family, a, rules, expressions))
         for kind, message, table_attribute in (("set", NFT_MSG_GETSET, NFTA_SET_TABLE),
                                                ("object", NFT_MSG_GETOBJ, NFTA_OBJ_TABLE),
                                                ("flowtable", NFT_MSG_GETFLOWTABLE, NFTA_FLOWTABLE_TABLE)):
             for number, a in _answers(sock.dump(_msg(message), every_family), message - 1):
-                family, table = names.get(number, str(number)), _name(a[table_attribute])
+                family, table = names.get(number, str(number)), nl.strict_name(a[table_attribute])
                 if table in every.get(family, ()):
                     if kind == "object":
                         code = nl.be32(a[NFTA_OBJ_TYPE])
@@ -138,12 +134,6 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                      tuple(sorted(set(objects), key=lambda o: (o.family, o.table, o.kind))),
                      hooks_by_name=HOOKS_BY_NAME,
                      tables=tuple(sorted(f"{family} {table}" for family, names_ in every.items() for table in names_)))
-
-
-def _name(raw: bytes) -> str:
-    """A table's, chain's or device's name, strictly: one that is not UTF-8
-    raises (UnicodeDecodeError), as it would meet another once replaced."""
-    return raw.split(b"\0", 1)[0].decode()
 
 
 def _msg(kind: int) -> int:
@@ -162,10 +152,10 @@ def _expression_names(element: bytes) -> set[str]:
     as "match NAME" / "target NAME", and the expressions a dynset attaches
     to the elements it adds (a connlimit there tracks connections too)."""
     e = nl.parse_attrs(element)
-    name = _name(e.get(NFTA_EXPR_NAME, b""))
+    name = nl.strict_name(e.get(NFTA_EXPR_NAME, b""))
     data = nl.parse_attrs(e.get(NFTA_EXPR_DATA, b""))
     if name in ("match", "target"):
-        return {f"{name} {_name(data.get(NFTA_MATCH_NAME if name == 'match' else NFTA_TARGET_NAME, b''))}"}
+        return {f"{name} {nl.strict_name(data.get(NFTA_MATCH_NAME if name == 'match' else NFTA_TARGET_NAME, b''))}"}
     names = {name}
     if name == "dynset":
         if NFTA_DYNSET_EXPR in data:
@@ -176,7 +166,7 @@ def _expression_names(element: bytes) -> set[str]:
 
 
 def _chain(family: str, a: dict[int, bytes], rules: dict, expressions: dict) -> NftChain:
-    table, name = _name(a[NFTA_CHAIN_TABLE]), _name(a[NFTA_CHAIN_NAME])
+    table, name = nl.strict_name(a[NFTA_CHAIN_TABLE]), nl.strict_name(a[NFTA_CHAIN_NAME])
     hook, devices, prefixes, policy = "", [], [], ""
     if NFTA_CHAIN_HOOK in a:
         hook_attrs = nl.parse_attrs(a[NFTA_CHAIN_HOOK])
@@ -188,9 +178,9 @@ def _chain(family: str, a: dict[int, bytes], rules: dict, expressions: dict) -> 
             if kind == NFTA_DEVICE_PREFIX or (kind == NFTA_DEVICE_NAME and not value.endswith(b"\0")):
                 # (6.16 sent a wildcard `eth*` as a name without its NUL;
                 # NFTA_DEVICE_PREFIX came with 6.17)
-                prefixes.append(_name(value))
+                prefixes.append(nl.strict_name(value))
             elif kind == NFTA_DEVICE_NAME:
-                devices.append(_name(value))
+                devices.append(nl.strict_name(value))
             else:
                 raise NativeUnreadable(f"chain {family} {table} {name}: a device attribute ({kind}) not known here")
         code = nl.be32(a[NFTA_CHAIN_POLICY]) if NFTA_CHAIN_POLICY in a else NF_ACCEPT

@@ -92,10 +92,10 @@ _META_SIZE = {NFT_META_MARK: 4, NFT_META_IIFNAME: 16, NFT_META_OIFNAME: 16, NFT_
 
 
 def _name(raw: bytes) -> str:
-    """A table's or chain's name: names that are not UTF-8 would meet as one
-    once replaced, so they go to the tool."""
+    """A table's or chain's name (nl.strict_name): one that is not UTF-8
+    goes to the tool."""
     try:
-        return raw.split(b"\0", 1)[0].decode()
+        return nl.strict_name(raw)
     except UnicodeDecodeError:
         raise Undecodable("a name that is not UTF-8") from None
 
