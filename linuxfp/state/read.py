@@ -77,21 +77,17 @@ def dump_device_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[De
 
 def get_device_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[DeviceConf]:
     """The same, one request per device (a few of many); gone ones are left out."""
-    found = []
-    for index in indexes:
-        try:
-            replies = sock.request(decode.RTM_GETLINK, decode.link_get_request(index), dump=False)
-        except nl.NetlinkError as e:
-            if e.errno == errno.ENODEV:
-                continue
-            raise
-        found += _decoded((m for m in replies if m.type == decode.RTM_NEWLINK), decode.decode_device_conf)
-    return found
+    return _get_each_link(sock, indexes, decode.decode_device_conf)
 
 
 def get_links(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[Link]:
     """The links with these ifindexes as they are now (one request each, not
     a dump of every link); gone ones are left out."""
+    return _get_each_link(sock, indexes, decode.decode_link)
+
+
+def _get_each_link(sock: nl.NetlinkSocket, indexes: Iterable[int], decoder) -> list:
+    """RTM_GETLINK of each ifindex, decoded; gone ones are left out."""
     found = []
     for index in indexes:
         try:
@@ -100,7 +96,7 @@ def get_links(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[Link]:
             if e.errno == errno.ENODEV:
                 continue
             raise
-        found += _decoded((m for m in replies if m.type == decode.RTM_NEWLINK), decode.decode_link)
+        found += _decoded((m for m in replies if m.type == decode.RTM_NEWLINK), decoder)
     return found
 
 
