@@ -153,10 +153,27 @@ def mac_str(raw: bytes) -> str:
 def decode_device_conf(payload: bytes) -> DeviceConf | None:
     """RTM_NEWLINK payload -> the device's IPv4 and IPv6 configuration
     arrays (None for per-family link messages, as decode_link)."""
-    family, _type, index, _flags, _change = _IFINFOMSG.unpack_from(payload)
-    if family != AF_UNSPEC:
+    parsed = _link_attrs(payload)
+    return None if parsed is None else _device_conf(parsed[0][2], parsed[1])
+
+
+def decode_link_and_conf(payload: bytes) -> tuple[Link, DeviceConf] | None:
+    """Both, from one parse of the message (a dump of every link)."""
+    parsed = _link_attrs(payload)
+    return None if parsed is None else (_link(*parsed), _device_conf(parsed[0][2], parsed[1]))
+
+
+def _link_attrs(payload: bytes) -> tuple[tuple, dict[int, bytes]] | None:
+    """The ifinfomsg header and the attributes of a link message; None for
+    per-family link messages (AF_BRIDGE port notifications reuse
+    RTM_NEWLINK with partial content)."""
+    header = _IFINFOMSG.unpack_from(payload)
+    if header[0] != AF_UNSPEC:
         return None
-    a = nl.parse_attrs(payload, _IFINFOMSG.size)
+    return header, nl.parse_attrs(payload, _IFINFOMSG.size)
+
+
+def _device_conf(index: int, a: dict[int, bytes]) -> DeviceConf:
     ipv4 = ipv6 = None
     if IFLA_AF_SPEC in a:
         families = nl.parse_attrs(a[IFLA_AF_SPEC])
@@ -168,12 +185,13 @@ def decode_device_conf(payload: bytes) -> DeviceConf | None:
 
 
 def decode_link(payload: bytes) -> Link | None:
-    """RTM_NEWLINK payload -> Link; None for per-family link messages
-    (AF_BRIDGE port notifications reuse RTM_NEWLINK with partial content)."""
-    family, link_type, index, flags, _change = _IFINFOMSG.unpack_from(payload)
-    if family != AF_UNSPEC:
-        return None
-    a = nl.parse_attrs(payload, _IFINFOMSG.size)
+    """RTM_NEWLINK payload -> Link; None for per-family link messages."""
+    parsed = _link_attrs(payload)
+    return None if parsed is None else _link(*parsed)
+
+
+def _link(header: tuple, a: dict[int, bytes]) -> Link:
+    _family, link_type, index, flags, _change = header
     kind = slave_kind = ""
     bridge = port = vxlan = None
     if IFLA_LINKINFO in a:

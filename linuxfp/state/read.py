@@ -60,10 +60,10 @@ def dump_links_and_confs(sock: nl.NetlinkSocket) -> tuple[list[Link], dict[int, 
     sysctls' values: sysctl.py)."""
     links, confs = [], {}
     for msg in sock.dump(decode.RTM_GETLINK, decode.link_dump_request()):
-        link = decode.decode_link(msg.payload)
-        if link is not None:
-            links.append(link)
-            confs[link.index] = decode.decode_device_conf(msg.payload)
+        decoded = decode.decode_link_and_conf(msg.payload)
+        if decoded is not None:
+            links.append(decoded[0])
+            confs[decoded[0].index] = decoded[1]
     return links, confs
 
 
