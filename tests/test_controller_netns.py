@@ -61,8 +61,8 @@ def pipeline_passes(router, reason: str, ifname="to-src") -> int:
     return 0
 
 
-def programs(router) -> dict[str, int]:
-    """The id of the program each interface runs, by name."""
+def status_programs(router) -> dict[str, int]:
+    """The id of the program each interface runs, by name, as the controller's status says."""
     return {i["ifname"]: i["prog_id"] for i in status(router)["interfaces"]}
 
 
@@ -391,17 +391,17 @@ def test_a_shape_change_undone_attaches_the_program_it_replaced(router_topology,
     r = router_topology
 
     with ControllerProcess(r.dut.name, hook=hook) as c:
-        plain = programs(r)
+        plain = status_programs(r)
         r.dut.run(["iptables", "-A", "FORWARD", "-d", "198.19.3.0/24", "-p", "udp", "-j", "DROP"])
         assert "filter" in _shapes_once(r, c, lambda shapes: "filter" in shapes["to-src"])["to-src"]
-        filtering = programs(r)
+        filtering = status_programs(r)
         assert filtering["to-src"] != plain["to-src"]
         r.dut.run(["nft", "delete", "table", "ip", "filter"])
         assert "filter" not in _shapes_once(r, c, lambda shapes: "filter" not in shapes["to-src"])["to-src"]
-        assert programs(r) == plain
+        assert status_programs(r) == plain
         r.dut.run(["iptables", "-A", "FORWARD", "-d", "198.19.4.0/24", "-p", "udp", "-j", "DROP"])
         assert "filter" in _shapes_once(r, c, lambda shapes: "filter" in shapes["to-src"])["to-src"]
-        assert programs(r) == filtering
+        assert status_programs(r) == filtering
         before = ip_forw_datagrams(r.dut)
         with Capture(r.sink, "to-dut") as sink:
             udp_burst(r, 20)                       # 198.19.3.7: forwarded now
@@ -448,7 +448,7 @@ def test_a_namespace_back_from_the_kernel_path_attaches_the_programs_it_ran(rout
     r.dut.run(["nft", "-f", "-"], input="table inet lfpt {\n chain lfpfwd { type filter hook forward priority 0; }\n}\n")
     with ControllerProcess(r.dut.name, hook=hook) as c:
         c.settled()
-        plain = programs(r)
+        plain = status_programs(r)
         assert set(plain) == {"to-src", "to-sink"}          # the empty chain does nothing
         udp_burst(r, 20)
         counted = fast_path_count(r)
@@ -464,9 +464,9 @@ def test_a_namespace_back_from_the_kernel_path_attaches_the_programs_it_ran(rout
             assert [f for f in sink.stop() if len(f.data) >= 64] == []
         r.dut.run(["nft", "flush", "chain", "inet", "lfpt", "lfpfwd"])
         deadline = time.monotonic() + 5
-        while programs(r) != plain and time.monotonic() < deadline:
+        while status_programs(r) != plain and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert programs(r) == plain
+        assert status_programs(r) == plain
         c.settled()
         before = ip_forw_datagrams(r.dut)
         udp_burst(r, 20)

@@ -154,16 +154,17 @@ def decode_device_conf(payload: bytes) -> DeviceConf | None:
     """RTM_NEWLINK payload -> the device's IPv4 and IPv6 configuration
     arrays (None for per-family link messages, as decode_link)."""
     parsed = _link_attrs(payload)
-    return None if parsed is None else _device_conf(parsed[0][2], parsed[1])
+    return None if parsed is None else _device_conf(*parsed)
 
 
 def decode_link_and_conf(payload: bytes) -> tuple[Link, DeviceConf] | None:
-    """Both, from one parse of the message (a dump of every link)."""
+    """decode_link and decode_device_conf of one message, parsed once; None
+    for per-family link messages."""
     parsed = _link_attrs(payload)
-    return None if parsed is None else (_link(*parsed), _device_conf(parsed[0][2], parsed[1]))
+    return None if parsed is None else (_link(*parsed), _device_conf(*parsed))
 
 
-def _link_attrs(payload: bytes) -> tuple[tuple, dict[int, bytes]] | None:
+def _link_attrs(payload: bytes) -> tuple[tuple[int, int, int, int, int], dict[int, bytes]] | None:
     """The ifinfomsg header and the attributes of a link message; None for
     per-family link messages (AF_BRIDGE port notifications reuse
     RTM_NEWLINK with partial content)."""
@@ -173,7 +174,8 @@ def _link_attrs(payload: bytes) -> tuple[tuple, dict[int, bytes]] | None:
     return header, nl.parse_attrs(payload, _IFINFOMSG.size)
 
 
-def _device_conf(index: int, a: dict[int, bytes]) -> DeviceConf:
+def _device_conf(header: tuple, a: dict[int, bytes]) -> DeviceConf:
+    index = header[2]
     ipv4 = ipv6 = None
     if IFLA_AF_SPEC in a:
         families = nl.parse_attrs(a[IFLA_AF_SPEC])
@@ -185,7 +187,8 @@ def _device_conf(index: int, a: dict[int, bytes]) -> DeviceConf:
 
 
 def decode_link(payload: bytes) -> Link | None:
-    """RTM_NEWLINK payload -> Link; None for per-family link messages."""
+    """RTM_NEWLINK payload -> Link; None for per-family link messages (see
+    _link_attrs)."""
     parsed = _link_attrs(payload)
     return None if parsed is None else _link(*parsed)
 

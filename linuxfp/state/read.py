@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TypeVar
 
 from . import decode
 from . import netlink as nl
@@ -37,6 +38,9 @@ from .sysctl import read_sysctls
 from .tcx import others_attached
 
 
+T = TypeVar("T")
+
+
 def netns_inode() -> int:
     """Identity of the calling thread's network namespace."""
     return os.stat("/proc/thread-self/ns/net").st_ino
@@ -62,8 +66,9 @@ def dump_links_and_confs(sock: nl.NetlinkSocket) -> tuple[list[Link], dict[int, 
     for msg in sock.dump(decode.RTM_GETLINK, decode.link_dump_request()):
         decoded = decode.decode_link_and_conf(msg.payload)
         if decoded is not None:
-            links.append(decoded[0])
-            confs[decoded[0].index] = decoded[1]
+            link, conf = decoded
+            links.append(link)
+            confs[link.index] = conf
     return links, confs
 
 
@@ -86,7 +91,7 @@ def get_links(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[Link]:
     return _get_each_link(sock, indexes, decode.decode_link)
 
 
-def _get_each_link(sock: nl.NetlinkSocket, indexes: Iterable[int], decoder) -> list:
+def _get_each_link(sock: nl.NetlinkSocket, indexes: Iterable[int], decoder: Callable[[bytes], T | None]) -> list[T]:
     """RTM_GETLINK of each ifindex, decoded; gone ones are left out."""
     found = []
     for index in indexes:
