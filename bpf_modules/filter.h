@@ -128,13 +128,7 @@ LFP_FLT_LPM_MAP(lfp_flt_l4s, struct lfp_flt_lpm_key);
 LFP_FLT_LPM_MAP(lfp_flt_l4d, struct lfp_flt_lpm_key);
 LFP_FLT_LPM_MAP(lfp_flt_tcpflags, struct lfp_flt_lpm_key);
 /* (2 bits: LFP_CT_SNAT, LFP_CT_DNAT shifted down, left-aligned in value[0]) */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 64);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct lfp_flt_lpm_key);
-	__type(value, __u32);
-} lfp_flt_ctnat SEC(".maps");
+LFP_FLT_LPM_MAP(lfp_flt_ctnat, struct lfp_flt_lpm_key);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -468,9 +468,8 @@ class Controller:
                             # (only a device announced gone or anew can have
                             # lost our link with it; after a resync, whose
                             # messages may not name them, every one is checked)
-                            self.installed = self.installer.forget_defunct(self.installed, None if batch.resync else (
-                                m.index if isinstance(m, kstate.LinkRemoved) else m.link.index
-                                for m in batch.messages if isinstance(m, (kstate.LinkRemoved, kstate.LinkUpdate))))
+                            self.installed = self.installer.forget_defunct(
+                                self.installed, None if batch.resync else batch.link_indexes())
                         worked = self.reconcile(snapshot, batch.messages)
                         if batch.resync:
                             snapshot = self._follow_sets(snapshot)

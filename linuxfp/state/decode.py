@@ -183,7 +183,7 @@ def _device_conf(header: tuple, a: dict[int, bytes]) -> DeviceConf:
             ipv4 = nl.parse_attrs(families[AF_INET]).get(IFLA_INET_CONF)
         if AF_INET6 in families:
             ipv6 = nl.parse_attrs(families[AF_INET6]).get(IFLA_INET6_CONF)
-    return DeviceConf(index, nl.cstr(a.get(IFLA_IFNAME, b"")), ipv4, ipv6)
+    return DeviceConf(index, ipv4, ipv6)
 
 
 def decode_link(payload: bytes) -> Link | None:

@@ -94,13 +94,14 @@ from .changes import (
     routes_may_be_flushed,
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
-from .model import IFF_LOWER_UP, IFF_UP, Snapshot, has_far_end
+from .model import IFF_LOWER_UP, IFF_UP, DeviceConf, Snapshot, has_far_end
 from .netfilter import read_netfilter
 from .read import (
     dump_device_confs,
     dump_links,
     get_device_confs,
     get_links,
+    get_links_and_confs,
     dump_routes,
     dump_rules,
     dump_tc_ingress,
@@ -152,6 +153,11 @@ class EventBatch:
     # Every socket was read empty at the end: nothing queued before the
     # batch began is left behind (False when max_messages cut it short).
     drained: bool = True
+
+    def link_indexes(self) -> frozenset[int]:
+        """The devices the batch announces (anew, changed or gone)."""
+        return frozenset(m.index if isinstance(m, LinkRemoved) else m.link.index
+                         for m in self.messages if isinstance(m, (LinkRemoved, LinkUpdate)))
 
 
 @dataclass
@@ -385,8 +391,7 @@ class EventStream:
                     need_rules = True
                     sysctl_links.add(link.index)
                 elif before[0] != link.name:
-                    need_rules = True
-                    sysctl_links.add(link.index)
+                    need_rules = True           # (sysctls go by ifindex: a name changes none)
                 if before is not None and before[1] & IFF_UP and not state[1] & IFF_UP:
                     # Going down flushes the routes through the link without
                     # a word. Coming up, or carrier changes, only flip nexthop
@@ -441,6 +446,7 @@ class EventStream:
         if need_rules:
             extra.append(RulesReplaced(dump_rules(self._rtnl)))
         wanted = set(new_links) | reread_links
+        confs: dict[int, DeviceConf] = {}
         if wanted:
             # A veth's first end is announced before its peer exists, so its
             # IFLA_LINK is filled in later without a new RTM_NEWLINK; a root
@@ -450,7 +456,9 @@ class EventStream:
             # home: those whose far end moved are re-announced too.
             # Read one by one, not by dumping every link (hundreds on a
             # container host, for each new pod's veth).
-            reread = get_links(self._rtnl, sorted(wanted))
+            read = get_links_and_confs(self._rtnl, sorted(wanted))
+            reread = [link for link, _conf in read]
+            confs.update((link.index, conf) for link, conf in read)
             homecoming = {link.peer for link in reread if link.index in new_links and link.kind == "veth"
                           and link.peer_netnsid is None and link.peer in self._veth_ends
                           and self._veth_ends[link.peer] != (link.index, None)} - wanted
@@ -471,9 +479,12 @@ class EventStream:
         if need_sysctls:
             extra.append(SysctlsReplaced(read_sysctls(dump_device_confs(self._rtnl, self._links))))
         elif sysctl_links or sysctls_gone:
-            extra.append(SysctlsPatched(read_sysctls(get_device_confs(
-                self._rtnl, (index for index in sorted(sysctl_links) if index in self._links))),
-                removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
+            # (a new device's came with its link, read above)
+            ours = sorted(index for index in sysctl_links if index in self._links)
+            confs.update((conf.index, conf) for conf in get_device_confs(
+                self._rtnl, (index for index in ours if index not in confs)))
+            extra.append(SysctlsPatched(read_sysctls(confs[index] for index in ours if index in confs),
+                                        removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
         if need_netfilter:
             extra.append(NetfilterReplaced(read_netfilter()))
         if need_xfrm:

@@ -446,7 +446,6 @@ class DeviceConf:
     keeps none for that family (sysctl.py reads them)."""
 
     index: int
-    name: str
     ipv4: bytes | None
     ipv6: bytes | None
 

@@ -38,8 +38,8 @@ import threading
 
 from . import netlink as nl
 from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
-from .xt_extensions import (XT_LIMIT_SCALE, Undecodable, limit_options, protocol_name, tcp_flags, xt_matches,
-                            xt_targets)
+from .xt_extensions import (XT_LIMIT_SCALE, Undecodable, limit_options, protocol_name, tcp_flags, undecodable_name,
+                            xt_matches, xt_targets)
 
 NFNL_SUBSYS_NFTABLES = 10
 NFT_MSG_GETCHAIN = 4
@@ -89,15 +89,6 @@ NFTNL_UDATA_RULE_COMMENT = 0
 NFT_REG_1 = 1
 # what a meta load puts in the register, in bytes
 _META_SIZE = {NFT_META_MARK: 4, NFT_META_IIFNAME: 16, NFT_META_OIFNAME: 16, NFT_META_L4PROTO: 1}
-
-
-def _name(raw: bytes) -> str:
-    """A table's or chain's name (nl.strict_name): one that is not UTF-8
-    goes to the tool."""
-    try:
-        return nl.strict_name(raw)
-    except UnicodeDecodeError:
-        raise Undecodable("a name that is not UTF-8") from None
 
 
 def _nested_value(data: bytes) -> bytes:
@@ -192,9 +183,9 @@ def _iptables_objects(messages, kind: int, table_attribute: int, name_attribute:
         if message.type & 0xFF != kind:
             continue
         a = nl.parse_attrs(message.payload, _NFGENMSG.size)
-        table = _name(a.get(table_attribute, b""))
+        table = undecodable_name(a.get(table_attribute, b""))
         if table in BUILTIN_CHAINS:
-            yield table, _name(a.get(name_attribute, b"")), a
+            yield table, undecodable_name(a.get(name_attribute, b"")), a
 
 
 def _policy(table: str, name: str, a: dict[int, bytes]) -> str | None:
@@ -472,7 +463,7 @@ def _immediate(rule: _Rule, data) -> None:
     if code in simple:
         rule.target = simple[code]
     elif code in (NFT_JUMP, NFT_GOTO) and NFTA_VERDICT_CHAIN in verdict:
-        rule.target, rule.goto = _name(verdict[NFTA_VERDICT_CHAIN]), code == NFT_GOTO
+        rule.target, rule.goto = undecodable_name(verdict[NFTA_VERDICT_CHAIN]), code == NFT_GOTO
         if rule.target in _NOT_A_USER_CHAIN:
             raise Undecodable(f"a jump to a chain called {rule.target!r}")   # it would read as the verdict
     else:

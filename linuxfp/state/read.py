@@ -62,14 +62,8 @@ def dump_links(sock: nl.NetlinkSocket) -> list[Link]:
 def dump_links_and_confs(sock: nl.NetlinkSocket) -> tuple[list[Link], dict[int, DeviceConf]]:
     """Every link, and each one's configuration from the same dump (the
     sysctls' values: sysctl.py)."""
-    links, confs = [], {}
-    for msg in sock.dump(decode.RTM_GETLINK, decode.link_dump_request()):
-        decoded = decode.decode_link_and_conf(msg.payload)
-        if decoded is not None:
-            link, conf = decoded
-            links.append(link)
-            confs[link.index] = conf
-    return links, confs
+    pairs = _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link_and_conf)
+    return [link for link, _conf in pairs], {link.index: conf for link, conf in pairs}
 
 
 def dump_device_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[DeviceConf]:
@@ -83,6 +77,11 @@ def dump_device_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[De
 def get_device_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[DeviceConf]:
     """The same, one request per device (a few of many); gone ones are left out."""
     return _get_each_link(sock, indexes, decode.decode_device_conf)
+
+
+def get_links_and_confs(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[tuple[Link, DeviceConf]]:
+    """Both, from one request per device."""
+    return _get_each_link(sock, indexes, decode.decode_link_and_conf)
 
 
 def get_links(sock: nl.NetlinkSocket, indexes: Iterable[int]) -> list[Link]:
@@ -265,8 +264,8 @@ def refresh_netfilter(snapshot: Snapshot) -> Snapshot:
     netfilter = read_netfilter(fresh_sets=False)
     sysctls = snapshot.sysctls
     if sysctl_state.br_netfilter_loaded() != sysctls.br_netfilter:
-        with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
-            sysctls = read_sysctls(dump_device_confs(sock, (link.index for link in snapshot.links)))
+        # (only the namespace's switches: no device's value moved)
+        sysctls = replace(read_sysctls(()), interfaces=sysctls.interfaces)
     if netfilter == snapshot.netfilter:
         netfilter = snapshot.netfilter
     if sysctls == snapshot.sysctls:

@@ -72,30 +72,19 @@ def _read_conf(dev: str) -> dict[str, int] | None:
     return values
 
 
-def _read_conf6(dev: str) -> dict[str, int] | None:
-    values = {}
-    for key in CONF6_INDEX:
-        value = _read_int(f"{CONF6_ROOT}/{dev}/{key}")
-        if value is None:
-            return None
-        values[key] = value
-    return values
-
-
-def _values(raw: bytes | None, index: dict[str, int], form: str) -> dict[str, int] | None:
-    """The keys' values in a DeviceConf array; None where it is shorter
-    than they need (a kernel that knows fewer keys: the files are read)."""
-    if raw is None or len(raw) < 4 * (max(index.values()) + 1):
-        return None
-    return {key: struct.unpack_from(form, raw, 4 * i)[0] for key, i in index.items()}
+def _values(raw: bytes, index: dict[str, int]) -> dict[str, int]:
+    """The keys' values in a DeviceConf array (every kernel LinuxFP runs on,
+    4.1 and later, has them all)."""
+    if len(raw) < 4 * (max(index.values()) + 1):
+        raise RuntimeError(f"a device configuration of {len(raw) // 4} values, fewer than this kernel "
+                           "should send: the sysctls cannot be read")
+    return {key: struct.unpack_from("=i", raw, 4 * i)[0] for key, i in index.items()}
 
 
 def _conf4(conf: DeviceConf) -> dict[str, int] | None:
     """The device's IPv4 values; None where the kernel keeps no IPv4
-    configuration for it (or it vanished while the files were read)."""
-    if conf.ipv4 is None:
-        return None
-    return _values(conf.ipv4, CONF4_INDEX, "=i") or _read_conf(conf.name)
+    configuration for it."""
+    return None if conf.ipv4 is None else _values(conf.ipv4, CONF4_INDEX)
 
 
 def _conf6(conf: DeviceConf, linkdown_all: int) -> tuple[bool, bool, bool, bool]:
@@ -103,7 +92,7 @@ def _conf6(conf: DeviceConf, linkdown_all: int) -> tuple[bool, bool, bool, bool]
     router advertisements) for a device; all False where the kernel keeps
     no IPv6 configuration for it. (fib6_ignore_linkdown(): all || dev;
     ipv6_accept_ra(): forwarding ? accept_ra == 2 : accept_ra.)"""
-    dev = None if conf.ipv6 is None else _values(conf.ipv6, CONF6_INDEX, "=i") or _read_conf6(conf.name)
+    dev = None if conf.ipv6 is None else _values(conf.ipv6, CONF6_INDEX)
     if dev is None:
         return False, False, False, False
     forwarding = dev["forwarding"]

@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass
 
 from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
-from .xt_extensions import Undecodable, protocol_name, xt_matches, xt_targets
+from .xt_extensions import Undecodable, protocol_name, undecodable_name, xt_matches, xt_targets
 
 NF_INET_NUMHOOKS = 5
 HOOK_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")   # NF_INET_* order
@@ -109,7 +109,7 @@ def decode_table(name: str, blob: bytes, known: dict | None = None, used: dict |
         listed.append((offset, target_offset, next_offset))
         if _target_name(entries, offset + target_offset) == "ERROR":
             heads.add(offset)
-            label = _cstr(entries[offset + target_offset + _HEADER_SIZE:offset + next_offset])
+            label = undecodable_name(entries[offset + target_offset + _HEADER_SIZE:offset + next_offset])
             if offset + next_offset < size:
                 if label in _RESERVED or label in BUILTIN_CHAINS[name] or label in user_starts.values():
                     raise Undecodable(f"{name}: a user chain called {label!r}")
@@ -201,15 +201,8 @@ def _known_rule(chain: str, position: int, entry: bytes, target_offset: int, use
                            lambda: _rule(chain, position, entry, target_offset, user_starts, next_entry, layout))
 
 
-def _cstr(raw: bytes) -> str:
-    try:
-        return raw.split(b"\0", 1)[0].decode()
-    except UnicodeDecodeError:
-        raise Undecodable("a name that is not UTF-8") from None
-
-
 def _target_name(entries: bytes, at: int) -> str:
-    return _cstr(_ENTRY_HEADER.unpack_from(entries, at)[1])
+    return undecodable_name(_ENTRY_HEADER.unpack_from(entries, at)[1])
 
 
 def _standard_verdict(entry: bytes, target_offset: int) -> int | None:
@@ -231,7 +224,7 @@ def _rule(chain: str, position: int, entry: bytes, target_offset: int, user_star
         size, raw_name, revision = _ENTRY_HEADER.unpack_from(entry, at)
         if size < _HEADER_SIZE or at + size > target_offset:
             raise Undecodable("a match's size")
-        name = _cstr(raw_name)
+        name = undecodable_name(raw_name)
         decoder = xt_matches.get((name, revision))
         if decoder is None:
             raise Undecodable(f"match {name} revision {revision}")
@@ -242,7 +235,7 @@ def _rule(chain: str, position: int, entry: bytes, target_offset: int, user_star
     size, raw_name, revision = _ENTRY_HEADER.unpack_from(entry, target_offset)
     if target_offset + size != len(entry):
         raise Undecodable("a target's size")
-    name = _cstr(raw_name)
+    name = undecodable_name(raw_name)
     target, options = "", ()
     if name == "":
         verdict = struct.unpack_from("=i", entry, target_offset + _HEADER_SIZE)[0]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 import struct
+
+from . import netlink as nl
 from collections.abc import Callable
 
 from .iptables import Match
@@ -19,6 +21,15 @@ from .iptables import Match
 
 class Undecodable(Exception):
     """Something the decoder does not know exactly: the tool must read it."""
+
+
+def undecodable_name(raw: bytes) -> str:
+    """A table's, chain's or extension's name (nl.strict_name): one that is
+    not UTF-8 would meet another once replaced, so the tool must read it."""
+    try:
+        return nl.strict_name(raw)
+    except UnicodeDecodeError:
+        raise Undecodable("a name that is not UTF-8") from None
 
 
 @functools.cache

@@ -501,7 +501,7 @@ def _classifier(program: Program, links, previous: Classifier | None = None) -> 
 # side by side while one replaces the other, so both families' current
 # generations together may fill half.
 CAPACITY = {"lfp_flt_src": 262144, "lfp_flt_dst": 262144, "lfp_flt_src6": 262144, "lfp_flt_dst6": 262144,
-            "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144, "lfp_flt_tcpflags": 262144, "lfp_flt_ctnat": 64,
+            "lfp_flt_l4s": 262144, "lfp_flt_l4d": 262144, "lfp_flt_tcpflags": 262144, "lfp_flt_ctnat": 262144,
             IFS: 8192, COMB: 2097152}
 
 
