@@ -21,7 +21,7 @@ from linuxfp.lab.conntrack import malformed_udp, timeouts_to
 from linuxfp.lab.differential import Step
 from linuxfp.lab.frames import icmp_frame, tcp_frame, udp_frame
 from linuxfp.lab.packet_io import inject
-from linuxfp.lab.rulesets import stateful_forward
+from linuxfp.lab.rulesets import native_ruleset, stateful_forward
 
 pytestmark = pytest.mark.netns
 
@@ -50,10 +50,14 @@ def _reply(router, dst: str) -> bytes:
     return udp_frame(router.sink_if.mac, router.dut_right.mac, dst, to, sport=_port(dst), dport=40001)
 
 
-def _connect(router) -> None:
+def _connect(router, native: bool = False) -> None:
     """Each connection: a datagram, its reply, and one more after conntrack's
-    stream mark (2 s), which makes the entry ASSURED."""
-    router.dut.run(["iptables-restore"], input=RULES)
+    stream mark (2 s), which makes the entry ASSURED. `native`: RULES as the
+    nft tool's own tables."""
+    if native:
+        router.dut.run(["nft", "-f", "-"], input=native_ruleset(RULES, "ip"))
+    else:
+        router.dut.run(["iptables-restore"], input=RULES)
     opening = [_forward(router, dst, 80, 1, sport=40001) for dst in ESTABLISHED]
     inject(router.src, "to-dut", opening)
     time.sleep(0.2)
@@ -88,17 +92,22 @@ def frames(router, index: int) -> list[bytes]:
 
 
 
-@pytest.mark.parametrize("hook", ["xdp", "tc"])
-def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook):
+@pytest.mark.parametrize("hook,native", [("xdp", False), ("tc", False), ("xdp", True)],
+                         ids=["xdp", "tc", "xdp-native"])
+def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook, native):
+    """... with iptables' rules, or the same as native nft tables (`ct
+    state`, a native nat table's masquerade)."""
     timeouts: list[dict[str, int]] = []
+    guard = (["nft", "insert", "rule", "ip", "lfpfilter", "GUARD", "ip", "daddr", "198.19.2.0/24", "drop"] if native
+             else ["iptables", "-I", "GUARD", "1", "-d", "198.19.2.0/24", "-j", "DROP"])
 
     def block(router):
         timeouts.append(timeouts_to(router.dut, ESTABLISHED))
-        absorbed(seen, lambda: router.dut.run(["iptables", "-I", "GUARD", "1", "-d", "198.19.2.0/24", "-j", "DROP"]))
+        absorbed(seen, lambda: router.dut.run(guard))
 
     # (the counters are read as each step settles: the last step's are those of the burst before it)
-    steps = [Step("stateful rules, connections", _connect), Step("block established", block),
-             Step("unchanged", lambda router: None)]
+    steps = [Step("stateful rules, connections", lambda router: _connect(router, native)),
+             Step("block established", block), Step("unchanged", lambda router: None)]
     seen: list[Counting] = []
     report = run_differential(RouterTopology(prefixes=10), steps, counting(seen, hook), frames, prefix="lfp-ct")
     _fast_and_fresh(report, seen, timeouts, ALLOWED, BLOCKED_LATER, ESTABLISHED, sizes=13)

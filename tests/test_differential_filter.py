@@ -13,7 +13,8 @@ from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
 from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.differential import Step
-from linuxfp.lab.rulesets import ROUTER_POOL, ROUTER_POOL6, Coverage, probe_frames, probe_frames6, random_ruleset
+from linuxfp.lab.rulesets import (ROUTER_POOL, ROUTER_POOL6, Coverage, native_ruleset, probe_frames, probe_frames6,
+                                  random_ruleset)
 
 pytestmark = pytest.mark.netns
 
@@ -26,6 +27,12 @@ def _restore(backend: str, text: str, tool: str = "iptables"):
 
     def apply(router):
         router.dut.run([command], input=text)
+    return apply
+
+
+def _nft(text: str):
+    def apply(router):
+        router.dut.run(["nft", "-f", "-"], input=text)
     return apply
 
 
@@ -53,13 +60,30 @@ def test_ip6tables_verdicts_are_linux_verdicts(require_root, hook, backends, see
     _filter_differential(hook, backends, seeds, ipv6=True)
 
 
-def _filter_differential(hook: str, backends, seeds, ipv6: bool) -> None:
+@pytest.mark.parametrize("hook,family,ipv6,seeds", [
+    ("xdp", "inet", False, range(800, 804)),
+    ("tc", "ip", False, range(810, 813)),
+    ("xdp", "inet", True, range(820, 823)),
+], ids=["xdp-inet", "tc-ip", "xdp-inet6"])
+def test_native_forward_verdicts_are_linux_verdicts(require_root, hook, family, ipv6, seeds):
+    """The nft tool's own forward chains (random rulesets as
+    iptables-restore-translate writes them: `ip protocol`, `icmp type`,
+    interface wildcards, ranges, jumps, gotos, `log` and `meta length` the
+    fast path leaves to the kernel), evaluated in the fast path as Linux
+    evaluates them (2 500 frames in all)."""
+    _filter_differential(hook, ("native",), seeds, ipv6, family)
+
+
+def _filter_differential(hook: str, backends, seeds, ipv6: bool, family: str = "") -> None:
     coverage = Coverage()
     steps = []
     for seed in seeds:
         for n, backend in enumerate(backends):
             text = random_ruleset(seed * 10 + n, 40, IFNAMES, coverage, pool=ROUTER_POOL6 if ipv6 else ROUTER_POOL,
                                   ipv6=ipv6)
+            if backend == "native":
+                steps.append(Step(f"{family}-{seed}", _nft(native_ruleset(text, family, ipv6))))
+                continue
             steps.append(Step(f"{backend}-{seed}", _restore(backend, text, "ip6tables" if ipv6 else "iptables")))
     seen: list[Counting] = []
     probe = probe_frames6 if ipv6 else probe_frames

@@ -295,6 +295,90 @@ def test_native_tables_are_read_as_the_kernel_holds_them(lab):
     assert {(c.table, c.name): c.rules for c in again.native.chains}[("filter", "output")] == 1
 
 
+# a router's native firewall: what the nft tool writes for the common tests
+NATIVE_FORWARD = """flush ruleset
+table inet fw {
+    chain forward { type filter hook forward priority filter; policy drop;
+        ct state established,related accept
+        ct state invalid drop
+        ct state != established counter drop
+        iifname "lan0" oifname "wan*" accept
+        ip saddr 198.51.100.0/24 tcp dport 22 accept
+        ip6 daddr 2001:db8::/32 udp dport 5000-5010 drop
+        meta l4proto udp udp sport != 53 drop
+        ip daddr 198.19.2.0/20 drop
+        tcp dport { 22, 80 } accept
+        ip daddr 198.19.3.0/24 log prefix "x" drop
+        icmp type != echo-reply drop
+        jump other
+    }
+    chain other { ip saddr 203.0.113.1 return; meta nfproto ipv6 drop; ip protocol udp udp dport != 1-100 goto last; }
+    chain last { }
+}
+table ip gw {
+    chain pass { type filter hook forward priority 10; ip daddr 192.0.2.1 drop; }
+}
+"""
+
+
+@pytest.mark.netns
+def test_native_forward_chains_are_read_as_iptables_rules(lab):
+    """Each forward filter base chain, per family of packets it sees, in
+    iptables' model: a test not known here (an anonymous set's lookup, a
+    log) ends the rule, which keeps the tests before it for the kernel; an
+    inet rule for the other family is left out (the others keep their
+    positions)."""
+    from linuxfp.graph.filtering.program import compile_program
+    from linuxfp.graph.filtering.predicates import IPV6
+    from linuxfp.state.netfilter import read_netfilter
+
+    ns = lab.namespace("nfw")
+    ns.run(["nft", "-f", "-"], input=NATIVE_FORWARD)
+    with entered(ns):
+        state = read_netfilter()
+    read = {(r.backend, r.family): r for r in state.native.forward}
+    assert set(read) == {("inet fw forward", "ip"), ("inet fw forward", "ip6"), ("ip gw pass", "ip")}
+    v4 = read["inet fw forward", "ip"]
+    assert (v4.tool, v4.entry, [c.name for c in v4.forward_table.chains]) == (
+        "nft inet fw", "forward", ["forward", "last", "other"])
+    lines = [(r.position, r.text) for r in v4.forward_table.chain("forward").rules]
+    assert lines == [
+        (1, "-A forward -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
+        (2, "-A forward -m conntrack --ctstate INVALID -j DROP"),
+        (3, "-A forward -m conntrack ! --ctstate ESTABLISHED -j DROP"),
+        (4, "-A forward -i lan0 -o wan+ -j ACCEPT"),
+        (5, "-A forward -s 198.51.100.0/24 -p tcp -m tcp --dport 22 -j ACCEPT"),
+        (7, "-A forward -p udp -m udp ! --sport 53 -j DROP"),
+        (8, "-A forward -d 198.19.0.0/20 -j DROP"),
+        (9, "-A forward -p tcp -m nft --expression 'expression lookup'"),
+        (10, "-A forward -d 198.19.3.0/24 -m nft --expression 'expression log'"),
+        (11, "-A forward -p icmp -m icmp ! --icmp-type 0 -j DROP"),
+        (12, "-A forward -j other")], lines
+    assert [r.text for r in v4.forward_table.chain("other").rules] == [
+        "-A other -s 203.0.113.1/32 -j RETURN", "-A other -p udp -m udp ! --dport 1:100 -g last"]
+    v6 = read["inet fw forward", "ip6"]
+    assert [r.position for r in v6.forward_table.chain("forward").rules] == [1, 2, 3, 4, 6, 7, 9, 12]
+    assert v6.forward_table.chain("forward").rules[4].text == \
+        "-A forward -d 2001:db8::/32 -p udp -m udp --dport 5000:5010 -j DROP"
+    assert [r.text for r in v6.forward_table.chain("other").rules] == ["-A other -j DROP"]
+    # evaluated, not uncovered; the lookup's and the log's packets the kernel's
+    scope = filter_scope(state)
+    assert scope.uncovered == () and [r.tool for r in scope.forward] == ["nft inet fw", "nft ip gw"]
+    program = compile_program(scope.forward, (), stateful=True)
+    assert program.entries == ("forward", "pass") and program.tools == ("nft inet fw", "nft ip gw")
+    assert [(r.describe(), r.unsupported) for r in program.unsupported] == [
+        ("nft inet fw forward #9", ("-m nft --expression 'expression lookup'",)),
+        ("nft inet fw forward #10", ("-m nft --expression 'expression log'",))]
+    assert filter_scope6(state).uncovered == ()
+    assert [r.tool for r in filter_scope6(state).forward] == ["nft inet fw"]
+    assert compile_program(filter_scope6(state).forward, (), stateful=True, family=IPV6).entries == ("forward",)
+    # a dormant table's chains are not hooked in: neither evaluated nor uncovered
+    ns.run(["nft", "add", "table", "ip", "gw", "{ flags dormant; }"])
+    with entered(ns):
+        asleep = read_netfilter()
+    assert [r.tool for r in filter_scope(asleep).forward] == ["nft inet fw"] and filter_scope(asleep).uncovered == ()
+
+
 @pytest.mark.netns
 def test_objects_in_iptables_own_tables_are_seen(lab):
     """iptables-nft's tables are read by the rule decoder, whose chains tell
@@ -402,8 +486,9 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
         fast[step.name] = accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2
     # (the host firewall tracks connections: one-way probes stay NEW, the kernel's)
     from linuxfp.state.nft_native import HOOKS_BY_NAME      # (before 6.16: ingress chains are everyone's)
+    # (a native forward chain's rules are evaluated in the fast path)
     assert fast == {"debian default": True, "stateless firewall": True, "host firewall": False,
-                    "forward drops": False, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
+                    "forward drops": True, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
                     "quiet source ingress": False, "beside iptables": True,
                     "dormant iptables": True, "dormant native": True}, report.render()
     # (the quiet chain's ingress kept its program, which passed every packet;

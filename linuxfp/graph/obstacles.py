@@ -26,7 +26,7 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
     # (ip6tables-legacy's tables alone leave `active` false: asked apart)
     scopes = [s for s in (scope, evaluated_scope6(nf)) if s is not None and s.filters_forward]
     if scopes:
-        what = [r.tool for s in scopes for r in s.forward]
+        what = list(dict.fromkeys(r.tool for s in scopes for r in s.forward))    # (an inet table: both families')
         what += [f"{'IPv6' if s is not scope else 'IPv4'} connection tracking" for s in scopes if s.stateful]
         found.append(Obstacle("iptables_filter", "FORWARD rules (" + ", ".join(what) + ")"))
     if snapshot.xfrm.active:

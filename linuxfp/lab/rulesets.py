@@ -342,6 +342,26 @@ def probe_frames6(router, seed: int, count: int) -> list[bytes]:
     return frames
 
 
+def native_ruleset(save_text: str, family: str = "inet", ipv6: bool = False) -> str:
+    """An iptables-save ruleset (random_ruleset()'s, stateful_forward()'s)
+    as the nft tool's own tables: what iptables-restore-translate (package
+    iptables) writes for it, each table of `family` and renamed lfpNAME
+    (iptables-nft owns the tables it is named after), loaded with `nft -f`
+    after the ruleset is flushed. Rules it writes with an anonymous set
+    (multiport) are left out: a set of a table turns connection tracking on
+    (scope.py), and one-way probes then stay the kernel's."""
+    import subprocess
+    tool = "ip6tables-restore-translate" if ipv6 else "iptables-restore-translate"
+    done = subprocess.run([tool, "-f", "/dev/stdin"], input=save_text, capture_output=True, text=True, check=True)
+    lines = ["flush ruleset"]
+    for line in done.stdout.splitlines():
+        words = line.split(" ", 4)
+        if line.startswith("add ") and not (line.startswith("add rule ") and "{" in line):
+            words[2:4] = [family, f"lfp{words[3]}"]         # add KIND FAMILY TABLE ...
+            lines.append(" ".join(words))
+    return "\n".join(lines) + "\n"
+
+
 def _edges(net) -> list[str]:
     last = net.num_addresses - 1
     return [str(net[i]) for i in sorted({0, min(1, last), last // 2, max(last - 1, 0), last})]

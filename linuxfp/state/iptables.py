@@ -136,6 +136,11 @@ class Ruleset(_JsonMixin):
     # commits kept coming, must not look like a ruleset change)
     source: str = field(default="", compare=False)
     undecoded: str = field(default="", compare=False)
+    # A native nf_tables base chain's rules, read into this model
+    # (nft_forward.py): its table, "family name", and the base chain they are
+    # evaluated from (one such Ruleset per base chain); iptables': "", FORWARD
+    native: str = ""
+    entry: str = "FORWARD"
 
     def reading(self) -> str:
         """How these rules were read, for `linuxfp graph`."""
@@ -146,8 +151,14 @@ class Ruleset(_JsonMixin):
 
     @property
     def tool(self) -> str:
-        """The command that manages these rules: iptables-nft, ip6tables-legacy, ..."""
-        return f"{TOOLS[self.family]}-{self.backend}"
+        """The command that manages these rules: iptables-nft, ip6tables-legacy, ...
+        (a native table's: nft, and the table)"""
+        return f"nft {self.native}" if self.native else f"{TOOLS[self.family]}-{self.backend}"
+
+    @property
+    def forward_table(self) -> IptTable | None:
+        """The table whose `entry` chain a forwarded packet is judged by."""
+        return self.tables[0] if self.native else self.table("filter")
 
     def table(self, name: str) -> IptTable | None:
         return next((t for t in self.tables if t.name == name), None)

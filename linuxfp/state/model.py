@@ -592,6 +592,9 @@ class NftNative(_JsonMixin):
     objects: tuple[NftObject, ...] = ()
     hooks_by_name: bool = False
     tables: tuple[str, ...] = ()    # "family name" of the tables read (any other is not known here)
+    # the forward filter chains' rules, per base chain and packet family, in
+    # iptables' model (state/nft_forward.py): the filter node evaluates them
+    forward: tuple["Ruleset", ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@ in, read over nfnetlink: each chain's family, hook, type, policy and
 devices, and the expressions its rules use (nested ones included); and, of
 every table, the stateful objects, sets and flowtables. Enough for
 graph/filtering/scope.py to tell which packets a native table can touch and
-whether it turns connection tracking on — never what its rules decide: the
-kernel evaluates them.
+whether it turns connection tracking on; and the rules of the chains that
+filter forwarded packets, read into iptables' model (nft_forward.py) for
+the filter node to evaluate.
 
 A read is of one nf_tables generation (read before and after; three tries).
 Anything that cannot be read raises NativeUnreadable, and the caller treats
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from . import netlink as nl
 from .kernel import release_at_least
 from .model import NftChain, NftNative, NftObject
+from .nft_forward import FORWARD_FAMILIES, forward_rulesets
 from .nft_rules import (NF_ACCEPT, NF_DROP, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE,
                         NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY,
                         NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM,
@@ -101,6 +103,7 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
     chains, objects = [], []
     expressions: dict[tuple[str, str, str], set[str]] = {}
     rules: dict[tuple[str, str, str], int] = {}
+    answers: dict[tuple[str, str, str], list[dict[int, bytes]]] = {}     # of the families forwarding filters see
     with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
         for family in sorted(native):
             for table in sorted(native[family]):
@@ -110,6 +113,8 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                 for _family, a in _answers(sock.dump(_msg(NFT_MSG_GETRULE), request), NFT_MSG_NEWRULE):
                     key = (family, nl.strict_name(a[NFTA_RULE_TABLE]), nl.strict_name(a[NFTA_RULE_CHAIN]))
                     rules[key] = rules.get(key, 0) + 1
+                    if family in FORWARD_FAMILIES:
+                        answers.setdefault(key, []).append(a)
                     used = expressions.setdefault(key, set())
                     for _kind, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
                         used.update(_expression_names(element))
@@ -130,10 +135,11 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                         objects.append(NftObject(family, table, OBJECT_TYPES.get(code, f"object type {code}")))
                     else:
                         objects.append(NftObject(family, table, kind))
-    return NftNative(tuple(sorted(chains, key=lambda c: (c.family, c.table, c.name))),
-                     tuple(sorted(set(objects), key=lambda o: (o.family, o.table, o.kind))),
+    chains.sort(key=lambda c: (c.family, c.table, c.name))
+    return NftNative(tuple(chains), tuple(sorted(set(objects), key=lambda o: (o.family, o.table, o.kind))),
                      hooks_by_name=HOOKS_BY_NAME,
-                     tables=tuple(sorted(f"{family} {table}" for family, names_ in every.items() for table in names_)))
+                     tables=tuple(sorted(f"{family} {table}" for family, names_ in every.items() for table in names_)),
+                     forward=forward_rulesets(chains, answers))
 
 
 def _msg(kind: int) -> int:

@@ -27,6 +27,12 @@ reason for the whole read, and the caller asks iptables-nft-save, which
 stays the authority (it also says which tables are incompatible).
 tests/test_rule_decoders.py checks that both readings agree, rule for rule
 and down to the printed line, over a corpus of rulesets.
+
+decode_native_rule reads a native table's rule (the nft tool's, for
+nft_forward.py) with the same expression readers and what the tool writes
+besides — `ct state`, `meta nfproto` in inet tables, `ip protocol`, `icmp
+type`, whole interface names, ranges as `cmp gte` + `cmp lte` — and never
+raises: a rule keeps the tests before the first expression it does not know.
 """
 from __future__ import annotations
 
@@ -82,13 +88,24 @@ NFTA_DATA_VALUE, NFTA_DATA_VERDICT = 1, 2
 NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN = 1, 2
 NF_DROP, NF_ACCEPT = 0, 1
 NFT_JUMP, NFT_GOTO, NFT_RETURN = -3, -4, -5
-NFT_CMP_EQ, NFT_CMP_NEQ = 0, 1
-NFT_META_MARK, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_META_L4PROTO = 3, 6, 7, 16
+NFT_CMP_EQ, NFT_CMP_NEQ, NFT_CMP_LTE, NFT_CMP_GTE = 0, 1, 3, 5
+NFT_META_MARK, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_META_NFPROTO, NFT_META_L4PROTO = 3, 6, 7, 15, 16
+NFT_CT_STATE = 0
+NFPROTO = {"ip": 2, "ip6": 10}
 NFT_PAYLOAD_NETWORK_HEADER, NFT_PAYLOAD_TRANSPORT_HEADER = 1, 2
 NFTNL_UDATA_RULE_COMMENT = 0
 NFT_REG_1 = 1
 # what a meta load puts in the register, in bytes
 _META_SIZE = {NFT_META_MARK: 4, NFT_META_IIFNAME: 16, NFT_META_OIFNAME: 16, NFT_META_L4PROTO: 1}
+_NATIVE_META_SIZE = {**_META_SIZE, NFT_META_NFPROTO: 1}
+# nft's `ct state` bits (NF_CT_STATE_BIT, nf_conntrack_common.h): exactly
+# one is set for any packet, as xt_conntrack's state (names as it prints them)
+_NFT_CT_STATES = (("INVALID", 1 << 0), ("NEW", 1 << 3), ("RELATED", 1 << 2), ("ESTABLISHED", 1 << 1),
+                  ("UNTRACKED", 1 << 6))
+
+
+class NeverMatches(Exception):
+    """A native inet rule that tests for the other family's packets."""
 
 
 def _nested_value(data: bytes) -> bytes:
@@ -210,12 +227,18 @@ def _policy(table: str, name: str, a: dict[int, bytes]) -> str | None:
 
 # --- one rule -----------------------------------------------------------------
 
-class _Rule:
+class RuleReading:
     """What iptables-nft-save gathers of one rule while it walks the
     expressions: the header fields, the matches in order, the verdict."""
 
-    def __init__(self, family: str):
+    def __init__(self, family: str, native_family: str = ""):
         self.family = family
+        # a native table's rule (nft_forward.py), read for `family`'s packets:
+        # its family ("ip", "ip6", "inet"), which allows what the nft tool
+        # writes and iptables-nft never does (below: `native`)
+        self.native = native_family
+        self.nfproto_tested = False         # inet: `meta nfproto` came before any address
+        self.at_least: tuple[int, bytes] | None = None   # a `cmp gte` waiting for its `cmp lte`
         self.header: dict[str, Match] = {}
         self.matches: list[Match] = []
         self.proto: int | None = None
@@ -224,6 +247,16 @@ class _Rule:
         self.target, self.goto, self.target_options = "", False, ()
         self.ended = False
         self.registers: dict[int, tuple] = {}
+
+    def kept(self) -> tuple:
+        """What restore() takes back to: the tests read so far."""
+        return (dict(self.header), list(self.matches), self.proto, self.nfproto_tested,
+                {name: None if options is None else list(options) for name, options in self.transport.items()})
+
+    def restore(self, kept: tuple) -> None:
+        """Back to kept(), the tests an expression not understood left half-read dropped."""
+        self.header, self.matches, self.proto, self.nfproto_tested, self.transport = kept
+        self.registers, self.at_least = {}, None
 
     def module(self, name: str) -> list[Match]:
         """The options of a native tcp/udp match, created where its first
@@ -269,7 +302,7 @@ def _without_counters(expressions: bytes) -> bytes:
 
 def decode_rule(chain: str, position: int, a: dict[int, bytes], family: str = "ip") -> IptRule:
     """One NFT_MSG_NEWRULE's attributes → the rule iptables-nft-save prints."""
-    rule = _Rule(family)
+    rule = RuleReading(family)
     for _, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
         name, data = _expression(element)
         if rule.ended:
@@ -282,14 +315,63 @@ def decode_rule(chain: str, position: int, a: dict[int, bytes], family: str = "i
         raise Undecodable("a loaded register nobody compared")
     if NFTA_RULE_USERDATA in a:
         rule.matches.extend(_userdata_comment(a[NFTA_RULE_USERDATA]))
+    return assembled(rule, chain, position)
+
+
+def assembled(rule: RuleReading, chain: str, position: int, *more: Match) -> IptRule:
+    """The rule's matches in the order iptables-nft-save prints them (then
+    `more`), with its target and its save line."""
     matches = [rule.header[o] for o in ("-s", "-d", "-i", "-o", "-p", "-f") if o in rule.header]
     for match in rule.matches:
         if match.option.startswith("\0"):
             matches.extend(rule.transport[match.option[1:]])
         else:
             matches.append(match)
-    built = IptRule(chain, position, tuple(matches), rule.target, tuple(rule.target_options), rule.goto)
+    built = IptRule(chain, position, (*matches, *more), rule.target, tuple(rule.target_options), rule.goto)
     return IptRule(chain, position, built.matches, built.target, built.target_options, built.goto, built.save_line())
+
+
+# where a native rule's expressions stop being known: the rule then matches,
+# for the fast path, whatever passed the tests before (Match("nft", ...):
+# no filter evaluates it, so the kernel gets those packets)
+UNKNOWN_MODULE = "nft"
+
+
+def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: str,
+                       native_family: str) -> IptRule | None:
+    """One rule of a native table (of `native_family`: "ip", "ip6" or
+    "inet"), as it treats `family`'s packets, in the model iptables' rules
+    read into: None when it never matches them (an inet rule for the other
+    family). Never raises: from the first expression not known here (or
+    known but not as written), the rule keeps the tests before it and no
+    verdict, and ends in a Match of UNKNOWN_MODULE naming what stopped it —
+    the packets that pass those tests are the kernel's. Counters and
+    comments change nothing."""
+    rule = RuleReading(family, native_family)
+    unknown = ""
+    for _, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
+        name, data = _expression(element)
+        kept = rule.kept()
+        try:
+            if rule.ended:
+                raise Undecodable(f"{name} after the verdict")
+            handler = _EXPRESSIONS.get(name)
+            if handler is None:
+                raise Undecodable(f"expression {name}")
+            handler(rule, data)
+        except NeverMatches:
+            return None
+        except Undecodable as exc:
+            rule.restore(kept)
+            unknown = str(exc)
+            break
+    if not unknown and (rule.registers or rule.at_least is not None):
+        unknown = "a loaded register nobody compared"
+    if unknown:
+        rule.target, rule.goto = "", False
+        return assembled(rule, chain, position, Match(UNKNOWN_MODULE, ""),
+                         Match(UNKNOWN_MODULE, "--expression", (unknown,)))
+    return assembled(rule, chain, position)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -305,7 +387,7 @@ def _reg(data: dict[int, bytes], attribute: int) -> int:
     return nl.be32(data.get(attribute, b"\0\0\0\0"))
 
 
-def _loaded(rule: _Rule, data: dict[int, bytes]) -> int:
+def _loaded(rule: RuleReading, data: dict[int, bytes]) -> int:
     """The register a load writes, which must not hold a value nobody
     compared yet: that load could fail (a payload beyond the packet ends the
     rule for that packet) while only the later one is read as a test."""
@@ -325,20 +407,29 @@ def _register(data: dict[int, bytes], attribute: int) -> int:
     return register
 
 
-def _load_meta(rule: _Rule, data) -> None:
+def _load_meta(rule: RuleReading, data) -> None:
     key = _reg(data, 2)
-    if key not in _META_SIZE or 3 in data:
+    sizes = _NATIVE_META_SIZE if rule.native else _META_SIZE
+    if key not in sizes or 3 in data:
         raise Undecodable(f"meta key {key}")
-    rule.registers[_loaded(rule, data)] = ("meta", key, _META_SIZE[key], None)
+    rule.registers[_loaded(rule, data)] = ("meta", key, sizes[key], None)
 
 
-def _load_payload(rule: _Rule, data) -> None:
+def _load_ct(rule: RuleReading, data) -> None:
+    """nft's `ct state` (native tables only; NFTA_CT_DIRECTION would make it
+    another key's)."""
+    if not rule.native or _reg(data, 2) != NFT_CT_STATE or 3 in data:
+        raise Undecodable("ct beyond its state")
+    rule.registers[_loaded(rule, data)] = ("ct", NFT_CT_STATE, 4, None)
+
+
+def _load_payload(rule: RuleReading, data) -> None:
     if any(k in data for k in (5, 6, 7, 8)):        # a payload write, not a load
         raise Undecodable("payload write")
     rule.registers[_loaded(rule, data)] = ("payload", _reg(data, 2), _reg(data, 3), _reg(data, 4), None)
 
 
-def _bitwise(rule: _Rule, data) -> None:
+def _bitwise(rule: RuleReading, data) -> None:
     source, dest = _register(data, 1), _register(data, 2)
     loaded = rule.registers.get(source)
     if loaded is None or source != dest or _reg(data, 6) != 0 or loaded[-1] is not None:
@@ -349,15 +440,25 @@ def _bitwise(rule: _Rule, data) -> None:
     rule.registers[source] = loaded[:-1] + (mask,)
 
 
-def _cmp(rule: _Rule, data) -> None:
+def _cmp(rule: RuleReading, data) -> None:
     op = _reg(data, 2)
+    register = _register(data, 1)
+    if rule.native and op == NFT_CMP_GTE and rule.at_least is None and register in rule.registers:
+        # the nft tool writes a range as `cmp gte` then `cmp lte` of the same load
+        rule.at_least = (register, _nested_value(data.get(3, b"")))
+        return
+    if rule.at_least is not None:
+        if op != NFT_CMP_LTE or rule.at_least[0] != register or rule.registers.get(register, ("",))[0] != "payload":
+            raise Undecodable("cmp gte without its lte")
+        low, rule.at_least = rule.at_least[1], None
+        _port(rule, rule.registers.pop(register), False, low, _nested_value(data.get(3, b"")))
+        return
     if op not in (NFT_CMP_EQ, NFT_CMP_NEQ):
         raise Undecodable(f"cmp op {op}")
-    _compared(rule, rule.registers.pop(_register(data, 1), None), op == NFT_CMP_NEQ,
-              _nested_value(data.get(3, b"")))
+    _compared(rule, rule.registers.pop(register, None), op == NFT_CMP_NEQ, _nested_value(data.get(3, b"")))
 
 
-def _range(rule: _Rule, data) -> None:
+def _range(rule: RuleReading, data) -> None:
     op = _reg(data, 2)
     loaded = rule.registers.pop(_register(data, 1), None)
     if op not in (NFT_CMP_EQ, NFT_CMP_NEQ) or loaded is None or loaded[0] != "payload":
@@ -366,13 +467,25 @@ def _range(rule: _Rule, data) -> None:
     _port(rule, loaded, op == NFT_CMP_NEQ, low, high)
 
 
-def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
+def _compared(rule: RuleReading, loaded, negated: bool, value: bytes) -> None:
     if loaded is None:
         raise Undecodable("cmp of an unloaded register")
+    if loaded[0] == "ct":
+        _ct_state(rule, loaded[-1], negated, value)
+        return
     if loaded[0] == "meta":
         _, key, _size, mask = loaded
-        if key in (NFT_META_IIFNAME, NFT_META_OIFNAME) and mask is None:
+        if key == NFT_META_NFPROTO and rule.native == "inet" and mask is None and len(value) == 1 \
+                and not rule.nfproto_tested:
+            if (value[0] == NFPROTO[rule.family]) == negated:
+                raise NeverMatches()
+            rule.nfproto_tested = True
+        elif key in (NFT_META_IIFNAME, NFT_META_OIFNAME) and mask is None:
             option = "-i" if key == NFT_META_IIFNAME else "-o"
+            if rule.native and b"\0" in value:
+                # the nft tool compares the whole name, NULs after it
+                name, _, rest = value.partition(b"\0")
+                value = name + b"\0" if not rest.strip(b"\0") else b"\0\0"   # (NULs amid: not a name)
             name = value[:-1] if value.endswith(b"\0") else value + b"+"
             if b"\0" in name or b"+" in name[:-1] or not name or len(value) >= 16 or option in rule.header \
                     or (value.endswith(b"\0") and name.endswith(b"+")):    # an exact "x+" reads as a wildcard
@@ -398,8 +511,21 @@ def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
             raise Undecodable(f"meta {key} compared")
         return
     _, base, offset, length, mask = loaded
+    if base == NFT_PAYLOAD_NETWORK_HEADER and rule.native == "inet" and not rule.nfproto_tested:
+        raise Undecodable("an inet rule's network header without its family")
     if base == NFT_PAYLOAD_NETWORK_HEADER and offset in _ADDRESS_OFFSETS[rule.family]:
         _address(rule, _ADDRESS_OFFSETS[rule.family][offset], length, mask, value, negated)
+    elif rule.native and base == NFT_PAYLOAD_NETWORK_HEADER and rule.family == "ip" and (offset, length) == (9, 1) \
+            and mask is None and len(value) == 1 and value[0] and "-p" not in rule.header:
+        # `ip protocol`: IPv4's is the packet's transport protocol, as -p
+        rule.header["-p"] = Match("", "-p", (protocol_name(value[0]),), negated)
+        rule.proto = None if negated else value[0]
+    elif rule.native and base == NFT_PAYLOAD_TRANSPORT_HEADER and (offset, length) == (0, 1) and mask is None \
+            and len(value) == 1 and rule.proto in _ICMP_MATCHES and (rule.proto == 58 or value[0] != 0xFF) \
+            and not any(m.module == _ICMP_MATCHES[rule.proto][0] for m in rule.matches):
+        # `icmp type` / `icmpv6 type`, any code (iptables' type 255 is any type)
+        module, option = _ICMP_MATCHES[rule.proto]
+        rule.matches += [Match(module, ""), Match(module, option, (str(value[0]),), negated)]
     elif base == NFT_PAYLOAD_NETWORK_HEADER and rule.family == "ip" and (offset, length) == (6, 2) \
             and mask == b"\x1f\xff" and value == b"\0\0" and "-f" not in rule.header:
         rule.header["-f"] = Match("", "-f", (), not negated)     # -f: offset != 0
@@ -415,7 +541,31 @@ def _compared(rule: _Rule, loaded, negated: bool, value: bytes) -> None:
         raise Undecodable(f"payload base {base} offset {offset} compared")
 
 
-def _address(rule: _Rule, option: str, length: int, mask: bytes | None, value: bytes, negated: bool) -> None:
+# the transport protocol -> the x_tables match and option its type reads as
+_ICMP_MATCHES = {1: ("icmp", "--icmp-type"), 58: ("icmp6", "--icmpv6-type")}
+
+
+def _ct_state(rule: RuleReading, mask: bytes | None, negated: bool, value: bytes) -> None:
+    """`ct state` tests as the nft tool writes them: a set of states is a
+    mask compared unequal (in) or equal (not in) to zero; one state, the
+    state compared (its single bit). As -m conntrack --ctstate."""
+    if len(value) != 4 or (mask is not None and len(mask) != 4):
+        raise Undecodable("ct state")
+    if mask is not None:
+        if any(value):
+            raise Undecodable("ct state masked and compared to a value")
+        bits, negated = struct.unpack("=I", mask)[0], not negated
+    else:
+        bits = struct.unpack("=I", value)[0]
+        if bits & (bits - 1):
+            raise Undecodable("ct state compared to several states")   # (it never is)
+    if not bits or bits & ~sum(bit for _, bit in _NFT_CT_STATES):
+        raise Undecodable("ct state bits")
+    names = ",".join(name for name, bit in _NFT_CT_STATES if bits & bit)
+    rule.matches += [Match("conntrack", ""), Match("conntrack", "--ctstate", (names,), negated)]
+
+
+def _address(rule: RuleReading, option: str, length: int, mask: bytes | None, value: bytes, negated: bool) -> None:
     width = _WIDTH[rule.family]
     if option in rule.header or length > width or len(value) != length:
         raise Undecodable("address")
@@ -432,7 +582,7 @@ def _address(rule: _Rule, option: str, length: int, mask: bytes | None, value: b
     rule.header[option] = Match("", option, (f"{address}/{bits}",), negated)
 
 
-def _port(rule: _Rule, loaded, negated: bool, low: bytes, high: bytes) -> None:
+def _port(rule: RuleReading, loaded, negated: bool, low: bytes, high: bytes) -> None:
     _, base, offset, length, mask = loaded
     names = {6: "tcp", 17: "udp"}
     if base != NFT_PAYLOAD_TRANSPORT_HEADER or offset not in (0, 2) or length != 2 or mask is not None \
@@ -450,11 +600,11 @@ def _port(rule: _Rule, loaded, negated: bool, low: bytes, high: bytes) -> None:
     options.sort(key=lambda m: ("--sport", "--dport", "--tcp-flags").index(m.option))   # tcp_save's order
 
 
-def _counter(rule: _Rule, data) -> None:
+def _counter(rule: RuleReading, data) -> None:
     pass                                            # iptables-save's [packets:bytes], not part of the rule
 
 
-def _immediate(rule: _Rule, data) -> None:
+def _immediate(rule: RuleReading, data) -> None:
     if _reg(data, 1) != 0:
         raise Undecodable("immediate into a data register")
     verdict = nl.parse_attrs(nl.parse_attrs(data.get(2, b"")).get(NFTA_DATA_VERDICT, b""))
@@ -471,7 +621,7 @@ def _immediate(rule: _Rule, data) -> None:
     rule.ended = True
 
 
-def _xt_match(rule: _Rule, data) -> None:
+def _xt_match(rule: RuleReading, data) -> None:
     name, revision, info = nl.cstr(data.get(1, b"")), nl.be32(data.get(2, b"\0\0\0\0")), data.get(3, b"")
     decoder = xt_matches.get((name, revision))
     if decoder is None:
@@ -485,7 +635,7 @@ def _xt_match(rule: _Rule, data) -> None:
     rule.matches.extend(options)
 
 
-def _xt_target(rule: _Rule, data) -> None:
+def _xt_target(rule: RuleReading, data) -> None:
     name, revision, info = nl.cstr(data.get(1, b"")), nl.be32(data.get(2, b"\0\0\0\0")), data.get(3, b"")
     decoder = xt_targets.get((name, revision))
     if decoder is None:
@@ -497,7 +647,7 @@ def _xt_target(rule: _Rule, data) -> None:
 NFT_LIMIT_PKTS = 0
 
 
-def _limit(rule: _Rule, data) -> None:
+def _limit(rule: RuleReading, data) -> None:
     """nft's limit expression, which iptables-nft writes for `-m limit` and
     reads back as the x_tables match (avg = XT_LIMIT_SCALE * unit / rate)."""
     rate, unit = struct.unpack("!Q", data.get(1, bytes(8)))[0], struct.unpack("!Q", data.get(2, bytes(8)))[0]
@@ -509,7 +659,7 @@ def _limit(rule: _Rule, data) -> None:
 
 
 _EXPRESSIONS = {"limit": _limit, "meta": _load_meta, "payload": _load_payload, "bitwise": _bitwise, "cmp": _cmp,
-                "range": _range,
+                "range": _range, "ct": _load_ct,
                 "counter": _counter, "immediate": _immediate, "match": _xt_match, "target": _xt_target}
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from linuxfp.state.ipset import NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_UNSPEC
+from linuxfp.state.nft_rules import UNKNOWN_MODULE
 
 FIELDS = ("src", "dst", "l4s", "l4d", "tcpflags", "ctnat", "iif", "oif")
 FIELDS6 = ("src6", "dst6", "l4s", "l4d", "tcpflags", "ctnat", "iif", "oif")
@@ -372,6 +373,10 @@ def _some_prefixes(prefixes) -> str:
 def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple[Box, ...] | None:
     """None: no constraint (or already handled)."""
     m, opt, values, neg = match.module, match.option, match.values, match.negated
+    if m == UNKNOWN_MODULE:         # where a native rule stops being known (nft_rules.decode_native_rule)
+        if opt:
+            raise Unsupported("")
+        return None
     if m == "":
         if opt == "-p":
             return None

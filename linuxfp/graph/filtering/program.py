@@ -1,12 +1,13 @@
-"""The FORWARD chains of every iptables backend as one program: each rule
+"""The FORWARD chains of every iptables backend, and the native nft forward
+chains read as theirs (state/nft_forward.py), as one program: each rule
 with its boxes (predicates.py) and what it does, and the exact iptables
 verdict given which boxes a packet lies in. Pure.
 
 Verdict semantics, as the kernel's: first match wins in a chain; a jump
 returns to the rule after it when the called chain falls off its end or hits
 RETURN, a goto returns to the caller's caller; a built-in chain ends in its
-policy. Two backends are two hooks: a packet is forwarded only if both
-accept it. Anything with an effect the fast path does not have (LOG, REJECT,
+policy. Two backends (or native base chains) are two hooks: a packet is
+forwarded only if both accept it. Anything with an effect the fast path does not have (LOG, REJECT,
 MARK, ...) and every rule with a match the fast path cannot evaluate make the
 verdict KERNEL for the packets that reach them.
 """
@@ -40,9 +41,10 @@ class CompiledRule:
     # the part of the rule written before it whose packets the kernel decides
     # (RuleMeaning.unsure): not a rule of its own in Linux's counters
     unsure_part: bool = False
+    tool: str = ""              # its Ruleset's (iptables-nft, nft inet fw, ...)
 
     def describe(self) -> str:
-        return f"{TOOLS[self.family]}-{self.backend} {self.chain} #{self.position}"
+        return f"{self.tool or TOOLS[self.family] + '-' + self.backend} {self.chain} #{self.position}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,18 @@ class Program:
     # ... and of established connections with NAT too (the conntrack node takes
     # them): the kernel translates them (an IPv4 nat table).
     translated: bool = False
+    # per backend, the chain a packet starts from (a native base chain's
+    # name) and the tool that shows its rules; () for iptables' alone:
+    # FORWARD, TOOLS[family]-backend
+    entries: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+
+    def entry(self, position: int) -> str:
+        """The chain backends[position] starts from."""
+        return self.entries[position] if self.entries else "FORWARD"
+
+    def tool(self, position: int) -> str:
+        return self.tools[position] if self.tools else f"{TOOLS[self.family.name]}-{self.backends[position]}"
 
     def chain(self, backend: str, name: str):
         return self._chain_index.get((backend, name))
@@ -85,8 +99,9 @@ class Program:
 
 def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), family: Family = IPV4,
                     addrtypes=None, nat: bool = False) -> Program:
-    """The FORWARD chain of each ruleset's filter table (of `family`) and
-    every chain it reaches; `stateful` as FilterScope says; `ipsets` the
+    """The FORWARD chain of each ruleset's filter table (of `family`), or a
+    native ruleset's base chain, and every chain it reaches; `stateful` as
+    FilterScope says; `ipsets` the
     sets rules match; `addrtypes` the namespace's address types
     (addrtypes.py), where rules match them; `nat`: the kernel translates
     connections with NAT (scope.translating())."""
@@ -97,8 +112,8 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
     named = set()
     marks = False
     for ruleset in forward_rulesets:
-        table = ruleset.table("filter")
-        seen, todo = set(), ["FORWARD"]
+        table = ruleset.forward_table
+        seen, todo = set(), [ruleset.entry]
         while todo:
             name = todo.pop()
             if name in seen:
@@ -118,7 +133,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                     indexes.append(len(rules))
                     rules.append(CompiledRule(len(rules), ruleset.backend, chain.name, rule.position, rule.text,
                                               "kernel", "", ids, (meaning.unsure_reason,), rule.target, family.name,
-                                              unsure_part=True))
+                                              unsure_part=True, tool=ruleset.tool))
                 ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
                 boxes.extend(_protocol_in_l4d(box) for box in meaning.boxes)
                 action, jump = _action(rule, table, bool(meaning.unsupported))
@@ -126,10 +141,14 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                     todo.append(jump)
                 indexes.append(len(rules))
                 rules.append(CompiledRule(len(rules), ruleset.backend, chain.name, rule.position, rule.text,
-                                          action, jump, ids, meaning.unsupported, rule.target, family.name))
+                                          action, jump, ids, meaning.unsupported, rule.target, family.name,
+                                          tool=ruleset.tool))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
+    native = any(r.native for r in forward_rulesets)
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
-                   frozenset(named), marks, stateful, family, stateful and nat)
+                   frozenset(named), marks, stateful, family, stateful and nat,
+                   tuple(r.entry for r in forward_rulesets) if native else (),
+                   tuple(r.tool for r in forward_rulesets) if native else ())
 
 
 def _set_interface_fields(rule, sets) -> set[str]:
@@ -181,7 +200,8 @@ def verdict(program: Program, matched: int) -> tuple[int, int]:
 
 
 def policy_of(position: int) -> int:
-    """How counted() names the policy of program.backends[position]'s FORWARD."""
+    """How counted() names the policy of program.backends[position]'s FORWARD
+    (its entry chain's)."""
     return -1 - position
 
 
@@ -198,7 +218,7 @@ def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple
     results, trails = [], []
     for position, backend in enumerate(program.backends):
         trail: list[int] = []
-        results.append(_run_builtin(program, backend, "FORWARD", hits, trail, position))
+        results.append(_run_builtin(program, backend, program.entry(position), hits, trail, position))
         trails.append(tuple(trail))
     for wanted in (KERNEL, DROP):
         for result, trail in zip(results, trails):

@@ -14,14 +14,20 @@ conntrack node translated), for which conntrack matches are constants but
 for --ctstate SNAT/DNAT, read per packet (predicates.py), and nat tables are never consulted (the kernel runs them
 for a connection's first packet only); everything else goes to the kernel.
 
+A native nf_tables table's (the `nft` tool's) filter chains on the forward
+hook (families ip, ip6, inet) are evaluated too, as one more FORWARD chain
+each: their rules read into iptables' model (state/nft_forward.py), a
+rule's tests not known there sending the packets that reach them to the
+kernel.
+
 Uncovered, with the reason:
-* a native nf_tables table's base chain (the `nft` tool's: families inet,
-  ip, ip6, netdev, bridge) on a hook forwarded packets cross — any but
-  input and output of ip/ip6/inet: prerouting, forward, postrouting, netdev
-  egress, every bridge hook, a hook not known here — unless it does nothing
-  (a filter chain with no rules and policy accept, as Debian's default
-  /etc/nftables.conf makes; never inet's ingress, which drops malformed
-  packets). Chains bound to a device's ingress send that device's ingress
+* a native nf_tables table's other base chains (families inet, ip, ip6,
+  netdev, bridge) on a hook forwarded packets cross — any but input and
+  output of ip/ip6/inet: prerouting, postrouting, a forward chain of
+  another type, netdev egress, every bridge hook, a hook not known here —
+  unless it does nothing (a filter chain with no rules and policy accept,
+  as Debian's default /etc/nftables.conf makes; never inet's ingress, which
+  drops malformed packets). Chains bound to a device's ingress send that device's ingress
   to the kernel (`ingress_chain`), not the namespace's, where the kernel
   binds them by name. Rules anywhere still turn connection tracking on (ct,
   NAT, nat chains, ct objects, sets whose elements may count connections)
@@ -191,10 +197,20 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
             if _hooked(netfilter, ruleset, family, table.name):
                 uncovered.extend(_table_findings(ruleset.tool, table))
         filter_table = ruleset.table("filter")
-        if filter_table is not None and _forward_filters(filter_table) \
+        if filter_table is not None and _forward_filters(filter_table, "FORWARD") \
                 and _hooked(netfilter, ruleset, family, "filter"):
             forward.append(ruleset)
+    forward.extend(ruleset for ruleset in _native_forward(netfilter, family)
+                   if _forward_filters(ruleset.forward_table, ruleset.entry))
     return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful), tuple(defrag))
+
+
+def _native_forward(netfilter, family: str) -> tuple:
+    """The native forward filter chains' rules read for `family`'s packets
+    (state/nft_forward.py), of tables not dormant."""
+    if netfilter.native_error:
+        return ()
+    return tuple(r for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant)
 
 
 def translating(netfilter) -> str | None:
@@ -226,6 +242,7 @@ def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list
         return [netfilter.native_error], stateful, defrag
     irrelevant = _IRRELEVANT_FAMILIES[family]
     read = set(netfilter.native.tables)
+    evaluated = {(r.native, r.entry) for r in _native_forward(netfilter, family)}
     for entry in netfilter.tables:
         name = entry.partition(":")[2]
         if entry.startswith("nft:") and native_table(name) and name not in read \
@@ -239,7 +256,8 @@ def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list
             and _awake(netfilter, chain)
         # (a nat chain sees a connection's first packet only: the kernel's,
         # under connection tracking, which it turns on)
-        if crossed and chain.kind != "nat" and not _no_op(chain):
+        if crossed and chain.kind != "nat" and not _no_op(chain) \
+                and (f"{chain.family} {chain.table}", chain.name) not in evaluated:
             uncovered.append(f"{chain.where} on {chain.hook}: {_what(chain)} (native nft: the kernel evaluates it)")
         if chain.kind == "nat":
             stateful.append(f"{chain.where}: a nat chain")
@@ -335,6 +353,6 @@ def _first_use(tool: str, table, matches: frozenset[str], targets: frozenset[str
     return []
 
 
-def _forward_filters(table) -> bool:
-    chain = table.chain("FORWARD")
+def _forward_filters(table, entry: str) -> bool:
+    chain = table.chain(entry)
     return chain is not None and (bool(chain.rules) or chain.policy != "ACCEPT")

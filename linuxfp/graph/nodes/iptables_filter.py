@@ -99,11 +99,14 @@ class Filter(Node):
 
     def notes(self, snapshot) -> tuple[str, ...]:
         plan = filter_plan(snapshot)
-        lines: list[str] = [ruleset.reading() for ruleset in snapshot.netfilter.rulesets + snapshot.netfilter.rulesets6]
+        nf = snapshot.netfilter
+        lines: list[str] = list(dict.fromkeys(ruleset.reading()        # (an inet table's, once for both families)
+                                              for ruleset in nf.rulesets + nf.rulesets6 + nf.native.forward))
         for program, classifier in plan.families:
             tool = TOOLS[program.family.name]
             rules = [r for r in program.rules if not r.unsure_part]
-            counts = ", ".join(f"{tool}-{b} {sum(1 for r in rules if r.backend == b)}" for b in program.backends)
+            counts = ", ".join(f"{program.tool(i)} {sum(1 for r in rules if r.backend == b)}"
+                               for i, b in enumerate(program.backends))
             lines.append(f"{len(rules)} rules reached from FORWARD ({counts or f'{tool}: none'})")
             if program.stateful:
                 tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
@@ -152,7 +155,7 @@ class Filter(Node):
         for row in detail["rules"]:
             what = (f"{row['chain']} #{row['position']}" if "position" in row
                     else f"{row['chain']} policy {row['policy']}")
-            tool = f"{TOOLS[row.get('family', IPV4.name)]}-{row['backend']}"
+            tool = row.get("tool") or f"{TOOLS[row.get('family', IPV4.name)]}-{row['backend']}"
             lines.append(f"  {tool} {what:<20} {row['packets']:>12} {row['bytes']:>14}  "
                          f"{row.get('rule', '')}".rstrip())
         earlier = detail["earlier_rulesets"]
@@ -285,11 +288,12 @@ def attribution(plan: FilterPlan) -> dict:
                     if rule.unsure_part:
                         continue        # (decides nothing in the fast path, so counts nothing)
                     row_of[index] = len(rows)
-                    rows.append({"family": family, "backend": backend, "chain": chain, "position": rule.position,
-                                 "rule": rule.text})
+                    rows.append({"family": family, "backend": backend, "tool": program.tool(position),
+                                 "chain": chain, "position": rule.position, "rule": rule.text})
             row_of[policy_of(position)] = len(rows)
-            rows.append({"family": family, "backend": backend, "chain": "FORWARD",
-                         "policy": program.chain(backend, "FORWARD")[2]})
+            entry = program.entry(position)
+            rows.append({"family": family, "backend": backend, "tool": program.tool(position), "chain": entry,
+                         "policy": program.chain(backend, entry)[2]})
         suffix = "6" if program.family is IPV6 else ""
         published["generation" + suffix] = f"{classifier.generation:08x}"
         published["classes" + suffix] = [
