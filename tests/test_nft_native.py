@@ -53,6 +53,15 @@ table ip6 other {
 }
 """
 FORWARD_DROPS = DEBIAN_DEFAULT + "add rule inet filter forward ip daddr 198.19.1.0/24 drop\n"
+# ... and rules with their own sets: prefixes, address and port ranges
+FORWARD_SETS = DEBIAN_DEFAULT + """table ip sets {
+    chain forward { type filter hook forward priority 10;
+        ip daddr { 198.19.1.0/24, 198.19.2.128-198.19.2.200 } udp dport { 53, 80-443, 8080 } drop
+        ip saddr != { 198.18.0.0/17 } tcp dport { 1000-8472 } drop
+        udp sport { 22, 65535 } drop
+    }
+}
+"""
 # a chain on the sink side's ingress: the probes' ingress stays accelerated
 SINK_INGRESS = DEBIAN_DEFAULT + """table netdev edge {
     chain in { type filter hook ingress device "to-sink" priority 0; ip saddr 198.19.0.0/16 drop; }
@@ -316,7 +325,10 @@ table inet fw {
     chain last { }
 }
 table ip gw {
-    chain pass { type filter hook forward priority 10; ip daddr 192.0.2.1 drop; }
+    chain pass { type filter hook forward priority 10; ip daddr 192.0.2.1 drop;
+        ip saddr { 198.51.100.0/24, 192.0.2.10-192.0.2.20 } udp dport { 53, 1000-2000, 65535 } drop
+        udp sport . udp dport { 1 . 2 } drop
+    }
 }
 """
 
@@ -324,10 +336,10 @@ table ip gw {
 @pytest.mark.netns
 def test_native_forward_chains_are_read_as_iptables_rules(lab):
     """Each forward filter base chain, per family of packets it sees, in
-    iptables' model: a test not known here (an anonymous set's lookup, a
-    log) ends the rule, which keeps the tests before it for the kernel; an
-    inet rule for the other family is left out (the others keep their
-    positions)."""
+    iptables' model: a rule's own set of ports or addresses as multiport or
+    prefixes; a test not known here (a log, a concatenation) ends the rule,
+    which keeps the tests before it for the kernel; an inet rule for the
+    other family is left out (the others keep their positions)."""
     from linuxfp.graph.filtering.program import compile_program
     from linuxfp.graph.filtering.predicates import IPV6
     from linuxfp.state.netfilter import read_netfilter
@@ -350,12 +362,16 @@ def test_native_forward_chains_are_read_as_iptables_rules(lab):
         (5, "-A forward -s 198.51.100.0/24 -p tcp -m tcp --dport 22 -j ACCEPT"),
         (7, "-A forward -p udp -m udp ! --sport 53 -j DROP"),
         (8, "-A forward -d 198.19.0.0/20 -j DROP"),
-        (9, "-A forward -p tcp -m nft --expression 'expression lookup'"),
+        (9, "-A forward -p tcp -m multiport --dports 22,80 -j ACCEPT"),
         (10, "-A forward -d 198.19.3.0/24 -m nft --expression 'expression log'"),
         (11, "-A forward -p icmp -m icmp ! --icmp-type 0 -j DROP"),
         (12, "-A forward -j other")], lines
     assert [r.text for r in v4.forward_table.chain("other").rules] == [
         "-A other -s 203.0.113.1/32 -j RETURN", "-A other -p udp -m udp ! --dport 1:100 -g last"]
+    assert [r.text for r in read["ip gw pass", "ip"].forward_table.chains[0].rules[1:]] == [
+        "-A pass -s 192.0.2.10/31,192.0.2.12/30,192.0.2.16/30,192.0.2.20/32,198.51.100.0/24 -p udp "
+        "-m multiport --dports 53,1000:2000,65535 -j DROP",
+        "-A pass -p udp -m nft --expression 'register 9'"]
     v6 = read["inet fw forward", "ip6"]
     assert [r.position for r in v6.forward_table.chain("forward").rules] == [1, 2, 3, 4, 6, 7, 9, 12]
     assert v6.forward_table.chain("forward").rules[4].text == \
@@ -367,8 +383,10 @@ def test_native_forward_chains_are_read_as_iptables_rules(lab):
     program = compile_program(scope.forward, (), stateful=True)
     assert program.entries == ("forward", "pass") and program.tools == ("nft inet fw", "nft ip gw")
     assert [(r.describe(), r.unsupported) for r in program.unsupported] == [
-        ("nft inet fw forward #9", ("-m nft --expression 'expression lookup'",)),
-        ("nft inet fw forward #10", ("-m nft --expression 'expression log'",))]
+        ("nft inet fw forward #10", ("-m nft --expression 'expression log'",)),
+        ("nft ip gw pass #3", ("-m nft --expression 'register 9'",))]
+    # the rules' own sets track nothing (a set of two keys concatenated neither)
+    assert not any("set" in why for why in scope.stateful), scope.stateful
     assert filter_scope6(state).uncovered == ()
     assert [r.tool for r in filter_scope6(state).forward] == ["nft inet fw"]
     assert compile_program(filter_scope6(state).forward, (), stateful=True, family=IPV6).entries == ("forward",)
@@ -471,6 +489,7 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     alone, the fast path forwarded most of them."""
     steps = [Step("debian default", _ruleset(DEBIAN_DEFAULT)), Step("stateless firewall", _ruleset(STATELESS_FIREWALL)),
              Step("host firewall", _ruleset(HOST_FIREWALL)), Step("forward drops", _ruleset(FORWARD_DROPS)),
+             Step("forward sets", _ruleset(FORWARD_SETS)),
              Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS)),
              Step("quiet source ingress", _ruleset(QUIET_SOURCE_INGRESS)),
              Step("beside iptables", _ruleset(DEBIAN_DEFAULT, *BESIDE_IPTABLES)),
@@ -488,7 +507,7 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     from linuxfp.state.nft_native import HOOKS_BY_NAME      # (before 6.16: ingress chains are everyone's)
     # (a native forward chain's rules are evaluated in the fast path)
     assert fast == {"debian default": True, "stateless firewall": True, "host firewall": False,
-                    "forward drops": True, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
+                    "forward drops": True, "forward sets": True, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
                     "quiet source ingress": False, "beside iptables": True,
                     "dormant iptables": True, "dormant native": True}, report.render()
     # (the quiet chain's ingress kept its program, which passed every packet;
@@ -499,6 +518,7 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     # probes' ingress chain drop
     delivered = {step.name: len(kernel.at("sink:to-dut")) for step, kernel in zip(steps, report.kernel)}
     assert delivered["forward drops"] < delivered["debian default"], delivered
+    assert delivered["forward sets"] < delivered["debian default"], delivered
     assert delivered["source ingress"] < delivered["debian default"], delivered
     assert delivered["beside iptables"] < delivered["debian default"], delivered
     assert delivered["dormant iptables"] == delivered["dormant native"] == delivered["debian default"], delivered

@@ -347,16 +347,16 @@ def native_ruleset(save_text: str, family: str = "inet", ipv6: bool = False) -> 
     as the nft tool's own tables: what iptables-restore-translate (package
     iptables) writes for it, each table of `family` and renamed lfpNAME
     (iptables-nft owns the tables it is named after), loaded with `nft -f`
-    after the ruleset is flushed. Rules it writes with an anonymous set
-    (multiport) are left out: a set of a table turns connection tracking on
-    (scope.py), and one-way probes then stay the kernel's."""
+    after the ruleset is flushed. Rules it writes with a concatenation
+    (`-m multiport --ports`: `tcp sport . tcp dport { ... }`) are left out:
+    the set it writes can hold overlapping intervals, which nft refuses."""
     import subprocess
     tool = "ip6tables-restore-translate" if ipv6 else "iptables-restore-translate"
     done = subprocess.run([tool, "-f", "/dev/stdin"], input=save_text, capture_output=True, text=True, check=True)
     lines = ["flush ruleset"]
     for line in done.stdout.splitlines():
         words = line.split(" ", 4)
-        if line.startswith("add ") and not (line.startswith("add rule ") and "{" in line):
+        if line.startswith("add ") and not (line.startswith("add rule ") and " . " in line):
             words[2:4] = [family, f"lfp{words[3]}"]         # add KIND FAMILY TABLE ...
             lines.append(" ".join(words))
     return "\n".join(lines) + "\n"

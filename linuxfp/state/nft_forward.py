@@ -11,20 +11,88 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from . import netlink as nl
 from .iptables import Chain, IptTable, Ruleset
 from .model import NftChain
-from .nft_rules import decode_native_rule
+from .nft_rules import ConstantSet, decode_native_rule
 
 # a native table's family -> the families of the packets it filters
 FORWARD_FAMILIES = {"ip": ("ip",), "ip6": ("ip6",), "inet": ("ip", "ip6")}
 
+# linux/netfilter/nf_tables.h
+NFT_MSG_NEWSETELEM, NFT_MSG_GETSETELEM = 12, 13
+NFTA_SET_NAME, NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_DATA_TYPE = 2, 3, 5, 6
+NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS = 17, 18
+NFT_SET_ANONYMOUS, NFT_SET_CONSTANT, NFT_SET_INTERVAL = 0x1, 0x2, 0x4
+NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
+NFTA_LIST_ELEM = 1
+NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_USERDATA, NFTA_SET_ELEM_KEY_END = 1, 3, 6, 10
+NFTA_DATA_VALUE = 1
+NFT_SET_ELEM_INTERVAL_END = 0x1
+# what an element of a constant set may carry beyond these changes what a
+# lookup does (data: a map; expressions, an object: state; a timeout); its
+# user data is the nft tool's (how to print it)
+_ELEMENT_ATTRIBUTES = frozenset({NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_USERDATA,
+                                 NFTA_SET_ELEM_KEY_END})
 
-def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str], list[dict[int, bytes]]]
-                     ) -> tuple[Ruleset, ...]:
+
+def constant_anonymous(a: dict[int, bytes]) -> bool:
+    """Whether an NFT_MSG_NEWSET answer is a rule's own set (`{ 22, 80 }`):
+    anonymous and constant (it never changes while the rule exists), a set
+    of keys or of intervals — not a map, with no timeouts, no expressions."""
+    flags = nl.be32(a.get(NFTA_SET_FLAGS, b"\0\0\0\0"))
+    return (flags & (NFT_SET_ANONYMOUS | NFT_SET_CONSTANT) == NFT_SET_ANONYMOUS | NFT_SET_CONSTANT
+            and not flags & ~(NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_INTERVAL)
+            and NFTA_SET_DATA_TYPE not in a and NFTA_SET_EXPR not in a and NFTA_SET_EXPRESSIONS not in a
+            and NFTA_SET_KEY_LEN in a)
+
+
+def constant_set(a: dict[int, bytes], elements: list[dict[int, bytes]]) -> ConstantSet | None:
+    """A constant_anonymous() set's keys as ranges, from its NFT_MSG_NEWSETELEM
+    answers; None where an element is more than a key (or a range) and the
+    set could do more than a lookup tells."""
+    flags, width = nl.be32(a[NFTA_SET_FLAGS]), nl.be32(a[NFTA_SET_KEY_LEN])
+    keyed: list[tuple[int, bool, int | None]] = []     # key, interval end, last key of a range
+    for answer in elements:
+        for _kind, element in nl.parse_attr_list(answer.get(NFTA_SET_ELEM_LIST_ELEMENTS, b"")):
+            e = nl.parse_attrs(element)
+            if set(e) - _ELEMENT_ATTRIBUTES or NFTA_SET_ELEM_KEY not in e:
+                return None
+            element_flags = nl.be32(e.get(NFTA_SET_ELEM_FLAGS, b"\0\0\0\0"))
+            key = _value(e[NFTA_SET_ELEM_KEY], width)
+            last = _value(e[NFTA_SET_ELEM_KEY_END], width) if NFTA_SET_ELEM_KEY_END in e else None
+            if key is None or element_flags & ~NFT_SET_ELEM_INTERVAL_END or (last is not None and last < key) \
+                    or (element_flags and not flags & NFT_SET_INTERVAL) or (last is not None and element_flags):
+                return None
+            keyed.append((key, bool(element_flags), last))
+    keyed.sort()
+    if len({key for key, _, _ in keyed}) != len(keyed):
+        return None                 # (two elements at one key: not a layout read here)
+    ranges = []
+    for n, (key, end, last) in enumerate(keyed):
+        if end:
+            continue
+        if last is None and flags & NFT_SET_INTERVAL:
+            # an interval set of single keys (rbtree): an element opens a
+            # range that runs to the next element, an interval end or not
+            last = keyed[n + 1][0] - 1 if n + 1 < len(keyed) else (1 << (8 * width)) - 1
+        ranges.append((key, key if last is None else last))
+    return ConstantSet(width, tuple(ranges))
+
+
+def _value(data: bytes, width: int) -> int | None:
+    value = nl.parse_attrs(data).get(NFTA_DATA_VALUE)
+    return int.from_bytes(value, "big") if value is not None and len(value) == width else None
+
+
+def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str], list[dict[int, bytes]]],
+                     sets: dict[tuple[str, str], dict[str, ConstantSet]] | None = None) -> tuple[Ruleset, ...]:
     """The Rulesets of the forward filter base chains among `chains`;
     `rules`: each chain's rules, (family, table, chain) -> the attributes of
-    its NFT_MSG_NEWRULE answers, in chain order."""
+    its NFT_MSG_NEWRULE answers, in chain order; `sets`: the constant sets
+    of each (family, table), by name, that its rules may look keys up in."""
     chains = tuple(chains)
+    sets = sets or {}
     out = []
     for base in chains:
         if base.hook != "forward" or base.kind != "filter" or base.family not in FORWARD_FAMILIES \
@@ -34,16 +102,17 @@ def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str
         for family in FORWARD_FAMILIES[base.family]:
             table = IptTable(base.table, tuple(
                 Chain(chain.name, base.policy.upper() if chain is base else None,
-                      _rules(chain, family, rules.get((chain.family, chain.table, chain.name), ())))
+                      _rules(chain, family, rules.get((chain.family, chain.table, chain.name), ()),
+                             sets.get((base.family, base.table), {})))
                 for chain in [base, *regular]))
             out.append(Ruleset(f"{base.family} {base.table} {base.name}", (table,), (), family, source="kernel",
                                native=f"{base.family} {base.table}", entry=base.name))
     return tuple(out)
 
 
-def _rules(chain: NftChain, family: str, answers) -> tuple:
+def _rules(chain: NftChain, family: str, answers, sets: dict[str, ConstantSet]) -> tuple:
     """The chain's rules as they treat `family`'s packets (one that never
     matches them is left out; the others keep their place in the chain)."""
-    decoded = (decode_native_rule(chain.name, position, a, family, chain.family)
+    decoded = (decode_native_rule(chain.name, position, a, family, chain.family, sets)
                for position, a in enumerate(answers, 1))
     return tuple(rule for rule in decoded if rule is not None)

@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from . import netlink as nl
 from .kernel import release_at_least
 from .model import NftChain, NftNative, NftObject
-from .nft_forward import FORWARD_FAMILIES, forward_rulesets
+from .nft_forward import (FORWARD_FAMILIES, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_NAME,
+                          NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, ConstantSet, constant_anonymous, constant_set,
+                          forward_rulesets)
 from .nft_rules import (NF_ACCEPT, NF_DROP, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE,
                         NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY,
                         NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM,
@@ -124,22 +126,37 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                 family, table = names.get(number, str(number)), nl.strict_name(a[NFTA_CHAIN_TABLE])
                 if table in native.get(family, ()):
                     chains.append(_chain(family, a, rules, expressions))
+        anonymous = []
         for kind, message, table_attribute in (("set", NFT_MSG_GETSET, NFTA_SET_TABLE),
                                                ("object", NFT_MSG_GETOBJ, NFTA_OBJ_TABLE),
                                                ("flowtable", NFT_MSG_GETFLOWTABLE, NFTA_FLOWTABLE_TABLE)):
             for number, a in _answers(sock.dump(_msg(message), every_family), message - 1):
                 family, table = names.get(number, str(number)), nl.strict_name(a[table_attribute])
                 if table in every.get(family, ()):
-                    if kind == "object":
+                    if kind == "set" and family in FORWARD_FAMILIES and table in native.get(family, ()) \
+                            and constant_anonymous(a):
+                        anonymous.append((family, table, a))     # (its elements are read below)
+                    elif kind == "object":
                         code = nl.be32(a[NFTA_OBJ_TYPE])
                         objects.append(NftObject(family, table, OBJECT_TYPES.get(code, f"object type {code}")))
                     else:
                         objects.append(NftObject(family, table, kind))
+        sets: dict[tuple[str, str], dict[str, ConstantSet]] = {}
+        for family, table, a in anonymous:
+            name = nl.strict_name(a[NFTA_SET_NAME])
+            request = _NFGENMSG.pack(FAMILY_NUMBERS[family], 0, 0) + nl.attr(
+                NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0") + nl.attr(NFTA_SET_ELEM_LIST_SET, name.encode() + b"\0")
+            read = constant_set(a, [attrs for _, attrs in _answers(sock.dump(_msg(NFT_MSG_GETSETELEM), request),
+                                                                    NFT_MSG_NEWSETELEM)])
+            if read is None:
+                objects.append(NftObject(family, table, "set"))
+            else:
+                sets.setdefault((family, table), {})[name] = read
     chains.sort(key=lambda c: (c.family, c.table, c.name))
     return NftNative(tuple(chains), tuple(sorted(set(objects), key=lambda o: (o.family, o.table, o.kind))),
                      hooks_by_name=HOOKS_BY_NAME,
                      tables=tuple(sorted(f"{family} {table}" for family, names_ in every.items() for table in names_)),
-                     forward=forward_rulesets(chains, answers))
+                     forward=forward_rulesets(chains, answers, sets))
 
 
 def _msg(kind: int) -> int:

@@ -41,6 +41,7 @@ import ipaddress
 import socket
 import struct
 import threading
+from dataclasses import dataclass
 
 from . import netlink as nl
 from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
@@ -106,6 +107,16 @@ _NFT_CT_STATES = (("INVALID", 1 << 0), ("NEW", 1 << 3), ("RELATED", 1 << 2), ("E
 
 class NeverMatches(Exception):
     """A native inet rule that tests for the other family's packets."""
+
+
+@dataclass(frozen=True)
+class ConstantSet:
+    """A rule's own set (`{ 22, 80, 1000-2000 }`, nft_forward.constant_set):
+    its keys' width in bytes and the keys, as inclusive ranges of the key
+    read as a big-endian number (a payload's, network order)."""
+
+    width: int
+    ranges: tuple[tuple[int, int], ...]
 
 
 def _nested_value(data: bytes) -> bytes:
@@ -231,8 +242,9 @@ class RuleReading:
     """What iptables-nft-save gathers of one rule while it walks the
     expressions: the header fields, the matches in order, the verdict."""
 
-    def __init__(self, family: str, native_family: str = ""):
+    def __init__(self, family: str, native_family: str = "", sets: dict[str, ConstantSet] | None = None):
         self.family = family
+        self.sets = sets or {}              # a native rule's table's constant sets, by name
         # a native table's rule (nft_forward.py), read for `family`'s packets:
         # its family ("ip", "ip6", "inet"), which allows what the nft tool
         # writes and iptables-nft never does (below: `native`)
@@ -338,7 +350,7 @@ UNKNOWN_MODULE = "nft"
 
 
 def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: str,
-                       native_family: str) -> IptRule | None:
+                       native_family: str, sets: dict[str, ConstantSet] | None = None) -> IptRule | None:
     """One rule of a native table (of `native_family`: "ip", "ip6" or
     "inet"), as it treats `family`'s packets, in the model iptables' rules
     read into: None when it never matches them (an inet rule for the other
@@ -346,8 +358,9 @@ def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: s
     known but not as written), the rule keeps the tests before it and no
     verdict, and ends in a Match of UNKNOWN_MODULE naming what stopped it —
     the packets that pass those tests are the kernel's. Counters and
-    comments change nothing."""
-    rule = RuleReading(family, native_family)
+    comments change nothing. `sets`: the table's constant sets, by name
+    (a lookup in any other is not known here)."""
+    rule = RuleReading(family, native_family, sets)
     unknown = ""
     for _, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
         name, data = _expression(element)
@@ -541,6 +554,42 @@ def _compared(rule: RuleReading, loaded, negated: bool, value: bytes) -> None:
         raise Undecodable(f"payload base {base} offset {offset} compared")
 
 
+NFTA_LOOKUP_SET, NFTA_LOOKUP_SREG, NFTA_LOOKUP_DREG, NFTA_LOOKUP_FLAGS = 1, 2, 3, 5
+NFT_LOOKUP_F_INV = 1
+
+
+def _lookup(rule: RuleReading, data) -> None:
+    """A lookup in one of the rule's constant sets (native rules only): of
+    a whole address, as -s/-d with every prefix the set's ranges cover; of
+    a TCP or UDP port, as -m multiport."""
+    register = _register(data, NFTA_LOOKUP_SREG)
+    loaded = rule.registers.pop(register, None)
+    found = rule.sets.get(nl.cstr(data.get(NFTA_LOOKUP_SET, b"")))
+    flags = _reg(data, NFTA_LOOKUP_FLAGS)
+    if not rule.native or loaded is None or loaded[0] != "payload" or found is None or NFTA_LOOKUP_DREG in data \
+            or flags & ~NFT_LOOKUP_F_INV or loaded[-1] is not None or loaded[3] != found.width or not found.ranges:
+        raise Undecodable("lookup")
+    _, base, offset, length, _mask = loaded
+    negated = bool(flags & NFT_LOOKUP_F_INV)
+    if base == NFT_PAYLOAD_NETWORK_HEADER and offset in _ADDRESS_OFFSETS[rule.family] \
+            and length == _WIDTH[rule.family] and (rule.native != "inet" or rule.nfproto_tested):
+        option = _ADDRESS_OFFSETS[rule.family][offset]
+        if option in rule.header:
+            raise Undecodable("address")
+        make = ipaddress.IPv4Address if length == 4 else ipaddress.IPv6Address
+        prefixes = [str(net) for low, high in found.ranges
+                    for net in ipaddress.summarize_address_range(make(low), make(high))]
+        rule.header[option] = Match("", option, (",".join(prefixes),), negated)
+    elif base == NFT_PAYLOAD_TRANSPORT_HEADER and offset in (0, 2) and length == 2 and rule.proto in (6, 17):
+        module = "multiport"
+        if any(m.module == module for m in rule.matches):
+            raise Undecodable("two port sets")
+        ports = ",".join(str(low) if low == high else f"{low}:{high}" for low, high in found.ranges)
+        rule.matches += [Match(module, ""), Match(module, "--sports" if offset == 0 else "--dports", (ports,), negated)]
+    else:
+        raise Undecodable("lookup")
+
+
 # the transport protocol -> the x_tables match and option its type reads as
 _ICMP_MATCHES = {1: ("icmp", "--icmp-type"), 58: ("icmp6", "--icmpv6-type")}
 
@@ -659,7 +708,7 @@ def _limit(rule: RuleReading, data) -> None:
 
 
 _EXPRESSIONS = {"limit": _limit, "meta": _load_meta, "payload": _load_payload, "bitwise": _bitwise, "cmp": _cmp,
-                "range": _range, "ct": _load_ct,
+                "range": _range, "ct": _load_ct, "lookup": _lookup,
                 "counter": _counter, "immediate": _immediate, "match": _xt_match, "target": _xt_target}
 
 

@@ -380,9 +380,9 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
     if m == "":
         if opt == "-p":
             return None
-        if opt in ("-s", "-d"):
+        if opt in ("-s", "-d"):         # (a native rule's set: several prefixes, as iptables -s a,b would be)
             return _single(family.address("src" if opt == "-s" else "dst"),
-                           frozenset({_address(values[0], family)}), neg)
+                           frozenset(_address(value, family) for value in values[0].split(",")), neg)
         if opt in ("-i", "-o"):
             return _single("iif" if opt == "-i" else "oif", _interfaces(values[0], links), neg)
         if opt == "-f" and family.fragments:
