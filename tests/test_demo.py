@@ -42,7 +42,7 @@ def test_demo_quick(require_root, scenario):
     fast = sum(i["fast_path"] for i in result["stats"]["interfaces"])
     assert fast > 0, "the demo's traffic must have gone through the fast path"
     if scenario == "gateway":
-        assert "-> filter ->" in result["graph"] and "100 rules reached from FORWARD" in result["graph"]
+        assert "-> filter ->" in result["graph"] and "100 rules reached from the forward hooks" in result["graph"]
     if scenario == "bridge":
         assert "parse -> bridge -> " in result["graph"] and "FDB entries mirrored" in result["graph"]
     assert not left_behind, f"namespaces left behind: {left_behind}"

@@ -188,8 +188,24 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
                    "{ type filter hook forward priority 0 ; policy accept ; }")),
            teardown=(("nft", "delete", "table", "inet", nft_table),),
            note="a native nftables chain on the forward hook: empty, it does nothing and forwarding stays in "
-                "the fast path; with a rule, the traffic that crosses that hook goes to the kernel, which "
-                "evaluates it (from the nf_tables notification on, until the change is applied)"),
+                "the fast path; its first rule brings the filter node in (every pipeline reloaded with it), "
+                "which evaluates the chain, and flushing it takes the node out again (from the nf_tables "
+                "notification on, the datapath hands packets to the kernel until the change is applied)"),
+        Cycle("nft rules (filter present)", (
+            Step("nft add rule (filter present)", ("nft", "add", "rule", "inet", nft_table, "lfpfwd", "ip", "daddr",
+                                                   filtered_dst, "drop"), Effect("disappears", filtered_dst, sink_mac)),
+            Step("nft flush chain (filter present)", ("nft", "flush", "chain", "inet", nft_table, "lfpfwd"),
+                 Effect("appears", filtered_dst, sink_mac)),
+        ), setup=(("nft", "add", "table", "inet", nft_table),
+                  ("nft", "add", "chain", "inet", nft_table, "lfpkeep",
+                   "{ type filter hook forward priority 0 ; policy accept ; }"),
+                  ("nft", "add", "rule", "inet", nft_table, "lfpkeep", "ip", "daddr", "203.0.113.250", "drop"),
+                  ("nft", "add", "chain", "inet", nft_table, "lfpfwd",
+                   "{ type filter hook forward priority 10 ; policy accept ; }")),
+           teardown=(("nft", "delete", "table", "inet", nft_table),),
+           note="only a native chain's rules change while another keeps the filter node in: no compile, no "
+                "reload; the controller re-reads the native tables, rebuilds the classifier and writes the "
+                "new generation"),
         Cycle("legacy iptables rules", (
             Step("iptables-legacy -A", ("iptables-legacy", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j", "DROP"),
                  Effect("disappears", filtered_dst, sink_mac)),

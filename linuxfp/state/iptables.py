@@ -125,7 +125,7 @@ class IptTable(_JsonMixin):
 class Ruleset(_JsonMixin):
     """One backend's tables of one family: iptables' (IPv4) or ip6tables'."""
 
-    backend: str                       # "nft" or "legacy"
+    backend: str                       # "nft" or "legacy"; a native chain's: "family table chain"
     tables: tuple[IptTable, ...] = ()
     incompatible: tuple[str, ...] = ()  # tables the tool could not express (native nft)
     family: str = "ip"                 # "ip" (iptables) or "ip6" (ip6tables)
@@ -141,6 +141,7 @@ class Ruleset(_JsonMixin):
     # evaluated from (one such Ruleset per base chain); iptables': "", FORWARD
     native: str = ""
     entry: str = "FORWARD"
+    priority: int = 0                  # its FORWARD hook's (iptables' filter table: 0)
 
     def reading(self) -> str:
         """How these rules were read, for `linuxfp graph`."""

@@ -556,6 +556,7 @@ class NftChain(_JsonMixin):
     device_prefixes: tuple[str, ...] = ()   # ... and by name prefix (`device "eth*"`)
     rules: int = 0
     expressions: tuple[str, ...] = ()   # what its rules use, by name, nested ones too, sorted
+    priority: int = 0               # base chains: where on its hook (lower first)
 
     @property
     def where(self) -> str:

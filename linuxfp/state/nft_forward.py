@@ -6,7 +6,8 @@ and packet family (an inet chain: one for IPv4, one for IPv6), each rule
 decoded by nft_rules.decode_native_rule. The filter node evaluates each such
 base chain as one more FORWARD hook: a packet is forwarded only if every
 hook accepts it, so their priorities, and their order beside iptables'
-FORWARD chains, change nothing the fast path decides. Pure."""
+FORWARD chains, change nothing the fast path decides (they order the
+counts Linux would have kept: program.verdict_and_counted). Pure."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -106,7 +107,7 @@ def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str
                              sets.get((base.family, base.table), {})))
                 for chain in [base, *regular]))
             out.append(Ruleset(f"{base.family} {base.table} {base.name}", (table,), (), family, source="kernel",
-                               native=f"{base.family} {base.table}", entry=base.name))
+                               native=f"{base.family} {base.table}", entry=base.name, priority=base.priority))
     return tuple(out)
 
 

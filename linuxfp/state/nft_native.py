@@ -25,6 +25,7 @@ from .nft_forward import (FORWARD_FAMILIES, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELE
 from .nft_rules import (NF_ACCEPT, NF_DROP, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE,
                         NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY,
                         NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM,
+                        NFTA_HOOK_PRIORITY,
                         NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, _NFGENMSG)
 
 NFT_MSG_NEWSET, NFT_MSG_GETSET = 9, 10
@@ -190,10 +191,11 @@ def _expression_names(element: bytes) -> set[str]:
 
 def _chain(family: str, a: dict[int, bytes], rules: dict, expressions: dict) -> NftChain:
     table, name = nl.strict_name(a[NFTA_CHAIN_TABLE]), nl.strict_name(a[NFTA_CHAIN_NAME])
-    hook, devices, prefixes, policy = "", [], [], ""
+    hook, devices, prefixes, policy, priority = "", [], [], "", 0
     if NFTA_CHAIN_HOOK in a:
         hook_attrs = nl.parse_attrs(a[NFTA_CHAIN_HOOK])
         number = nl.be32(hook_attrs[NFTA_HOOK_HOOKNUM])
+        priority = struct.unpack("!i", hook_attrs.get(NFTA_HOOK_PRIORITY, b"\0\0\0\0"))[0]
         names = HOOK_NAMES[family]
         hook = names[number] if number < len(names) else f"hook {number}"
         bound = [(NFTA_DEVICE_NAME, hook_attrs[NFTA_HOOK_DEV])] if NFTA_HOOK_DEV in hook_attrs else []
@@ -212,4 +214,4 @@ def _chain(family: str, a: dict[int, bytes], rules: dict, expressions: dict) -> 
     return NftChain(family=family, table=table, name=name, hook=hook,
                     kind=nl.cstr(a.get(NFTA_CHAIN_TYPE, b"")) if hook else "", policy=policy,
                     devices=tuple(sorted(set(devices))), device_prefixes=tuple(sorted(set(prefixes))),
-                    rules=rules.get(key, 0), expressions=tuple(sorted(expressions.get(key, ()))))
+                    rules=rules.get(key, 0), expressions=tuple(sorted(expressions.get(key, ()))), priority=priority)

@@ -240,7 +240,8 @@ def _policy(table: str, name: str, a: dict[int, bytes]) -> str | None:
 
 class RuleReading:
     """What iptables-nft-save gathers of one rule while it walks the
-    expressions: the header fields, the matches in order, the verdict."""
+    expressions (or decode_native_rule of a native one): the header fields,
+    the matches in order, the verdict."""
 
     def __init__(self, family: str, native_family: str = "", sets: dict[str, ConstantSet] | None = None):
         self.family = family
@@ -249,7 +250,7 @@ class RuleReading:
         # its family ("ip", "ip6", "inet"), which allows what the nft tool
         # writes and iptables-nft never does (below: `native`)
         self.native = native_family
-        self.nfproto_tested = False         # inet: `meta nfproto` came before any address
+        self.nfproto_tested = False         # inet: `meta nfproto` came before any network-header test
         self.at_least: tuple[int, bytes] | None = None   # a `cmp gte` waiting for its `cmp lte`
         self.header: dict[str, Match] = {}
         self.matches: list[Match] = []
@@ -368,10 +369,11 @@ def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: s
         try:
             if rule.ended:
                 raise Undecodable(f"{name} after the verdict")
-            handler = _EXPRESSIONS.get(name)
-            if handler is None:
+            if rule.at_least is not None and name != "cmp":
+                raise Undecodable("cmp gte without its lte")
+            if name not in _NATIVE_EXPRESSIONS:
                 raise Undecodable(f"expression {name}")
-            handler(rule, data)
+            _EXPRESSIONS[name](rule, data)
         except NeverMatches:
             return None
         except Undecodable as exc:
@@ -381,7 +383,7 @@ def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: s
     if not unknown and (rule.registers or rule.at_least is not None):
         unknown = "a loaded register nobody compared"
     if unknown:
-        rule.target, rule.goto = "", False
+        rule.target, rule.goto, rule.target_options = "", False, ()
         return assembled(rule, chain, position, Match(UNKNOWN_MODULE, ""),
                          Match(UNKNOWN_MODULE, "--expression", (unknown,)))
     return assembled(rule, chain, position)
@@ -500,7 +502,9 @@ def _compared(rule: RuleReading, loaded, negated: bool, value: bytes) -> None:
                 name, _, rest = value.partition(b"\0")
                 value = name + b"\0" if not rest.strip(b"\0") else b"\0\0"   # (NULs amid: not a name)
             name = value[:-1] if value.endswith(b"\0") else value + b"+"
-            if b"\0" in name or b"+" in name[:-1] or not name or len(value) >= 16 or option in rule.header \
+            # (a whole name: its NUL ends the 16 bytes, in a native rule)
+            longest = 16 if rule.native and value.endswith(b"\0") else 15
+            if b"\0" in name or b"+" in name[:-1] or not name or len(value) > longest or option in rule.header \
                     or (value.endswith(b"\0") and name.endswith(b"+")):    # an exact "x+" reads as a wildcard
                 raise Undecodable("interface name")
             try:
@@ -710,6 +714,14 @@ def _limit(rule: RuleReading, data) -> None:
 _EXPRESSIONS = {"limit": _limit, "meta": _load_meta, "payload": _load_payload, "bitwise": _bitwise, "cmp": _cmp,
                 "range": _range, "ct": _load_ct, "lookup": _lookup,
                 "counter": _counter, "immediate": _immediate, "match": _xt_match, "target": _xt_target}
+
+
+# what decode_native_rule reads of a native rule: the tests that keep no
+# state, counters and verdicts (a limit spends its budget on every packet
+# that reaches it, whatever the tests after it say; x_tables' matches in a
+# native table are not read)
+_NATIVE_EXPRESSIONS = frozenset({"meta", "payload", "bitwise", "cmp", "range", "ct", "lookup", "counter",
+                                 "immediate"})
 
 
 def _userdata_comment(data: bytes) -> list[Match]:

@@ -310,7 +310,14 @@ def rule_meaning(rule, links, sets=None, family: Family = IPV4, addrtypes=None) 
                 if not match.negated:
                     proto = number
     for match in rule.matches:
+        # The kernel gets every packet that reaches a match not known here:
+        # one that keeps state (-m limit, -m recent) changes it for packets
+        # the matches after it would turn away, so those only name
+        # themselves when not known either.
+        after_unsupported = bool(unsupported)
         if match.module == "addrtype" and match.option in ("--src-type", "--dst-type"):
+            if after_unsupported:
+                continue
             try:
                 exact, unsure_boxes = _addrtype_boxes(match, addrtypes, family)
             except Unsupported as exc:
@@ -329,7 +336,7 @@ def rule_meaning(rule, links, sets=None, family: Family = IPV4, addrtypes=None) 
         except (IndexError, ValueError):
             unsupported.append(f"{match} (cannot read its value)")
             continue
-        if boxes is not None:
+        if boxes is not None and not after_unsupported:
             parts.append(boxes)
     if unsure and (unsupported or len(unsure) > 1):
         # the kernel decides the rule as a whole: its boxes must hold all it may match

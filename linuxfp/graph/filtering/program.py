@@ -68,6 +68,10 @@ class Program:
     # FORWARD, TOOLS[family]-backend
     entries: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
+    priorities: tuple[int, ...] = ()    # per backend, its hook's priority (); iptables': 0
+
+    def priority(self, position: int) -> int:
+        return self.priorities[position] if self.priorities else 0
 
     def entry(self, position: int) -> str:
         """The chain backends[position] starts from."""
@@ -148,7 +152,8 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
                    frozenset(named), marks, stateful, family, stateful and nat,
                    tuple(r.entry for r in forward_rulesets) if native else (),
-                   tuple(r.tool for r in forward_rulesets) if native else ())
+                   tuple(r.tool for r in forward_rulesets) if native else (),
+                   tuple(r.priority for r in forward_rulesets) if native else ())
 
 
 def _set_interface_fields(rule, sets) -> set[str]:
@@ -210,20 +215,24 @@ def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple
     path decides it (ACCEPT or DROP; none for KERNEL, where Linux counts
     itself): every rule it matches on its way through the chains, jumps
     and rules without a target included, in order, and a built-in chain's
-    policy as policy_of(backend position). Two backends are two hooks whose
-    order the fast path does not know: a drop counts only the backend that
-    drops (a hook after it never sees the packet, one before it would have
-    counted it too)."""
+    policy as policy_of(backend position). Two backends are two hooks: a
+    drop counts the first backend that drops, in the hooks' priority order,
+    and those of a lower priority, which accepted it before (a hook after it
+    never sees the packet; one of the same priority, iptables-nft's and
+    -legacy's, might have counted it too: which runs first is not known)."""
     hits = sorted({program.box_rule[box] for box in bit_indexes(matched)})
     results, trails = [], []
     for position, backend in enumerate(program.backends):
         trail: list[int] = []
         results.append(_run_builtin(program, backend, program.entry(position), hits, trail, position))
         trails.append(tuple(trail))
-    for wanted in (KERNEL, DROP):
-        for result, trail in zip(results, trails):
-            if result[0] == wanted:
-                return (*result, trail if wanted == DROP else ())
+    if any(result[0] == KERNEL for result in results):
+        return (*next(result for result in results if result[0] == KERNEL), ())
+    dropped = [position for position, result in enumerate(results) if result[0] == DROP]
+    if dropped:
+        first = min(dropped, key=program.priority)
+        before = [i for i in range(len(results)) if program.priority(i) < program.priority(first)]
+        return (*results[first], tuple(i for position in before + [first] for i in trails[position]))
     return (ACCEPT, results[0][1] if results else -1, tuple(i for trail in trails for i in trail))
 
 

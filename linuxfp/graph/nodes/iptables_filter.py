@@ -105,9 +105,9 @@ class Filter(Node):
         for program, classifier in plan.families:
             tool = TOOLS[program.family.name]
             rules = [r for r in program.rules if not r.unsure_part]
-            counts = ", ".join(f"{program.tool(i)} {sum(1 for r in rules if r.backend == b)}"
+            counts = ", ".join(f"{program.tool(i)} {program.entry(i)} {sum(1 for r in rules if r.backend == b)}"
                                for i, b in enumerate(program.backends))
-            lines.append(f"{len(rules)} rules reached from FORWARD ({counts or f'{tool}: none'})")
+            lines.append(f"{len(rules)} rules reached from the forward hooks ({counts or f'{tool}: none'})")
             if program.stateful:
                 tracking = plan.tracking6 if program.family is IPV6 else plan.tracking
                 which = ("established connections, with NAT or without (the conntrack node translates them; "
