@@ -56,11 +56,15 @@ struct lfp_renewal {
 	__u64 term_ns;
 	__u32 addr_genid;       /* lfp_lease's, as lfp_read_generations read it */
 	__u32 addr_guarded;
+	__u32 nft_seq;          /* likewise */
+	__u32 nft_guarded;
 };
 
 /* BPF_PROG_TEST_RUN's context for lfp_read_generations, filled in. */
 struct lfp_generations {
 	__u32 addr_genid;
+	__u32 nft_seq;
+	__u32 nft_known;        /* 0: a kernel without nf_tables */
 };
 
 static int lfp_lease_lapse(void *map, __u32 *key, struct lfp_lease *lease)
@@ -94,6 +98,8 @@ int lfp_lease_renew(struct lfp_renewal *renewal)
 	lease->watch_acked = renewal->watch_acked;
 	lease->addr_genid = renewal->addr_genid;
 	lease->addr_guarded = renewal->addr_guarded;
+	lease->nft_seq = renewal->nft_seq;
+	lease->nft_guarded = renewal->nft_guarded;
 	lease->held = 1;
 	return 0;
 }
@@ -122,6 +128,9 @@ int lfp_read_generations(struct lfp_generations *gens)
 	if (!net || BPF_CORE_READ(net, net_cookie) != lfp_netns_cookie)
 		return 1;
 	gens->addr_genid = BPF_CORE_READ((struct net___lfp_lease *)net, ipv4.dev_addr_genid.counter);
+	gens->nft_known = bpf_core_field_exists(((struct net___lfp_lease *)net)->nft);
+	if (gens->nft_known)
+		gens->nft_seq = BPF_CORE_READ((struct net___lfp_lease *)net, nft.base_seq);
 	return 0;
 }
 

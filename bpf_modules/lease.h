@@ -8,6 +8,7 @@
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #include "counters.h"
 
@@ -42,6 +43,14 @@
  * (local sources, addrtype) may be stale, and the kernel decides. Unguarded
  * only for tests that load a pipeline without a controller.
  *
+ * nft_seq / nft_guarded: the same for nf_tables (iptables-nft's rules and
+ * the nft tool's tables): its generation (net->nft.base_seq, which every
+ * commit moves inside the committing system call, before the new rules take
+ * effect) that the controller read before it last read netfilter; while it
+ * is guarded and the kernel's reads otherwise, the rules the datapath holds
+ * may be stale, and the kernel decides (counted as a watched table changed).
+ * Unguarded also on a kernel without nf_tables.
+ *
  * Layout mirrored in controller/lease.py. */
 struct lfp_lease {
 	__u64 changes_started;
@@ -53,6 +62,8 @@ struct lfp_lease {
 				 * namespace numbers it (0: one it cannot see) */
 	__u32 addr_genid;
 	__u32 addr_guarded;
+	__u32 nft_seq;
+	__u32 nft_guarded;
 	struct bpf_timer lapse;
 };
 
@@ -84,13 +95,17 @@ struct {
 /* Returned by lfp_lease_check() when the datapath may act. */
 #define LFP_LEASE_OK LFP_CNT_MAX
 
-/* The field read, relocated against the running kernel's BTF. */
+/* The fields read, relocated against the running kernel's BTF (`nft`: only
+ * where the kernel has nf_tables). */
 struct net___lfp_lease {
 	struct {
 		struct {
 			int counter;
 		} dev_addr_genid;
 	} ipv4;
+	struct {
+		unsigned int base_seq;
+	} nft;
 } __attribute__((preserve_access_index));
 
 /* LFP_LEASE_OK, or the reason the kernel must take the packet arriving in
@@ -108,6 +123,8 @@ static __always_inline enum lfp_counter lfp_lease_check(struct net___lfp_lease *
 		return LFP_CNT_WATCHED_TABLE_CHANGED;
 	if (lease->addr_guarded && (__u32)net->ipv4.dev_addr_genid.counter != lease->addr_genid)
 		return LFP_CNT_ADDRESSES_CHANGED;
+	if (bpf_core_field_exists(net->nft) && lease->nft_guarded && net->nft.base_seq != lease->nft_seq)
+		return LFP_CNT_WATCHED_TABLE_CHANGED;
 	return LFP_LEASE_OK;
 }
 

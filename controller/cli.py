@@ -116,6 +116,7 @@ def cmd_status(args) -> int:
         problem = ("no controller runs in this namespace" if not data["controller_pid"]
                    else "the datapath is not acting on current state (lease not held)" if not lease.get("held")
                    else "an address changed: the controller has not read it yet" if lease.get("addresses") == "changed"
+                   else "nf_tables changed: the controller has not read it yet" if lease.get("nf_tables") == "changed"
                    else None)
         print(problem or f"ready: controller pid {data['controller_pid']}, lease held")
         return 1 if problem else 0

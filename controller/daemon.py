@@ -415,10 +415,11 @@ class Controller:
                 # no rule matches a set).
                 self._arm_set_watch(True)
                 watched = self.watch.settled()
-                addresses = self.lease.sample_addresses()
+                sampled = self.lease.sample()
                 snapshot = kstate.read_snapshot()
                 self.reconcile(snapshot)
-                self.lease.addresses_taken_in(addresses)
+                self.lease.addresses_taken_in(sampled and sampled.addr_genid)
+                self.lease.nft_taken_in(sampled and sampled.nft_seq)
                 self._arm_set_watch(bool(snapshot.netfilter.ipsets))
                 if watched is not None:
                     self.lease.acknowledge(watched)
@@ -433,8 +434,11 @@ class Controller:
                 response_dirty = in_flight = addresses_behind = False
                 while not self._stop:
                     # Before the events are drained: every address change this
-                    # generation counts has its message queued by now.
-                    addresses = self.lease.sample_addresses()
+                    # generation counts has its message queued by now; and
+                    # before netfilter is read below: every commit the
+                    # nf_tables generation counts is in what it reads.
+                    sampled = self.lease.sample()
+                    addresses, nft_seq = (sampled.addr_genid, sampled.nft_seq) if sampled else (None, None)
                     # Response times reach /run only once events pause, so the
                     # file write never delays the next change.
                     # (a change in flight is looked at again soon: a sysctl write lasts
@@ -473,6 +477,8 @@ class Controller:
                         worked = self.reconcile(snapshot, batch.messages)
                         if batch.resync:
                             snapshot = self._follow_sets(snapshot)
+                        if batch.resync or "netfilter" in batch.kinds:
+                            self.lease.nft_taken_in(nft_seq)     # (read with the batch, after the sample)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
                         # One line per applied batch: what `ip monitor` users expect,
@@ -496,17 +502,22 @@ class Controller:
                             snapshot = polled
                             self.reconcile(snapshot)
                         snapshot = self._follow_sets(snapshot)
+                        self.lease.nft_taken_in(nft_seq)
                         if changed:
                             self.lease.acknowledge(watched)
-                    # nf_tables announced a commit (the datapath has been passing
-                    # since): the re-read below sees every commit counted in seq.
-                    if self.lease.unsure:
+                    # nf_tables announced a commit, or its generation moved past
+                    # the one netfilter was last read under (the datapath has
+                    # been passing since): the re-read below sees every commit
+                    # counted in seq, and every one the generation counts.
+                    nft_now = self.lease.sample_nft()
+                    if self.lease.unsure or self.lease.nft_behind(nft_now):
                         seq = self.lease.unsure_seq
                         fresh = kstate.refresh_netfilter(snapshot)
                         if fresh is not snapshot:
                             snapshot = fresh
                             self.reconcile(snapshot)
                         snapshot = self._follow_sets(snapshot)
+                        self.lease.nft_taken_in(nft_now)
                         self.lease.settle_unsure(seq)
                     since_upkeep = time.monotonic() - self._last_upkeep
                     if (since_upkeep >= UPKEEP_OVERDUE_S or (batch is None and since_upkeep >= UPKEEP_INTERVAL_S)) \
@@ -520,7 +531,7 @@ class Controller:
                         # For launchers: "current" once everything known is applied
                         # and the datapath acts on it, "busy" until then.
                         current = not self.lease.unsure and not in_flight and watched == self.lease.watch_acked \
-                            and not addresses_behind
+                            and not addresses_behind and not self.lease.nft_behind(self.lease.sample_nft())
                         said = _say_state("current" if current else "busy", said, ready_out, notifier)
         finally:
             notifier.stopping()

@@ -32,19 +32,20 @@ RENEW_NS = 200_000_000       # how often the loop renews: a term spans several r
 # against every object's BTF as it loads)
 LEASE = CType("struct lfp_lease", (("changes_started", "Q"), ("changes_done", "Q"), ("watch_acked", "Q"),
                                    ("sysctl_writes", "Q"), ("held", "I"), ("changer_tgid", "I"),
-                                   ("addr_genid", "I"), ("addr_guarded", "I"),
+                                   ("addr_genid", "I"), ("addr_guarded", "I"), ("nft_seq", "I"),
+                                   ("nft_guarded", "I"),
                                    ("lapse", "16s")))     # struct bpf_timer: the kernel's
 # controller.c's test-run contexts (checked against its BTF as it loads)
 RENEWAL = CType("struct lfp_renewal", (("watch_acked", "Q"), ("term_ns", "Q"), ("addr_genid", "I"),
-                                       ("addr_guarded", "I")))
-GENERATIONS = CType("struct lfp_generations", (("addr_genid", "I"),))
+                                       ("addr_guarded", "I"), ("nft_seq", "I"), ("nft_guarded", "I")))
+GENERATIONS = CType("struct lfp_generations", (("addr_genid", "I"), ("nft_seq", "I"), ("nft_known", "I")))
 CONTEXT_TYPES = (RENEWAL, GENERATIONS)
 NAMESPACE_TYPES = {LEASE_MAP: (U32, LEASE), SENT_MAP: (U32, U64)}
 _RENEWAL = RENEWAL.packer
 # offsetof(struct lfp_lease, held) by the value's size, in every layout
-# pinned so far (lease.h's history): 64 and 56 (this one and the one before
-# addr_genid), 48 (three counters, then held), 32 (before the watch)
-_HELD_AT = {64: 32, 56: 32, 48: 24, 32: 8}
+# pinned so far (lease.h's history): 72 (this one), 64 (before nft_seq) and
+# 56 (before addr_genid), 48 (three counters, then held), 32 (before the watch)
+_HELD_AT = {72: 32, 64: 32, 56: 32, 48: 24, 32: 8}
 _KEY = U32.pack(0)
 
 
@@ -57,14 +58,16 @@ class LeaseState:
     changer_tgid: int
     sysctl_writes: int      # net/ sysctl writes begun (the sysctl watch)
     addr_genid: int | None  # the address generation acknowledged; None: unguarded
+    nft_seq: int | None = None   # the nf_tables generation acknowledged; None: unguarded
 
 
 def read(lease_map) -> LeaseState:
     """The lease as the datapath sees it."""
     raw = lease_map.lookup(_KEY)
-    started, done, acked, sysctls, held, changer, genid, guarded, _ = \
-        LEASE.unpack(raw[: LEASE.size]) if raw else (0,) * 9
-    return LeaseState(bool(held), acked, started, done, changer, sysctls, genid if guarded else None)
+    started, done, acked, sysctls, held, changer, genid, guarded, nft_seq, nft_guarded, _ = \
+        LEASE.unpack(raw[: LEASE.size]) if raw else (0,) * 11
+    return LeaseState(bool(held), acked, started, done, changer, sysctls, genid if guarded else None,
+                      nft_seq if nft_guarded else None)
 
 
 _SENT_KEY, _ARMED_KEY = U32.pack(0), U32.pack(1)
@@ -108,24 +111,33 @@ def revoke_pinned(path: str) -> None:
 
 
 def grant(lease_map, held: bool = True, watch_acked: int = 0, changes_started: int = 0,
-          addr_genid: int | None = None) -> None:
+          addr_genid: int | None = None, nft_seq: int | None = None) -> None:
     """Set the lease directly, with no timer to end it: for tests that load a
-    pipeline without a controller (addr_genid None: addresses unguarded)."""
+    pipeline without a controller (addr_genid None: addresses unguarded;
+    nft_seq None: nf_tables unguarded)."""
     lease_map.update(_KEY, LEASE.pack(changes_started, 0, watch_acked, 0, int(held), 0, addr_genid or 0,
-                                      int(addr_genid is not None), bytes(16)))
+                                      int(addr_genid is not None), nft_seq or 0, int(nft_seq is not None),
+                                      bytes(16)))
 
 
 class GenerationsUnknown(Exception):
     """lfp_read_generations could not read the namespace's generations."""
 
 
-def read_generations(program) -> int:
-    """The kernel's IPv4 address generation (net->ipv4.dev_addr_genid) in the
+@dataclass(frozen=True)
+class Generations:
+    addr_genid: int         # net->ipv4.dev_addr_genid
+    nft_seq: int | None     # net->nft.base_seq; None: a kernel without nf_tables
+
+
+def read_generations(program) -> Generations:
+    """The kernel's IPv4 address generation and nf_tables generation in the
     calling thread's namespace, through the companion's lfp_read_generations."""
-    run = dp.test_run(program.fd, b"", ctx_in=GENERATIONS.pack(0))
+    run = dp.test_run(program.fd, b"", ctx_in=GENERATIONS.pack(0, 0, 0))
     if run.retval != 0 or run.ctx_out is None:
         raise GenerationsUnknown(f"lfp_read_generations returned {run.retval}: not the watched namespace")
-    return GENERATIONS.unpack(run.ctx_out[: GENERATIONS.size])[0]
+    genid, nft_seq, nft_known = GENERATIONS.unpack(run.ctx_out[: GENERATIONS.size])
+    return Generations(genid, nft_seq if nft_known else None)
 
 
 # watch_acked while a change the controller has not re-read yet is known to
@@ -149,6 +161,11 @@ class Lease:
         # The IPv4 address generation the controller last took the addresses
         # in under (sample_addresses, then addresses_taken_in); None: unguarded.
         self.addr_genid: int | None = None
+        # The nf_tables generation the controller last read netfilter under
+        # (sample_nft, then nft_taken_in); None: unguarded. nft_present: the
+        # kernel has nf_tables, so no lease until it is guarded.
+        self.nft_seq: int | None = None
+        self.nft_present = False
         self._generation_failed = False
         self._renewed = 0
         self._lock = threading.Lock()
@@ -198,37 +215,71 @@ class Lease:
     def _term(self) -> int:
         # no lease before the addresses are guarded: an unguarded lease would
         # let the datapath act on addresses nobody vouches for
-        unguarded = self.generations_program is not None and self.addr_genid is None
+        unguarded = self.generations_program is not None and (
+            self.addr_genid is None or (self.nft_present and self.nft_seq is None))
         return 0 if self.withheld is not None or unguarded else TERM_NS
 
     def _acked(self) -> int:
         return UNSURE if self.unsure else self.watch_acked
 
     def _renewal(self, acked: int, term_ns: int) -> bytes:
-        genid = self.addr_genid
-        return _RENEWAL.pack(acked, term_ns, genid or 0, int(genid is not None))
+        genid, nft_seq = self.addr_genid, self.nft_seq
+        return _RENEWAL.pack(acked, term_ns, genid or 0, int(genid is not None), nft_seq or 0,
+                             int(nft_seq is not None))
+
+    def _generations(self) -> Generations | None:
+        if self.generations_program is None:
+            return None
+        try:
+            generations = read_generations(self.generations_program)
+        except (GenerationsUnknown, dp.BpfError) as e:
+            # Never expected (the loop runs in its namespace); the datapath
+            # then keeps passing on address and nf_tables grounds (no lease
+            # at all before the first generations: _term), as it should.
+            if not self._generation_failed:
+                log.error("cannot read the kernel's generations (%s): the datapath leaves packets to the kernel", e)
+            self._generation_failed = True
+            return None
+        if self._generation_failed:
+            log.info("the kernel's generations read again")
+            self._generation_failed = False
+        self.nft_present = generations.nft_seq is not None
+        return generations
+
+    def sample(self) -> Generations | None:
+        """The kernel's generations now (sample_addresses, sample_nft): one read."""
+        return self._generations()
 
     def sample_addresses(self) -> int | None:
         """The kernel's IPv4 address generation now: read it *before* taking
         the addresses in (a dump, or draining the events queued so far — the
         kernel queues an address's message before it moves the generation),
         then hand it to addresses_taken_in. None before the companion loads."""
-        if self.generations_program is None:
-            return None
-        try:
-            genid = read_generations(self.generations_program)
-        except (GenerationsUnknown, dp.BpfError) as e:
-            # Never expected (the loop runs in its namespace); the datapath
-            # then keeps passing on address grounds (no lease at all before
-            # the first generation: _term), as it should.
-            if not self._generation_failed:
-                log.error("cannot read the address generation (%s): the datapath leaves packets to the kernel", e)
-            self._generation_failed = True
-            return None
-        if self._generation_failed:
-            log.info("the address generation reads again")
-            self._generation_failed = False
-        return genid
+        generations = self._generations()
+        return None if generations is None else generations.addr_genid
+
+    def sample_nft(self) -> int | None:
+        """The kernel's nf_tables generation now: read it *before* reading
+        netfilter (a commit moves it before its rules take effect), then hand
+        it to nft_taken_in once what was read is applied. None before the
+        companion loads, or without nf_tables."""
+        generations = self._generations()
+        return None if generations is None else generations.nft_seq
+
+    def nft_behind(self, seq: int | None) -> bool:
+        """The kernel's nf_tables generation `seq` (sample_nft) is past the
+        one netfilter was last read under (the datapath passes meanwhile)."""
+        return seq is not None and seq != self.nft_seq
+
+    def nft_taken_in(self, seq: int | None) -> None:
+        """What the datapath holds reflects every nf_tables commit up to
+        `seq` (sampled before netfilter was read): from now on it acts while
+        the kernel's generation still reads `seq`."""
+        if seq is None or seq == self.nft_seq:
+            return
+        with self._lock:
+            self.nft_seq = seq
+            self._renew_locked(force=True)
 
     def addresses_taken_in(self, genid: int | None) -> None:
         """What the datapath holds reflects every address change up to
@@ -324,9 +375,11 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
         "IPv6 addresses, neighbours, links, sysctls with events, xfrm policies":
             "the response time (linuxfp stats; a link renamed into a name-bound nf_tables egress chain too; "
             "into an ingress chain: none, the datapath reads the device's hooks)",
-        "nf_tables (iptables-nft, nft)": "its notification's delivery (a watch thread then hands every "
-                                         "packet to the kernel until the change is applied)" if nft_watched
-        else "the response time (linuxfp stats)",
+        "nf_tables (iptables-nft, nft)":
+            "none (the kernel's nf_tables generation is read per packet: a commit moves it inside the "
+            "committing system call, before its rules take effect, and every packet goes to the kernel until "
+            "the controller has read the change, " + ("which its notification announces)" if nft_watched
+                                                      else "polled within 1 s)"),
         "legacy iptables, ip6tables, arptables": "none (cgroup setsockopt watch; the 1 s poll behind it)"
         if watch_attached else "<= 1 s (polled)",
         "bridge FDB": "none (raw tracepoints forget a mirrored entry as the kernel changes it)"

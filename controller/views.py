@@ -82,9 +82,22 @@ def lease_state(layout: NamespaceLayout) -> dict | None:
             sent = lease.read_sent(sent_map)
         finally:
             sent_map.close()
+    generations = _generations(layout)
     return {"held": state.held, "watched_changes": state.changes_started + state.sysctl_writes + sent,
             "sysctl_writes": state.sysctl_writes, "acknowledged": state.watch_acked,
-            "addresses": "unguarded" if state.addr_genid is None else _addresses(layout, state.addr_genid)}
+            "addresses": _current(state.addr_genid, generations and generations.addr_genid),
+            "nf_tables": _current(state.nft_seq, generations and generations.nft_seq)}
+
+
+def _current(taken_in: int | None, now: int | None) -> str:
+    """"current" while the kernel's generation is the one the lease holds
+    (the datapath acts), "changed" when not (it passes), "unguarded", or
+    "unknown" where it cannot be read."""
+    if taken_in is None:
+        return "unguarded"
+    if now is None:
+        return "unknown"
+    return "current" if now == taken_in else "changed"
 
 
 # pin path -> the program opened from it, the last one only: waits poll the
@@ -93,35 +106,34 @@ _generation_readers: dict[str, dp.Program] = {}
 _readers_lock = threading.Lock()
 
 
-def _addresses(layout: NamespaceLayout, taken_in: int) -> str:
-    """"current" while the kernel's IPv4 address generation, read through
-    the controller's pinned lfp_read_generations from this thread's
-    namespace, is the one the lease holds (the datapath acts), "changed"
-    when not (it passes), "unknown" where it cannot be read."""
+def _generations(layout: NamespaceLayout) -> lease.Generations | None:
+    """The kernel's generations, read through the controller's pinned
+    lfp_read_generations from this thread's namespace; None where they
+    cannot be read."""
     path = layout.generations_pin
     with _readers_lock:
         program = _generation_readers.pop(path, None)
     try:
         if program is None:
             program = dp.Program.from_pinned(path)
-        genid = lease.read_generations(program)
+        generations = lease.read_generations(program)
     except (lease.GenerationsUnknown, dp.BpfError, OSError, struct.error):
         if program is not None:
             program.close()
-        return "unknown"
+        return None
     with _readers_lock:
         for other in list(_generation_readers):      # one kept: a waiter watches one namespace
             _generation_readers.pop(other).close()
         if _generation_readers.setdefault(path, program) is not program:
             program.close()
-    return "current" if genid == taken_in else "changed"
+    return generations
 
 
 def lease_acts(state: dict | None) -> bool:
     """Whether the datapath may act on what `lease_state` read: the lease
-    held, every watched change re-read, the addresses current."""
+    held, every watched change re-read, the addresses and nf_tables current."""
     return bool(state) and state["held"] and state["watched_changes"] == state["acknowledged"] \
-        and state["addresses"] != "changed"
+        and state["addresses"] != "changed" and state.get("nf_tables") != "changed"
 
 
 def read_counters(layout: NamespaceLayout, ifindex: int) -> dict[str, int] | None:
@@ -237,7 +249,9 @@ def status_text(data: dict) -> str:
     if held is not None:
         lines.append("  lease: " + ("held" if held["held"] else "lapsed: every packet goes to the kernel")
                      + ("; an address changed: the controller has not read it yet" if held["addresses"] == "changed"
-                        else ""))
+                        else "")
+                     + ("; nf_tables changed: the controller has not read it yet"
+                        if held.get("nf_tables") == "changed" else ""))
     if not data["interfaces"]:
         lines.append("  nothing attached")
     for i in data["interfaces"]:

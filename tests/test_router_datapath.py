@@ -239,7 +239,7 @@ def test_the_lease_lapses_one_term_after_the_last_renewal(router):
     try:
         companion.reuse_map(lease.LEASE_MAP, router.obj.map(lease.LEASE_MAP))
         companion.load()
-        renewal = lease.RENEWAL.pack(0, 300_000_000, 0, 0)   # acknowledged 0, a term of 0.3 s
+        renewal = lease.RENEWAL.pack(0, 300_000_000, 0, 0, 0, 0)   # acknowledged 0, a term of 0.3 s
         assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
         assert_lease_decides(router, frame, held=True)
         time.sleep(0.15)
@@ -250,7 +250,7 @@ def test_the_lease_lapses_one_term_after_the_last_renewal(router):
         assert_lease_decides(router, frame, held=False)
         assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=renewal).retval == 0
         assert_lease_decides(router, frame, held=True)
-        revoke = lease.RENEWAL.pack(0, 0, 0, 0)            # a term of 0: lost events, stop now
+        revoke = lease.RENEWAL.pack(0, 0, 0, 0, 0, 0)            # a term of 0: lost events, stop now
         assert dp.test_run(companion.program("lfp_lease_renew").fd, b"", ctx_in=revoke).retval == 0
         assert_lease_decides(router, frame, held=False)
     finally:
@@ -294,7 +294,7 @@ def test_an_address_change_not_yet_taken_in_sends_packets_to_the_kernel(router):
         with pytest.raises(lease.GenerationsUnknown):
             lease.read_generations(read)             # this thread is not in the watched namespace
         with entered(router.ns):
-            taken_in = lease.read_generations(read)
+            taken_in = lease.read_generations(read).addr_genid
         lease.grant(lease_map, addr_genid=taken_in)
         assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
         router.ns.run("ip address add 203.0.113.250/32 dev out0")
@@ -304,12 +304,51 @@ def test_an_address_change_not_yet_taken_in_sends_packets_to_the_kernel(router):
             assert result.retval == VERDICTS[router.hook]["pass"] and result.data_out == frame
             assert router.counter("addresses_changed") == before + 1
             with entered(router.ns):
-                moved = lease.read_generations(read)
+                moved = lease.read_generations(read).addr_genid
             assert moved != taken_in
             lease.grant(lease_map, addr_genid=moved)         # taken in
             assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
         finally:
             router.ns.run("ip address del 203.0.113.250/32 dev out0")
+    finally:
+        companion.close()
+        lease.grant(lease_map)
+
+
+def test_an_nftables_commit_not_yet_read_sends_packets_to_the_kernel(router):
+    """The nf_tables generation a commit moves (net->nft.base_seq), read per
+    packet against the one the lease holds: from the commit until the
+    controller has read netfilter under the new one, the kernel decides."""
+    from linuxfp.state.netlink import netns_cookie
+    from linuxfp.synth import build_controller_programs
+
+    lease_map = router.obj.map(lease.LEASE_MAP)
+    frame = next(c for c in CASES if c.verdict == FORWARD).frame()
+    companion = dp.BpfObject.open(build_controller_programs().data, name="test_companion")
+    try:
+        with entered(router.ns):
+            companion.set_rodata({"lfp_netns_cookie": netns_cookie()})
+        companion.reuse_map(lease.LEASE_MAP, lease_map)
+        companion.load()
+        read = companion.program("lfp_read_generations")
+        with entered(router.ns):
+            taken_in = lease.read_generations(read)
+        assert taken_in.nft_seq is not None          # (this kernel has nf_tables)
+        lease.grant(lease_map, addr_genid=taken_in.addr_genid, nft_seq=taken_in.nft_seq)
+        assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+        router.ns.run(["nft", "add", "table", "inet", "lfpgen"])
+        try:
+            before = router.counter("watched_table_changed")
+            result = router.run(frame)
+            assert result.retval == VERDICTS[router.hook]["pass"] and result.data_out == frame
+            assert router.counter("watched_table_changed") == before + 1
+            with entered(router.ns):
+                moved = lease.read_generations(read)
+            assert moved.nft_seq != taken_in.nft_seq and moved.addr_genid == taken_in.addr_genid
+            lease.grant(lease_map, addr_genid=moved.addr_genid, nft_seq=moved.nft_seq)     # taken in
+            assert router.run(frame).retval != VERDICTS[router.hook]["pass"]
+        finally:
+            router.ns.run(["nft", "delete", "table", "inet", "lfpgen"])
     finally:
         companion.close()
         lease.grant(lease_map)
