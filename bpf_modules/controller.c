@@ -64,7 +64,7 @@ struct lfp_renewal {
 struct lfp_generations {
 	__u32 addr_genid;
 	__u32 nft_seq;
-	__u32 nft_known;        /* 0: a kernel without nf_tables */
+	__u32 nft_known;        /* 0: no nft.base_seq in struct net (no nf_tables, or before 6.17) */
 };
 
 static int lfp_lease_lapse(void *map, __u32 *key, struct lfp_lease *lease)
@@ -128,7 +128,7 @@ int lfp_read_generations(struct lfp_generations *gens)
 	if (!net || BPF_CORE_READ(net, net_cookie) != lfp_netns_cookie)
 		return 1;
 	gens->addr_genid = BPF_CORE_READ((struct net___lfp_lease *)net, ipv4.dev_addr_genid.counter);
-	gens->nft_known = bpf_core_field_exists(((struct net___lfp_lease *)net)->nft);
+	gens->nft_known = bpf_core_field_exists(((struct net___lfp_lease *)net)->nft.base_seq);
 	if (gens->nft_known)
 		gens->nft_seq = BPF_CORE_READ((struct net___lfp_lease *)net, nft.base_seq);
 	return 0;

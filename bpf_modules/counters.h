@@ -15,8 +15,9 @@
 #define LFP_COUNTERS_PIPELINE(X)                                                          \
 	X(PIPELINE_END,           pipeline, pass, "no node took the packet")                \
 	X(LEASE_EXPIRED,          pipeline, pass, "no live controller holds the lease (gone, stopped or stuck)") \
-	X(WATCHED_TABLE_CHANGED,  pipeline, pass, "netfilter changed (legacy iptables, nf_tables, ipset); the controller has not applied it yet") \
+	X(WATCHED_TABLE_CHANGED,  pipeline, pass, "netfilter changed (legacy iptables, a sysctl, an ipset; nf_tables' notification came); the controller has not applied it yet") \
 	X(ADDRESSES_CHANGED,      pipeline, pass, "an IPv4 address was added or removed; the controller has not read the addresses since") \
+	X(NFT_CHANGED,            pipeline, pass, "an nf_tables commit (iptables-nft, nft) moved the kernel's nf_tables generation; the controller has not read netfilter since") \
 	X(PARSE_SHORT,            pipeline, pass, "frame shorter than its headers")         \
 	X(VLAN_TAGGED,            pipeline, pass, "VLAN-tagged frame")                        \
 	X(TCX_OTHERS,             pipeline, pass, "tcx programs of another tool run on this ingress (or on the bridge a frame is handed up to): the controller has not read them yet, or they are another namespace's LinuxFP's (a device moved in); briefly also while a hook is switched") \

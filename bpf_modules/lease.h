@@ -48,8 +48,8 @@
  * commit moves inside the committing system call, before the new rules take
  * effect) that the controller read before it last read netfilter; while it
  * is guarded and the kernel's reads otherwise, the rules the datapath holds
- * may be stale, and the kernel decides (counted as a watched table changed).
- * Unguarded also on a kernel without nf_tables.
+ * may be stale, and the kernel decides (counted as nft_changed). Unguarded
+ * where struct net holds no nft.base_seq (no nf_tables, or before 6.17).
  *
  * Layout mirrored in controller/lease.py. */
 struct lfp_lease {
@@ -95,8 +95,10 @@ struct {
 /* Returned by lfp_lease_check() when the datapath may act. */
 #define LFP_LEASE_OK LFP_CNT_MAX
 
-/* The fields read, relocated against the running kernel's BTF (`nft`: only
- * where the kernel has nf_tables). */
+/* The fields read, relocated against the running kernel's BTF
+ * (`nft.base_seq`: only where struct net holds it — nf_tables built in or
+ * loaded, and 6.17 on, before which it lived in nf_tables' own per-net data
+ * and the nf_tables generation stays unguarded). */
 struct net___lfp_lease {
 	struct {
 		struct {
@@ -123,8 +125,8 @@ static __always_inline enum lfp_counter lfp_lease_check(struct net___lfp_lease *
 		return LFP_CNT_WATCHED_TABLE_CHANGED;
 	if (lease->addr_guarded && (__u32)net->ipv4.dev_addr_genid.counter != lease->addr_genid)
 		return LFP_CNT_ADDRESSES_CHANGED;
-	if (bpf_core_field_exists(net->nft) && lease->nft_guarded && net->nft.base_seq != lease->nft_seq)
-		return LFP_CNT_WATCHED_TABLE_CHANGED;
+	if (bpf_core_field_exists(net->nft.base_seq) && lease->nft_guarded && net->nft.base_seq != lease->nft_seq)
+		return LFP_CNT_NFT_CHANGED;
 	return LFP_LEASE_OK;
 }
 

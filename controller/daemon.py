@@ -360,7 +360,8 @@ class Controller:
         runtime_files.write_atomic(self.layout.windows_file,
                                    _json(lease_windows(self.watch.attached and self.watch.covers_host,
                                                        self.options.keep, self.nft_watch.attached, node_watches,
-                                                       self.watch.sysctls_attached and self.watch.covers_host)))
+                                                       self.watch.sysctls_attached and self.watch.covers_host,
+                                                       nft_guarded=self.lease.sample_nft() is not None)))
 
     def stop(self) -> None:
         if self.metrics_server is not None:
@@ -431,7 +432,7 @@ class Controller:
                 notifier.ready("current")
                 said = ""
                 last_poll = time.monotonic()
-                response_dirty = in_flight = addresses_behind = False
+                response_dirty = in_flight = addresses_behind = nft_behind = False
                 while not self._stop:
                     # Before the events are drained: every address change this
                     # generation counts has its message queued by now; and
@@ -444,7 +445,7 @@ class Controller:
                     # (a change in flight is looked at again soon: a sysctl write lasts
                     # microseconds, a table replace milliseconds and rings when done;
                     # addresses moved on after their messages were read: at once)
-                    batch = events.read_batch(timeout=0 if addresses_behind else
+                    batch = events.read_batch(timeout=0 if addresses_behind or nft_behind else
                                               0.002 if "sysctl" in self.watch.in_flight else
                                               0.01 if in_flight else 0.05 if response_dirty else 0.2)
                     if batch is None:
@@ -530,8 +531,12 @@ class Controller:
                         self.publish_pending()
                         # For launchers: "current" once everything known is applied
                         # and the datapath acts on it, "busy" until then.
+                        # (no generations read at all: nothing vouches for the datapath)
+                        sampled = self.lease.sample()
+                        nft_behind = sampled is not None and self.lease.nft_behind(sampled.nft_seq)
                         current = not self.lease.unsure and not in_flight and watched == self.lease.watch_acked \
-                            and not addresses_behind and not self.lease.nft_behind(self.lease.sample_nft())
+                            and not addresses_behind and not nft_behind \
+                            and (sampled is not None or self.lease.generations_program is None)
                         said = _say_state("current" if current else "busy", said, ready_out, notifier)
         finally:
             notifier.stopping()

@@ -343,7 +343,8 @@ class Lease:
 
 
 def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
-            node_watches: tuple[str, ...] = (), sysctls_watched: bool = False) -> dict[str, str]:
+            node_watches: tuple[str, ...] = (), sysctls_watched: bool = False,
+            nft_guarded: bool = True) -> dict[str, str]:
     """Each source of truth the fast path depends on, and how stale the fast
     path can be about it (docs/datapath.md explains each)."""
     term = f"{TERM_NS / 1e9:g} s"
@@ -376,10 +377,14 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
             "the response time (linuxfp stats; a link renamed into a name-bound nf_tables egress chain too; "
             "into an ingress chain: none, the datapath reads the device's hooks)",
         "nf_tables (iptables-nft, nft)":
-            "none (the kernel's nf_tables generation is read per packet: a commit moves it inside the "
-            "committing system call, before its rules take effect, and every packet goes to the kernel until "
-            "the controller has read the change, " + ("which its notification announces)" if nft_watched
-                                                      else "polled within 1 s)"),
+            ("none for rules, sets and policies (the kernel's nf_tables generation is read per packet: a commit "
+             "moves it inside the committing system call, before its rules take effect, and every packet goes "
+             "to the kernel until the controller has read the change, " + (
+                 "which its notification announces); the rest of the committing call for a table woken from "
+                 "dormant" if nft_watched else "polled within 1 s)")) if nft_guarded
+            else ("its notification's delivery (a watch thread then hands every packet to the kernel until the "
+                  "change is applied; this kernel's struct net holds no nf_tables generation)" if nft_watched
+                  else "the response time (linuxfp stats)"),
         "legacy iptables, ip6tables, arptables": "none (cgroup setsockopt watch; the 1 s poll behind it)"
         if watch_attached else "<= 1 s (polled)",
         "bridge FDB": "none (raw tracepoints forget a mirrored entry as the kernel changes it)"

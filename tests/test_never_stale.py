@@ -403,10 +403,10 @@ def test_an_nftables_commit_is_honoured_before_the_controller_has_seen_it(requir
 
     steps = (Step("ordinary-dropped", drop_ordinary),)
     report, passed = _passed_while_stopped(RouterTopology(prefixes=8), steps, standard_frames,
-                                           changed="nf_tables", reason="watched_table_changed")
+                                           changed="nf_tables", reason="nft_changed")
     # the generation, not the lease running out, sent them to Linux (which
     # dropped the ordinary flow: the fast path, stale, would have forwarded it)
-    assert passed.get("watched_table_changed", 0) > 0, passed
+    assert passed.get("nft_changed", 0) > 0, passed
 
 
 def test_an_address_change_is_honoured_before_the_controller_has_seen_it(require_root):

@@ -159,8 +159,8 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
             Step("nft delete table ip filter", _delete_nft_table(line, socket.AF_INET, "filter"),
                  Effect("appears", filtered_dst, sink_mac)),
         ), note="the first rule brings the filter node in (every pipeline reloaded with it), deleting the "
-                "table takes it out again; from the nf_tables notification on the datapath hands packets "
-                "to the kernel until the change is applied"),
+                "table takes it out again; from the commit on (the kernel's nf_tables generation) the datapath "
+                "hands packets to the kernel until the change is applied"),
         Cycle("iptables rules", (
             Step("iptables -A (filter present)", ("iptables", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j",
                                                   "DROP"), Effect("disappears", filtered_dst, sink_mac)),
@@ -189,8 +189,8 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
            teardown=(("nft", "delete", "table", "inet", nft_table),),
            note="a native nftables chain on the forward hook: empty, it does nothing and forwarding stays in "
                 "the fast path; its first rule brings the filter node in (every pipeline reloaded with it), "
-                "which evaluates the chain, and flushing it takes the node out again (from the nf_tables "
-                "notification on, the datapath hands packets to the kernel until the change is applied)"),
+                "which evaluates the chain, and flushing it takes the node out again (from the commit on, "
+                "the datapath hands packets to the kernel until the change is applied)"),
         Cycle("nft rules (filter present)", (
             Step("nft add rule (filter present)", ("nft", "add", "rule", "inet", nft_table, "lfpfwd", "ip", "daddr",
                                                    filtered_dst, "drop"), Effect("disappears", filtered_dst, sink_mac)),

@@ -130,6 +130,67 @@ def nft_generation() -> int | None:
     return None
 
 
+# nfnetlink's batch (linux/netfilter/nfnetlink.h)
+NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
+NFNL_BATCH_GENID = 1
+NFNL_SUBSYS_NFTABLES = 10
+_ERESTART = 85          # the kernel's ERESTART, as a netlink answer carries it
+
+
+def settled_nft_generation() -> int | None:
+    """The nf_tables generation of the last commit that has *finished*. A
+    commit moves the generation first, then applies what its rules do not
+    carry themselves (chain policies, a table woken or put to sleep, set,
+    object and flowtable updates) and only then lets the next batch in: a
+    read that begins between the two reads the new generation and some of
+    the old state. An empty batch naming the generation is the barrier: the
+    kernel takes the commit mutex for it (nf_tables_valid_genid), so it
+    returns once any commit in progress is over, and refuses it (ERESTART)
+    when another commit came since; it changes nothing (an empty batch
+    commits nothing: no generation moves, nothing is announced). None when
+    it cannot be settled (commits keep coming, or nf_tables is not there)."""
+    for _ in range(5):
+        generation = nft_generation()
+        if generation is None:
+            return None
+        try:
+            if _empty_batch(generation):
+                return generation
+        except OSError:
+            return None
+    return None
+
+
+def _empty_batch(generation: int) -> bool:
+    """Send nf_tables an empty batch for `generation`; False: another
+    commit came first (ERESTART). nfnetlink handles a batch inside the
+    sending call, so its answer, if any, is queued when send returns."""
+    header = _NFGENMSG.pack(socket.AF_UNSPEC, 0, socket.htons(NFNL_SUBSYS_NFTABLES))
+    begin = header + nl.attr(NFNL_BATCH_GENID, struct.pack(">I", generation))
+    batch = (nl.NLMSGHDR.pack(nl.NLMSGHDR.size + len(begin), NFNL_MSG_BATCH_BEGIN, nl.NLM_F_REQUEST, 1, 0) + begin
+             + nl.NLMSGHDR.pack(nl.NLMSGHDR.size + len(header), NFNL_MSG_BATCH_END, nl.NLM_F_REQUEST, 2, 0)
+             + header)
+    with nl.NetlinkSocket(nl.NETLINK_NETFILTER) as sock:     # (its own: no answer of another query waits in it)
+        sock.sock.send(batch)
+        try:
+            answer = sock.sock.recv(4096, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
+    offset = 0
+    while offset + nl.NLMSGHDR.size <= len(answer):
+        length, kind, _flags, _seq, _pid = nl.NLMSGHDR.unpack_from(answer, offset)
+        if kind == nl.NLMSG_ERROR and length >= nl.NLMSGHDR.size + 4:
+            code = -struct.unpack_from("=i", answer, offset + nl.NLMSGHDR.size)[0]
+            if code == _ERESTART:
+                return False
+            if code:
+                raise OSError(code, f"nf_tables refused an empty batch: {os.strerror(code)}")
+        if length < nl.NLMSGHDR.size:
+            break
+        offset += (length + 3) & ~3
+    return True
+
+
 # --- legacy x_tables ----------------------------------------------------------
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -376,8 +437,9 @@ def read_netfilter(fresh_sets: bool = True) -> NetfilterState:
     tables: list[str] = []
     details: list[str] = []
     # one fingerprint for every nf_tables read below, the table list
-    # included: read before them all, it is never newer than what they read
-    generation = nft_generation()
+    # included: read before them all, it is never newer than what they read;
+    # settled, what they read holds all of the commit that made it
+    generation = settled_nft_generation()
     dump = _nft_table_dump()
     nft, dormant = dump if dump is not None else (None, ())
     if nft:
