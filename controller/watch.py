@@ -31,6 +31,7 @@ from linuxfp import datapath as dp
 
 from linuxfp.state import netlink as nl
 from linuxfp.state.events import NFNLGRP_NFTABLES
+from linuxfp.state.netfilter import announced_generations, generation_announced
 
 from . import lease
 from .companion import SYSCTL_PROGRAM, SYSCTL_WRITERS_MAP, WATCH_PROGRAM
@@ -291,13 +292,16 @@ class NftablesWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._sock.sock.recv(nl.RECV_BUFSIZE)
+                datagram = self._sock.sock.recv(nl.RECV_BUFSIZE)
             except socket.timeout:
                 continue
             except OSError as e:
                 if e.errno != errno.ENOBUFS:     # ENOBUFS: some were lost, a commit happened
                     self._reopen(e)
                     continue
+                datagram = b""
+            for generation in announced_generations(datagram):
+                generation_announced(generation)     # (its commit is over: a read needs no barrier)
             self.lease.mark_unsure()
 
     def _reopen(self, failure: OSError) -> None:

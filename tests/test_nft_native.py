@@ -398,6 +398,36 @@ def test_native_forward_chains_are_read_as_iptables_rules(lab):
 
 
 @pytest.mark.netns
+def test_a_read_starts_from_a_commit_that_is_over(lab, monkeypatch):
+    """A netfilter read starts from the generation of a commit that has
+    applied all of itself: an empty batch naming it returns once the
+    commit mutex is free (and is refused when another commit came since),
+    changing nothing; a generation whose NFT_MSG_NEWGEN was received (sent
+    at the commit's very end) needs no batch at all."""
+    import struct
+
+    from linuxfp.state import decode
+    from linuxfp.state import netfilter as nf
+    from linuxfp.state import netlink as nl
+
+    ns = lab.namespace("gen")
+    ns.run(["nft", "add", "table", "inet", "lfpgen"])
+    with entered(ns):
+        generation = nf.nft_generation()
+        assert nf.settled_nft_generation() == generation
+        assert nf.nft_generation() == generation              # the empty batch committed nothing
+        assert nf._empty_batch(generation) and not nf._empty_batch(generation + 1)
+        body = nf._NFGENMSG.pack(0, 0, 0) + nl.attr(nf.NFTA_GEN_ID, struct.pack(">I", generation))
+        announced = nl.NLMSGHDR.pack(16 + len(body), (10 << 8) | nf.NFT_MSG_NEWGEN, 0, 0, 0) + body
+        assert nf.announced_generations(announced) == [generation]
+        event = decode.decode_nft_event(nl.RawMessage((10 << 8) | nf.NFT_MSG_NEWGEN, 0, 0, announced[16:]))
+        assert event.generation == generation
+        nf.generation_announced(generation)
+        monkeypatch.setattr(nf, "_empty_batch", lambda generation: pytest.fail("a batch for an announced commit"))
+        assert nf.settled_nft_generation() == generation
+
+
+@pytest.mark.netns
 def test_objects_in_iptables_own_tables_are_seen(lab):
     """iptables-nft's tables are read by the rule decoder, whose chains tell
     whether a table holds more (its use count counts chains, sets, objects

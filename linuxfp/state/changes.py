@@ -225,8 +225,10 @@ class NetconfChanged:
 
 @dataclass(frozen=True, slots=True)
 class NftablesChanged:
-    """Some nf_tables object changed; followed by a NetfilterReplaced."""
+    """Some nf_tables object changed; followed by a NetfilterReplaced.
+    `generation`: what an NFT_MSG_NEWGEN announces (its commit is over)."""
 
+    generation: int | None = None
     kind = "nftables"
 
 

@@ -983,8 +983,15 @@ def decode_genl_netdev_event(msg: nl.RawMessage) -> Message | None:
     return None
 
 
+NFT_MSG_NEWGEN, NFTA_GEN_ID = 15, 1
+
+
 def decode_nft_event(msg: nl.RawMessage) -> Message | None:
     if (msg.type >> 8) == NFNL_SUBSYS_NFTABLES:
+        if msg.type & 0xFF == NFT_MSG_NEWGEN:
+            gen = nl.parse_attrs(msg.payload, 4).get(NFTA_GEN_ID)      # (after the nfgenmsg)
+            if gen is not None and len(gen) == 4:
+                return NftablesChanged(struct.unpack(">I", gen)[0])
         return NftablesChanged()
     return None
 

@@ -95,7 +95,7 @@ from .changes import (
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
 from .model import IFF_LOWER_UP, IFF_UP, DeviceConf, Snapshot, has_far_end
-from .netfilter import read_netfilter
+from .netfilter import generation_announced, read_netfilter
 from .read import (
     dump_device_confs,
     dump_links,
@@ -428,6 +428,8 @@ class EventStream:
                     sysctl_links.add(msg.ifindex)
             elif isinstance(msg, NftablesChanged):
                 need_netfilter = True
+                if msg.generation is not None:
+                    generation_announced(msg.generation)     # (read below: settled)
             elif isinstance(msg, XfrmChanged):
                 need_xfrm = True
         # A veth's far end may have been announced before our end, moved to

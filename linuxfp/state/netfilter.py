@@ -137,6 +137,37 @@ NFNL_SUBSYS_NFTABLES = 10
 _ERESTART = 85          # the kernel's ERESTART, as a netlink answer carries it
 
 
+# per namespace (its inode), the last nf_tables generation announced: a
+# commit sends NFT_MSG_NEWGEN at its very end, once all of it applied
+_announced: dict[int, int] = {}
+
+
+def _namespace() -> int:
+    return os.stat("/proc/thread-self/ns/net").st_ino
+
+
+def generation_announced(generation: int) -> None:
+    """A commit of the calling thread's namespace announced `generation`
+    (NFT_MSG_NEWGEN, received by a listener): it is over."""
+    _announced[_namespace()] = generation
+
+
+def announced_generations(datagram: bytes) -> list[int]:
+    """The generations NFT_MSG_NEWGEN messages in one nf_tables datagram announce."""
+    out, offset = [], 0
+    while offset + nl.NLMSGHDR.size <= len(datagram):
+        length, kind, _flags, _seq, _pid = nl.NLMSGHDR.unpack_from(datagram, offset)
+        if length < nl.NLMSGHDR.size:
+            break
+        if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN:
+            payload = datagram[offset + nl.NLMSGHDR.size:offset + length]
+            gen = nl.parse_attrs(payload, _NFGENMSG.size).get(NFTA_GEN_ID)
+            if gen is not None and len(gen) == 4:
+                out.append(struct.unpack(">I", gen)[0])
+        offset += (length + 3) & ~3
+    return out
+
+
 def settled_nft_generation() -> int | None:
     """The nf_tables generation of the last commit that has *finished*. A
     commit moves the generation first, then applies what its rules do not
@@ -148,11 +179,18 @@ def settled_nft_generation() -> int | None:
     returns once any commit in progress is over, and refuses it (ERESTART)
     when another commit came since; it changes nothing (an empty batch
     commits nothing: no generation moves, nothing is announced). None when
-    it cannot be settled (commits keep coming, or nf_tables is not there)."""
+    it cannot be settled (commits keep coming, or nf_tables is not there).
+    A generation whose commit announced itself to a listener of this
+    process (generation_announced) is settled already: the barrier would
+    wait for nothing but the committing process's socket close (which
+    flushes nf_tables' destroy work, an RCU grace period after a deletion,
+    under the commit mutex)."""
     for _ in range(5):
         generation = nft_generation()
         if generation is None:
             return None
+        if _announced.get(_namespace()) == generation:
+            return generation
         try:
             if _empty_batch(generation):
                 return generation
@@ -170,7 +208,9 @@ def _empty_batch(generation: int) -> bool:
     batch = (nl.NLMSGHDR.pack(nl.NLMSGHDR.size + len(begin), NFNL_MSG_BATCH_BEGIN, nl.NLM_F_REQUEST, 1, 0) + begin
              + nl.NLMSGHDR.pack(nl.NLMSGHDR.size + len(header), NFNL_MSG_BATCH_END, nl.NLM_F_REQUEST, 2, 0)
              + header)
-    with nl.NetlinkSocket(nl.NETLINK_NETFILTER) as sock:     # (its own: no answer of another query waits in it)
+    # (the controller's kept query socket: closing a netfilter socket waits
+    # for nf_tables' destroy work, an RCU grace period after a deletion)
+    with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
         sock.sock.send(batch)
         try:
             answer = sock.sock.recv(4096, socket.MSG_DONTWAIT)
