@@ -428,8 +428,6 @@ class EventStream:
                     sysctl_links.add(msg.ifindex)
             elif isinstance(msg, NftablesChanged):
                 need_netfilter = True
-                if msg.generation is not None:
-                    generation_announced(msg.generation)     # (read below: settled)
             elif isinstance(msg, XfrmChanged):
                 need_xfrm = True
         # A veth's far end may have been announced before our end, moved to
@@ -442,6 +440,9 @@ class EventStream:
                                                   or new_links or reread_links):   # (tcx: by ifindex here)
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
                                "the stream was opened in (/proc/sys follows the thread)")
+        for msg in messages:
+            if isinstance(msg, NftablesChanged) and msg.generation is not None:
+                generation_announced(msg.generation)     # (its commit is over: the read below is settled)
         extra: list[Message] = list(extra_flushes)
         if need_routes:
             extra.append(RoutesReplaced(dump_routes(self._rtnl)))

@@ -137,13 +137,14 @@ NFNL_SUBSYS_NFTABLES = 10
 _ERESTART = 85          # the kernel's ERESTART, as a netlink answer carries it
 
 
-# per namespace (its inode), the last nf_tables generation announced: a
+# per namespace (its cookie: inodes are recycled, and generations start
+# again in every namespace), the last nf_tables generation announced: a
 # commit sends NFT_MSG_NEWGEN at its very end, once all of it applied
 _announced: dict[int, int] = {}
 
 
 def _namespace() -> int:
-    return os.stat("/proc/thread-self/ns/net").st_ino
+    return nl.netns_cookie()
 
 
 def generation_announced(generation: int) -> None:
