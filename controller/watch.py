@@ -31,7 +31,8 @@ from linuxfp import datapath as dp
 
 from linuxfp.state import netlink as nl
 from linuxfp.state.events import NFNLGRP_NFTABLES
-from linuxfp.state.netfilter import announced_generations, generation_announced
+from linuxfp.state.decode import decode_nft_event
+from linuxfp.state.netfilter import generation_announced
 
 from . import lease
 from .companion import SYSCTL_PROGRAM, SYSCTL_WRITERS_MAP, WATCH_PROGRAM
@@ -300,8 +301,10 @@ class NftablesWatch:
                     self._reopen(e)
                     continue
                 datagram = b""
-            for generation in announced_generations(datagram):
-                generation_announced(generation)     # (its commit is over: a read needs no barrier)
+            for message in nl.split_messages(datagram):
+                event = decode_nft_event(message)
+                if event is not None and event.generation is not None:
+                    generation_announced(event.generation)     # (its commit is over: a read needs no barrier)
             self.lease.mark_unsure()
 
     def _reopen(self, failure: OSError) -> None:

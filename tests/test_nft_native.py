@@ -419,9 +419,8 @@ def test_a_read_starts_from_a_commit_that_is_over(lab, monkeypatch):
         assert nf._empty_batch(generation) and not nf._empty_batch(generation + 1)
         body = nf._NFGENMSG.pack(0, 0, 0) + nl.attr(nf.NFTA_GEN_ID, struct.pack(">I", generation))
         announced = nl.NLMSGHDR.pack(16 + len(body), (10 << 8) | nf.NFT_MSG_NEWGEN, 0, 0, 0) + body
-        assert nf.announced_generations(announced) == [generation]
-        event = decode.decode_nft_event(nl.RawMessage((10 << 8) | nf.NFT_MSG_NEWGEN, 0, 0, announced[16:]))
-        assert event.generation == generation
+        events = [decode.decode_nft_event(message) for message in nl.split_messages(announced)]
+        assert [event.generation for event in events] == [generation]
         monkeypatch.setattr(nf, "_announced", {})        # (this test's own, gone after it)
         nf.generation_announced(generation)
         monkeypatch.setattr(nf, "_empty_batch", lambda generation: pytest.fail("a batch for an announced commit"))

@@ -153,22 +153,6 @@ def generation_announced(generation: int) -> None:
     _announced[_namespace()] = generation
 
 
-def announced_generations(datagram: bytes) -> list[int]:
-    """The generations NFT_MSG_NEWGEN messages in one nf_tables datagram announce."""
-    out, offset = [], 0
-    while offset + nl.NLMSGHDR.size <= len(datagram):
-        length, kind, _flags, _seq, _pid = nl.NLMSGHDR.unpack_from(datagram, offset)
-        if length < nl.NLMSGHDR.size:
-            break
-        if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN:
-            payload = datagram[offset + nl.NLMSGHDR.size:offset + length]
-            gen = nl.parse_attrs(payload, _NFGENMSG.size).get(NFTA_GEN_ID)
-            if gen is not None and len(gen) == 4:
-                out.append(struct.unpack(">I", gen)[0])
-        offset += (length + 3) & ~3
-    return out
-
-
 def settled_nft_generation() -> int | None:
     """The nf_tables generation of the last commit that has *finished*. A
     commit moves the generation first, then applies what its rules do not
@@ -217,18 +201,13 @@ def _empty_batch(generation: int) -> bool:
             answer = sock.sock.recv(4096, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return True
-    offset = 0
-    while offset + nl.NLMSGHDR.size <= len(answer):
-        length, kind, _flags, _seq, _pid = nl.NLMSGHDR.unpack_from(answer, offset)
-        if kind == nl.NLMSG_ERROR and length >= nl.NLMSGHDR.size + 4:
-            code = -struct.unpack_from("=i", answer, offset + nl.NLMSGHDR.size)[0]
+    for message in nl.split_messages(answer):
+        if message.type == nl.NLMSG_ERROR and len(message.payload) >= 4:
+            code = -nl.s32(message.payload[:4])
             if code == _ERESTART:
                 return False
             if code:
                 raise OSError(code, f"nf_tables refused an empty batch: {os.strerror(code)}")
-        if length < nl.NLMSGHDR.size:
-            break
-        offset += (length + 3) & ~3
     return True
 
 
