@@ -77,6 +77,7 @@ class Controller:
         self._sets_armed = False    # ... and counts netfilter netlink messages
         self._lease_known = None    # (the installer's lease map, its id)
         self.nft_watch = NftablesWatch(self.lease)
+        self._unsettled: str | None = None   # why the last netfilter read was not taken in
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
@@ -308,6 +309,23 @@ class Controller:
                             "path": "gone"})
         self._logged_paths = paths
 
+    def _nft_taken_in(self, seq: int | None) -> None:
+        """Netfilter was read (after `seq` was sampled) and applied: the lease
+        holds it from generation `seq` on — unless nf_tables would not settle
+        that read (refused the barrier, or commits kept coming): a read in the
+        middle of a commit holds its rules but not what the commit applies
+        after moving the generation, so the datapath keeps passing while the
+        generation is past the one last taken in, and the loop reads again."""
+        unsettled = kstate.unsettled_reason()
+        if unsettled != self._unsettled:
+            if unsettled:
+                log.warning("netfilter read not taken in (the datapath passes meanwhile): %s", unsettled)
+            else:
+                log.info("netfilter read settled again")
+            self._unsettled = unsettled
+        if not unsettled:
+            self.lease.nft_taken_in(seq)
+
     def _save_skipped(self) -> None:
         if self._skipped is not self._skipped_saved and self._skipped != self._skipped_saved:
             runtime_files.write_atomic(self.layout.kernel_path_file, _json([s.to_dict() for s in self._skipped]))
@@ -420,7 +438,7 @@ class Controller:
                 snapshot = kstate.read_snapshot()
                 self.reconcile(snapshot)
                 self.lease.addresses_taken_in(sampled and sampled.addr_genid)
-                self.lease.nft_taken_in(sampled and sampled.nft_seq)
+                self._nft_taken_in(sampled and sampled.nft_seq)
                 self._arm_set_watch(bool(snapshot.netfilter.ipsets))
                 if watched is not None:
                     self.lease.acknowledge(watched)
@@ -445,7 +463,9 @@ class Controller:
                     # (a change in flight is looked at again soon: a sysctl write lasts
                     # microseconds, a table replace milliseconds and rings when done;
                     # addresses moved on after their messages were read: at once)
-                    batch = events.read_batch(timeout=0 if addresses_behind or nft_behind else
+                    # (a read nf_tables would not settle is tried again soon, not at once)
+                    batch = events.read_batch(timeout=0 if addresses_behind or nft_behind and not self._unsettled
+                                              else 0.01 if nft_behind else
                                               0.002 if "sysctl" in self.watch.in_flight else
                                               0.01 if in_flight else 0.05 if response_dirty else 0.2)
                     if batch is None:
@@ -479,7 +499,7 @@ class Controller:
                         if batch.resync:
                             snapshot = self._follow_sets(snapshot)
                         if batch.resync or "netfilter" in batch.kinds:
-                            self.lease.nft_taken_in(nft_seq)     # (read with the batch, after the sample)
+                            self._nft_taken_in(nft_seq)     # (read with the batch, after the sample)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
                         # One line per applied batch: what `ip monitor` users expect,
@@ -503,7 +523,7 @@ class Controller:
                             snapshot = polled
                             self.reconcile(snapshot)
                         snapshot = self._follow_sets(snapshot)
-                        self.lease.nft_taken_in(nft_seq)
+                        self._nft_taken_in(nft_seq)
                         if changed:
                             self.lease.acknowledge(watched)
                     # nf_tables announced a commit, or its generation moved past
@@ -518,7 +538,7 @@ class Controller:
                             snapshot = fresh
                             self.reconcile(snapshot)
                         snapshot = self._follow_sets(snapshot)
-                        self.lease.nft_taken_in(nft_now)
+                        self._nft_taken_in(nft_now)
                         self.lease.settle_unsure(seq)
                     since_upkeep = time.monotonic() - self._last_upkeep
                     if (since_upkeep >= UPKEEP_OVERDUE_S or (batch is None and since_upkeep >= UPKEEP_INTERVAL_S)) \

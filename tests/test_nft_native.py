@@ -424,7 +424,42 @@ def test_a_read_starts_from_a_commit_that_is_over(lab, monkeypatch):
         monkeypatch.setattr(nf, "_announced", {})        # (this test's own, gone after it)
         nf.generation_announced(generation)
         monkeypatch.setattr(nf, "_empty_batch", lambda generation: pytest.fail("a batch for an announced commit"))
-        assert nf.settled_nft_generation() == generation
+        assert nf.settled_nft_generation() == generation and nf.unsettled_reason() is None
+        # a barrier nf_tables refuses settles nothing, and says why (the
+        # controller takes no such read in: test_an_unsettled_read_is_not_taken_in)
+        ns.run(["nft", "add", "table", "inet", "lfpgen2"])
+
+        def refused(generation):
+            raise OSError(105, "No buffer space available")
+        monkeypatch.setattr(nf, "_empty_batch", refused)
+        assert nf.settled_nft_generation() is None
+        assert "refused the barrier" in nf.unsettled_reason()
+        monkeypatch.setattr(nf, "_empty_batch", lambda generation: False)    # commits keep coming
+        assert nf.settled_nft_generation() is None and nf.unsettled_reason() == "commits kept coming"
+        monkeypatch.undo()
+        assert nf.settled_nft_generation() == nf.nft_generation() and nf.unsettled_reason() is None
+
+
+def test_an_unsettled_read_is_not_taken_in(monkeypatch):
+    """A netfilter read nf_tables would not settle may hold half a commit
+    (its rules, not yet the policies and set updates it applies after moving
+    the generation): the controller takes it in under no generation, so the
+    datapath keeps passing while the kernel's generation is past the last
+    one taken in; the next settled read is taken in."""
+    from types import SimpleNamespace
+
+    from controller.daemon import Controller
+    from controller.lease import Lease
+    from linuxfp import state as kstate
+
+    controller = SimpleNamespace(lease=Lease(), _unsettled=None)
+    controller.lease.nft_seq = 7
+    monkeypatch.setattr(kstate, "unsettled_reason", lambda: "nf_tables refused the barrier: [Errno 105]")
+    Controller._nft_taken_in(controller, 8)
+    assert controller.lease.nft_seq == 7 and controller.lease.nft_behind(8) and controller._unsettled
+    monkeypatch.setattr(kstate, "unsettled_reason", lambda: None)
+    Controller._nft_taken_in(controller, 8)
+    assert controller.lease.nft_seq == 8 and not controller.lease.nft_behind(8) and controller._unsettled is None
 
 
 @pytest.mark.netns

@@ -79,7 +79,7 @@ from .model import (
     Sysctls,
     rules_are_default,
 )
-from .netfilter import read_netfilter
+from .netfilter import read_netfilter, unsettled_reason
 from .netlink import keep_query_sockets
 from .read import netns_inode, read_snapshot, refresh_netfilter, refresh_polled
 from .sysctl import read_sysctls
@@ -164,4 +164,5 @@ __all__ = [
     "refresh_netfilter",
     "refresh_polled",
     "rules_are_default",
+    "unsettled_reason",
 ]

@@ -147,6 +147,19 @@ def _namespace() -> int:
     return nl.netns_cookie()
 
 
+# per namespace (its cookie), why its last read could not be settled: what
+# that read holds may be half a commit, not to be taken in under any
+# generation (the caller keeps passing and reads again)
+_unsettled: dict[int, str] = {}
+
+
+def unsettled_reason() -> str | None:
+    """Why the calling thread's namespace's last settled_nft_generation
+    could not settle a commit that nf_tables counts; None: it did, or there
+    was no nf_tables to settle."""
+    return _unsettled.get(_namespace())
+
+
 def generation_announced(generation: int) -> None:
     """A commit of the calling thread's namespace announced `generation`
     (NFT_MSG_NEWGEN, received by a listener): it is over."""
@@ -170,17 +183,27 @@ def settled_nft_generation() -> int | None:
     wait for nothing but the committing process's socket close (which
     flushes nf_tables' destroy work, an RCU grace period after a deletion,
     under the commit mutex)."""
+    namespace = _namespace()
+    why = "commits kept coming"
     for _ in range(5):
         generation = nft_generation()
         if generation is None:
-            return None
-        if _announced.get(_namespace()) == generation:
+            why = ""        # (no nf_tables: nothing is counted, nothing to settle)
+            break
+        if _announced.get(namespace) == generation:
+            _unsettled.pop(namespace, None)
             return generation
         try:
             if _empty_batch(generation):
+                _unsettled.pop(namespace, None)
                 return generation
-        except OSError:
-            return None
+        except OSError as exc:
+            why = f"nf_tables refused the barrier: {exc}"
+            break
+    if why:
+        _unsettled[namespace] = why
+    else:
+        _unsettled.pop(namespace, None)
     return None
 
 
