@@ -182,7 +182,8 @@ def test_response(tmp_path, capsys):
     response = result["response"]
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "brctl addbr",
                     "brctl addif", "iptables -A FORWARD", "iptables -A (filter present)", "ipset add",
-                    "iptables -P FORWARD DROP", "iptables -P FORWARD ACCEPT", "nft add rule", "nft flush chain"):
+                    "iptables -P FORWARD DROP", "iptables -P FORWARD ACCEPT", "nft add rule", "nft flush chain",
+                    "nft add element", "nft delete element"):
         entry = response[command]
         assert {"p50_ms", "p99_ms", "n", "status", "end_to_end", "command"} <= set(entry)
         assert entry["errors"] == 0, entry.get("first_error")
@@ -191,7 +192,7 @@ def test_response(tmp_path, capsys):
         else:
             assert entry["p50_ms"] is None   # never a made-up number
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)",
-                    "iptables -P FORWARD DROP", "nft add rule"):
+                    "iptables -P FORWARD DROP", "nft add rule", "nft add element"):
         assert response[command]["n"] > 0
     for command in ("ip route add", "ip route del", "ip neigh change", "ip addr add", "iptables -A (filter present)",
                     "ipset add", "ipset del", "iptables-legacy -A", "iptables-legacy -D"):

@@ -1,5 +1,5 @@
 """Native nf_tables rules read into iptables' model (nft_rules.decode_native_rule,
-nft_forward.constant_set) from expressions built here as the kernel dumps
+nft_forward.key_set) from expressions built here as the kernel dumps
 them, and the native chains' place among the FORWARD hooks when Linux's
 counters are told what the fast path decided. Pure: no namespace."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from linuxfp.graph.filtering.program import (DROP, compile_program, matched_boxe
                                              verdict_and_counted)
 from linuxfp.state import netlink as nl
 from linuxfp.state.iptables import Chain, IptTable, Ruleset, parse_rule
-from linuxfp.state.nft_forward import constant_set
-from linuxfp.state.nft_rules import NFTA_RULE_EXPRESSIONS, decode_native_rule
+from linuxfp.state.nft_forward import key_set, static_named
+from linuxfp.state.nft_rules import NFTA_RULE_EXPRESSIONS, KeySet, decode_native_rule
 
 NEST = 0x8000
 EQ, NEQ, LTE, GTE = 0, 1, 3, 5
@@ -121,14 +121,43 @@ def test_a_constant_sets_intervals():
     interval = {3: _be(0x7), 5: _be(2)}        # anonymous, constant, interval; 2-byte keys
     # { 53, 1000-2000, 65535 } as the kernel dumps it: each range's start,
     # and the key after it flagged as an interval's end
-    read_ = constant_set(interval, _elements(
+    read_ = key_set(interval, _elements(
         {1: _key(b"\xff\xff")}, {1: _key(b"\x07\xd1"), 3: _be(1)}, {1: _key(b"\x03\xe8")},
         {1: _key(b"\x00\x36"), 3: _be(1)}, {1: _key(b"\x00\x35")}, {1: _key(b"\x00\x00"), 3: _be(1)}))
     assert read_.ranges == ((53, 53), (1000, 2000), (65535, 65535))
     # an element carrying an expression (a counter) is more than a key
-    assert constant_set(interval, _elements({1: _key(b"\x00\x35"), 7: b""})) is None
+    assert key_set(interval, _elements({1: _key(b"\x00\x35"), 7: b""})) is None
     # a key range of its own (a set that keeps both ends)
-    assert constant_set(interval, _elements({1: _key(b"\x00\x10"), 10: _key(b"\x00\x20")})).ranges == ((16, 32),)
+    assert key_set(interval, _elements({1: _key(b"\x00\x10"), 10: _key(b"\x00\x20")})).ranges == ((16, 32),)
+
+
+def lookup(name: str, negated: bool = False) -> bytes:
+    return _expr("lookup", nl.attr(1, name.encode() + b"\0") + nl.attr(2, _be(1)) + nl.attr(5, _be(int(negated))))
+
+
+def test_named_sets_only_commits_change_are_read():
+    """A named set is read when only a commit (which moves the nf_tables
+    generation the datapath checks) can change its keys: not a map, no
+    timeouts, not dynamic, no expressions, no dynset of its table writing
+    it. A lookup in an empty one never matches; in any set not read, the
+    rule is the kernel's from there, and says which set stopped it."""
+    named = {2: b"blocked\0", 5: _be(4)}
+    assert static_named(named, ()) and static_named({**named, 3: _be(0x4)}, ())        # (an interval set)
+    for flags in (0x8, 0x10, 0x20, 0x40, 0x80):          # map, timeout, dynamic, object, concatenation
+        assert not static_named({**named, 3: _be(flags)}, ()), flags
+    assert not static_named(named, {"blocked"})           # a dynset of its table writes it
+    assert not static_named({**named, 17: b""}, ())       # its elements get an expression each
+    sets = {"blocked": KeySet(4, ((0xC6130100, 0xC613017F),)), "none": KeySet(4, ())}
+    address = (meta(META_NFPROTO), cmp(EQ, b"\x02"), payload(NETWORK, 16, 4))
+
+    def read_with(*expressions: bytes):
+        rule = decode_native_rule("fwd", 1, {NFTA_RULE_EXPRESSIONS: b"".join(expressions)}, "ip", "inet", sets)
+        return None if rule is None else rule.text
+    assert read_with(*address, lookup("blocked"), DROP_) == "-A fwd -d 198.19.1.0/25 -j DROP"
+    assert read_with(*address, lookup("blocked", negated=True), DROP_) == "-A fwd ! -d 198.19.1.0/25 -j DROP"
+    assert read_with(*address, lookup("none"), DROP_) is None
+    assert "lookup" in read_with(*address, lookup("none", negated=True), DROP_)
+    assert "@seen, a set not mirrored" in read_with(*address, lookup("seen"), DROP_)
 
 
 def _rules(chain: str, *lines: str) -> tuple:

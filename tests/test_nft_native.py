@@ -62,6 +62,40 @@ FORWARD_SETS = DEBIAN_DEFAULT + """table ip sets {
     }
 }
 """
+# ... and named sets: a set of intervals and a set of ports (their elements
+# as the last commit left them: read again whenever the nf_tables generation
+# moves), and an empty one (its lookup never matches)
+NAMED_SETS = DEBIAN_DEFAULT + """table ip sets {
+    set blocked { type ipv4_addr; flags interval; elements = { 198.19.1.0/25, 198.19.2.60-198.19.2.70 } }
+    set ports { type inet_service; elements = { 53, 8080 } }
+    set none { type ipv4_addr; }
+    chain forward { type filter hook forward priority 10;
+        ip daddr @blocked drop
+        ip daddr 198.19.0.0/23 udp dport @ports drop
+        ip saddr @none drop
+    }
+}
+"""
+# named sets the packet path (a dynset) or time (timeouts) change: their
+# lookups are the kernel's, beside those of sets only commits change
+CHANGING_SETS = """table inet fw {
+    set block { type ipv4_addr; flags interval; elements = { 198.51.100.0/24, 192.0.2.10-192.0.2.20 } }
+    set ports { type inet_service; elements = { 22, 8080 } }
+    set empty { type ipv4_addr; }
+    set dyn { type ipv4_addr; size 100; flags dynamic; }
+    set fed { type ipv4_addr; size 100; }
+    set expiring { type ipv4_addr; flags timeout; elements = { 203.0.113.5 timeout 1h } }
+    chain forward { type filter hook forward priority 0; policy accept;
+        ip saddr @block drop
+        udp dport @ports drop
+        ip daddr @empty drop
+        ip saddr @dyn drop
+        ip saddr @expiring drop
+        ip daddr 203.0.113.0/24 add @fed { ip saddr }
+        ip saddr @fed drop
+    }
+}
+"""
 # a chain on the sink side's ingress: the probes' ingress stays accelerated
 SINK_INGRESS = DEBIAN_DEFAULT + """table netdev edge {
     chain in { type filter hook ingress device "to-sink" priority 0; ip saddr 198.19.0.0/16 drop; }
@@ -334,6 +368,32 @@ table ip gw {
 
 
 @pytest.mark.netns
+def test_named_sets_are_read_where_only_commits_change_them(lab):
+    """A named set is read as the rule's own sets are when only commits
+    change it (those move the nf_tables generation the datapath checks); a
+    lookup in an empty one never matches; a set that is dynamic, has
+    timeouts or is written by a rule of its table (`add @fed`) leaves the
+    rules that look it up to the kernel, and says so."""
+    from linuxfp.state.netfilter import read_netfilter
+
+    ns = lab.namespace("nfs")
+    ns.run(["nft", "-f", "-"], input=CHANGING_SETS)
+    with entered(ns):
+        state = read_netfilter()
+    read = {r.family: r for r in state.native.forward}
+    unread = "a set not mirrored (the packet path or time may change it, or it holds more than keys)"
+    assert [r.text for r in read["ip"].forward_table.chains[0].rules] == [
+        "-A forward -s 192.0.2.10/31,192.0.2.12/30,192.0.2.16/30,192.0.2.20/32,198.51.100.0/24 -j DROP",
+        "-A forward -p udp -m multiport --dports 22,8080 -j DROP",
+        f"-A forward -m nft --expression 'lookup in @dyn, {unread}'",
+        f"-A forward -m nft --expression 'lookup in @expiring, {unread}'",
+        "-A forward -d 203.0.113.0/24 -m nft --expression 'expression dynset'",
+        f"-A forward -m nft --expression 'lookup in @fed, {unread}'"]
+    assert [r.text for r in read["ip6"].forward_table.chains[0].rules] == [
+        "-A forward -p udp -m multiport --dports 22,8080 -j DROP"]
+
+
+@pytest.mark.netns
 def test_native_forward_chains_are_read_as_iptables_rules(lab):
     """Each forward filter base chain, per family of packets it sees, in
     iptables' model: a rule's own set of ports or addresses as multiport or
@@ -541,6 +601,13 @@ def _ruleset(text: str, *commands: tuple[str, ...]):
     return apply
 
 
+def _commands(*commands: tuple[str, ...]):
+    def apply(router):
+        for command in commands:
+            router.dut.run(list(command))
+    return apply
+
+
 # Debian's default table beside iptables-nft and iptables-legacy rules: the
 # filter node evaluates both backends' FORWARD rules in the fast path
 BESIDE_IPTABLES = (("iptables-nft", "-A", "FORWARD", "-d", "198.19.1.0/24", "-j", "DROP"),
@@ -555,6 +622,11 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     steps = [Step("debian default", _ruleset(DEBIAN_DEFAULT)), Step("stateless firewall", _ruleset(STATELESS_FIREWALL)),
              Step("host firewall", _ruleset(HOST_FIREWALL)), Step("forward drops", _ruleset(FORWARD_DROPS)),
              Step("forward sets", _ruleset(FORWARD_SETS)),
+             Step("named sets", _ruleset(NAMED_SETS)),
+             Step("named set grown", _commands(("nft", "add element ip sets blocked { 198.19.3.128/26 }"),
+                                               ("nft", "add element ip sets none { 198.18.64.7 }"))),
+             Step("named set shrunk", _commands(("nft", "delete element ip sets blocked { 198.19.1.0/25 }"),
+                                                ("nft", "flush set ip sets ports"))),
              Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS)),
              Step("quiet source ingress", _ruleset(QUIET_SOURCE_INGRESS)),
              Step("beside iptables", _ruleset(DEBIAN_DEFAULT, *BESIDE_IPTABLES)),
@@ -572,7 +644,8 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     from linuxfp.state.nft_native import HOOKS_BY_NAME      # (before 6.16: ingress chains are everyone's)
     # (a native forward chain's rules are evaluated in the fast path)
     assert fast == {"debian default": True, "stateless firewall": True, "host firewall": False,
-                    "forward drops": True, "forward sets": True, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
+                    "forward drops": True, "forward sets": True, "named sets": True, "named set grown": True,
+                    "named set shrunk": True, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
                     "quiet source ingress": False, "beside iptables": True,
                     "dormant iptables": True, "dormant native": True}, report.render()
     # (the quiet chain's ingress kept its program, which passed every packet;
@@ -584,6 +657,8 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     delivered = {step.name: len(kernel.at("sink:to-dut")) for step, kernel in zip(steps, report.kernel)}
     assert delivered["forward drops"] < delivered["debian default"], delivered
     assert delivered["forward sets"] < delivered["debian default"], delivered
+    assert delivered["named set grown"] < delivered["named sets"] < delivered["debian default"], delivered
+    assert delivered["named set grown"] < delivered["named set shrunk"], delivered
     assert delivered["source ingress"] < delivered["debian default"], delivered
     assert delivered["beside iptables"] < delivered["debian default"], delivered
     assert delivered["dormant iptables"] == delivered["dormant native"] == delivered["debian default"], delivered

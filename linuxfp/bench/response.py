@@ -206,6 +206,21 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
            note="only a native chain's rules change while another keeps the filter node in: no compile, no "
                 "reload; the controller re-reads the native tables, rebuilds the classifier and writes the "
                 "new generation"),
+        Cycle("nft named set", (
+            Step("nft add element", ("nft", "add", "element", "inet", nft_table, "lfpblock", "{", filtered_dst, "}"),
+                 Effect("disappears", filtered_dst, sink_mac)),
+            Step("nft delete element", ("nft", "delete", "element", "inet", nft_table, "lfpblock",
+                                        "{", filtered_dst, "}"), Effect("appears", filtered_dst, sink_mac)),
+        ), setup=(("nft", "add", "table", "inet", nft_table),
+                  ("nft", "add", "set", "inet", nft_table, "lfpblock", "{ type ipv4_addr ; flags interval ; }"),
+                  ("nft", "add", "element", "inet", nft_table, "lfpblock", "{ 203.0.113.250 }"),
+                  ("nft", "add", "chain", "inet", nft_table, "lfpfwd",
+                   "{ type filter hook forward priority 0 ; policy accept ; }"),
+                  ("nft", "add", "rule", "inet", nft_table, "lfpfwd", "ip", "daddr", "@lfpblock", "drop")),
+           teardown=(("nft", "delete", "table", "inet", nft_table),),
+           note="a named set's element is a commit: the datapath passes from the commit on (the nf_tables "
+                "generation) until the controller has re-read the native tables and rebuilt the classifier "
+                "with the set's elements"),
         Cycle("legacy iptables rules", (
             Step("iptables-legacy -A", ("iptables-legacy", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j", "DROP"),
                  Effect("disappears", filtered_dst, sink_mac)),

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from . import netlink as nl
 from .iptables import Chain, IptTable, Ruleset
 from .model import NftChain
-from .nft_rules import ConstantSet, decode_native_rule
+from .nft_rules import KeySet, decode_native_rule
 
 # a native table's family -> the families of the packets it filters
 FORWARD_FAMILIES = {"ip": ("ip",), "ip6": ("ip6",), "inet": ("ip", "ip6")}
@@ -48,11 +48,27 @@ def constant_anonymous(a: dict[int, bytes]) -> bool:
             and NFTA_SET_KEY_LEN in a)
 
 
-def constant_set(a: dict[int, bytes], elements: list[dict[int, bytes]]) -> ConstantSet | None:
-    """A constant_anonymous() set's keys as ranges, from its NFT_MSG_NEWSETELEM
+def static_named(a: dict[int, bytes], written: Iterable[str]) -> bool:
+    """Whether an NFT_MSG_NEWSET answer is a named set of keys or intervals
+    that only commits change (`set blocklist { type ipv4_addr; flags
+    interval; elements = { ... } }`): not a map, no timeouts (an element
+    would expire with no commit), not dynamic, no expressions, and no
+    dynset of its table writing it from the packet path (`written`: the
+    names dynsets of its table name). A commit moves the nf_tables
+    generation, which the datapath checks: its elements, as last read, are
+    exactly the kernel's while it acts."""
+    flags = nl.be32(a.get(NFTA_SET_FLAGS, b"\0\0\0\0"))
+    return (not flags & ~(NFT_SET_CONSTANT | NFT_SET_INTERVAL)
+            and nl.cstr(a.get(NFTA_SET_NAME, b"")) not in set(written)
+            and NFTA_SET_DATA_TYPE not in a and NFTA_SET_EXPR not in a and NFTA_SET_EXPRESSIONS not in a
+            and NFTA_SET_KEY_LEN in a)
+
+
+def key_set(a: dict[int, bytes], elements: list[dict[int, bytes]]) -> KeySet | None:
+    """A constant_anonymous() or static_named() set's keys as ranges, from its NFT_MSG_NEWSETELEM
     answers; None where an element is more than a key (or a range) and the
     set could do more than a lookup tells."""
-    flags, width = nl.be32(a[NFTA_SET_FLAGS]), nl.be32(a[NFTA_SET_KEY_LEN])
+    flags, width = nl.be32(a.get(NFTA_SET_FLAGS, b"\0\0\0\0")), nl.be32(a[NFTA_SET_KEY_LEN])
     keyed: list[tuple[int, bool, int | None]] = []     # key, interval end, last key of a range
     for answer in elements:
         for _kind, element in nl.parse_attr_list(answer.get(NFTA_SET_ELEM_LIST_ELEMENTS, b"")):
@@ -78,7 +94,7 @@ def constant_set(a: dict[int, bytes], elements: list[dict[int, bytes]]) -> Const
             # range that runs to the next element, an interval end or not
             last = keyed[n + 1][0] - 1 if n + 1 < len(keyed) else (1 << (8 * width)) - 1
         ranges.append((key, key if last is None else last))
-    return ConstantSet(width, tuple(ranges))
+    return KeySet(width, tuple(ranges))
 
 
 def _value(data: bytes, width: int) -> int | None:
@@ -87,11 +103,12 @@ def _value(data: bytes, width: int) -> int | None:
 
 
 def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str], list[dict[int, bytes]]],
-                     sets: dict[tuple[str, str], dict[str, ConstantSet]] | None = None) -> tuple[Ruleset, ...]:
+                     sets: dict[tuple[str, str], dict[str, KeySet]] | None = None) -> tuple[Ruleset, ...]:
     """The Rulesets of the forward filter base chains among `chains`;
     `rules`: each chain's rules, (family, table, chain) -> the attributes of
     its NFT_MSG_NEWRULE answers, in chain order; `sets`: the constant sets
-    of each (family, table), by name, that its rules may look keys up in."""
+    (constant_anonymous, static_named) of each (family, table), by name,
+    that its rules may look keys up in."""
     chains = tuple(chains)
     sets = sets or {}
     out = []
@@ -111,7 +128,7 @@ def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str
     return tuple(out)
 
 
-def _rules(chain: NftChain, family: str, answers, sets: dict[str, ConstantSet]) -> tuple:
+def _rules(chain: NftChain, family: str, answers, sets: dict[str, KeySet]) -> tuple:
     """The chain's rules as they treat `family`'s packets (one that never
     matches them is left out; the others keep their place in the chain)."""
     decoded = (decode_native_rule(chain.name, position, a, family, chain.family, sets)

@@ -20,8 +20,8 @@ from . import netlink as nl
 from .kernel import release_at_least
 from .model import NftChain, NftNative, NftObject
 from .nft_forward import (FORWARD_FAMILIES, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_NAME,
-                          NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, ConstantSet, constant_anonymous, constant_set,
-                          forward_rulesets)
+                          NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, KeySet, constant_anonymous, forward_rulesets,
+                          key_set, static_named)
 from .nft_rules import (NF_ACCEPT, NF_DROP, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE,
                         NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY,
                         NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM,
@@ -35,6 +35,7 @@ NFTA_HOOK_DEV, NFTA_HOOK_DEVS = 3, 4
 NFTA_DEVICE_NAME, NFTA_DEVICE_PREFIX = 1, 2     # (a prefix: `device "eth*"`, 6.16 on)
 NFTA_SET_TABLE, NFTA_OBJ_TABLE, NFTA_OBJ_TYPE, NFTA_FLOWTABLE_TABLE = 1, 1, 3, 1
 NFTA_MATCH_NAME = NFTA_TARGET_NAME = 1                  # nft_compat: x_tables matches and targets
+NFTA_DYNSET_SET_NAME = 1                                # the set a dynset writes
 NFTA_DYNSET_EXPR, NFTA_DYNSET_EXPRESSIONS = 7, 10       # expressions a dynset gives its new elements
 
 FAMILY_NUMBERS = {"inet": 1, "ip": socket.AF_INET, "arp": 3, "netdev": 5, "bridge": 7, "ip6": socket.AF_INET6}
@@ -107,6 +108,7 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
     expressions: dict[tuple[str, str, str], set[str]] = {}
     rules: dict[tuple[str, str, str], int] = {}
     answers: dict[tuple[str, str, str], list[dict[int, bytes]]] = {}     # of the families forwarding filters see
+    written: dict[tuple[str, str], set[str]] = {}     # per table, the sets its rules change (dynset)
     with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
         for family in sorted(native):
             for table in sorted(native[family]):
@@ -121,13 +123,16 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                     used = expressions.setdefault(key, set())
                     for _kind, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
                         used.update(_expression_names(element))
+                        target = _dynset_target(element)
+                        if target is not None:
+                            written.setdefault((family, table), set()).add(target)
         every_family = _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0)
         if any(native.values()):
             for number, a in _answers(sock.dump(_msg(NFT_MSG_GETCHAIN), every_family), NFT_MSG_NEWCHAIN):
                 family, table = names.get(number, str(number)), nl.strict_name(a[NFTA_CHAIN_TABLE])
                 if table in native.get(family, ()):
                     chains.append(_chain(family, a, rules, expressions))
-        anonymous = []
+        keyed = []
         for kind, message, table_attribute in (("set", NFT_MSG_GETSET, NFTA_SET_TABLE),
                                                ("object", NFT_MSG_GETOBJ, NFTA_OBJ_TABLE),
                                                ("flowtable", NFT_MSG_GETFLOWTABLE, NFTA_FLOWTABLE_TABLE)):
@@ -135,19 +140,19 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                 family, table = names.get(number, str(number)), nl.strict_name(a[table_attribute])
                 if table in every.get(family, ()):
                     if kind == "set" and family in FORWARD_FAMILIES and table in native.get(family, ()) \
-                            and constant_anonymous(a):
-                        anonymous.append((family, table, a))     # (its elements are read below)
+                            and (constant_anonymous(a) or static_named(a, written.get((family, table), ()))):
+                        keyed.append((family, table, a))     # (its elements are read below)
                     elif kind == "object":
                         code = nl.be32(a[NFTA_OBJ_TYPE])
                         objects.append(NftObject(family, table, OBJECT_TYPES.get(code, f"object type {code}")))
                     else:
                         objects.append(NftObject(family, table, kind))
-        sets: dict[tuple[str, str], dict[str, ConstantSet]] = {}
-        for family, table, a in anonymous:
+        sets: dict[tuple[str, str], dict[str, KeySet]] = {}
+        for family, table, a in keyed:
             name = nl.strict_name(a[NFTA_SET_NAME])
             request = _NFGENMSG.pack(FAMILY_NUMBERS[family], 0, 0) + nl.attr(
                 NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0") + nl.attr(NFTA_SET_ELEM_LIST_SET, name.encode() + b"\0")
-            read = constant_set(a, [attrs for _, attrs in _answers(sock.dump(_msg(NFT_MSG_GETSETELEM), request),
+            read = key_set(a, [attrs for _, attrs in _answers(sock.dump(_msg(NFT_MSG_GETSETELEM), request),
                                                                     NFT_MSG_NEWSETELEM)])
             if read is None:
                 objects.append(NftObject(family, table, "set"))
@@ -187,6 +192,16 @@ def _expression_names(element: bytes) -> set[str]:
         for _kind, nested in nl.parse_attr_list(data.get(NFTA_DYNSET_EXPRESSIONS, b"")):
             names |= _expression_names(nested)
     return names
+
+
+def _dynset_target(element: bytes) -> str | None:
+    """The set a dynset expression writes from the packet path (`add
+    @name { ip saddr }`, `update @name ...`), by name; None for any other
+    expression."""
+    e = nl.parse_attrs(element)
+    if nl.strict_name(e.get(NFTA_EXPR_NAME, b"")) != "dynset":
+        return None
+    return nl.strict_name(nl.parse_attrs(e.get(NFTA_EXPR_DATA, b"")).get(NFTA_DYNSET_SET_NAME, b""))
 
 
 def _chain(family: str, a: dict[int, bytes], rules: dict, expressions: dict) -> NftChain:

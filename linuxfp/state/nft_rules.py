@@ -110,8 +110,9 @@ class NeverMatches(Exception):
 
 
 @dataclass(frozen=True)
-class ConstantSet:
-    """A rule's own set (`{ 22, 80, 1000-2000 }`, nft_forward.constant_set):
+class KeySet:
+    """The keys of a set only commits change — a rule's own (`{ 22, 80,
+    1000-2000 }`) or a named one (`@blocklist`) — (nft_forward.key_set):
     its keys' width in bytes and the keys, as inclusive ranges of the key
     read as a big-endian number (a payload's, network order)."""
 
@@ -243,9 +244,9 @@ class RuleReading:
     expressions (or decode_native_rule of a native one): the header fields,
     the matches in order, the verdict."""
 
-    def __init__(self, family: str, native_family: str = "", sets: dict[str, ConstantSet] | None = None):
+    def __init__(self, family: str, native_family: str = "", sets: dict[str, KeySet] | None = None):
         self.family = family
-        self.sets = sets or {}              # a native rule's table's constant sets, by name
+        self.sets = sets or {}              # a native rule's table's key sets, by name
         # a native table's rule (nft_forward.py), read for `family`'s packets:
         # its family ("ip", "ip6", "inet"), which allows what the nft tool
         # writes and iptables-nft never does (below: `native`)
@@ -351,7 +352,7 @@ UNKNOWN_MODULE = "nft"
 
 
 def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: str,
-                       native_family: str, sets: dict[str, ConstantSet] | None = None) -> IptRule | None:
+                       native_family: str, sets: dict[str, KeySet] | None = None) -> IptRule | None:
     """One rule of a native table (of `native_family`: "ip", "ip6" or
     "inet"), as it treats `family`'s packets, in the model iptables' rules
     read into: None when it never matches them (an inet rule for the other
@@ -359,7 +360,7 @@ def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: s
     known but not as written), the rule keeps the tests before it and no
     verdict, and ends in a Match of UNKNOWN_MODULE naming what stopped it —
     the packets that pass those tests are the kernel's. Counters and
-    comments change nothing. `sets`: the table's constant sets, by name
+    comments change nothing. `sets`: the table's key sets, by name
     (a lookup in any other is not known here)."""
     rule = RuleReading(family, native_family, sets)
     unknown = ""
@@ -563,18 +564,27 @@ NFT_LOOKUP_F_INV = 1
 
 
 def _lookup(rule: RuleReading, data) -> None:
-    """A lookup in one of the rule's constant sets (native rules only): of
-    a whole address, as -s/-d with every prefix the set's ranges cover; of
-    a TCP or UDP port, as -m multiport."""
+    """A lookup in one of the table's key sets (native rules only): of a
+    whole address, as -s/-d with every prefix the set's ranges cover; of a
+    TCP or UDP port, as -m multiport. In an empty set (a named one, before
+    its first element) a lookup never matches."""
     register = _register(data, NFTA_LOOKUP_SREG)
     loaded = rule.registers.pop(register, None)
-    found = rule.sets.get(nl.cstr(data.get(NFTA_LOOKUP_SET, b"")))
+    name = nl.cstr(data.get(NFTA_LOOKUP_SET, b""))
+    found = rule.sets.get(name)
     flags = _reg(data, NFTA_LOOKUP_FLAGS)
+    if rule.native and found is None and not name.startswith("__"):
+        # (what stops a named set being read: nft_forward.static_named)
+        raise Undecodable(f"lookup in @{name}, a set not mirrored (the packet path or time may change it, or it holds more than keys)")
     if not rule.native or loaded is None or loaded[0] != "payload" or found is None or NFTA_LOOKUP_DREG in data \
-            or flags & ~NFT_LOOKUP_F_INV or loaded[-1] is not None or loaded[3] != found.width or not found.ranges:
+            or flags & ~NFT_LOOKUP_F_INV or loaded[-1] is not None or loaded[3] != found.width:
         raise Undecodable("lookup")
     _, base, offset, length, _mask = loaded
     negated = bool(flags & NFT_LOOKUP_F_INV)
+    if not found.ranges:
+        if negated:         # (true wherever the load succeeds: not written here)
+            raise Undecodable("lookup")
+        raise NeverMatches()
     if base == NFT_PAYLOAD_NETWORK_HEADER and offset in _ADDRESS_OFFSETS[rule.family] \
             and length == _WIDTH[rule.family] and (rule.native != "inet" or rule.nfproto_tested):
         option = _ADDRESS_OFFSETS[rule.family][offset]

@@ -103,9 +103,9 @@ NATIVE_LOCAL_TARGETS = frozenset({"LOG", "NFLOG", "REJECT", "MARK", "CLASSIFY", 
                                   "AUDIT", "NFQUEUE", "CHECKSUM", "TTL", "HL", "mark", "redirect", "snat", "dnat",
                                   "arpreply", "nflog", "log", "standard", "ERROR"})
 # objects that take the same reference (a set: its elements may carry a
-# connlimit each, which the sets' listing does not show — a rule's own
-# constant set whose elements were read and carry only keys is not listed:
-# nft_native.py); objects that do nothing by themselves
+# connlimit each, which the sets' listing does not show — a set whose
+# elements were read and carry only keys is not listed: nft_native.py);
+# objects that do nothing by themselves
 NATIVE_TRACKING_OBJECTS = frozenset({"ct helper", "ct timeout", "ct expectation", "connlimit", "synproxy", "set"})
 NATIVE_LOCAL_OBJECTS = frozenset({"counter", "quota", "limit", "secmark", "tunnel"})
 
