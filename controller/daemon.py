@@ -48,6 +48,10 @@ COALESCE_QUIET_NS = 0
 # replaces) then waits for one short batch, not for the whole burst.
 BATCH_MAX_NS = 5_000_000
 BATCH_MAX_MESSAGES = 500
+# A netfilter read nf_tables would not settle is tried again after the first
+# of these, then after twice as long each time, up to the second
+UNSETTLED_WAIT_S = (0.01, 1.0)
+UNSETTLED_LOG_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class Controller:
         self._lease_known = None    # (the installer's lease map, its id)
         self.nft_watch = NftablesWatch(self.lease)
         self._unsettled: str | None = None   # why the last netfilter read was not taken in
+        self._unsettled_wait = 0.0           # before the next read, while reads stay unsettled
+        self._unsettled_said = 0.0           # when that was last logged
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
@@ -317,12 +323,17 @@ class Controller:
         after moving the generation, so the datapath keeps passing while the
         generation is past the one last taken in, and the loop reads again."""
         unsettled = kstate.unsettled_reason()
-        if unsettled != self._unsettled:
-            if unsettled:
-                log.warning("netfilter read not taken in (the datapath passes meanwhile): %s", unsettled)
-            else:
-                log.info("netfilter read settled again")
-            self._unsettled = unsettled
+        now = time.monotonic()
+        if unsettled and (unsettled != self._unsettled or now - self._unsettled_said >= UNSETTLED_LOG_S):
+            log.warning("netfilter read not taken in (the datapath passes meanwhile): %s", unsettled)
+            self._unsettled_said = now
+        elif not unsettled and self._unsettled:
+            log.info("netfilter read settled again")
+        self._unsettled = unsettled
+        # (each read that fails to settle waits twice as long for the next: a
+        # barrier refused for good costs a read a second, not a hundred)
+        self._unsettled_wait = min(max(2 * self._unsettled_wait, UNSETTLED_WAIT_S[0]), UNSETTLED_WAIT_S[1]) \
+            if unsettled else 0.0
         if not unsettled:
             self.lease.nft_taken_in(seq)
 
@@ -465,7 +476,7 @@ class Controller:
                     # addresses moved on after their messages were read: at once)
                     # (a read nf_tables would not settle is tried again soon, not at once)
                     batch = events.read_batch(timeout=0 if addresses_behind or nft_behind and not self._unsettled
-                                              else 0.01 if nft_behind else
+                                              else self._unsettled_wait if nft_behind else
                                               0.002 if "sysctl" in self.watch.in_flight else
                                               0.01 if in_flight else 0.05 if response_dirty else 0.2)
                     if batch is None:

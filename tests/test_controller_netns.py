@@ -439,13 +439,13 @@ def test_netfilter_hooks_on_an_ingress_hand_its_packets_to_the_kernel(router_top
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_a_namespace_back_from_the_kernel_path_attaches_the_programs_it_ran(router_topology, ip_forw_datagrams,
                                                                            hook):
-    """A rule no node reproduces (in a native nft prerouting chain) takes
+    """A rule no node reproduces (in a native nft postrouting chain) takes
     every interface off the fast path; flushing it brings them back with the
     programs they ran, kept loaded meanwhile (no verifier run), reading the
     maps as they are now — and their counters carry on."""
     r = router_topology
 
-    r.dut.run(["nft", "-f", "-"], input="table inet lfpt {\n chain lfpfwd { type filter hook prerouting priority 0; }\n}\n")
+    r.dut.run(["nft", "-f", "-"], input="table inet lfpt {\n chain lfpfwd { type filter hook postrouting priority 0; }\n}\n")
     with ControllerProcess(r.dut.name, hook=hook) as c:
         c.settled()
         plain = status_programs(r)

@@ -190,3 +190,35 @@ def test_a_drop_counts_the_hooks_before_it_by_priority():
     # (the early chain's rule has no verdict: its policy accepted the packet, and counted it)
     assert [program.rules[i].describe() if i >= 0 else f"policy of {program.tool(policy_of(i))}" for i in counted] \
         == ["nft ip t early #1", "policy of nft ip t", "iptables-legacy FORWARD #1"]
+
+
+def test_a_prerouting_chain_counts_before_every_forward_hook():
+    """A prerouting chain sees the packet before any forward chain,
+    whatever their priorities: its drop keeps every FORWARD hook from
+    counting it."""
+    legacy = Ruleset("legacy", (IptTable("filter", (Chain("FORWARD", "ACCEPT", _rules(
+        "FORWARD", "-d 192.0.2.1/32")),)),), (), "ip")
+    early_forward = _native("early", -50, "-d 192.0.2.0/24")
+    pre = replace(_native("pre", 100, "-d 192.0.2.0/24 -j DROP"), hook="prerouting")
+    program = compile_program((legacy, early_forward, pre), ())
+    fields = packet_fields(0xC6120001, 0xC0000201, 17, 1, 2, 1, 2)
+    decided, rule, counted = verdict_and_counted(program, matched_boxes(program, fields))
+    assert decided == DROP and program.rules[rule].describe() == "nft ip t pre #1"
+    assert [program.rules[i].describe() for i in counted] == ["nft ip t pre #1"]
+
+
+def test_before_routing_no_egress_device_and_below_conntrack_no_entry_is_read():
+    """A prerouting chain's rule is read without what the kernel does not
+    know there yet: the egress device (an oifname reads empty before
+    routing) and, below conntrack's priority, the connection's state."""
+    META_OIFNAME, CT_STATE = 7, 0
+    oifname = (meta(META_OIFNAME), cmp(EQ, b"to-sink".ljust(16, b"\0")), DROP_)
+    ct = (_expr("ct", nl.attr(2, _be(CT_STATE)) + nl.attr(1, _be(1))), _expr("bitwise", b""), DROP_)
+
+    def read_as(expressions, **where):
+        rule = decode_native_rule("c", 1, {NFTA_RULE_EXPRESSIONS: b"".join(expressions)}, "ip", "ip", **where)
+        return rule.text
+    assert read_as(oifname) == "-A c -o to-sink -j DROP"
+    assert "oifname before routing" in read_as(oifname, before_routing=True)
+    assert "ct before conntrack" in read_as(ct, before_routing=True, untracked=True)
+    assert "ct before conntrack" not in read_as(ct, before_routing=True)

@@ -9,6 +9,8 @@ ingress. Differential: the same frames through Linux alone
 and Linux + LinuxFP, byte-compared."""
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import replace
 
 import pytest
@@ -74,6 +76,15 @@ NAMED_SETS = DEBIAN_DEFAULT + """table ip sets {
         ip daddr 198.19.0.0/23 udp dport @ports drop
         ip saddr @none drop
     }
+}
+"""
+# ... and prerouting filter chains, below conntrack's priority and above
+# it: evaluated as forward's are, but for an egress device test (none is
+# known before routing: that rule's packets are the kernel's)
+PREROUTING_DROPS = DEBIAN_DEFAULT + """table ip edge {
+    chain raw { type filter hook prerouting priority raw; ip daddr 198.19.2.0/24 iifname != "to-sink" drop; }
+    chain early { type filter hook prerouting priority filter; ip daddr 198.19.1.9 oifname "to-sink" drop;
+                  ip saddr 198.18.64.0/24 drop; }
 }
 """
 # named sets the packet path (a dynset) or time (timeouts) change: their
@@ -327,7 +338,10 @@ def test_native_tables_are_read_as_the_kernel_holds_them(lab):
     assert filter_scope(state).uncovered == () if HOOKS_BY_NAME else filter_scope(state).uncovered
     assert "nf_tables chain inet edge input (connlimit)" in filter_scope(state).stateful
     assert "nf_tables ct timeout of ip filter" in filter_scope(state).stateful
-    assert filter_scope6(state).uncovered[0].startswith("nf_tables chain ip6 other c on prerouting")
+    # a prerouting filter chain is evaluated as forward's are (its rule for
+    # the fast path's filter); one of a table that translates, ahead of DNAT,
+    # is the kernel's (test_prerouting_chains_are_evaluated_as_forward_chains_are)
+    assert filter_scope6(state).uncovered == () and "nft ip6 other" in [r.tool for r in filter_scope6(state).forward]
     if HOOKS_BY_NAME:
         assert "inet edge in on ingress" in ingress_chain(state, "far")     # (inet ingress: never a no-op)
         assert "on ingress" in ingress_chain(state, "to-sink") and ingress_chain(state, "lo") is None
@@ -391,6 +405,56 @@ def test_named_sets_are_read_where_only_commits_change_them(lab):
         f"-A forward -m nft --expression 'lookup in @fed, {unread}'"]
     assert [r.text for r in read["ip6"].forward_table.chains[0].rules] == [
         "-A forward -p udp -m multiport --dports 22,8080 -j DROP"]
+    # a set made without the dynamic flag, written later by a rule of
+    # another chain of its table (nft adds no flag to it): the kernel's too
+    ns.run(["nft", "add", "set", "inet", "fw", "later", "{ type ipv4_addr; }"])
+    ns.run(["nft", "add", "rule", "inet", "fw", "forward", "ip", "saddr", "@later", "drop"])
+    with entered(ns):
+        assert "@later" not in "\n".join(
+            r.text for r in read_netfilter().native.forward[0].forward_table.chains[0].rules)   # (read: empty)
+    ns.run(["nft", "add", "chain", "inet", "fw", "input", "{ type filter hook input priority 0; }"])
+    ns.run(["nft", "add", "rule", "inet", "fw", "input", "ip", "saddr", "198.51.100.0/24", "update", "@later",
+            "{ ip saddr }"])
+    assert "dynamic" not in ns.run(["nft", "list", "set", "inet", "fw", "later"]).stdout
+    with entered(ns):
+        state = read_netfilter()
+    assert f"-A forward -m nft --expression 'lookup in @later, {unread}'" in [
+        r.text for r in {r.family: r for r in state.native.forward}["ip"].forward_table.chains[0].rules]
+
+
+@pytest.mark.netns
+def test_prerouting_chains_are_evaluated_as_forward_chains_are(lab):
+    """A prerouting filter chain is one more hook on the forwarded packet's
+    path, crossed before forward's: its rules are read as forward's are,
+    without an egress device (none yet) and, below conntrack's priority,
+    without the connection's state (none yet). Where anything translates, a
+    chain ahead of destination NAT sees a translated packet's addresses as
+    they came, not as the fast path's filter does: it is the kernel's."""
+    from linuxfp.state.netfilter import read_netfilter
+
+    ns = lab.namespace("npre")
+    ns.run(["nft", "-f", "-"], input=PREROUTING_DROPS)
+    ns.run(["nft", "add", "rule", "ip", "edge", "raw", "ip", "daddr", "198.19.3.9", "ct", "state", "new", "drop"])
+    with entered(ns):
+        state = read_netfilter()
+    read = {r.entry: r for r in state.native.forward}
+    assert {entry: (r.hook, r.priority) for entry, r in read.items()} == {
+        "forward": ("forward", 0), "raw": ("prerouting", -300), "early": ("prerouting", 0)}
+    assert [r.text for r in read["raw"].forward_table.chains[0].rules] == [
+        "-A raw -d 198.19.2.0/24 ! -i to-sink -j DROP",
+        "-A raw -d 198.19.3.9/32 -m nft --expression 'ct before conntrack'"]
+    assert [r.text for r in read["early"].forward_table.chains[0].rules] == [
+        "-A early -d 198.19.1.9/32 -m nft --expression 'oifname before routing'",
+        "-A early -s 198.18.64.0/24 -j DROP"]
+    scope = filter_scope(state)
+    assert scope.uncovered == () and {"nft ip edge"} <= {r.tool for r in scope.forward}
+    ns.run(["nft", "add", "table", "ip", "nt"])
+    ns.run(["nft", "add", "chain", "ip", "nt", "post", "{ type nat hook postrouting priority srcnat; }"])
+    with entered(ns):
+        scope = filter_scope(read_netfilter())
+    assert scope.uncovered == ("nf_tables chain ip edge raw on prerouting: 2 rules (native nft: the kernel "
+                               "evaluates it)",), scope.uncovered
+    assert [r.entry for r in scope.forward if r.native] == ["early"]
 
 
 @pytest.mark.netns
@@ -497,6 +561,18 @@ def test_a_read_starts_from_a_commit_that_is_over(lab, monkeypatch):
         monkeypatch.setattr(nf, "_empty_batch", lambda generation: False)    # commits keep coming
         assert nf.settled_nft_generation() is None and nf.unsettled_reason() == "commits kept coming"
         monkeypatch.undo()
+        # a generation that cannot be read settles nothing either; a kernel
+        # without nf_tables has nothing to settle
+
+        def unreadable(code):
+            def read():
+                raise OSError(code, os.strerror(code))
+            return read
+        monkeypatch.setattr(nf, "_read_generation", unreadable(errno.EIO))
+        assert nf.settled_nft_generation() is None and "cannot be read" in nf.unsettled_reason()
+        monkeypatch.setattr(nf, "_read_generation", unreadable(errno.EPROTONOSUPPORT))
+        assert nf.settled_nft_generation() is None and nf.unsettled_reason() is None
+        monkeypatch.undo()
         assert nf.settled_nft_generation() == nf.nft_generation() and nf.unsettled_reason() is None
 
 
@@ -512,14 +588,22 @@ def test_an_unsettled_read_is_not_taken_in(monkeypatch):
     from controller.lease import Lease
     from linuxfp import state as kstate
 
-    controller = SimpleNamespace(lease=Lease(), _unsettled=None)
+    from controller.daemon import UNSETTLED_WAIT_S
+
+    controller = SimpleNamespace(lease=Lease(), _unsettled=None, _unsettled_wait=0.0, _unsettled_said=0.0)
     controller.lease.nft_seq = 7
     monkeypatch.setattr(kstate, "unsettled_reason", lambda: "nf_tables refused the barrier: [Errno 105]")
     Controller._nft_taken_in(controller, 8)
     assert controller.lease.nft_seq == 7 and controller.lease.nft_behind(8) and controller._unsettled
+    # each unsettled read waits twice as long for the next, up to a second
+    assert controller._unsettled_wait == UNSETTLED_WAIT_S[0]
+    for _ in range(10):
+        Controller._nft_taken_in(controller, 8)
+    assert controller._unsettled_wait == UNSETTLED_WAIT_S[1] and controller.lease.nft_seq == 7
     monkeypatch.setattr(kstate, "unsettled_reason", lambda: None)
     Controller._nft_taken_in(controller, 8)
     assert controller.lease.nft_seq == 8 and not controller.lease.nft_behind(8) and controller._unsettled is None
+    assert controller._unsettled_wait == 0.0
 
 
 @pytest.mark.netns
@@ -627,6 +711,7 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
                                                ("nft", "add element ip sets none { 198.18.64.7 }"))),
              Step("named set shrunk", _commands(("nft", "delete element ip sets blocked { 198.19.1.0/25 }"),
                                                 ("nft", "flush set ip sets ports"))),
+             Step("prerouting drops", _ruleset(PREROUTING_DROPS)),
              Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS)),
              Step("quiet source ingress", _ruleset(QUIET_SOURCE_INGRESS)),
              Step("beside iptables", _ruleset(DEBIAN_DEFAULT, *BESIDE_IPTABLES)),
@@ -645,7 +730,8 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     # (a native forward chain's rules are evaluated in the fast path)
     assert fast == {"debian default": True, "stateless firewall": True, "host firewall": False,
                     "forward drops": True, "forward sets": True, "named sets": True, "named set grown": True,
-                    "named set shrunk": True, "sink ingress": HOOKS_BY_NAME, "source ingress": False,
+                    "named set shrunk": True, "prerouting drops": True, "sink ingress": HOOKS_BY_NAME,
+                    "source ingress": False,
                     "quiet source ingress": False, "beside iptables": True,
                     "dormant iptables": True, "dormant native": True}, report.render()
     # (the quiet chain's ingress kept its program, which passed every packet;
@@ -658,6 +744,7 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     assert delivered["forward drops"] < delivered["debian default"], delivered
     assert delivered["forward sets"] < delivered["debian default"], delivered
     assert delivered["named set grown"] < delivered["named sets"] < delivered["debian default"], delivered
+    assert delivered["prerouting drops"] < delivered["debian default"], delivered
     assert delivered["named set grown"] < delivered["named set shrunk"], delivered
     assert delivered["source ingress"] < delivered["debian default"], delivered
     assert delivered["beside iptables"] < delivered["debian default"], delivered

@@ -141,7 +141,8 @@ class Ruleset(_JsonMixin):
     # evaluated from (one such Ruleset per base chain); iptables': "", FORWARD
     native: str = ""
     entry: str = "FORWARD"
-    priority: int = 0                  # its FORWARD hook's (iptables' filter table: 0)
+    priority: int = 0                  # its hook's (iptables' filter table: 0)
+    hook: str = "forward"              # a native chain's: "prerouting" or "forward" (nft_forward.py)
 
     def reading(self) -> str:
         """How these rules were read, for `linuxfp graph`."""

@@ -118,10 +118,20 @@ def _nft_table_dump() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
 def nft_generation() -> int | None:
     """The nf_tables ruleset generation id: it changes with every commit."""
     try:
-        with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
-            replies = sock.request((10 << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
+        return _read_generation()
     except OSError:         # NetlinkError included
         return None
+
+
+# what a kernel without nfnetlink or nf_tables answers a generation request
+_NO_NF_TABLES = frozenset({errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT, errno.EOPNOTSUPP, errno.EINVAL})
+
+
+def _read_generation() -> int | None:
+    """nft_generation(), its failure raised (OSError); None: no generation
+    in the answer."""
+    with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
+        replies = sock.request((10 << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
     for reply in replies:
         if reply.type & 0xFF == NFT_MSG_NEWGEN:
             gen = nl.parse_attrs(reply.payload, _NFGENMSG.size).get(NFTA_GEN_ID)
@@ -186,9 +196,14 @@ def settled_nft_generation() -> int | None:
     namespace = _namespace()
     why = "commits kept coming"
     for _ in range(5):
-        generation = nft_generation()
+        try:
+            generation = _read_generation()
+        except OSError as exc:
+            # (no nf_tables: nothing is counted, nothing to settle)
+            why = "" if exc.errno in _NO_NF_TABLES else f"the nf_tables generation cannot be read: {exc}"
+            break
         if generation is None:
-            why = ""        # (no nf_tables: nothing is counted, nothing to settle)
+            why = "the nf_tables generation cannot be read: no generation in the answer"
             break
         if _announced.get(namespace) == generation:
             _unsettled.pop(namespace, None)

@@ -102,18 +102,26 @@ def _value(data: bytes, width: int) -> int | None:
     return int.from_bytes(value, "big") if value is not None and len(value) == width else None
 
 
+# the hooks a forwarded packet crosses whose filter chains are read here, in
+# the order it crosses them; a prerouting chain sees it before routing (no
+# egress device yet) and, below conntrack's priority, before it is tracked
+FORWARD_PATH_HOOKS = ("prerouting", "forward")
+NF_IP_PRI_CONNTRACK = -200      # (NF_IP6_PRI_CONNTRACK too)
+
+
 def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str], list[dict[int, bytes]]],
                      sets: dict[tuple[str, str], dict[str, KeySet]] | None = None) -> tuple[Ruleset, ...]:
-    """The Rulesets of the forward filter base chains among `chains`;
-    `rules`: each chain's rules, (family, table, chain) -> the attributes of
-    its NFT_MSG_NEWRULE answers, in chain order; `sets`: the constant sets
-    (constant_anonymous, static_named) of each (family, table), by name,
-    that its rules may look keys up in."""
+    """The Rulesets of the filter base chains among `chains` that forwarded
+    packets cross (FORWARD_PATH_HOOKS); `rules`: each chain's rules,
+    (family, table, chain) -> the attributes of its NFT_MSG_NEWRULE
+    answers, in chain order; `sets`: the key sets (constant_anonymous,
+    static_named) of each (family, table), by name, that its rules may look
+    keys up in."""
     chains = tuple(chains)
     sets = sets or {}
     out = []
     for base in chains:
-        if base.hook != "forward" or base.kind != "filter" or base.family not in FORWARD_FAMILIES \
+        if base.hook not in FORWARD_PATH_HOOKS or base.kind != "filter" or base.family not in FORWARD_FAMILIES \
                 or base.policy not in ("accept", "drop"):
             continue
         regular = [c for c in chains if (c.family, c.table) == (base.family, base.table) and not c.hook]
@@ -121,16 +129,21 @@ def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str
             table = IptTable(base.table, tuple(
                 Chain(chain.name, base.policy.upper() if chain is base else None,
                       _rules(chain, family, rules.get((chain.family, chain.table, chain.name), ()),
-                             sets.get((base.family, base.table), {})))
+                             sets.get((base.family, base.table), {}), base))
                 for chain in [base, *regular]))
             out.append(Ruleset(f"{base.family} {base.table} {base.name}", (table,), (), family, source="kernel",
-                               native=f"{base.family} {base.table}", entry=base.name, priority=base.priority))
+                               native=f"{base.family} {base.table}", entry=base.name, priority=base.priority,
+                               hook=base.hook))
     return tuple(out)
 
 
-def _rules(chain: NftChain, family: str, answers, sets: dict[str, KeySet]) -> tuple:
-    """The chain's rules as they treat `family`'s packets (one that never
-    matches them is left out; the others keep their place in the chain)."""
-    decoded = (decode_native_rule(chain.name, position, a, family, chain.family, sets)
+def _rules(chain: NftChain, family: str, answers, sets: dict[str, KeySet], base: NftChain) -> tuple:
+    """The chain's rules as they treat `family`'s packets reaching it from
+    `base` (one that never matches them is left out; the others keep their
+    place in the chain)."""
+    before_routing = base.hook == "prerouting"
+    untracked = before_routing and base.priority <= NF_IP_PRI_CONNTRACK
+    decoded = (decode_native_rule(chain.name, position, a, family, chain.family, sets,
+                                  before_routing=before_routing, untracked=untracked)
                for position, a in enumerate(answers, 1))
     return tuple(rule for rule in decoded if rule is not None)

@@ -106,7 +106,8 @@ _NFT_CT_STATES = (("INVALID", 1 << 0), ("NEW", 1 << 3), ("RELATED", 1 << 2), ("E
 
 
 class NeverMatches(Exception):
-    """A native inet rule that tests for the other family's packets."""
+    """A native rule that matches none of the packets read for: an inet
+    rule testing for the other family's, a lookup in an empty set."""
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,13 @@ class RuleReading:
     expressions (or decode_native_rule of a native one): the header fields,
     the matches in order, the verdict."""
 
-    def __init__(self, family: str, native_family: str = "", sets: dict[str, KeySet] | None = None):
+    def __init__(self, family: str, native_family: str = "", sets: dict[str, KeySet] | None = None,
+                 before_routing: bool = False, untracked: bool = False):
         self.family = family
         self.sets = sets or {}              # a native rule's table's key sets, by name
+        # a native prerouting chain's: no egress device yet (an oifname
+        # reads empty), and below conntrack's priority no entry either
+        self.before_routing, self.untracked = before_routing, untracked
         # a native table's rule (nft_forward.py), read for `family`'s packets:
         # its family ("ip", "ip6", "inet"), which allows what the nft tool
         # writes and iptables-nft never does (below: `native`)
@@ -352,7 +357,8 @@ UNKNOWN_MODULE = "nft"
 
 
 def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: str,
-                       native_family: str, sets: dict[str, KeySet] | None = None) -> IptRule | None:
+                       native_family: str, sets: dict[str, KeySet] | None = None,
+                       before_routing: bool = False, untracked: bool = False) -> IptRule | None:
     """One rule of a native table (of `native_family`: "ip", "ip6" or
     "inet"), as it treats `family`'s packets, in the model iptables' rules
     read into: None when it never matches them (an inet rule for the other
@@ -361,8 +367,10 @@ def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: s
     verdict, and ends in a Match of UNKNOWN_MODULE naming what stopped it —
     the packets that pass those tests are the kernel's. Counters and
     comments change nothing. `sets`: the table's key sets, by name
-    (a lookup in any other is not known here)."""
-    rule = RuleReading(family, native_family, sets)
+    (a lookup in any other is not known here). `before_routing`: the rule
+    is reached from a prerouting chain (an egress device test is not read),
+    `untracked`: below conntrack's priority (nor is `ct`)."""
+    rule = RuleReading(family, native_family, sets, before_routing, untracked)
     unknown = ""
     for _, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
         name, data = _expression(element)
@@ -428,6 +436,8 @@ def _load_meta(rule: RuleReading, data) -> None:
     sizes = _NATIVE_META_SIZE if rule.native else _META_SIZE
     if key not in sizes or 3 in data:
         raise Undecodable(f"meta key {key}")
+    if key == NFT_META_OIFNAME and rule.before_routing:
+        raise Undecodable("oifname before routing")
     rule.registers[_loaded(rule, data)] = ("meta", key, sizes[key], None)
 
 
@@ -436,6 +446,8 @@ def _load_ct(rule: RuleReading, data) -> None:
     another key's)."""
     if not rule.native or _reg(data, 2) != NFT_CT_STATE or 3 in data:
         raise Undecodable("ct beyond its state")
+    if rule.untracked:
+        raise Undecodable("ct before conntrack")
     rule.registers[_loaded(rule, data)] = ("ct", NFT_CT_STATE, 4, None)
 
 

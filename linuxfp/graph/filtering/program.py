@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from linuxfp.state.iptables import TOOLS
+from linuxfp.state.nft_forward import FORWARD_PATH_HOOKS
 
 from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, rule_meaning
 
@@ -68,10 +69,13 @@ class Program:
     # FORWARD, TOOLS[family]-backend
     entries: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
-    priorities: tuple[int, ...] = ()    # per backend, its hook's priority (); iptables': 0
+    # per backend, where a packet meets it: its hook's place on the forward
+    # path (a prerouting chain's before forward's) and its priority there;
+    # (): iptables' alone (FORWARD, 0)
+    priorities: tuple[tuple[int, int], ...] = ()
 
-    def priority(self, position: int) -> int:
-        return self.priorities[position] if self.priorities else 0
+    def priority(self, position: int) -> tuple[int, int]:
+        return self.priorities[position] if self.priorities else (FORWARD_PATH_HOOKS.index("forward"), 0)
 
     def entry(self, position: int) -> str:
         """The chain backends[position] starts from."""
@@ -153,7 +157,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                    frozenset(named), marks, stateful, family, stateful and nat,
                    tuple(r.entry for r in forward_rulesets) if native else (),
                    tuple(r.tool for r in forward_rulesets) if native else (),
-                   tuple(r.priority for r in forward_rulesets) if native else ())
+                   tuple((FORWARD_PATH_HOOKS.index(r.hook), r.priority) for r in forward_rulesets) if native else ())
 
 
 def _set_interface_fields(rule, sets) -> set[str]:

@@ -23,8 +23,9 @@ kernel.
 Uncovered, with the reason:
 * a native nf_tables table's other base chains (families inet, ip, ip6,
   netdev, bridge) on a hook forwarded packets cross — any but input and
-  output of ip/ip6/inet: prerouting, postrouting, a forward chain of
-  another type, netdev egress, every bridge hook, a hook not known here —
+  output of ip/ip6/inet: postrouting, a forward or prerouting chain of
+  another type, a prerouting filter chain ahead of destination NAT where
+  anything translates, netdev egress, every bridge hook, a hook not known here —
   unless it does nothing (a filter chain with no rules and policy accept,
   as Debian's default /etc/nftables.conf makes; never inet's ingress, which
   drops malformed packets). Chains bound to a device's ingress send that device's ingress
@@ -87,6 +88,7 @@ _INGRESS_FAMILIES = frozenset({"inet", "netdev"})
 # object counts for the rules naming it, dup/fwd send only what their chain
 # sees). x_tables' matches and targets ("match NAME", "target NAME") are
 # judged by iptables' lists. Any other expression is not known here.
+NF_IP_PRI_NAT_DST = -100     # (NF_IP6_PRI_NAT_DST too)
 NATIVE_TRACKING = frozenset({"ct", "nat", "masq", "redir", "connlimit", "notrack", "synproxy", "flow_offload"})
 NATIVE_DEFRAG = frozenset({"socket", "tproxy"})
 NATIVE_LOCAL = frozenset({"payload", "cmp", "meta", "immediate", "bitwise", "lookup", "counter", "log", "reject",
@@ -207,11 +209,17 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
 
 
 def _native_forward(netfilter, family: str) -> tuple:
-    """The native forward filter chains' rules read for `family`'s packets
-    (state/nft_forward.py), of tables not dormant."""
+    """The native filter chains' rules on a forwarded packet's path
+    (forward, prerouting), read for `family`'s packets
+    (state/nft_forward.py), of tables not dormant. A prerouting chain ahead
+    of destination NAT (its priority below NF_IP_PRI_NAT_DST) is left to
+    the kernel where anything translates: it sees a translated packet's
+    addresses as they came, the fast path's filter as they leave."""
     if netfilter.native_error:
         return ()
-    return tuple(r for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant)
+    translates = translating(netfilter) is not None
+    return tuple(r for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant
+                 and not (translates and r.hook == "prerouting" and r.priority < NF_IP_PRI_NAT_DST))
 
 
 def translating(netfilter) -> str | None:
