@@ -98,10 +98,11 @@ struct lfp_tally {
 #define LFP_NAT_SRC (1u << 0)   /* the source becomes saddr:sport at POSTROUTING */
 #define LFP_NAT_DST (1u << 1)   /* the destination changes at PREROUTING (other_daddr, other_dport) */
 /* ... and the NAT the connection carries in either direction (its status'
- * IPS_SRC_NAT, IPS_DST_NAT: --ctstate SNAT, DNAT; the filter's ctnat field) */
+ * IPS_SRC_NAT, IPS_DST_NAT: --ctstate SNAT, DNAT). Shifted down by
+ * LFP_CT_NAT_SHIFT, LFP_NAT_DST and these are the filter's ctnat field. */
 #define LFP_CT_SNAT (1u << 2)
 #define LFP_CT_DNAT (1u << 3)
-#define LFP_CT_NAT_SHIFT 2
+#define LFP_CT_NAT_SHIFT 1
 
 struct lfp_ct {
 	/* The destination not in the packet: the one PREROUTING gives it until

@@ -67,6 +67,11 @@
 #define LFP_FLT_OIF (1u << 5)
 #define LFP_FLT_TCPF (1u << 6)
 #define LFP_FLT_CTNAT (1u << 9)     /* the connection's NAT, in the flow's l4d[LFP_FLT_CTNAT_BYTE] */
+/* ... as LFP_FLT_CTNAT_BITS bits (common.h's, shifted down): whether this
+ * packet's destination was translated at PREROUTING (a prerouting chain
+ * ahead of destination NAT saw it as it came), and the entry's SNAT and
+ * DNAT status (linuxfp/graph/filtering/predicates.py, CTNAT_*) */
+#define LFP_FLT_CTNAT_BITS 3
 /* Not a field: the kernel tracks connections, so only packets of an
  * established, un-NATed connection are classified (conntrack.h)... */
 #define LFP_FLT_CT  (1u << 7)
@@ -458,9 +463,9 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 		l4 = lfp_flt_join(gen, 7, used & (LFP_FLT_L4S | LFP_FLT_L4D), l4, 1, flags);
 	}
 	if (used & LFP_FLT_CTNAT) {
-		struct lfp_flt_lpm_key key = { .prefixlen = 32 + 2, .gen = gen };
+		struct lfp_flt_lpm_key key = { .prefixlen = 32 + LFP_FLT_CTNAT_BITS, .gen = gen };
 
-		key.value[0] = flow->l4d[LFP_FLT_CTNAT_BYTE] << 6;
+		key.value[0] = flow->l4d[LFP_FLT_CTNAT_BYTE] << (8 - LFP_FLT_CTNAT_BITS);
 		if (!lfp_flt_class(&lfp_flt_ctnat, &key, &nat))
 			return LFP_FLT_UNSURE;
 		l4 = lfp_flt_join(gen, 8, used & (LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF), l4, 1, nat);
@@ -556,7 +561,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 		flow.l4s[LFP_FLT_FLAGS_BYTE] = 0;
 	/* (only a connection the conntrack node took carries NAT) */
 	if (used & LFP_FLT_CTNAT)
-		flow.l4d[LFP_FLT_CTNAT_BYTE] = (pkt->ct.manip >> LFP_CT_NAT_SHIFT) & 3;
+		flow.l4d[LFP_FLT_CTNAT_BYTE] = (pkt->ct.manip >> LFP_CT_NAT_SHIFT) & ((1u << LFP_FLT_CTNAT_BITS) - 1);
 	if (family6) {
 		struct ipv6hdr *ip6 = lfp_ipv6(pkt);
 

@@ -324,7 +324,7 @@ class Controller:
         generation is past the one last taken in, and the loop reads again."""
         unsettled = kstate.unsettled_reason()
         now = time.monotonic()
-        if unsettled and (unsettled != self._unsettled or now - self._unsettled_said >= UNSETTLED_LOG_S):
+        if unsettled and (not self._unsettled or now - self._unsettled_said >= UNSETTLED_LOG_S):
             log.warning("netfilter read not taken in (the datapath passes meanwhile): %s", unsettled)
             self._unsettled_said = now
         elif not unsettled and self._unsettled:
@@ -475,10 +475,10 @@ class Controller:
                     # microseconds, a table replace milliseconds and rings when done;
                     # addresses moved on after their messages were read: at once)
                     # (a read nf_tables would not settle is tried again soon, not at once)
+                    wait = 0.002 if "sysctl" in self.watch.in_flight else \
+                        0.01 if in_flight else 0.05 if response_dirty else 0.2
                     batch = events.read_batch(timeout=0 if addresses_behind or nft_behind and not self._unsettled
-                                              else self._unsettled_wait if nft_behind else
-                                              0.002 if "sysctl" in self.watch.in_flight else
-                                              0.01 if in_flight else 0.05 if response_dirty else 0.2)
+                                              else min(self._unsettled_wait, wait) if nft_behind else wait)
                     if batch is None:
                         if response_dirty:
                             runtime_files.write_atomic(self.layout.response_file, _json(self.response.summary()))

@@ -49,6 +49,21 @@ RULES = "\n".join([
     "COMMIT", ""])
 
 
+# A native chain at raw priority, ahead of destination NAT: it sees a
+# translated packet's destination as it came (the service's requests
+# dropped; the MASQUERADEd replies, addressed to the gateway, not), the fast
+# path's filter as the conntrack node rewrote it — so those are the
+# kernel's; an untranslated destination is decided in the fast path
+AHEAD_OF_DNAT = f"""table ip lfpraw {{
+    chain pre {{ type filter hook prerouting priority raw;
+        ip daddr {SERVICE} drop
+        ip daddr {SRC} drop
+        ip daddr {MASQUERADED[1]} drop
+    }}
+}}
+"""
+
+
 def _out(router, dst: str, dport: int, size: int = 80, **ip) -> bytes:
     """src -> dst (a connection's original direction, or a port-forward's reply)."""
     sport = INSIDE_PORT if dport == PEER_PORT else CLIENT_PORT
@@ -180,8 +195,12 @@ def test_connections_with_nat_are_translated_as_linux_translates_them(require_ro
         absorbed(seen, lambda: router.dut.run(["iptables", "-I", "FORWARD", "1", "-m", "conntrack", "--ctstate",
                                                "DNAT", "-m", "conntrack", "!", "--ctstate", "SNAT", "-j", "DROP"]))
 
+    def ahead_of_dnat(router):
+        absorbed(seen, lambda: router.dut.run(["nft", "-f", "-"], input=AHEAD_OF_DNAT))
+
     steps = [Step("gateway with NAT, connections", _connect), Step("unchanged", lambda router: None),
-             Step("a rule tells NAT apart", tell_apart), Step("still told apart", lambda router: None)]
+             Step("a rule tells NAT apart", tell_apart), Step("still told apart", lambda router: None),
+             Step("a raw chain ahead of DNAT", ahead_of_dnat), Step("still ahead of DNAT", lambda router: None)]
     seen: list[Counting] = []
     topology = RouterTopology(prefixes=4, inject_from=inject_from)
     frames = _outbound_burst if inject_from == "src" else _inbound_burst
@@ -199,6 +218,14 @@ def test_connections_with_nat_are_translated_as_linux_translates_them(require_ro
     each = len(SIZES) + 1
     assert fast[4] - fast[3] >= 3 * each, (fast, count_reasons(seen[0].stats[4]))
     assert dropped[4] - dropped[3] >= each, (dropped, count_reasons(seen[0].stats[4]))
+    # ahead of DNAT: a destination the conntrack node translated (the
+    # service's requests, the MASQUERADEd replies, the port-forward) goes to
+    # the kernel, whose raw chain sees it as it came; an untranslated one is
+    # decided in the fast path (the first MASQUERADEd connection carried,
+    # the second dropped)
+    if inject_from == "src":
+        assert fast[6] - fast[5] >= each, (fast, count_reasons(seen[0].stats[6]))
+        assert dropped[6] - dropped[5] >= 2 * each, (dropped, count_reasons(seen[0].stats[6]))
     # the entries the fast path kept alive are as fresh as Linux keeps them
     kernel, accelerated = timeouts
     assert set(kernel) == set(accelerated) == {*MASQUERADED, SERVICE, GATEWAY}, timeouts

@@ -16,7 +16,7 @@ from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
 from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, NAT_BIT, GENERATION_LOW, USED_MASK,
                                                 GenerationBook, TooLarge, build_classifier, classify)
-from linuxfp.graph.filtering.predicates import CTNAT_DNAT, CTNAT_SNAT
+from linuxfp.graph.filtering.predicates import CTNAT_DESTINATION_TRANSLATED, CTNAT_DNAT, CTNAT_SNAT, WIDTH
 from linuxfp.graph.filtering.program import (ACCEPT, DROP, KERNEL, box_contains, compile_program, matched_boxes,
                                              packet_fields, verdict)
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6, translating
@@ -456,7 +456,8 @@ def test_classifier_agrees_with_the_rules_evaluator_on_random_rulesets():
                 sport = dport = 0
             fields = packet_fields(_ip(rng.choice(addresses)), _ip(rng.choice(addresses)), proto, sport, dport,
                                    rng.choice((2, 3, 4)), rng.choice((2, 3, 4)),
-                                   tcp_flags=flags.choice(PROBE_TCP_FLAGS), ctnat=rng.randrange(4) * stateful)
+                                   tcp_flags=flags.choice(PROBE_TCP_FLAGS),
+                                   ctnat=rng.randrange(1 << WIDTH["ctnat"]) * stateful)
             expected = verdict(program, matched_boxes(program, fields))
             assert classify(classifier, fields) == expected, f"seed {seed}: {fields}\n{text}"
             outcomes[expected[0]] += 1
@@ -968,7 +969,8 @@ def test_the_generations_bits_are_filter_hs():
         for name, shift in re.findall(r"#define (LFP_\w+)\s+\(1u << (\d+)\)", text):
             defined[name] = 1 << int(shift)
         defined.update((name, int(value, 0)) for name, value in
-                       re.findall(r"#define (LFP_FLT_USED_MASK|LFP_CT_NAT_SHIFT)\s+(0x[0-9a-f]+|\d+)u?\b", text))
+                       re.findall(r"#define (LFP_FLT_USED_MASK|LFP_CT_NAT_SHIFT|LFP_FLT_CTNAT_BITS)\s+(0x[0-9a-f]+|\d+)u?\b",
+                                  text))
     c_names = {"src": "SRC", "dst": "DST", "l4s": "L4S", "l4d": "L4D", "iif": "IIF", "oif": "OIF",
                "tcpflags": "TCPF", "ctnat": "CTNAT"}
     assert {name: FIELD_BIT[name] for name in c_names} == {name: defined[f"LFP_FLT_{c}"] for name, c in c_names.items()}
@@ -976,3 +978,5 @@ def test_the_generations_bits_are_filter_hs():
     assert USED_MASK == defined["LFP_FLT_USED_MASK"]
     shift = defined["LFP_CT_NAT_SHIFT"]
     assert (CTNAT_SNAT, CTNAT_DNAT) == (defined["LFP_CT_SNAT"] >> shift, defined["LFP_CT_DNAT"] >> shift)
+    assert (WIDTH["ctnat"], CTNAT_DESTINATION_TRANSLATED) == (defined["LFP_FLT_CTNAT_BITS"],
+                                                             defined["LFP_NAT_DST"] >> shift)

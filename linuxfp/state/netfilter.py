@@ -86,6 +86,15 @@ def nft_tables() -> tuple[str, ...] | None:
 NFT_TABLE_F_DORMANT = 0x1
 
 
+def _absent(exc: OSError) -> bool:
+    """Whether a request to nf_tables failed because the kernel has none:
+    nfnetlink's answer for a subsystem it does not have, or no
+    NETLINK_NETFILTER socket at all."""
+    if isinstance(exc, nl.NetlinkError):
+        return exc.errno in (errno.EOPNOTSUPP, errno.ENOENT, errno.EPROTONOSUPPORT)
+    return exc.errno in (errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT)
+
+
 def _nft_table_dump() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """Every nf_tables table and the dormant ones among them (whose chains
     the kernel has not hooked in), as "family name"; None when nf_tables is
@@ -93,12 +102,8 @@ def _nft_table_dump() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     try:
         with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
             replies = sock.dump((10 << 8) | NFT_MSG_GETTABLE, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0))
-    except nl.NetlinkError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.ENOENT, errno.EPROTONOSUPPORT):
-            return None
-        raise
-    except OSError as exc:
-        if exc.errno in (errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT):    # no NETLINK_NETFILTER at all
+    except OSError as exc:      # NetlinkError included
+        if _absent(exc):
             return None
         raise
     names, dormant = [], []
@@ -123,8 +128,6 @@ def nft_generation() -> int | None:
         return None
 
 
-# what a kernel without nfnetlink or nf_tables answers a generation request
-_NO_NF_TABLES = frozenset({errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT, errno.EOPNOTSUPP, errno.EINVAL})
 
 
 def _read_generation() -> int | None:
@@ -200,7 +203,7 @@ def settled_nft_generation() -> int | None:
             generation = _read_generation()
         except OSError as exc:
             # (no nf_tables: nothing is counted, nothing to settle)
-            why = "" if exc.errno in _NO_NF_TABLES else f"the nf_tables generation cannot be read: {exc}"
+            why = "" if _absent(exc) else f"the nf_tables generation cannot be read: {exc}"
             break
         if generation is None:
             why = "the nf_tables generation cannot be read: no generation in the answer"

@@ -13,7 +13,9 @@ Fields (what the fast path extracts from a forwarded packet):
   iif, oif   ingress and egress ifindex
   ctnat      the NAT the packet's connection carries (the conntrack entry's
              status: CTNAT_SNAT, CTNAT_DNAT), which `--ctstate SNAT,DNAT`
-             match; 0 for a connection without NAT
+             match, and CTNAT_DESTINATION_TRANSLATED where the conntrack
+             node translated this packet's destination; 0 for a connection
+             without NAT
 A Family names the fields of one address family and what its rules may say
 (ICMP or ICMPv6, `-f`): the rest is the same for both.
 A field predicate is a union of prefixes that must contain the value (None:
@@ -47,11 +49,18 @@ from linuxfp.state.nft_rules import UNKNOWN_MODULE
 FIELDS = ("src", "dst", "l4s", "l4d", "tcpflags", "ctnat", "iif", "oif")
 FIELDS6 = ("src6", "dst6", "l4s", "l4d", "tcpflags", "ctnat", "iif", "oif")
 WIDTH = {"src": 32, "dst": 32, "src6": 128, "dst6": 128, "l4s": 24, "l4d": 24, "tcpflags": 8, "iif": 32, "oif": 32,
-         "ctnat": 2}
-# ctnat's bits (filter.h's LFP_CT_SNAT and LFP_CT_DNAT, shifted down): the
-# entry's IPS_SRC_NAT and IPS_DST_NAT, which xt_conntrack's SNAT and DNAT
-# states stand for
-CTNAT_SNAT, CTNAT_DNAT = 1, 2
+         "ctnat": 3}
+# ctnat's bits (filter.h's LFP_FLT_CTNAT_BITS; common.h's, shifted down by
+# LFP_CT_NAT_SHIFT): whether the conntrack node translated this packet's
+# destination at PREROUTING (LFP_NAT_DST: a DNAT connection's request, or an
+# SNAT one's reply), and the entry's IPS_SRC_NAT and IPS_DST_NAT
+# (LFP_CT_SNAT, LFP_CT_DNAT), which xt_conntrack's SNAT and DNAT states
+# stand for
+CTNAT_DESTINATION_TRANSLATED, CTNAT_SNAT, CTNAT_DNAT = 1, 2, 4
+# Not an x_tables match: the packets whose destination the conntrack node
+# translated (a rule of a chain the kernel runs ahead of destination NAT,
+# which sees them as they came: scope.py)
+DESTINATION_TRANSLATED = ("lfp", "--destination-translated")
 
 
 @dataclass(frozen=True)
@@ -456,6 +465,9 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
         if not nat:
             return EVERYTHING if neg else NOTHING
         return _single("ctnat", _values_prefixes(nat, WIDTH["ctnat"]), neg)
+    if (m, opt) == DESTINATION_TRANSLATED:
+        translated = [v for v in range(1 << WIDTH["ctnat"]) if v & CTNAT_DESTINATION_TRANSLATED]
+        return _single("ctnat", _values_prefixes(translated, WIDTH["ctnat"]), neg)
     if (m, opt) == ("conntrack", "--ctstatus"):
         # any of the listed bits set; EXPECTED (a helper's child) is not known here
         statuses = {word.upper() for word in values[0].split(",")}

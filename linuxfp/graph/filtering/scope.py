@@ -24,8 +24,7 @@ Uncovered, with the reason:
 * a native nf_tables table's other base chains (families inet, ip, ip6,
   netdev, bridge) on a hook forwarded packets cross — any but input and
   output of ip/ip6/inet: postrouting, a forward or prerouting chain of
-  another type, a prerouting filter chain ahead of destination NAT where
-  anything translates, netdev egress, every bridge hook, a hook not known here —
+  another type, netdev egress, every bridge hook, a hook not known here —
   unless it does nothing (a filter chain with no rules and policy accept,
   as Debian's default /etc/nftables.conf makes; never inet's ingress, which
   drops malformed packets). Chains bound to a device's ingress send that device's ingress
@@ -52,9 +51,12 @@ for IPv4.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from linuxfp.state.iptables import BUILTIN_CHAINS, Ruleset
+from linuxfp.state.iptables import BUILTIN_CHAINS, IptRule, Match, Ruleset
+from linuxfp.state.nft_rules import UNKNOWN_MODULE
+
+from .predicates import DESTINATION_TRANSLATED
 from linuxfp.state.netfilter import native_table
 
 # Per family: the nf_tables families whose tables never see its forwarded packets.
@@ -211,15 +213,32 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
 def _native_forward(netfilter, family: str) -> tuple:
     """The native filter chains' rules on a forwarded packet's path
     (forward, prerouting), read for `family`'s packets
-    (state/nft_forward.py), of tables not dormant. A prerouting chain ahead
-    of destination NAT (its priority below NF_IP_PRI_NAT_DST) is left to
-    the kernel where anything translates: it sees a translated packet's
-    addresses as they came, the fast path's filter as they leave."""
+    (state/nft_forward.py), of tables not dormant."""
     if netfilter.native_error:
         return ()
-    translates = translating(netfilter) is not None
-    return tuple(r for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant
-                 and not (translates and r.hook == "prerouting" and r.priority < NF_IP_PRI_NAT_DST))
+    translates = family == "ip" and translating(netfilter) is not None
+    # (at NAT's very priority too: of two hooks at one priority, the one
+    # registered later runs first, which the dump does not tell)
+    return tuple(ahead_of_dnat(r) if translates and r.hook == "prerouting" and r.priority <= NF_IP_PRI_NAT_DST else r
+                 for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant)
+
+
+def ahead_of_dnat(ruleset: Ruleset) -> Ruleset:
+    """`ruleset`, a chain the kernel may run ahead of destination NAT (a
+    prerouting chain at NF_IP_PRI_NAT_DST or below), with the packets whose
+    destination the conntrack node translated (a DNAT connection's
+    requests, an SNAT one's replies) sent to the kernel before its first
+    rule: the chain sees their destination as it came, the fast path's
+    filter as the conntrack node rewrote it. (IPv4's only: the conntrack
+    node translates nothing else.)"""
+    table = ruleset.forward_table
+    translated = IptRule(ruleset.entry, 0, (Match(*DESTINATION_TRANSLATED), Match(UNKNOWN_MODULE, ""),
+                                            Match(UNKNOWN_MODULE, "--expression", (
+        "a destination translated after this chain (DNAT, or an SNAT connection's reply)",))), "")
+    translated = replace(translated, text=translated.save_line())
+    chains = tuple(replace(chain, rules=(translated, *chain.rules)) if chain.name == ruleset.entry else chain
+                   for chain in table.chains)
+    return replace(ruleset, tables=(replace(table, chains=chains), *ruleset.tables[1:]))
 
 
 def translating(netfilter) -> str | None:
