@@ -41,8 +41,8 @@
 #define LFP_TALLIES 1
 
 #define LFP_COUNTERS_FILTER(X)                                                            \
-	X(FILTER_DROPPED,         filter, drop, "dropped by an iptables (ip6tables) FORWARD rule or policy") \
-	X(FILTER_KERNEL,          filter, pass, "an iptables (ip6tables) rule the fast path does not reproduce") \
+	X(FILTER_DROPPED,         filter, drop, "dropped by a netfilter rule or policy on the forwarded path (FORWARD, raw/mangle PREROUTING, nft)") \
+	X(FILTER_KERNEL,          filter, pass, "a netfilter rule the fast path does not reproduce (linuxfp graph names it)") \
 	X(FILTER_L4_SHORT,        filter, pass, "transport header not complete (iptables would drop it)") \
 	X(FILTER_UNCONFIGURED,    filter, pass, "filter tables not written yet")            \
 	X(FILTER_STALE,           filter, pass, "filter tables being rewritten")            \

@@ -140,3 +140,42 @@ def test_address_types_are_linux_address_types(require_root, hook):
         assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
     reasons = count_reasons(seen[0].stats[-1])
     assert reasons.get("filter_dropped", 0) > 0 and not reasons.get("filter_stale"), reasons
+
+
+# The Docker engine's raw rules (a container's address reachable only from
+# its bridge), as it writes them since 28.0, beside a FORWARD rule; a test
+# of the egress device before routing (never true there: the kernel's),
+# and a mark in mangle's PREROUTING (the kernel's, for what it marks)
+DOCKER_RAW = "\n".join([
+    "*raw", ":PREROUTING ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":CHECK - [0:0]",
+    "-A PREROUTING -d 198.19.1.0/24 ! -i to-sink -j DROP",
+    "-A PREROUTING -d 198.19.2.0/24 -j CHECK",
+    "-A CHECK -d 198.19.2.1/32 -o to-sink -j DROP",     # (iptables refuses -o in PREROUTING itself)
+    "COMMIT",
+    "*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+    "-A FORWARD -d 198.19.2.0/25 -j DROP", "COMMIT", ""])
+LEGACY_RAW = "\n".join(["*raw", ":PREROUTING ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+                        "-A PREROUTING -s 198.18.64.0/24 -d 198.19.3.0/24 -j DROP", "COMMIT", ""])
+MANGLE_MARK = "\n".join(["*mangle", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]",
+                         ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]",
+                         "-A PREROUTING -d 198.19.0.0/24 -j MARK --set-mark 1", "COMMIT", ""])
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_raw_and_mangle_prerouting_rules_are_linux_verdicts(require_root, hook):
+    """iptables' raw and mangle PREROUTING chains, each one more hook
+    before FORWARD (iptables-nft and iptables-legacy at once): what they
+    drop the fast path drops, a test of the egress device (none before
+    routing) and a mark are the kernel's for the packets that reach them,
+    the rest forwarded in the fast path — the same frames as Linux alone."""
+    steps = [Step("docker raw", _restore("nft", DOCKER_RAW)), Step("legacy raw too", _restore("legacy", LEGACY_RAW)),
+             Step("mangle mark", _restore("nft", MANGLE_MARK)), Step("unchanged", lambda router: None)]
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=4), steps, counting(seen, hook),
+                              lambda router, index: probe_frames(router, 70 + index, FRAMES), prefix="lfp-fraw")
+    assert report.ok, report.render()
+    for kernel, accelerated in zip(report.kernel, report.accelerated):
+        assert 0 < len(kernel.at("sink:to-dut")) < FRAMES, report.render()
+        assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
+    reasons = count_reasons(seen[0].stats[-1])
+    assert reasons.get("filter_dropped", 0) > 0 and reasons.get("filter_kernel", 0) > 0, reasons

@@ -139,10 +139,37 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
     assert quiet.uncovered == () and quiet.stateful == () and not quiet.filters_forward
     kube = filter_scope(netfilter(corpus("kube-node.rules")))
     assert kube.uncovered == () and kube.stateful
-    # rules in other tables are not (mangle marks, raw NOTRACK ...)
+    # raw's and mangle's PREROUTING is one more hook before FORWARD: evaluated,
+    # what it does but filter (a mark, NOTRACK ...) the kernel's, and the
+    # egress device (none before routing) or, at raw's priority, the
+    # connection (none before conntrack) not read there
     marked = filter_scope(netfilter(parse_save(
         "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j MARK --set-mark 1\nCOMMIT\n", "nft")))
-    assert marked.uncovered == ("iptables-nft table mangle: rules (only the filter table is evaluated in the fast path)",)
+    assert marked.uncovered == () and [(r.tool, r.entry, r.hook, r.priority) for r in marked.forward] == [
+        ("iptables-nft -t mangle", "PREROUTING", "prerouting", -150)]
+    assert compile_program(marked.forward, LINKS).rules[0].action == "kernel"
+    docker_raw = filter_scope(netfilter(parse_save(
+        "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\n"
+        "-A PREROUTING -d 198.51.100.3/32 -o lan0 -j DROP\n-A PREROUTING -m conntrack --ctstate NEW -j DROP\n"
+        "-A OUTPUT -j CT --notrack\nCOMMIT\n", "legacy")))
+    assert docker_raw.uncovered == () and [r.tool for r in docker_raw.forward] == ["iptables-legacy -t raw"]
+    assert [r.text for r in docker_raw.forward[0].forward_table.chain("PREROUTING").rules] == [
+        "-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP",
+        "-A PREROUTING -d 198.51.100.3/32 -m nft --expression '-o before routing'",
+        "-A PREROUTING -m nft --expression 'conntrack before connection tracking'"]
+    # with NAT, a chain that may run ahead of it leaves what the conntrack
+    # node translated to the kernel (test_differential_nat.py)
+    masquerading = filter_scope(netfilter(parse_save(
+        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\nCOMMIT\n"
+        "*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o wan0 -j MASQUERADE\nCOMMIT\n", "nft")))
+    assert masquerading.forward[0].forward_table.chain("PREROUTING").rules[0].text.startswith(
+        "-A PREROUTING --destination-translated")
+    # ... but a mangle table that also marks on FORWARD is not
+    forward_marks = filter_scope(netfilter(parse_save(
+        "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j MARK --set-mark 1\nCOMMIT\n",
+        "nft")))
+    assert forward_marks.uncovered == (
+        "iptables-nft table mangle: rules (only the filter table is evaluated in the fast path)",)
     # A stateless appliance is within scope: only its filter table is read.
     firewall = filter_scope(netfilter(corpus("firewall-appliance.rules", "legacy")))
     assert firewall.uncovered == () and [r.backend for r in firewall.forward] == ["legacy"]
@@ -212,7 +239,9 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
         assert ipv6_uncovered(inert) is None
         raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -m rpfilter --invert -j DROP\n"
                   "COMMIT\n", backend)
-        assert "ip6tables-" + backend + " table raw: rules" in ipv6_uncovered(raw)
+        assert ipv6_uncovered(raw) is None and [r.tool for r in forward6(raw)] == [f"ip6tables-{backend} -t raw"]
+        security = ip6("*security\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j SECMARK --selctx x\nCOMMIT\n", backend)
+        assert "ip6tables-" + backend + " table security: rules" in ipv6_uncovered(security)
     # native tables that see IPv6 (inet, a non-iptables ip6 table) and unread ones do too
     def native_state(family: str, table: str) -> NetfilterState:
         chain = NftChain(family, table, "pre", "prerouting", "filter", "accept", rules=1, expressions=("cmp",))
@@ -497,8 +526,8 @@ def test_the_graph_places_the_filter_between_route_and_transmit():
                      "-A POSTROUTING -o right -j MASQUERADE\nCOMMIT\n", "nft")
     plan = filter_plan(router_snapshot(netfilter=netfilter(nat)))
     assert plan.classifier.used & CONNTRACK_BIT and plan.program.rules == ()
-    # a mangle rule still keeps every ingress on the kernel path, named
-    mangled = parse_save("*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j MARK --set-mark 1\nCOMMIT\n", "nft")
+    # a mangle rule on FORWARD still keeps every ingress on the kernel path, named
+    mangled = parse_save("*mangle\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j MARK --set-mark 1\nCOMMIT\n", "nft")
     graph = build_graph(router_snapshot(netfilter=netfilter(mangled)), "xdp")
     assert graph.pipelines == () and all("table mangle: rules" in s.reason for s in graph.skipped
                                          if s.ifname != "lo")

@@ -142,7 +142,10 @@ class Ruleset(_JsonMixin):
     native: str = ""
     entry: str = "FORWARD"
     priority: int = 0                  # its hook's (iptables' filter table: 0)
-    hook: str = "forward"              # a native chain's: "prerouting" or "forward" (nft_forward.py)
+    hook: str = "forward"              # "prerouting" or "forward" (nft_forward.py, scope.py)
+    # iptables': the table whose `entry` chain judges the packet (scope.py's
+    # prerouting views of raw and mangle: backend "nft raw", "legacy mangle")
+    table_name: str = "filter"
 
     def reading(self) -> str:
         """How these rules were read, for `linuxfp graph`."""
@@ -155,12 +158,15 @@ class Ruleset(_JsonMixin):
     def tool(self) -> str:
         """The command that manages these rules: iptables-nft, ip6tables-legacy, ...
         (a native table's: nft, and the table)"""
-        return f"nft {self.native}" if self.native else f"{TOOLS[self.family]}-{self.backend}"
+        if self.native:
+            return f"nft {self.native}"
+        tool = f"{TOOLS[self.family]}-{self.backend.partition(' ')[0]}"
+        return tool if self.table_name == "filter" else f"{tool} -t {self.table_name}"
 
     @property
     def forward_table(self) -> IptTable | None:
         """The table whose `entry` chain a forwarded packet is judged by."""
-        return self.tables[0] if self.native else self.table("filter")
+        return self.tables[0] if self.native else self.table(self.table_name)
 
     def table(self, name: str) -> IptTable | None:
         return next((t for t in self.tables if t.name == name), None)

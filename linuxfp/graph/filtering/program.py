@@ -152,7 +152,8 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                                           action, jump, ids, meaning.unsupported, rule.target, family.name,
                                           tool=ruleset.tool))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
-    native = any(r.native for r in forward_rulesets)
+    # (iptables' FORWARD alone needs no annotation)
+    native = any(r.native or r.hook != "forward" for r in forward_rulesets)
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
                    frozenset(named), marks, stateful, family, stateful and nat,
                    tuple(r.entry for r in forward_rulesets) if native else (),

@@ -34,7 +34,9 @@ Uncovered, with the reason:
   or defragmentation (socket, tproxy), as iptables' do; an expression or
   object whose effects are not known here, a flowtable, or tables that
   could not be read are uncovered;
-* raw/mangle/security tables that hold rules or a policy other than ACCEPT;
+* a security table that holds rules or a policy other than ACCEPT, and a
+  raw or mangle table beyond its PREROUTING chain (evaluated as one more
+  hook before FORWARD: _prerouting_view) on a forwarded packet's path;
 * a backend whose rules could not be read.
 Tables of families ip6 and arp do not touch forwarded IPv4 packets, so they
 are neither; nor are nf_tables tables flagged dormant, iptables-nft's or
@@ -199,15 +201,75 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
             # on: their matches took the reference when they were loaded)
             stateful.extend(_tracking(ruleset.tool, table))
             defrag.extend(_first_use(ruleset.tool, table, DEFRAG_MATCHES, DEFRAG_TARGETS))
-            if _hooked(netfilter, ruleset, family, table.name):
+            if not _hooked(netfilter, ruleset, family, table.name):
+                continue
+            view = _prerouting_view(ruleset, table)
+            if view is None:
                 uncovered.extend(_table_findings(ruleset.tool, table))
+            elif _forward_filters(table, "PREROUTING"):
+                forward.append(view)
         filter_table = ruleset.table("filter")
         if filter_table is not None and _forward_filters(filter_table, "FORWARD") \
                 and _hooked(netfilter, ruleset, family, "filter"):
             forward.append(ruleset)
     forward.extend(ruleset for ruleset in _native_forward(netfilter, family)
                    if _forward_filters(ruleset.forward_table, ruleset.entry))
+    # (at NAT's very priority too: of two hooks at one priority, the one
+    # registered later runs first, which the dump does not tell)
+    if family == "ip" and translating(netfilter) is not None:
+        forward = [ahead_of_dnat(r) if r.hook == "prerouting" and r.priority <= NF_IP_PRI_NAT_DST else r
+                   for r in forward]
     return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful), tuple(defrag))
+
+
+# iptables' tables whose PREROUTING chain forwarded packets cross before
+# FORWARD, with its hook's priority (NF_IP_PRI_RAW, NF_IP_PRI_MANGLE), and
+# their other built-in chains on that path
+_PREROUTING_TABLES = {"raw": (-300, ()), "mangle": (-150, ("FORWARD", "POSTROUTING"))}
+NF_IP_PRI_CONNTRACK = -200
+
+
+def _prerouting_view(ruleset: Ruleset, table) -> Ruleset | None:
+    """`table`'s PREROUTING chain as one more hook a forwarded packet
+    crosses before FORWARD (a raw or mangle table whose other chains on
+    that path do nothing: the Docker engine's raw rules that keep a
+    container's address off every other device), its rules read without
+    what the kernel does not know there yet — the egress device (`-o`
+    never matches before routing) and, at raw's priority, the connection
+    (conntrack has not run: its matches see none). None for any other
+    table, or one that does more: the kernel's. (The chains on the local
+    hooks, INPUT and OUTPUT, never see a forwarded packet.)"""
+    if table.name not in _PREROUTING_TABLES:
+        return None
+    priority, others = _PREROUTING_TABLES[table.name]
+    builtin = BUILTIN_CHAINS[table.name]
+    if any(chain.policy is not None and chain.name not in builtin for chain in table.chains) or any(
+            chain.rules or chain.policy not in (None, "ACCEPT") for chain in table.chains if chain.name in others):
+        return None
+    untracked = priority <= NF_IP_PRI_CONNTRACK
+    chains = tuple(replace(chain, rules=tuple(_before_routing(rule, untracked) for rule in chain.rules))
+                   for chain in table.chains)
+    return replace(ruleset, backend=f"{ruleset.backend} {table.name}", tables=(replace(table, chains=chains),),
+                   incompatible=(), entry="PREROUTING", priority=priority, hook="prerouting", table_name=table.name)
+
+
+def _before_routing(rule, untracked: bool):
+    """`rule` as a chain before routing sees it: from its first test of the
+    egress device (or, `untracked`, of the connection) on, the kernel's."""
+    for n, match in enumerate(rule.matches):
+        if (match.module, match.option) == ("", "-o"):
+            why = "-o before routing"
+        elif untracked and match.module in CONNTRACK_MATCHES:
+            why = f"{match.module} before connection tracking"
+        else:
+            continue
+        # (as a native rule's unknown expression reads: the packets that
+        # pass the tests before it are the kernel's, whatever its target)
+        kept = replace(rule, matches=(*rule.matches[:n], Match(UNKNOWN_MODULE, ""),
+                                      Match(UNKNOWN_MODULE, "--expression", (why,))),
+                       target="", target_options=(), goto=False)
+        return replace(kept, text=kept.save_line())
+    return rule
 
 
 def _native_forward(netfilter, family: str) -> tuple:
@@ -216,11 +278,7 @@ def _native_forward(netfilter, family: str) -> tuple:
     (state/nft_forward.py), of tables not dormant."""
     if netfilter.native_error:
         return ()
-    translates = family == "ip" and translating(netfilter) is not None
-    # (at NAT's very priority too: of two hooks at one priority, the one
-    # registered later runs first, which the dump does not tell)
-    return tuple(ahead_of_dnat(r) if translates and r.hook == "prerouting" and r.priority <= NF_IP_PRI_NAT_DST else r
-                 for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant)
+    return tuple(r for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant)
 
 
 def ahead_of_dnat(ruleset: Ruleset) -> Ruleset:
