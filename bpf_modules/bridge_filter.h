@@ -12,8 +12,9 @@
  * LFP_FWD_NF_IPV6 (the same for ip6tables, whose FORWARD chains and IPv6
  * connection tracking are all of it that could act on them).
  * What else br_netfilter runs for them is kept out of the way by the filter
- * scope (linuxfp/graph/filtering/scope.py): raw, mangle and security rules
- * keep the whole namespace on the kernel path, and nat chains see only a
+ * scope (linuxfp/graph/filtering/scope.py): raw's and mangle's PREROUTING
+ * chains are classified as hooks before FORWARD (their other chains and
+ * security rules keep the whole namespace on the kernel path), and nat chains see only a
  * connection's first packet, which conntrack.h leaves to the kernel. Rules
  * with physdev matches (the ports br_netfilter remembers) are ones the
  * classifier does not reproduce: the packets that reach them go to the

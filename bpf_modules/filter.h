@@ -132,7 +132,7 @@ LFP_FLT_LPM_MAP(lfp_flt_dst6, struct lfp_flt_lpm6_key);
 LFP_FLT_LPM_MAP(lfp_flt_l4s, struct lfp_flt_lpm_key);
 LFP_FLT_LPM_MAP(lfp_flt_l4d, struct lfp_flt_lpm_key);
 LFP_FLT_LPM_MAP(lfp_flt_tcpflags, struct lfp_flt_lpm_key);
-/* (2 bits: LFP_CT_SNAT, LFP_CT_DNAT shifted down, left-aligned in value[0]) */
+/* (LFP_FLT_CTNAT_BITS bits: LFP_NAT_DST, LFP_CT_SNAT, LFP_CT_DNAT shifted down, left-aligned in value[0]) */
 LFP_FLT_LPM_MAP(lfp_flt_ctnat, struct lfp_flt_lpm_key);
 
 struct {
@@ -504,9 +504,10 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 	return *rule;
 }
 
-/* iptables' (an IPv6 packet: ip6tables') FORWARD verdict for the packet,
- * seen coming in on `iif` and leaving through `oif` (-i / -o): next, drop,
- * or the kernel. */
+/* Netfilter's verdict for the forwarded packet (iptables' FORWARD, raw and
+ * mangle PREROUTING, native nft chains; an IPv6 packet: ip6tables'), seen
+ * coming in on `iif` and leaving through `oif` (-i / -o): next, drop, or
+ * the kernel. */
 static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 iif, __u32 oif)
 {
 	/* (not zeroed first: every word read is written below — words 0-6 for

@@ -49,13 +49,14 @@ RULES = "\n".join([
     "COMMIT", ""])
 
 
-# A native chain at raw priority, ahead of destination NAT: it sees a
+# A native chain at mangle's priority (after conntrack: a raw one is the
+# kernel's where connections are tracked), ahead of destination NAT: it sees a
 # translated packet's destination as it came (the service's requests
 # dropped; the MASQUERADEd replies, addressed to the gateway, not), the fast
 # path's filter as the conntrack node rewrote it — so those are the
 # kernel's; an untranslated destination is decided in the fast path
 AHEAD_OF_DNAT = f"""table ip lfpraw {{
-    chain pre {{ type filter hook prerouting priority raw;
+    chain pre {{ type filter hook prerouting priority mangle;
         ip daddr {SERVICE} drop
         ip daddr {SRC} drop
         ip daddr {MASQUERADED[1]} drop
@@ -187,7 +188,9 @@ def test_connections_with_nat_are_translated_as_linux_translates_them(require_ro
     fast path. Then a rule that tells connections with NAT apart, dropping
     the DNATed ones not SNATed too (the port-forward's; the service's is
     both): the same bytes, decided by the fast path — the port-forward's
-    dropped, the others carried."""
+    dropped, the others carried. Then a native chain ahead of destination
+    NAT (at mangle's priority): the same bytes, what it would see
+    untranslated the kernel's."""
     timeouts: list[dict[str, int]] = []
 
     def tell_apart(router):

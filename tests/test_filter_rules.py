@@ -150,20 +150,31 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
     assert compile_program(marked.forward, LINKS).rules[0].action == "kernel"
     docker_raw = filter_scope(netfilter(parse_save(
         "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\n"
-        "-A PREROUTING -d 198.51.100.3/32 -o lan0 -j DROP\n-A PREROUTING -m conntrack --ctstate NEW -j DROP\n"
-        "-A OUTPUT -j CT --notrack\nCOMMIT\n", "legacy")))
+        "-A PREROUTING -d 198.51.100.3/32 -o lan0 -j DROP\n"
+        "-A PREROUTING -m set --match-set up dst,dst -j DROP\n-A OUTPUT -j DROP\nCOMMIT\n", "legacy")))
     assert docker_raw.uncovered == () and [r.tool for r in docker_raw.forward] == ["iptables-legacy -t raw"]
+    # (a set not read, or of interfaces, may name the egress device as its
+    # second direction: none before routing either)
     assert [r.text for r in docker_raw.forward[0].forward_table.chain("PREROUTING").rules] == [
         "-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP",
         "-A PREROUTING -d 198.51.100.3/32 -m nft --expression '-o before routing'",
-        "-A PREROUTING -m nft --expression 'conntrack before connection tracking'"]
+        "-A PREROUTING -m nft --expression '-o before routing'"]
     # with NAT, a chain that may run ahead of it leaves what the conntrack
-    # node translated to the kernel (test_differential_nat.py)
+    # node translated to the kernel (test_differential_nat.py) ...
+    nat = "*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o wan0 -j MASQUERADE\nCOMMIT\n"
     masquerading = filter_scope(netfilter(parse_save(
-        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\nCOMMIT\n"
-        "*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o wan0 -j MASQUERADE\nCOMMIT\n", "nft")))
+        "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\nCOMMIT\n" + nat,
+        "nft")))
     assert masquerading.forward[0].forward_table.chain("PREROUTING").rules[0].text.startswith(
         "-A PREROUTING --destination-translated")
+    # ... and where connections are tracked, raw's (before conntrack: the
+    # fast path looks a connection up, and refreshes it, before any chain)
+    # is the kernel's
+    tracked_raw = filter_scope(netfilter(parse_save(
+        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\nCOMMIT\n" + nat,
+        "nft")))
+    assert tracked_raw.uncovered == ("iptables-nft -t raw PREROUTING on prerouting at priority -300: before "
+                                     "connection tracking, which the fast path consults first",)
     # ... but a mangle table that also marks on FORWARD is not
     forward_marks = filter_scope(netfilter(parse_save(
         "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j MARK --set-mark 1\nCOMMIT\n",
@@ -605,7 +616,8 @@ def test_a_classifier_too_large_keeps_the_filter_on_the_kernel_path(monkeypatch)
     assert filter_plan(snapshot).classifier is None
     graph = build_graph(snapshot, "xdp")
     assert graph.pipelines == ()
-    assert all("too large a classifier" in s.reason and s.reason.startswith("FORWARD rules (iptables-nft)")
+    assert all("too large a classifier" in s.reason
+               and s.reason.startswith("netfilter rules on the forwarded path (iptables-nft)")
                for s in graph.skipped if s.ifname != "lo"), graph.skipped
 
 

@@ -447,8 +447,18 @@ def test_prerouting_chains_are_evaluated_as_forward_chains_are(lab):
     assert [r.text for r in read["early"].forward_table.chains[0].rules] == [
         "-A early -d 198.19.1.9/32 -m nft --expression 'oifname before routing'",
         "-A early -s 198.18.64.0/24 -j DROP"]
+    # (its ct test turns tracking on: a chain before conntrack is then the
+    # kernel's — the fast path looks a connection up, and refreshes it,
+    # before any chain — and the one after it evaluated)
     scope = filter_scope(state)
-    assert scope.uncovered == () and {"nft ip edge"} <= {r.tool for r in scope.forward}
+    assert scope.uncovered == ("nft ip edge raw on prerouting at priority -300: before connection tracking, "
+                               "which the fast path consults first",)
+    assert [r.entry for r in scope.forward if r.native] == ["early"]
+    ns.run(["nft", "delete", "rule", "ip", "edge", "raw", "handle",
+            ns.run(["nft", "-a", "list", "chain", "ip", "edge", "raw"]).stdout.split("# handle ")[-1].split()[0]])
+    with entered(ns):
+        scope = filter_scope(read_netfilter())
+    assert scope.uncovered == () and {r.entry for r in scope.forward if r.native} == {"raw", "early"}
     ns.run(["nft", "add", "table", "ip", "nt"])
     ns.run(["nft", "add", "chain", "ip", "nt", "post", "{ type nat hook postrouting priority srcnat; }"])
     # (at NAT's own priority, created after it: the kernel runs it first)
@@ -456,11 +466,12 @@ def test_prerouting_chains_are_evaluated_as_forward_chains_are(lab):
     ns.run(["nft", "add", "rule", "ip", "edge", "level", "ip", "daddr", "198.19.3.10", "drop"])
     with entered(ns):
         scope = filter_scope(read_netfilter())
-    assert scope.uncovered == ()
-    # (the raw chain, and the one at -100, may run ahead of DNAT: the packets
-    # whose destination the conntrack node translated are the kernel's
-    # before their first rule)
-    for entry in ("raw", "level"):
+    # (a nat chain tracks connections: the raw chain is the kernel's; the one
+    # at -100 may run ahead of DNAT: the packets whose destination the
+    # conntrack node translated are the kernel's before its first rule)
+    assert scope.uncovered == ("nft ip edge raw on prerouting at priority -300: before connection tracking, "
+                               "which the fast path consults first",)
+    for entry in ("level",):
         ahead = next(r for r in scope.forward if r.entry == entry)
         assert ahead.forward_table.chains[0].rules[0].text.startswith(f"-A {entry} --destination-translated -m nft")
     assert next(r for r in scope.forward if r.entry == "early").forward_table == read["early"].forward_table

@@ -28,7 +28,7 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
     if scopes:
         what = list(dict.fromkeys(r.tool for s in scopes for r in s.forward))    # (an inet table: both families')
         what += [f"{'IPv6' if s is not scope else 'IPv4'} connection tracking" for s in scopes if s.stateful]
-        found.append(Obstacle("iptables_filter", "FORWARD rules (" + ", ".join(what) + ")"))
+        found.append(Obstacle("iptables_filter", "netfilter rules on the forwarded path (" + ", ".join(what) + ")"))
     if snapshot.xfrm.active:
         found.append(Obstacle("xfrm", "IPsec (xfrm) policies present: ip_forward would check or transform packets"))
     policy = snapshot.sysctls.multipath_hash_policy

@@ -125,7 +125,9 @@ class IptTable(_JsonMixin):
 class Ruleset(_JsonMixin):
     """One backend's tables of one family: iptables' (IPv4) or ip6tables'."""
 
-    backend: str                       # "nft" or "legacy"; a native chain's: "family table chain"
+    # "nft" or "legacy"; a raw/mangle PREROUTING view's: "nft raw", ...; a
+    # native chain's: "family table chain"
+    backend: str
     tables: tuple[IptTable, ...] = ()
     incompatible: tuple[str, ...] = ()  # tables the tool could not express (native nft)
     family: str = "ip"                 # "ip" (iptables) or "ip6" (ip6tables)

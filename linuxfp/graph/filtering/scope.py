@@ -1,6 +1,8 @@
 """Which part of a namespace's netfilter configuration touches forwarded
 IPv4 packets, and which of it a filter node may evaluate: the filter table's
-FORWARD chain of each iptables backend, and — when the kernel tracks
+FORWARD chain of each iptables backend, raw's and mangle's PREROUTING
+(_prerouting_view: not raw's where connections are tracked), native nft
+filter chains on forward and prerouting, and — when the kernel tracks
 connections — only for packets of established connections (with NAT too
 where translating() finds the kernel's NAT hooks: program.py). Everything else that could touch a
 forwarded packet is named as uncovered. Pure.
@@ -56,6 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from linuxfp.state.iptables import BUILTIN_CHAINS, IptRule, Match, Ruleset
+from linuxfp.state.nft_forward import NF_IP_PRI_CONNTRACK
 from linuxfp.state.nft_rules import UNKNOWN_MODULE
 
 from .predicates import DESTINATION_TRANSLATED
@@ -187,6 +190,7 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
     native_uncovered, stateful, defrag = _native_findings(netfilter, family)
     uncovered.extend(native_uncovered)
     read = {ruleset.backend for ruleset in rulesets}
+    sets = {s.name: s for s in netfilter.ipsets}
     if not errors:
         tool = "iptables" if family == "ip" else "ip6tables"
         uncovered.extend(f"{tool}-{backend} holds tables whose rules were not read"
@@ -203,7 +207,7 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
             defrag.extend(_first_use(ruleset.tool, table, DEFRAG_MATCHES, DEFRAG_TARGETS))
             if not _hooked(netfilter, ruleset, family, table.name):
                 continue
-            view = _prerouting_view(ruleset, table)
+            view = _prerouting_view(ruleset, table, sets)
             if view is None:
                 uncovered.extend(_table_findings(ruleset.tool, table))
             elif _forward_filters(table, "PREROUTING"):
@@ -214,6 +218,17 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
             forward.append(ruleset)
     forward.extend(ruleset for ruleset in _native_forward(netfilter, family)
                    if _forward_filters(ruleset.forward_table, ruleset.entry))
+    # A chain before conntrack's priority (raw) that does anything, where
+    # connections are tracked: the fast path looks the connection up, and
+    # refreshes it, before any chain is evaluated — one such a chain drops
+    # (or the kernel's does, after the fast path passed it on) would keep
+    # an entry alive that Linux lets expire, and a later packet Linux sees
+    # as NEW would be forwarded as established.
+    if stateful:
+        early = [r for r in forward if r.hook == "prerouting" and r.priority <= NF_IP_PRI_CONNTRACK]
+        uncovered.extend(f"{r.tool} {r.entry} on prerouting at priority {r.priority}: before connection "
+                         "tracking, which the fast path consults first" for r in early)
+        forward = [r for r in forward if r not in early]
     # (at NAT's very priority too: of two hooks at one priority, the one
     # registered later runs first, which the dump does not tell)
     if family == "ip" and translating(netfilter) is not None:
@@ -226,17 +241,17 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
 # FORWARD, with its hook's priority (NF_IP_PRI_RAW, NF_IP_PRI_MANGLE), and
 # their other built-in chains on that path
 _PREROUTING_TABLES = {"raw": (-300, ()), "mangle": (-150, ("FORWARD", "POSTROUTING"))}
-NF_IP_PRI_CONNTRACK = -200
 
 
-def _prerouting_view(ruleset: Ruleset, table) -> Ruleset | None:
+def _prerouting_view(ruleset: Ruleset, table, sets: dict) -> Ruleset | None:
     """`table`'s PREROUTING chain as one more hook a forwarded packet
     crosses before FORWARD (a raw or mangle table whose other chains on
     that path do nothing: the Docker engine's raw rules that keep a
     container's address off every other device), its rules read without
-    what the kernel does not know there yet — the egress device (`-o`
-    never matches before routing) and, at raw's priority, the connection
-    (conntrack has not run: its matches see none). None for any other
+    what the kernel does not know there yet — the egress device (`-o`,
+    or a hash:net,iface set's second direction `dst`, never match before
+    routing) and, at raw's priority, the connection (conntrack has not run:
+    its matches see none). `sets`: the ipsets, by name. None for any other
     table, or one that does more: the kernel's. (The chains on the local
     hooks, INPUT and OUTPUT, never see a forwarded packet.)"""
     if table.name not in _PREROUTING_TABLES:
@@ -247,24 +262,36 @@ def _prerouting_view(ruleset: Ruleset, table) -> Ruleset | None:
             chain.rules or chain.policy not in (None, "ACCEPT") for chain in table.chains if chain.name in others):
         return None
     untracked = priority <= NF_IP_PRI_CONNTRACK
-    chains = tuple(replace(chain, rules=tuple(_before_routing(rule, untracked) for rule in chain.rules))
+    chains = tuple(replace(chain, rules=tuple(_before_routing(rule, untracked, sets) for rule in chain.rules))
                    for chain in table.chains)
     return replace(ruleset, backend=f"{ruleset.backend} {table.name}", tables=(replace(table, chains=chains),),
                    incompatible=(), entry="PREROUTING", priority=priority, hook="prerouting", table_name=table.name)
 
 
-def _before_routing(rule, untracked: bool):
+def _names_egress(match, sets: dict) -> bool:
+    """A set match that may test the egress device: a hash:net,iface set's
+    second direction `dst` (a list:set may hold one; a set not read, too)."""
+    if (match.module, match.option) != ("set", "--match-set") or len(match.values) != 2:
+        return False
+    ipset, flags = sets.get(match.values[0]), match.values[1].split(",")
+    return "dst" in flags[1:] and (ipset is None or ipset.kind.endswith(",iface") or ipset.kind == "list:set")
+
+
+def _before_routing(rule, untracked: bool, sets: dict):
     """`rule` as a chain before routing sees it: from its first test of the
     egress device (or, `untracked`, of the connection) on, the kernel's."""
     for n, match in enumerate(rule.matches):
-        if (match.module, match.option) == ("", "-o"):
+        if (match.module, match.option) == ("", "-o") or _names_egress(match, sets):
             why = "-o before routing"
         elif untracked and match.module in CONNTRACK_MATCHES:
             why = f"{match.module} before connection tracking"
         else:
             continue
         # (as a native rule's unknown expression reads: the packets that
-        # pass the tests before it are the kernel's, whatever its target)
+        # pass the tests before it are the kernel's, whatever its target;
+        # its module's `-m` word goes with it)
+        if n and (rule.matches[n - 1].module, rule.matches[n - 1].option) == (match.module, ""):
+            n -= 1
         kept = replace(rule, matches=(*rule.matches[:n], Match(UNKNOWN_MODULE, ""),
                                       Match(UNKNOWN_MODULE, "--expression", (why,))),
                        target="", target_options=(), goto=False)

@@ -174,8 +174,11 @@ class Filter(Node):
         for row in detail["rules"]:
             family = row.get("family", IPV4.name)
             # the rule's text too: a position moves when rules are inserted above it
-            labels = (("family", "ipv6" if family == IPV6.name else "ipv4"), ("backend", row["backend"]),
-                      ("table", "filter"), ("chain", row["chain"]),
+            # (raw's and mangle's PREROUTING: backend "nft raw", tool "iptables-nft -t raw")
+            table = row.get("tool", "").partition(" -t ")[2]
+            labels = (("family", "ipv6" if family == IPV6.name else "ipv4"),
+                      ("backend", row["backend"].partition(" ")[0] if table else row["backend"]),
+                      ("table", table or "filter"), ("chain", row["chain"]),
                       ("rule", str(row["position"]) if "position" in row else "policy"),
                       ("spec", row.get("rule") or f"-P {row['chain']} {row['policy']}"))
             generation = detail.get("generation6" if family == IPV6.name else "generation") or ""
