@@ -83,7 +83,7 @@ class Controller:
         self.nft_watch = NftablesWatch(self.lease)
         self._unsettled: str | None = None   # why the last netfilter read was not taken in
         self._unsettled_wait = 0.0           # before the next read, while reads stay unsettled
-        self._unsettled_said = 0.0           # when that was last logged
+        self._unsettled_logged_at = 0.0           # when that was last logged
         self.installed = InstalledState()
         self.response = ResponseTimes()
         self._compiled: dict[Shape, object] = {}   # per process: a cache hit still costs hashing
@@ -324,9 +324,9 @@ class Controller:
         generation is past the one last taken in, and the loop reads again."""
         unsettled = kstate.unsettled_reason()
         now = time.monotonic()
-        if unsettled and (not self._unsettled or now - self._unsettled_said >= UNSETTLED_LOG_S):
+        if unsettled and (not self._unsettled or now - self._unsettled_logged_at >= UNSETTLED_LOG_S):
             log.warning("netfilter read not taken in (the datapath passes meanwhile): %s", unsettled)
-            self._unsettled_said = now
+            self._unsettled_logged_at = now
         elif not unsettled and self._unsettled:
             log.info("netfilter read settled again")
         self._unsettled = unsettled

@@ -55,7 +55,7 @@ RULES = "\n".join([
 # dropped; the MASQUERADEd replies, addressed to the gateway, not), the fast
 # path's filter as the conntrack node rewrote it — so those are the
 # kernel's; an untranslated destination is decided in the fast path
-AHEAD_OF_DNAT = f"""table ip lfpraw {{
+AHEAD_OF_DNAT = f"""table ip lfpearly {{
     chain pre {{ type filter hook prerouting priority mangle;
         ip daddr {SERVICE} drop
         ip daddr {SRC} drop
@@ -198,12 +198,12 @@ def test_connections_with_nat_are_translated_as_linux_translates_them(require_ro
         absorbed(seen, lambda: router.dut.run(["iptables", "-I", "FORWARD", "1", "-m", "conntrack", "--ctstate",
                                                "DNAT", "-m", "conntrack", "!", "--ctstate", "SNAT", "-j", "DROP"]))
 
-    def ahead_of_dnat(router):
+    def chain_ahead_of_dnat(router):
         absorbed(seen, lambda: router.dut.run(["nft", "-f", "-"], input=AHEAD_OF_DNAT))
 
     steps = [Step("gateway with NAT, connections", _connect), Step("unchanged", lambda router: None),
              Step("a rule tells NAT apart", tell_apart), Step("still told apart", lambda router: None),
-             Step("a raw chain ahead of DNAT", ahead_of_dnat), Step("still ahead of DNAT", lambda router: None)]
+             Step("a chain ahead of DNAT", chain_ahead_of_dnat), Step("still ahead of DNAT", lambda router: None)]
     seen: list[Counting] = []
     topology = RouterTopology(prefixes=4, inject_from=inject_from)
     frames = _outbound_burst if inject_from == "src" else _inbound_burst
@@ -223,7 +223,7 @@ def test_connections_with_nat_are_translated_as_linux_translates_them(require_ro
     assert dropped[4] - dropped[3] >= each, (dropped, count_reasons(seen[0].stats[4]))
     # ahead of DNAT: a destination the conntrack node translated (the
     # service's requests, the MASQUERADEd replies, the port-forward) goes to
-    # the kernel, whose raw chain sees it as it came; an untranslated one is
+    # the kernel, whose chain sees it as it came; an untranslated one is
     # decided in the fast path (the first MASQUERADEd connection carried,
     # the second dropped)
     if inject_from == "src":

@@ -167,6 +167,15 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
         "nft")))
     assert masquerading.forward[0].forward_table.chain("PREROUTING").rules[0].text.startswith(
         "-A PREROUTING --destination-translated")
+    # (the model and the classifier agree: a translated destination, whatever
+    # the connection's NAT status, is the kernel's; any other the chain drops)
+    program = compile_program(masquerading.forward, LINKS, stateful=True, nat=True)
+    classifier = build_classifier(program, [link.index for link in LINKS])
+    for ctnat in range(1 << WIDTH["ctnat"]):
+        fields = packet_fields(_ip("198.18.0.1"), _ip("198.51.100.2"), 17, 1000, 53, 3, 2, ctnat=ctnat)
+        expected = verdict(program, matched_boxes(program, fields))
+        assert classify(classifier, fields) == expected
+        assert expected[0] == (KERNEL if ctnat & CTNAT_DESTINATION_TRANSLATED else DROP), ctnat
     # ... and where connections are tracked, raw's (before conntrack: the
     # fast path looks a connection up, and refreshes it, before any chain)
     # is the kernel's
@@ -251,6 +260,10 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
         raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -m rpfilter --invert -j DROP\n"
                   "COMMIT\n", backend)
         assert ipv6_uncovered(raw) is None and [r.tool for r in forward6(raw)] == [f"ip6tables-{backend} -t raw"]
+        # (where IPv6 connections are tracked, raw's is the kernel's)
+        tracked_raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -d 2001:db8::1 -j DROP\n"
+                          "COMMIT\n" + head + "-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
+        assert "before connection tracking" in ipv6_uncovered(tracked_raw)
         security = ip6("*security\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j SECMARK --selctx x\nCOMMIT\n", backend)
         assert "ip6tables-" + backend + " table security: rules" in ipv6_uncovered(security)
     # native tables that see IPv6 (inet, a non-iptables ip6 table) and unread ones do too

@@ -220,5 +220,5 @@ def test_before_routing_no_egress_device_and_below_conntrack_no_entry_is_read():
         return rule.text
     assert read_as(oifname) == "-A c -o to-sink -j DROP"
     assert "oifname before routing" in read_as(oifname, before_routing=True)
-    assert "ct before conntrack" in read_as(ct, before_routing=True, untracked=True)
+    assert "ct before conntrack" in read_as(ct, before_routing=True, before_conntrack=True)
     assert "ct before conntrack" not in read_as(ct, before_routing=True)

@@ -471,9 +471,8 @@ def test_prerouting_chains_are_evaluated_as_forward_chains_are(lab):
     # conntrack node translated are the kernel's before its first rule)
     assert scope.uncovered == ("nft ip edge raw on prerouting at priority -300: before connection tracking, "
                                "which the fast path consults first",)
-    for entry in ("level",):
-        ahead = next(r for r in scope.forward if r.entry == entry)
-        assert ahead.forward_table.chains[0].rules[0].text.startswith(f"-A {entry} --destination-translated -m nft")
+    level = next(r for r in scope.forward if r.entry == "level")
+    assert level.forward_table.chains[0].rules[0].text.startswith("-A level --destination-translated -m nft")
     assert next(r for r in scope.forward if r.entry == "early").forward_table == read["early"].forward_table
 
 
@@ -610,7 +609,7 @@ def test_an_unsettled_read_is_not_taken_in(monkeypatch):
 
     from controller.daemon import UNSETTLED_WAIT_S
 
-    controller = SimpleNamespace(lease=Lease(), _unsettled=None, _unsettled_wait=0.0, _unsettled_said=0.0)
+    controller = SimpleNamespace(lease=Lease(), _unsettled=None, _unsettled_wait=0.0, _unsettled_logged_at=0.0)
     controller.lease.nft_seq = 7
     monkeypatch.setattr(kstate, "unsettled_reason", lambda: "nf_tables refused the barrier: [Errno 105]")
     Controller._nft_taken_in(controller, 8)

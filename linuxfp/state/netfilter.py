@@ -128,8 +128,6 @@ def nft_generation() -> int | None:
         return None
 
 
-
-
 def _read_generation() -> int | None:
     """nft_generation(), its failure raised (OSError); None: no generation
     in the answer."""

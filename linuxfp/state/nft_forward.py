@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from . import netlink as nl
 from .iptables import Chain, IptTable, Ruleset
 from .model import NftChain
+from .netfilter_hooks import FORWARD_PATH_HOOKS, NF_IP_PRI_CONNTRACK
 from .nft_rules import KeySet, decode_native_rule
 
 # a native table's family -> the families of the packets it filters
@@ -102,11 +103,6 @@ def _value(data: bytes, width: int) -> int | None:
     return int.from_bytes(value, "big") if value is not None and len(value) == width else None
 
 
-# the hooks a forwarded packet crosses whose filter chains are read here, in
-# the order it crosses them; a prerouting chain sees it before routing (no
-# egress device yet) and, below conntrack's priority, before it is tracked
-FORWARD_PATH_HOOKS = ("prerouting", "forward")
-NF_IP_PRI_CONNTRACK = -200      # (NF_IP6_PRI_CONNTRACK too)
 
 
 def forward_rulesets(chains: Iterable[NftChain], rules: dict[tuple[str, str, str], list[dict[int, bytes]]],
@@ -142,8 +138,8 @@ def _rules(chain: NftChain, family: str, answers, sets: dict[str, KeySet], base:
     `base` (one that never matches them is left out; the others keep their
     place in the chain)."""
     before_routing = base.hook == "prerouting"
-    untracked = before_routing and base.priority <= NF_IP_PRI_CONNTRACK
+    before_conntrack = before_routing and base.priority <= NF_IP_PRI_CONNTRACK
     decoded = (decode_native_rule(chain.name, position, a, family, chain.family, sets,
-                                  before_routing=before_routing, untracked=untracked)
+                                  before_routing=before_routing, before_conntrack=before_conntrack)
                for position, a in enumerate(answers, 1))
     return tuple(rule for rule in decoded if rule is not None)

@@ -246,12 +246,14 @@ class RuleReading:
     the matches in order, the verdict."""
 
     def __init__(self, family: str, native_family: str = "", sets: dict[str, KeySet] | None = None,
-                 before_routing: bool = False, untracked: bool = False):
+                 before_routing: bool = False, before_conntrack: bool = False):
         self.family = family
         self.sets = sets or {}              # a native rule's table's key sets, by name
         # a native prerouting chain's: no egress device yet (an oifname
-        # reads empty), and below conntrack's priority no entry either
-        self.before_routing, self.untracked = before_routing, untracked
+        # reads empty), and below conntrack's priority no entry either (a
+        # second guard: a ct test there turns tracking on, which leaves such
+        # a chain to the kernel anyway, scope.py)
+        self.before_routing, self.before_conntrack = before_routing, before_conntrack
         # a native table's rule (nft_forward.py), read for `family`'s packets:
         # its family ("ip", "ip6", "inet"), which allows what the nft tool
         # writes and iptables-nft never does (below: `native`)
@@ -358,7 +360,7 @@ UNKNOWN_MODULE = "nft"
 
 def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: str,
                        native_family: str, sets: dict[str, KeySet] | None = None,
-                       before_routing: bool = False, untracked: bool = False) -> IptRule | None:
+                       before_routing: bool = False, before_conntrack: bool = False) -> IptRule | None:
     """One rule of a native table (of `native_family`: "ip", "ip6" or
     "inet"), as it treats `family`'s packets, in the model iptables' rules
     read into: None when it never matches them (an inet rule for the other
@@ -369,8 +371,8 @@ def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: s
     comments change nothing. `sets`: the table's key sets, by name
     (a lookup in any other is not known here). `before_routing`: the rule
     is reached from a prerouting chain (an egress device test is not read),
-    `untracked`: below conntrack's priority (nor is `ct`)."""
-    rule = RuleReading(family, native_family, sets, before_routing, untracked)
+    `before_conntrack`: below conntrack's priority (nor is `ct`)."""
+    rule = RuleReading(family, native_family, sets, before_routing, before_conntrack)
     unknown = ""
     for _, element in nl.parse_attr_list(a.get(NFTA_RULE_EXPRESSIONS, b"")):
         name, data = _expression(element)
@@ -446,7 +448,7 @@ def _load_ct(rule: RuleReading, data) -> None:
     another key's)."""
     if not rule.native or _reg(data, 2) != NFT_CT_STATE or 3 in data:
         raise Undecodable("ct beyond its state")
-    if rule.untracked:
+    if rule.before_conntrack:
         raise Undecodable("ct before conntrack")
     rule.registers[_loaded(rule, data)] = ("ct", NFT_CT_STATE, 4, None)
 

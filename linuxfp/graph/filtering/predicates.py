@@ -482,9 +482,11 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
         return _set_boxes(sets.get(values[0]), values[0], values[1], neg, links, family)
     if m == "mark" and opt == "--mark":
         # A forwarded packet's mark is 0 at FORWARD: nothing before it may set
-        # one (raw/mangle rules and tc ingress filters keep it on the kernel
-        # path) and the router passes marked packets — at TC, which sees the
-        # mark; such rules keep the filter off XDP.
+        # one for a packet the fast path decides (a MARK target in raw's or
+        # mangle's PREROUTING, or a native `meta mark set`, sends the packets
+        # it acts on to the kernel; tc ingress filters keep the namespace on
+        # the kernel path) and the router passes marked packets — at TC,
+        # which sees the mark; such rules keep the filter off XDP.
         value, _, mask = values[0].partition("/")
         hit = (0 & (int(mask, 0) if mask else 0xFFFFFFFF)) == int(value, 0)
         return EVERYTHING if hit != neg else NOTHING

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from linuxfp.state.iptables import TOOLS
-from linuxfp.state.nft_forward import FORWARD_PATH_HOOKS
+from linuxfp.state.netfilter_hooks import FORWARD_PATH_HOOKS
 
 from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, rule_meaning
 
@@ -107,8 +107,9 @@ class Program:
 
 def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), family: Family = IPV4,
                     addrtypes=None, nat: bool = False) -> Program:
-    """The FORWARD chain of each ruleset's filter table (of `family`), or a
-    native ruleset's base chain, and every chain it reaches; `stateful` as
+    """Each ruleset's entry chain (of `family`): the FORWARD chain of
+    iptables' filter table, a raw or mangle PREROUTING view's, a native
+    ruleset's base chain — and every chain it reaches; `stateful` as
     FilterScope says; `ipsets` the
     sets rules match; `addrtypes` the namespace's address types
     (addrtypes.py), where rules match them; `nat`: the kernel translates
@@ -153,12 +154,12 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                                           tool=ruleset.tool))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
     # (iptables' FORWARD alone needs no annotation)
-    native = any(r.native or r.hook != "forward" for r in forward_rulesets)
+    annotated = any(r.native or r.hook != "forward" for r in forward_rulesets)
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
                    frozenset(named), marks, stateful, family, stateful and nat,
-                   tuple(r.entry for r in forward_rulesets) if native else (),
-                   tuple(r.tool for r in forward_rulesets) if native else (),
-                   tuple((FORWARD_PATH_HOOKS.index(r.hook), r.priority) for r in forward_rulesets) if native else ())
+                   tuple(r.entry for r in forward_rulesets) if annotated else (),
+                   tuple(r.tool for r in forward_rulesets) if annotated else (),
+                   tuple((FORWARD_PATH_HOOKS.index(r.hook), r.priority) for r in forward_rulesets) if annotated else ())
 
 
 def _set_interface_fields(rule, sets) -> set[str]:

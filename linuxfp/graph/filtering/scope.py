@@ -17,16 +17,24 @@ for --ctstate SNAT/DNAT, read per packet (predicates.py), and nat tables are nev
 for a connection's first packet only); everything else goes to the kernel.
 
 A native nf_tables table's (the `nft` tool's) filter chains on the forward
-hook (families ip, ip6, inet) are evaluated too, as one more FORWARD chain
-each: their rules read into iptables' model (state/nft_forward.py), a
-rule's tests not known there sending the packets that reach them to the
-kernel.
+and prerouting hooks (families ip, ip6, inet) are evaluated too, as one
+more hook each: their rules read into iptables' model
+(state/nft_forward.py), a rule's tests not known there sending the packets
+that reach them to the kernel. Every hook before forward (raw's and
+mangle's PREROUTING, native prerouting chains) is evaluated after routing,
+with what the kernel does not know there yet left to it (the egress
+device; before conntrack, the connection); where connections are tracked,
+one before conntrack is uncovered (the fast path refreshes a connection
+before any chain), and where anything translates, one that may run ahead
+of destination NAT sends the packets whose destination the conntrack node
+translated to the kernel (translated_to_kernel).
 
 Uncovered, with the reason:
 * a native nf_tables table's other base chains (families inet, ip, ip6,
   netdev, bridge) on a hook forwarded packets cross — any but input and
   output of ip/ip6/inet: postrouting, a forward or prerouting chain of
-  another type, netdev egress, every bridge hook, a hook not known here —
+  another type, a prerouting one before conntrack where connections are
+  tracked, netdev egress, every bridge hook, a hook not known here —
   unless it does nothing (a filter chain with no rules and policy accept,
   as Debian's default /etc/nftables.conf makes; never inet's ingress, which
   drops malformed packets). Chains bound to a device's ingress send that device's ingress
@@ -58,11 +66,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from linuxfp.state.iptables import BUILTIN_CHAINS, IptRule, Match, Ruleset
-from linuxfp.state.nft_forward import NF_IP_PRI_CONNTRACK
+from linuxfp.state.netfilter import native_table
+from linuxfp.state.netfilter_hooks import NF_IP_PRI_CONNTRACK, NF_IP_PRI_MANGLE, NF_IP_PRI_NAT_DST, NF_IP_PRI_RAW
 from linuxfp.state.nft_rules import UNKNOWN_MODULE
 
 from .predicates import DESTINATION_TRANSLATED
-from linuxfp.state.netfilter import native_table
 
 # Per family: the nf_tables families whose tables never see its forwarded packets.
 _IRRELEVANT_FAMILIES = {"ip": ("ip6", "arp"), "ip6": ("ip", "arp")}
@@ -95,7 +103,6 @@ _INGRESS_FAMILIES = frozenset({"inet", "netdev"})
 # object counts for the rules naming it, dup/fwd send only what their chain
 # sees). x_tables' matches and targets ("match NAME", "target NAME") are
 # judged by iptables' lists. Any other expression is not known here.
-NF_IP_PRI_NAT_DST = -100     # (NF_IP6_PRI_NAT_DST too)
 NATIVE_TRACKING = frozenset({"ct", "nat", "masq", "redir", "connlimit", "notrack", "synproxy", "flow_offload"})
 NATIVE_DEFRAG = frozenset({"socket", "tproxy"})
 NATIVE_LOCAL = frozenset({"payload", "cmp", "meta", "immediate", "bitwise", "lookup", "counter", "log", "reject",
@@ -121,7 +128,8 @@ NATIVE_LOCAL_OBJECTS = frozenset({"counter", "quota", "limit", "secmark", "tunne
 
 @dataclass(frozen=True)
 class FilterScope:
-    """forward: the FORWARD chain owners to evaluate, per backend;
+    """forward: the rulesets to evaluate on the forwarded path, a hook each
+    (FORWARD per backend, raw/mangle PREROUTING views, native chains);
     uncovered: what no filter node reproduces (empty: all of it can be)."""
 
     forward: tuple[Ruleset, ...]
@@ -232,7 +240,7 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
     # (at NAT's very priority too: of two hooks at one priority, the one
     # registered later runs first, which the dump does not tell)
     if family == "ip" and translating(netfilter) is not None:
-        forward = [ahead_of_dnat(r) if r.hook == "prerouting" and r.priority <= NF_IP_PRI_NAT_DST else r
+        forward = [translated_to_kernel(r) if r.hook == "prerouting" and r.priority <= NF_IP_PRI_NAT_DST else r
                    for r in forward]
     return FilterScope(tuple(forward), tuple(uncovered), tuple(stateful), tuple(defrag))
 
@@ -240,7 +248,7 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
 # iptables' tables whose PREROUTING chain forwarded packets cross before
 # FORWARD, with its hook's priority (NF_IP_PRI_RAW, NF_IP_PRI_MANGLE), and
 # their other built-in chains on that path
-_PREROUTING_TABLES = {"raw": (-300, ()), "mangle": (-150, ("FORWARD", "POSTROUTING"))}
+_PREROUTING_TABLES = {"raw": (NF_IP_PRI_RAW, ()), "mangle": (NF_IP_PRI_MANGLE, ("FORWARD", "POSTROUTING"))}
 
 
 def _prerouting_view(ruleset: Ruleset, table, sets: dict) -> Ruleset | None:
@@ -261,8 +269,10 @@ def _prerouting_view(ruleset: Ruleset, table, sets: dict) -> Ruleset | None:
     if any(chain.policy is not None and chain.name not in builtin for chain in table.chains) or any(
             chain.rules or chain.policy not in (None, "ACCEPT") for chain in table.chains if chain.name in others):
         return None
-    untracked = priority <= NF_IP_PRI_CONNTRACK
-    chains = tuple(replace(chain, rules=tuple(_before_routing(rule, untracked, sets) for rule in chain.rules))
+    # (a second guard: a conntrack match turns tracking on, which leaves a
+    # chain before conntrack to the kernel anyway: _scope)
+    before_conntrack = priority <= NF_IP_PRI_CONNTRACK
+    chains = tuple(replace(chain, rules=tuple(_before_routing(rule, before_conntrack, sets) for rule in chain.rules))
                    for chain in table.chains)
     return replace(ruleset, backend=f"{ruleset.backend} {table.name}", tables=(replace(table, chains=chains),),
                    incompatible=(), entry="PREROUTING", priority=priority, hook="prerouting", table_name=table.name)
@@ -277,13 +287,13 @@ def _names_egress(match, sets: dict) -> bool:
     return "dst" in flags[1:] and (ipset is None or ipset.kind.endswith(",iface") or ipset.kind == "list:set")
 
 
-def _before_routing(rule, untracked: bool, sets: dict):
+def _before_routing(rule, before_conntrack: bool, sets: dict):
     """`rule` as a chain before routing sees it: from its first test of the
-    egress device (or, `untracked`, of the connection) on, the kernel's."""
+    egress device (or, `before_conntrack`, of the connection) on, the kernel's."""
     for n, match in enumerate(rule.matches):
         if (match.module, match.option) == ("", "-o") or _names_egress(match, sets):
             why = "-o before routing"
-        elif untracked and match.module in CONNTRACK_MATCHES:
+        elif before_conntrack and match.module in CONNTRACK_MATCHES:
             why = f"{match.module} before connection tracking"
         else:
             continue
@@ -308,7 +318,7 @@ def _native_forward(netfilter, family: str) -> tuple:
     return tuple(r for r in netfilter.native.forward if r.family == family and r.native not in netfilter.dormant)
 
 
-def ahead_of_dnat(ruleset: Ruleset) -> Ruleset:
+def translated_to_kernel(ruleset: Ruleset) -> Ruleset:
     """`ruleset`, a chain the kernel may run ahead of destination NAT (a
     prerouting chain at NF_IP_PRI_NAT_DST or below), with the packets whose
     destination the conntrack node translated (a DNAT connection's
