@@ -991,7 +991,7 @@ def decode_nft_event(msg: nl.RawMessage) -> Message | None:
         if msg.type & 0xFF == NFT_MSG_NEWGEN:
             gen = nl.parse_attrs(msg.payload, 4).get(NFTA_GEN_ID)      # (after the nfgenmsg)
             if gen is not None and len(gen) == 4:
-                return NftablesChanged(struct.unpack(">I", gen)[0])
+                return NftablesChanged(nl.be32(gen))
         return NftablesChanged()
     return None
 

@@ -42,19 +42,18 @@ from dataclasses import dataclass
 from . import netlink as nl
 from .iptables import BUILTIN_CHAINS, Ruleset, read_ruleset
 from .nft_native import FAMILY_NUMBERS, HOOKS_BY_NAME, read_native_tables
-from .nft_rules import read_native
+from .nft_rules import NFNL_SUBSYS_NFTABLES, read_native
 from .xt_blob import GETINFO, decode_tables
 from .xt_extensions import Undecodable
 from .ipset import LIST_PENDING, combine_list, read_ipsets
 from .model import IpSet, NetfilterState, NftNative
+from .decode import NFT_MSG_NEWGEN, NFTA_GEN_ID, decode_nft_event     # noqa: F401 (NEWGEN's layout: decode's)
 
 NFT_MSG_NEWTABLE = 0
 NFT_MSG_GETTABLE = 1
-NFT_MSG_NEWGEN = 15
 NFT_MSG_GETGEN = 16
 NFTA_TABLE_NAME = 1
 NFTA_TABLE_FLAGS = 2
-NFTA_GEN_ID = 1
 _NFGENMSG = struct.Struct("=BBH")
 
 NFPROTO_NAMES = {0: "unspec", **{number: name for name, number in FAMILY_NUMBERS.items()}}
@@ -133,25 +132,25 @@ def _read_generation() -> int | None:
     in the answer."""
     with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
         replies = sock.request((10 << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
+    # (the answer is the NFT_MSG_NEWGEN a commit announces: one decoder)
     for reply in replies:
-        if reply.type & 0xFF == NFT_MSG_NEWGEN:
-            gen = nl.parse_attrs(reply.payload, _NFGENMSG.size).get(NFTA_GEN_ID)
-            if gen is not None and len(gen) == 4:
-                return struct.unpack(">I", gen)[0]
+        event = decode_nft_event(reply)
+        if event is not None and event.generation is not None:
+            return event.generation
     return None
 
 
 # nfnetlink's batch (linux/netfilter/nfnetlink.h)
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NFNL_BATCH_GENID = 1
-NFNL_SUBSYS_NFTABLES = 10
 _ERESTART = 85          # the kernel's ERESTART, as a netlink answer carries it
 
 
 # per namespace (its cookie: inodes are recycled, and generations start
-# again in every namespace), the last nf_tables generation announced: a
-# commit sends NFT_MSG_NEWGEN at its very end, once all of it applied
-_announced: dict[int, int] = {}
+# again in every namespace), the last nf_tables generation known settled:
+# announced (a commit sends NFT_MSG_NEWGEN at its very end, once all of it
+# applied), or passed by a barrier (a read under it again needs none)
+_settled: dict[int, int] = {}
 
 
 def _namespace() -> int:
@@ -174,7 +173,7 @@ def unsettled_reason() -> str | None:
 def generation_announced(generation: int) -> None:
     """A commit of the calling thread's namespace announced `generation`
     (NFT_MSG_NEWGEN, received by a listener): it is over."""
-    _announced[_namespace()] = generation
+    _settled[_namespace()] = generation
 
 
 def settled_nft_generation() -> int | None:
@@ -193,7 +192,8 @@ def settled_nft_generation() -> int | None:
     process (generation_announced) is settled already: the barrier would
     wait for nothing but the committing process's socket close (which
     flushes nf_tables' destroy work, an RCU grace period after a deletion,
-    under the commit mutex)."""
+    under the commit mutex); so is one a barrier passed before (a poll of
+    a quiet namespace takes no commit mutex)."""
     namespace = _namespace()
     why = "commits kept coming"
     for _ in range(5):
@@ -206,11 +206,12 @@ def settled_nft_generation() -> int | None:
         if generation is None:
             why = "the nf_tables generation cannot be read: no generation in the answer"
             break
-        if _announced.get(namespace) == generation:
+        if _settled.get(namespace) == generation:
             _unsettled.pop(namespace, None)
             return generation
         try:
             if _empty_batch(generation):
+                _settled[namespace] = generation
                 _unsettled.pop(namespace, None)
                 return generation
         except OSError as exc:

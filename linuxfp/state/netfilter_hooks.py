@@ -10,3 +10,5 @@ NF_IP_PRI_RAW = -300
 NF_IP_PRI_CONNTRACK = -200      # below it a chain sees no connection yet
 NF_IP_PRI_MANGLE = -150
 NF_IP_PRI_NAT_DST = -100        # at it or below, a destination not translated yet
+# iptables' tables' hooks, but nat's (per chain: nft_rules.py)
+TABLE_PRIORITY = {"raw": NF_IP_PRI_RAW, "mangle": NF_IP_PRI_MANGLE, "filter": 0, "security": 150}

@@ -16,7 +16,7 @@ from . import netlink as nl
 from .iptables import Chain, IptTable, Ruleset
 from .model import NftChain
 from .netfilter_hooks import FORWARD_PATH_HOOKS, NF_IP_PRI_CONNTRACK
-from .nft_rules import KeySet, decode_native_rule
+from .nft_rules import NFTA_DATA_VALUE, KeySet, decode_native_rule
 
 # a native table's family -> the families of the packets it filters
 FORWARD_FAMILIES = {"ip": ("ip",), "ip6": ("ip6",), "inet": ("ip", "ip6")}
@@ -29,7 +29,6 @@ NFT_SET_ANONYMOUS, NFT_SET_CONSTANT, NFT_SET_INTERVAL = 0x1, 0x2, 0x4
 NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
 NFTA_LIST_ELEM = 1
 NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_USERDATA, NFTA_SET_ELEM_KEY_END = 1, 3, 6, 10
-NFTA_DATA_VALUE = 1
 NFT_SET_ELEM_INTERVAL_END = 0x1
 # what an element of a constant set may carry beyond these changes what a
 # lookup does (data: a map; expressions, an object: state; a timeout); its

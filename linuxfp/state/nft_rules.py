@@ -41,9 +41,10 @@ import ipaddress
 import socket
 import struct
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import netlink as nl
+from .netfilter_hooks import TABLE_PRIORITY
 from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
 from .xt_extensions import (XT_LIMIT_SCALE, Undecodable, limit_options, protocol_name, tcp_flags, undecodable_name,
                             xt_matches, xt_targets)
@@ -60,7 +61,6 @@ FAMILIES = {"ip": socket.AF_INET, "ip6": socket.AF_INET6}
 # name -> (hook number, priority, chain type). A base chain that differs in
 # any of them is one iptables-nft-save calls incompatible.
 _HOOK = {"PREROUTING": 0, "INPUT": 1, "FORWARD": 2, "OUTPUT": 3, "POSTROUTING": 4}
-_PRIORITY = {"raw": -300, "mangle": -150, "filter": 0, "security": 150}
 _NAT_PRIORITY = {"PREROUTING": -100, "INPUT": 100, "OUTPUT": -100, "POSTROUTING": 100}
 # iptables-nft-save prints tables in this order, and built-in chains in
 # hook order before the user chains (sorted by name)
@@ -75,7 +75,7 @@ def _builtin_base_chain(table: str, chain: str) -> tuple[int, int, str]:
     if table == "nat":
         return _HOOK[chain], _NAT_PRIORITY[chain], "nat"
     kind = "route" if (table, chain) == ("mangle", "OUTPUT") else "filter"
-    return _HOOK[chain], _PRIORITY[table], kind
+    return _HOOK[chain], TABLE_PRIORITY[table], kind
 
 
 # --- netlink attribute numbers (linux/netfilter/nf_tables.h) ------------------
@@ -358,6 +358,16 @@ def assembled(rule: RuleReading, chain: str, position: int, *more: Match) -> Ipt
 UNKNOWN_MODULE = "nft"
 
 
+def kernel_from(rule: IptRule, cut: int, why: str) -> IptRule:
+    """`rule` from its `cut`-th match on replaced by a test no filter
+    evaluates, named `why`, and without a target: the packets that pass the
+    tests before it are the kernel's, whatever the rule would do to them."""
+    kept = replace(rule, matches=(*rule.matches[:cut], Match(UNKNOWN_MODULE, ""),
+                                  Match(UNKNOWN_MODULE, "--expression", (why,))),
+                   target="", target_options=(), goto=False)
+    return replace(kept, text=kept.save_line())
+
+
 def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: str,
                        native_family: str, sets: dict[str, KeySet] | None = None,
                        before_routing: bool = False, before_conntrack: bool = False) -> IptRule | None:
@@ -393,11 +403,8 @@ def decode_native_rule(chain: str, position: int, a: dict[int, bytes], family: s
             break
     if not unknown and (rule.registers or rule.at_least is not None):
         unknown = "a loaded register nobody compared"
-    if unknown:
-        rule.target, rule.goto, rule.target_options = "", False, ()
-        return assembled(rule, chain, position, Match(UNKNOWN_MODULE, ""),
-                         Match(UNKNOWN_MODULE, "--expression", (unknown,)))
-    return assembled(rule, chain, position)
+    built = assembled(rule, chain, position)
+    return kernel_from(built, len(built.matches), unknown) if unknown else built
 
 
 @functools.lru_cache(maxsize=4096)

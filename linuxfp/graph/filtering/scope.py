@@ -67,8 +67,8 @@ from dataclasses import dataclass, replace
 
 from linuxfp.state.iptables import BUILTIN_CHAINS, IptRule, Match, Ruleset
 from linuxfp.state.netfilter import native_table
-from linuxfp.state.netfilter_hooks import NF_IP_PRI_CONNTRACK, NF_IP_PRI_MANGLE, NF_IP_PRI_NAT_DST, NF_IP_PRI_RAW
-from linuxfp.state.nft_rules import UNKNOWN_MODULE
+from linuxfp.state.netfilter_hooks import NF_IP_PRI_CONNTRACK, NF_IP_PRI_NAT_DST, TABLE_PRIORITY
+from linuxfp.state.nft_rules import kernel_from
 
 from .predicates import DESTINATION_TRANSLATED
 
@@ -248,7 +248,7 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
 # iptables' tables whose PREROUTING chain forwarded packets cross before
 # FORWARD, with its hook's priority (NF_IP_PRI_RAW, NF_IP_PRI_MANGLE), and
 # their other built-in chains on that path
-_PREROUTING_TABLES = {"raw": (NF_IP_PRI_RAW, ()), "mangle": (NF_IP_PRI_MANGLE, ("FORWARD", "POSTROUTING"))}
+_PREROUTING_TABLES = {"raw": (TABLE_PRIORITY["raw"], ()), "mangle": (TABLE_PRIORITY["mangle"], ("FORWARD", "POSTROUTING"))}
 
 
 def _prerouting_view(ruleset: Ruleset, table, sets: dict) -> Ruleset | None:
@@ -297,15 +297,10 @@ def _before_routing(rule, before_conntrack: bool, sets: dict):
             why = f"{match.module} before connection tracking"
         else:
             continue
-        # (as a native rule's unknown expression reads: the packets that
-        # pass the tests before it are the kernel's, whatever its target;
-        # its module's `-m` word goes with it)
+        # (its module's `-m` word goes with it)
         if n and (rule.matches[n - 1].module, rule.matches[n - 1].option) == (match.module, ""):
             n -= 1
-        kept = replace(rule, matches=(*rule.matches[:n], Match(UNKNOWN_MODULE, ""),
-                                      Match(UNKNOWN_MODULE, "--expression", (why,))),
-                       target="", target_options=(), goto=False)
-        return replace(kept, text=kept.save_line())
+        return kernel_from(rule, n, why)
     return rule
 
 
@@ -327,10 +322,8 @@ def translated_to_kernel(ruleset: Ruleset) -> Ruleset:
     filter as the conntrack node rewrote it. (IPv4's only: the conntrack
     node translates nothing else.)"""
     table = ruleset.forward_table
-    translated = IptRule(ruleset.entry, 0, (Match(*DESTINATION_TRANSLATED), Match(UNKNOWN_MODULE, ""),
-                                            Match(UNKNOWN_MODULE, "--expression", (
-        "a destination translated after this chain (DNAT, or an SNAT connection's reply)",))), "")
-    translated = replace(translated, text=translated.save_line())
+    translated = kernel_from(IptRule(ruleset.entry, 0, (Match(*DESTINATION_TRANSLATED),), ""), 1,
+                             "a destination translated after this chain (DNAT, or an SNAT connection's reply)")
     chains = tuple(replace(chain, rules=(translated, *chain.rules)) if chain.name == ruleset.entry else chain
                    for chain in table.chains)
     return replace(ruleset, tables=(replace(table, chains=chains), *ruleset.tables[1:]))
