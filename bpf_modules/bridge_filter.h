@@ -1,8 +1,8 @@
 /* Bridge-filter node: what br_netfilter makes iptables do to a bridged IPv4
- * frame (ip6tables to an IPv6 one), with Linux's verdict — the kernel's
- * connection tracking at PREROUTING, then the chains the filter node
- * evaluates (raw's and mangle's PREROUTING, native nft chains, the filter
- * table's FORWARD chains of both backends), which see the bridge as the
+ * frame (ip6tables to an IPv6 one), with Linux's verdict — the chains the
+ * filter node evaluates (raw's PREROUTING, the kernel's connection tracking
+ * after it, mangle's PREROUTING, native nft chains, the filter table's
+ * FORWARD chains of both backends), which see the bridge as the
  * packet's -i (setup_pre_routing(), br_nf_forward_ip()) and, from FORWARD
  * on, its -o — never its ports — evaluated
  * by the filter node's classifier of that family (filter.h): forwarded as

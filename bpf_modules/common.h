@@ -88,7 +88,8 @@ struct lfp_tally {
 };
 
 /* What conntrack said of the packet (conntrack.h: looked up once, at
- * PREROUTING where the conntrack node is) and what its connection's NAT
+ * PREROUTING where the conntrack node is, and again where its refresh was
+ * left owed) and what its connection's NAT
  * does to it, as Linux applies it: the destination at PREROUTING — written
  * into the packet there with the header checksum, so routing and FORWARD
  * see it as Linux shows it them (ct_prerouting.h) — and the source at
@@ -103,6 +104,9 @@ struct lfp_tally {
 #define LFP_CT_SNAT (1u << 2)
 #define LFP_CT_DNAT (1u << 3)
 #define LFP_CT_NAT_SHIFT 1
+/* In lfp_ct.answer: the connection was taken, its refresh not yet done
+ * (a chain before conntrack decides first: conntrack.h). */
+#define LFP_CT_OWED 0x80
 
 struct lfp_ct {
 	/* The destination not in the packet: the one PREROUTING gives it until
@@ -114,7 +118,7 @@ struct lfp_ct {
 	__be16 sport;
 	__u16 check_was;        /* the IPv4 header checksum before PREROUTING's rewrite */
 	__u8 manip;             /* LFP_NAT_*, LFP_CT_* */
-	__u8 answer;            /* conntrack.h's answer for this packet + 1; 0: not looked up yet */
+	__u8 answer;            /* conntrack.h's answer for this packet + 1 (| LFP_CT_OWED); 0: not looked up yet */
 };
 
 struct lfp_pkt {

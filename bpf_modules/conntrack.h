@@ -21,11 +21,17 @@
  *   sums it — unless the skb says it was verified or is the sender's to
  *   fill, which nf_ip_checksum() takes as valid).
  * The answer is kept in the packet's context (pkt->ct.answer): conntrack looks
- * a packet up once, at PREROUTING, and the conntrack node's NAT rewrite there would
- * find nothing in a second lookup.
+ * a packet up once, at PREROUTING, and after the conntrack node's NAT
+ * rewrite there a second lookup would find nothing (where the refresh is
+ * left owed, nothing is rewritten: lfp_ct_take looks again).
  * The refresh writes the entry's timeout only when it would change (at most
  * once per jiffy per entry, like __nf_ct_refresh_acct() itself), so a
- * steady flow does not write a shared cache line per packet.
+ * steady flow does not write a shared cache line per packet. It is owed
+ * only once conntrack would have seen the packet: where a chain before
+ * conntrack's priority (raw) may drop it, the filter node looks the
+ * connection up after that chain's verdict (lfp_ct_take), and the
+ * conntrack node, which must look it up before routing, leaves the refresh
+ * owed (LFP_CT_OWED) for the filter to settle by a second lookup.
  *
  * The same for IPv6 (its conntrack keeps entries as IPv4's does; the
  * packets that get here carry no extension header: router.h, bridge.h).
@@ -409,10 +415,11 @@ static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___l
 	return 1;
 }
 
-/* Looks the packet's connection up and, when the fast path may take it,
- * refreshes its timeout as conntrack would. `nat` (a constant): an IPv4
- * entry with NAT may be taken too, its translation left in pkt->ct. */
-static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat)
+/* Looks the packet's connection up and, when the fast path may take it
+ * and `refresh` says so, refreshes its timeout as conntrack would. `nat`:
+ * an IPv4 entry with NAT may be taken too, its translation left in pkt->ct.
+ * `valid`: the datagram was found valid already (by an earlier lookup). */
+static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat, int refresh, int valid)
 {
 	int family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
@@ -445,7 +452,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *p
 		return LFP_CT_TCP;
 	if (proto != IPPROTO_UDP)
 		return LFP_CT_PROTO;
-	if (!lfp_ct_udp_valid(pkt, family6))
+	if (!valid && !lfp_ct_udp_valid(pkt, family6))
 		return LFP_CT_INVALID;
 	udp = pkt->data + l4_off;
 	if ((void *)(udp + 1) > pkt->data_end)
@@ -491,7 +498,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *p
 	}
 	extra = conn->ct_net.net->ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_REPLIED];
 	expires = (__u32)now + extra;
-	if (conn->timeout != expires)
+	if (refresh && conn->timeout != expires)
 		bpf_ct_change_timeout(ct, (__u32)((__u64)extra * 1000 / CONFIG_HZ));
 	bpf_ct_release(ct);
 	return LFP_CT_TAKEN;
@@ -501,25 +508,39 @@ state:
 	return LFP_CT_STATE;
 }
 
-/* Conntrack's answer for the packet, looked up the first time it is asked
- * for (one the conntrack node took may carry NAT: pkt->ct.manip). */
+/* Conntrack's answer for the packet, looked up (and its connection
+ * refreshed) the first time it is asked for: one the conntrack node took
+ * may carry NAT (pkt->ct.manip). One it took with the refresh still owed
+ * is looked up again, refreshing, and taken only if it still translates
+ * the packet as it did (the entry may have changed in between) — a lookup
+ * of the packet as it came, which it still is (the conntrack node passes
+ * one whose destination it would translate: ct_prerouting.h), already
+ * found valid. */
 static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 {
+	__u8 answer = pkt->ct.answer, manip = pkt->ct.manip;
+	int owed = LFP_NODE_CONNTRACK && (answer & LFP_CT_OWED);     /* (only that node leaves one owed) */
 	enum lfp_ct_result result;
 
-	if (pkt->ct.answer)
-		return pkt->ct.answer - 1;
-	result = lfp_ct_take_uncached(pkt, 0);
+	if (answer && !owed)
+		return answer - 1;
+	pkt->ct.manip = 0;
+	result = lfp_ct_take_uncached(pkt, owed, 1, owed);
+	if (result == LFP_CT_TAKEN && pkt->ct.manip != manip) {
+		pkt->ct.manip = 0;
+		result = LFP_CT_STATE;
+	}
 	pkt->ct.answer = result + 1;
 	return result;
 }
 
-/* The same for the conntrack node: an IPv4 entry with NAT may be taken. */
-static __always_inline enum lfp_ct_result lfp_ct_take_nat(struct lfp_pkt *pkt)
+/* The same for the conntrack node: an IPv4 entry with NAT may be taken;
+ * without `refresh`, a connection taken is owed its refresh. */
+static __always_inline enum lfp_ct_result lfp_ct_take_nat(struct lfp_pkt *pkt, int refresh)
 {
-	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1);
+	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1, refresh, 0);
 
-	pkt->ct.answer = result + 1;
+	pkt->ct.answer = (result + 1) | (result == LFP_CT_TAKEN && !refresh ? LFP_CT_OWED : 0);
 	return result;
 }
 

@@ -12,7 +12,8 @@
  * headers, which the router passes anyway.
  *
  * IPv4 UDP is looked up here, once (conntrack.h keeps the answer in the
- * context for the filter node's FORWARD verdict), and an established
+ * context for the filter node's FORWARD verdict; a second time where a
+ * chain before conntrack decides first, below), and an established
  * connection with NAT (SNAT, MASQUERADE, DNAT — a gateway's, a Kubernetes
  * service's) is translated as Linux translates it, from the entry alone: no
  * nat rule is consulted after a connection's first packet
@@ -28,6 +29,10 @@
  * table registered (without one the kernel translates nothing, whatever an
  * entry says). The NAT they carry is left for the filter's --ctstate SNAT
  * and DNAT (LFP_CT_SNAT, LFP_CT_DNAT).
+ * Where a chain before conntrack's priority (raw) may drop the packet
+ * (LFP_FLT_CT_LATE), the connection is looked up here without its refresh,
+ * which the filter node settles after that chain's verdict (conntrack.h),
+ * and a packet whose destination it would translate goes to the kernel.
  * Everything conntrack.h does not take goes on unchanged: the filter node
  * passes it with its own reason.
  *
@@ -37,7 +42,9 @@
  * skip this stage: the bridge node keeps its own per-frame bookkeeping, and
  * the bridge-filter node passes their TCP, and their connections with NAT,
  * as before). A node of its own (LINUXFP_NODES) with an IP exit before
- * FORWARD would lose TCP here to the kernel: still exact, no longer free.
+ * FORWARD would lose TCP here to the kernel: still exact, no longer free —
+ * and must not forward or drop a packet this node left owed its refresh
+ * (LFP_CT_OWED), which only the filter settles.
  * Placed only with the filter node (linuxfp/graph/nodes/conntrack.py); the
  * generation's bits are read per packet, so a ruleset that turns connection
  * tracking off lets TCP through to the nodes after it at once.
@@ -54,7 +61,8 @@
 
 #define LFP_COUNTERS_CONNTRACK(X)                                                         \
 	X(CT_TCP_TRACKED,         conntrack, pass, "connection tracking on: TCP, before routing (its window tracking stays with the kernel)") \
-	X(NAT_UNWRITABLE,         conntrack, drop, "a translated packet could not be written (Linux drops it too)")
+	X(NAT_UNWRITABLE,         conntrack, drop, "a translated packet could not be written (Linux drops it too)") \
+	X(CT_TRANSLATED_BEFORE_RAW, conntrack, pass, "connection tracking on: a chain before conntrack (raw) meets this packet's destination untranslated")
 
 /* Whether ip_rcv() hands the IPv4 packet to PREROUTING as it is, where
  * conntrack sees it (the router's own checks of what ip_rcv() takes: this
@@ -72,13 +80,22 @@ static __always_inline int lfp_ct_reaches_prerouting(struct lfp_pkt *pkt, struct
 }
 
 /* An IPv4 UDP datagram: looked up, and an established connection with NAT
- * given its destination as PREROUTING leaves it. */
-static __always_inline enum lfp_rc lfp_ct_translate(struct lfp_pkt *pkt, struct iphdr *ip)
+ * given its destination as PREROUTING leaves it. `late`: a chain before
+ * conntrack's priority may drop the packet (LFP_FLT_CT_LATE): the
+ * connection's refresh is left owed to the filter node, which settles it
+ * after that chain's verdict (conntrack.h), and a packet whose destination
+ * would be translated goes to the kernel as it came — that chain sees it
+ * so, and the filter node, after routing, could only see it translated. */
+static __always_inline enum lfp_rc lfp_ct_translate(struct lfp_pkt *pkt, struct iphdr *ip, int late)
 {
 	if (!lfp_ct_reaches_prerouting(pkt, ip))
 		return LFP_NEXT;
-	if (lfp_ct_take_nat(pkt) != LFP_CT_TAKEN || !(pkt->ct.manip & LFP_NAT_DST))
+	if (lfp_ct_take_nat(pkt, !late) != LFP_CT_TAKEN || !(pkt->ct.manip & LFP_NAT_DST))
 		return LFP_NEXT;
+	if (late) {
+		pkt->ct.manip = 0;      /* nothing written: nothing to undo */
+		return lfp_pass(pkt, LFP_CNT_CT_TRANSLATED_BEFORE_RAW);
+	}
 	if (lfp_nat_rewrite_destination(pkt)) {
 		pkt->ct.manip = 0;
 		return lfp_drop(pkt, LFP_CNT_NAT_UNWRITABLE);
@@ -119,7 +136,7 @@ static __always_inline enum lfp_rc conntrack_node(struct lfp_pkt *pkt)
 	if (proto == IPPROTO_TCP)
 		return lfp_pass(pkt, LFP_CNT_CT_TCP_TRACKED);
 	if ((gen & LFP_FLT_NAT) && ip)
-		return lfp_ct_translate(pkt, ip);
+		return lfp_ct_translate(pkt, ip, gen & LFP_FLT_CT_LATE);
 	return LFP_NEXT;
 }
 

@@ -9,8 +9,9 @@
  * --ctstate SNAT/DNAT by longest-prefix match; ingress and egress by
  * ifindex), pairs of classes map to the class of their
  * combination, and the last class to the verdict Linux's chains reach for
- * every packet of that class: accept, drop, or "the kernel" (a rule with an
- * effect or a match the fast path does not reproduce).
+ * every packet of that class: accept, drop, "the kernel" (a rule with an
+ * effect or a match the fast path does not reproduce), or, where the kernel
+ * tracks connections, dropped before conntrack (by raw's PREROUTING).
  *
  * Every key starts with the classifier's generation, and lfp_flt_cfg,
  * written after all entries of a new generation and before the old ones are
@@ -57,6 +58,9 @@
 #define LFP_FLT_ACCEPT 0
 #define LFP_FLT_DROP   1
 #define LFP_FLT_KERNEL 2
+/* dropped by a chain before conntrack's priority (raw) where connections
+ * are tracked: conntrack never sees the packet, nor refreshes its entry */
+#define LFP_FLT_DROP_EARLY 3
 
 /* The fields a classifier looks up. */
 #define LFP_FLT_SRC (1u << 0)
@@ -73,13 +77,18 @@
  * DNAT status (linuxfp/graph/filtering/predicates.py, CTNAT_*) */
 #define LFP_FLT_CTNAT_BITS 3
 /* Not a field: the kernel tracks connections, so only packets of an
- * established, un-NATed connection are classified (conntrack.h)... */
+ * established, un-NATed connection are taken (conntrack.h), but for what a
+ * chain before conntrack drops ... */
 #define LFP_FLT_CT  (1u << 7)
 /* ... and of an established connection with NAT too: the kernel translates
  * them (an IPv4 nat table). The conntrack node (ct_prerouting.h) takes them
  * then; a classifier without the bit passes one it took under a generation
  * before. */
 #define LFP_FLT_NAT (1u << 8)
+/* ... and a chain before conntrack's priority may drop a packet (its
+ * verdict LFP_FLT_DROP_EARLY): the conntrack node leaves the connection's
+ * refresh owed, for after that verdict (conntrack.h). */
+#define LFP_FLT_CT_LATE (1u << 10)
 
 /* Longest-prefix match of one field. value: an IPv4 address as on the
  * wire, or {protocol, port in network order} / {1 or 58, 0, ICMP type or
@@ -154,7 +163,7 @@ struct {
 /* The current classifier of a family (index 0: IPv4, 1: IPv6): its
  * generation, whose low bits are the fields it looks up (LFP_FLT_*), so one
  * load reads both. 0: none yet; LFP_FLT_OPEN: the family's FORWARD chains
- * let every packet through (no generation is below 0x800). epoch: drawn
+ * let every packet through (no generation is below 0x1000). epoch: drawn
  * afresh by the controller for each classifier it builds and each patch of
  * one — an ipset member added or removed is written into the current
  * generation's LPM entries in place (no other entry changes:
@@ -168,7 +177,7 @@ struct lfp_flt_cfg {
 	__u32 gen;
 	__u32 epoch;
 };
-#define LFP_FLT_USED_MASK 0x3ffu
+#define LFP_FLT_USED_MASK 0x7ffu
 #define LFP_FLT_OPEN 1u
 
 struct {
@@ -504,6 +513,30 @@ static __always_inline __u32 lfp_flt_classify(const struct lfp_flt_cfg *cfg, __u
 	return *rule;
 }
 
+/* The packet's connection, where the kernel tracks connections: next when
+ * it is established and the fast path may take it (refreshed, a refresh
+ * the conntrack node left owed included: conntrack.h), else the kernel's,
+ * for the reason. */
+static __always_inline enum lfp_rc lfp_flt_established(struct lfp_pkt *pkt)
+{
+	switch (lfp_ct_take(pkt)) {
+	case LFP_CT_TAKEN:
+		return LFP_NEXT;
+	case LFP_CT_NONE:
+		return lfp_pass(pkt, LFP_CNT_FILTER_CT_NEW);
+	case LFP_CT_ERROR:
+		return lfp_pass(pkt, LFP_CNT_FILTER_CT_ERROR);
+	case LFP_CT_TCP:
+		return lfp_pass(pkt, LFP_CNT_FILTER_CT_TCP);
+	case LFP_CT_PROTO:
+		return lfp_pass(pkt, LFP_CNT_FILTER_CT_PROTO);
+	case LFP_CT_INVALID:
+		return lfp_pass(pkt, LFP_CNT_FILTER_CT_INVALID);
+	default:
+		return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
+	}
+}
+
 /* Netfilter's verdict for the forwarded packet (iptables' FORWARD, raw and
  * mangle PREROUTING, native nft chains; an IPv6 packet: ip6tables'), seen
  * coming in on `iif` and leaving through `oif` (-i / -o): next, drop, or
@@ -518,6 +551,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	__u32 slot, verdict, used, epoch, cls = 0;
 	__u32 family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	__u32 l3_len;
+	int owed;
 
 	cfg = bpf_map_lookup_elem(&lfp_flt_cfg, &family6);
 	if (!cfg)
@@ -525,34 +559,19 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	flow.gen = *(volatile const __u32 *)&cfg->gen;
 	if (!flow.gen)
 		return lfp_pass(pkt, LFP_CNT_FILTER_UNCONFIGURED);
-	/* A connection the conntrack node translated under a generation before one
-	 * that does not classify such connections. */
-	if (LFP_NODE_CONNTRACK && pkt->ct.manip && (flow.gen == LFP_FLT_OPEN || !(flow.gen & LFP_FLT_NAT)))
+	/* A connection the conntrack node translated, or left owed its
+	 * refresh, under a generation before one that does not classify such
+	 * connections (or, owed, one that would not settle it: the kernel
+	 * refreshes it then). */
+	owed = LFP_NODE_CONNTRACK && (pkt->ct.answer & LFP_CT_OWED);
+	if (LFP_NODE_CONNTRACK && (pkt->ct.manip || owed) &&
+	    (flow.gen == LFP_FLT_OPEN || !(flow.gen & LFP_FLT_NAT) ||
+	     (owed && (flow.gen & (LFP_FLT_CT | LFP_FLT_CT_LATE)) != (LFP_FLT_CT | LFP_FLT_CT_LATE))))
 		return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
 	if (flow.gen == LFP_FLT_OPEN)
 		return LFP_NEXT;
 	epoch = *(volatile const __u32 *)&cfg->epoch;
 	used = flow.gen & LFP_FLT_USED_MASK;
-	if (used & LFP_FLT_CT) {
-		/* Conntrack runs at PREROUTING, before the FORWARD verdict: the
-		 * entry is refreshed whether the rules accept or drop. */
-		switch (lfp_ct_take(pkt)) {
-		case LFP_CT_TAKEN:
-			break;
-		case LFP_CT_NONE:
-			return lfp_pass(pkt, LFP_CNT_FILTER_CT_NEW);
-		case LFP_CT_ERROR:
-			return lfp_pass(pkt, LFP_CNT_FILTER_CT_ERROR);
-		case LFP_CT_TCP:
-			return lfp_pass(pkt, LFP_CNT_FILTER_CT_TCP);
-		case LFP_CT_PROTO:
-			return lfp_pass(pkt, LFP_CNT_FILTER_CT_PROTO);
-		case LFP_CT_INVALID:
-			return lfp_pass(pkt, LFP_CNT_FILTER_CT_INVALID);
-		default:
-			return lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE);
-		}
-	}
 	*(__u32 *)flow.l4s = 0;
 	*(__u32 *)flow.l4d = 0;
 	if ((used & (LFP_FLT_L4S | LFP_FLT_L4D | LFP_FLT_TCPF)) && !lfp_flt_l4(pkt, family6, flow.l4s, flow.l4d))
@@ -620,20 +639,34 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	 * once the packet leaves through the fast path (lfp_leave) */
 	pkt->tally = &cached->tally;
 	pkt->tally_len = l3_len;
-	switch (verdict & 3) {
-	case LFP_FLT_ACCEPT:
-		return LFP_NEXT;
-	case LFP_FLT_DROP:
+	verdict &= 3;
+	/* (conntrack never sees it: nothing looked up, nothing refreshed) */
+	if (verdict == LFP_FLT_DROP_EARLY)
 		return lfp_drop(pkt, LFP_CNT_FILTER_DROPPED);
-	default:
+	if (verdict == LFP_FLT_KERNEL)
 		return lfp_pass(pkt, LFP_CNT_FILTER_KERNEL);
+	/* Where the kernel tracks connections, the classifier's verdicts are
+	 * those for an established connection's packet: conntrack has seen the
+	 * packet before FORWARD, and refreshed its entry, whether the rules
+	 * accept or drop it — the fast path takes the packet only if its
+	 * connection is established and the refresh all conntrack does. (A
+	 * packet of another is classified first all the same: one place for
+	 * the lookup keeps the verifier's work within bounds, and a drop
+	 * before conntrack must come before it.) */
+	if (used & LFP_FLT_CT) {
+		enum lfp_rc rc = lfp_flt_established(pkt);
+
+		if (rc != LFP_NEXT)
+			return rc;
 	}
+	return verdict == LFP_FLT_ACCEPT ? LFP_NEXT : lfp_drop(pkt, LFP_CNT_FILTER_DROPPED);
 }
 
 static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 {
-	if (!pkt->fwd.egress)
-		return LFP_NEXT;        /* nothing forwarded: not FORWARD's business */
+	if (!pkt->fwd.egress)   /* nothing forwarded: not FORWARD's business */
+		return LFP_NODE_CONNTRACK && (pkt->ct.answer & LFP_CT_OWED) ? lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE)
+									      : LFP_NEXT;
 	/* Routed IPv6 gets here only where nothing of ip6tables but its FORWARD
 	 * chains could touch it (LFP_IF_IPV6: graph/interfaces.py). */
 	if (pkt->l3_proto != bpf_htons(ETH_P_IP) && pkt->l3_proto != bpf_htons(ETH_P_IPV6))

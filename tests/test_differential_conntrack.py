@@ -114,6 +114,56 @@ def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook,
     _fast_and_fresh(report, seen, timeouts, ALLOWED, BLOCKED_LATER, ESTABLISHED, sizes=13)
 
 
+# Established connections, one MASQUERADEd, whose datagrams a raw
+# PREROUTING rule drops from the second step on: before conntrack, which
+# then never sees them, nor refreshes their entries
+RAW_DROPPED = ["198.19.0.14", "198.19.0.15"] + NATED
+RAW_RULES = {False: [["iptables", "-t", "raw", "-A", "PREROUTING", "-d", "198.19.0.14/31", "-j", "DROP"],
+                     ["iptables", "-t", "raw", "-A", "PREROUTING", "-d", NATED[0], "-j", "DROP"]],
+             True: [["nft", "add", "table", "ip", "early"],
+                    ["nft", "add", "chain", "ip", "early", "raw", "{ type filter hook prerouting priority raw; }"],
+                    ["nft", "add", "rule", "ip", "early", "raw", "ip", "daddr", "198.19.0.14/31", "drop"],
+                    ["nft", "add", "rule", "ip", "early", "raw", "ip", "daddr", NATED[0], "drop"]]}
+
+
+@pytest.mark.parametrize("hook,native", [("xdp", False), ("tc", True)], ids=["xdp", "tc-native"])
+def test_raw_drops_leave_connections_to_expire_as_linux_does(require_root, hook, native):
+    """A raw PREROUTING rule (iptables', or a native chain at raw's
+    priority) drops established connections' datagrams, a MASQUERADEd one's
+    too, while connections are tracked and translated: the fast path drops
+    them itself and leaves their entries unrefreshed, as conntrack — which
+    never sees them — does, and refreshes the others' only after that
+    verdict (the conntrack node looks a connection up before routing and
+    leaves its refresh owed: conntrack.h)."""
+    timeouts: list[dict[str, int]] = []
+
+    def raw(router):
+        absorbed(seen, lambda: [router.dut.run(command) for command in RAW_RULES[native]])
+        time.sleep(3)       # long enough that a refresh raw's drops must not make shows
+
+    steps = [Step("stateful rules, connections", lambda router: _connect(router, native)),
+             Step("raw drops some", raw),
+             Step("unchanged", lambda router: timeouts.append(timeouts_to(router.dut, ESTABLISHED)))]
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=10), steps, counting(seen, hook), frames, prefix="lfp-ctraw")
+    assert report.ok, report.render()
+    # (the burst after the raw step shows in the reading after the next)
+    before, after = (count_reasons(seen[0].stats[k]) for k in (2, 3))
+    dropped = after.get("filter_dropped", 0) - before.get("filter_dropped", 0)
+    assert dropped >= len(RAW_DROPPED) * 13, (before, after)
+    # ... and forwarded the rest of the established datagrams
+    forwarded = sum(i["fast_path"] for i in seen[0].stats[3]["interfaces"]) - sum(
+        i["fast_path"] for i in seen[0].stats[2]["interfaces"])
+    assert forwarded >= (len(ESTABLISHED) - len(RAW_DROPPED)) * 13, (forwarded, dropped)
+    assert not after.get("filter_stale") and not after.get("filter_unconfigured"), after
+    kernel, accelerated = timeouts
+    assert set(kernel) == set(accelerated) == set(ESTABLISHED), timeouts
+    for dst in RAW_DROPPED:
+        assert accelerated[dst] <= kernel[dst] + 1, (dst, timeouts)
+    for dst in set(ALLOWED) - set(RAW_DROPPED):
+        assert accelerated[dst] >= kernel[dst] - 1, (dst, timeouts)
+
+
 def _fast_and_fresh(report, seen, timeouts, allowed, blocked, established, sizes: int) -> None:
     """What the stateful differentials ask of Linux + LinuxFP besides the
     same bytes."""

@@ -49,9 +49,8 @@ RULES = "\n".join([
     "COMMIT", ""])
 
 
-# A native chain at mangle's priority (after conntrack: a raw one is the
-# kernel's where connections are tracked), ahead of destination NAT: it sees a
-# translated packet's destination as it came (the service's requests
+# A native chain at mangle's priority (after conntrack), ahead of
+# destination NAT: it sees a translated packet's destination as it came (the service's requests
 # dropped; the MASQUERADEd replies, addressed to the gateway, not), the fast
 # path's filter as the conntrack node rewrote it — so those are the
 # kernel's; an untranslated destination is decided in the fast path

@@ -17,7 +17,7 @@ import pipeline_loader
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.classifier import FIELD_BIT, classify
 from linuxfp.graph.filtering.predicates import IPV4, IPV6
-from linuxfp.graph.filtering.program import ACCEPT, DROP, packet_fields
+from linuxfp.graph.filtering.program import ACCEPT, DROP, DROP_EARLY, packet_fields
 from linuxfp.graph.nodes.iptables_filter import CAPACITY, CFG, filter_plan
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.lab.rulesets import ROUTER_POOL, ROUTER_POOL6, probe_frames, probe_frames6, random_ruleset
@@ -105,7 +105,7 @@ def expected(pipeline: LoadedPipeline, classifier, frame: bytes, family=IPV4) ->
     verdict, _ = classify(classifier, fields)
     if verdict == ACCEPT:
         return XDP_REDIRECT, "forwarded"
-    if verdict == DROP:
+    if verdict in (DROP, DROP_EARLY):
         return XDP_DROP, "filter_dropped"
     return XDP_PASS, "filter_kernel"
 
@@ -249,6 +249,47 @@ def test_tcp_goes_to_the_kernel_before_routing_while_connections_are_tracked(fil
         assert loaded.counter("ct_tcp_tracked") == tracked
     finally:
         loaded.close()
+        filter_ns.run(["iptables", "-F", "FORWARD"])
+
+
+def test_a_drop_before_conntrack_needs_no_connection(filter_ns):
+    """Where connections are tracked and translated, raw's PREROUTING drops
+    a datagram that has no connection as Linux does — before conntrack,
+    which so never creates one — while one it lets through goes to the
+    kernel for its new connection; the generation says a chain before
+    conntrack decides (LFP_FLT_CT_LATE)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    from linuxfp.graph.filtering.classifier import LATE_BIT
+    from linuxfp.lab.conntrack import udp_entries
+
+    filter_ns.run(["iptables-restore"], input="\n".join([
+        "*raw", ":PREROUTING ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", "-A PREROUTING -d 198.19.1.0/24 -j DROP", "COMMIT",
+        "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]",
+        "-A POSTROUTING -o out0 -d 198.19.3.0/24 -j MASQUERADE", "COMMIT",
+        "*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
+        "-A FORWARD -m conntrack --ctstate INVALID -j DROP", "COMMIT", ""]))
+    loaded = pipeline_loader.LoadedPipeline(filter_ns, "in0", "xdp",
+                                            ("conntrack", "router", "filter", "nat_out", "transmit"), "test_ct_late")
+
+    def frame(dst: str) -> bytes:
+        return bytes(Ether(src="02:00:00:00:01:02", dst=IN_MAC) / IP(src="198.18.1.1", dst=dst)
+                     / UDP(sport=40000, dport=53) / b"query")
+
+    try:
+        assert filter_plan(loaded.snapshot).classifier.generation & LATE_BIT
+        for dst, retval, counter in (("198.19.1.5", XDP_DROP, "filter_dropped"),
+                                     ("198.19.2.5", XDP_PASS, "filter_ct_new")):
+            before = loaded.counter(counter)
+            result = loaded.run(frame(dst))
+            assert (result.retval, loaded.counter(counter)) == (retval, before + 1), dst
+            assert result.data_out == frame(dst)
+        assert not [key for key in udp_entries(filter_ns) if key[1] == "198.19.1.5"]
+    finally:
+        loaded.close()
+        filter_ns.run(["iptables", "-t", "raw", "-F"])
+        filter_ns.run(["iptables", "-t", "nat", "-F"])
         filter_ns.run(["iptables", "-F", "FORWARD"])
 
 

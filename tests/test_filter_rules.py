@@ -14,11 +14,11 @@ import pytest
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
-from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, NAT_BIT, GENERATION_LOW, USED_MASK,
-                                                GenerationBook, TooLarge, build_classifier, classify)
+from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, GENERATION_LOW, LATE_BIT, NAT_BIT,
+                                                USED_MASK, GenerationBook, TooLarge, build_classifier, classify)
 from linuxfp.graph.filtering.predicates import CTNAT_DESTINATION_TRANSLATED, CTNAT_DNAT, CTNAT_SNAT, WIDTH
-from linuxfp.graph.filtering.program import (ACCEPT, DROP, KERNEL, box_contains, compile_program, matched_boxes,
-                                             packet_fields, verdict)
+from linuxfp.graph.filtering.program import (ACCEPT, DROP, DROP_EARLY, KERNEL, box_contains, compile_program,
+                                             matched_boxes, packet_fields, verdict)
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6, translating
 from linuxfp.graph.nodes.iptables_filter import CFG_VALUE, filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, PROBE_TCP_FLAGS, Coverage, probe_addresses, random_ruleset
@@ -176,14 +176,32 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
         expected = verdict(program, matched_boxes(program, fields))
         assert classify(classifier, fields) == expected
         assert expected[0] == (KERNEL if ctnat & CTNAT_DESTINATION_TRANSLATED else DROP), ctnat
-    # ... and where connections are tracked, raw's (before conntrack: the
-    # fast path looks a connection up, and refreshes it, before any chain)
-    # is the kernel's
+    # ... and where connections are tracked, what raw's (before conntrack)
+    # drops is dropped before conntrack: its connection is not refreshed,
+    # and the generation tells the conntrack node to leave the refresh for
+    # after the verdict
     tracked_raw = filter_scope(netfilter(parse_save(
         "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\nCOMMIT\n" + nat,
         "nft")))
-    assert tracked_raw.uncovered == ("iptables-nft -t raw PREROUTING on prerouting at priority -300: before "
-                                     "connection tracking, which the fast path consults first",)
+    assert tracked_raw.uncovered == () and tracked_raw.stateful
+    program = compile_program(tracked_raw.forward, LINKS, stateful=True, nat=True)
+    classifier = build_classifier(program, [link.index for link in LINKS])
+    assert program.decides_before_conntrack and classifier.generation & LATE_BIT
+    for ctnat in range(1 << WIDTH["ctnat"]):
+        fields = packet_fields(_ip("198.18.0.1"), _ip("198.51.100.2"), 17, 1000, 53, 3, 2, ctnat=ctnat)
+        expected = verdict(program, matched_boxes(program, fields))
+        assert classify(classifier, fields) == expected
+        assert expected[0] == (KERNEL if ctnat & CTNAT_DESTINATION_TRANSLATED else DROP_EARLY), ctnat
+    # (mangle's, after conntrack, drops as FORWARD does; nothing is late)
+    program = compile_program(masquerading.forward, LINKS, stateful=True, nat=True)
+    assert not program.decides_before_conntrack
+    assert not build_classifier(program, [link.index for link in LINKS]).generation & LATE_BIT
+    # (without tracking, raw's drop is a drop like any other)
+    untracked = filter_scope(netfilter(parse_save(
+        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0 -j DROP\nCOMMIT\n", "nft")))
+    program = compile_program(untracked.forward, LINKS)
+    fields = packet_fields(_ip("198.18.0.1"), _ip("198.51.100.2"), 17, 1000, 53, 3, 2)
+    assert not untracked.stateful and verdict(program, matched_boxes(program, fields))[0] == DROP
     # ... but a mangle table that also marks on FORWARD is not
     forward_marks = filter_scope(netfilter(parse_save(
         "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j MARK --set-mark 1\nCOMMIT\n",
@@ -260,10 +278,11 @@ def test_ip6tables_scope_leaves_forwarded_ipv6_alone_only_when_nothing_touches_i
         raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -m rpfilter --invert -j DROP\n"
                   "COMMIT\n", backend)
         assert ipv6_uncovered(raw) is None and [r.tool for r in forward6(raw)] == [f"ip6tables-{backend} -t raw"]
-        # (where IPv6 connections are tracked, raw's is the kernel's)
+        # (where IPv6 connections are tracked, raw's drops before conntrack)
         tracked_raw = ip6("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -d 2001:db8::1 -j DROP\n"
                           "COMMIT\n" + head + "-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT\nCOMMIT\n", backend)
-        assert "before connection tracking" in ipv6_uncovered(tracked_raw)
+        assert ipv6_uncovered(tracked_raw) is None
+        assert [r.tool for r in forward6(tracked_raw)] == [f"ip6tables-{backend} -t raw", f"ip6tables-{backend}"]
         security = ip6("*security\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j SECMARK --selctx x\nCOMMIT\n", backend)
         assert "ip6tables-" + backend + " table security: rules" in ipv6_uncovered(security)
     # native tables that see IPv6 (inet, a non-iptables ip6 table) and unread ones do too
@@ -1028,7 +1047,12 @@ def test_the_generations_bits_are_filter_hs():
     c_names = {"src": "SRC", "dst": "DST", "l4s": "L4S", "l4d": "L4D", "iif": "IIF", "oif": "OIF",
                "tcpflags": "TCPF", "ctnat": "CTNAT"}
     assert {name: FIELD_BIT[name] for name in c_names} == {name: defined[f"LFP_FLT_{c}"] for name, c in c_names.items()}
-    assert (CONNTRACK_BIT, NAT_BIT) == (defined["LFP_FLT_CT"], defined["LFP_FLT_NAT"])
+    assert (CONNTRACK_BIT, NAT_BIT, LATE_BIT) == (defined["LFP_FLT_CT"], defined["LFP_FLT_NAT"],
+                                                  defined["LFP_FLT_CT_LATE"])
+    verdicts = dict(re.findall(r"#define LFP_FLT_(ACCEPT|DROP|KERNEL|DROP_EARLY)\s+(\d+)\b",
+                               (modules_dir() / "filter.h").read_text()))
+    assert {name.lower(): int(value) for name, value in verdicts.items()} == {
+        "accept": ACCEPT, "drop": DROP, "kernel": KERNEL, "drop_early": DROP_EARLY}
     assert USED_MASK == defined["LFP_FLT_USED_MASK"]
     shift = defined["LFP_CT_NAT_SHIFT"]
     assert (CTNAT_SNAT, CTNAT_DNAT) == (defined["LFP_CT_SNAT"] >> shift, defined["LFP_CT_DNAT"] >> shift)

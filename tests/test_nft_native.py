@@ -447,13 +447,21 @@ def test_prerouting_chains_are_evaluated_as_forward_chains_are(lab):
     assert [r.text for r in read["early"].forward_table.chains[0].rules] == [
         "-A early -d 198.19.1.9/32 -m nft --expression 'oifname before routing'",
         "-A early -s 198.18.64.0/24 -j DROP"]
-    # (its ct test turns tracking on: a chain before conntrack is then the
-    # kernel's — the fast path looks a connection up, and refreshes it,
-    # before any chain — and the one after it evaluated)
+    # (its ct test turns tracking on: both chains are still evaluated — what
+    # the one before conntrack drops is dropped before conntrack, its
+    # connection not refreshed: program.DROP_EARLY)
     scope = filter_scope(state)
-    assert scope.uncovered == ("nft ip edge raw on prerouting at priority -300: before connection tracking, "
-                               "which the fast path consults first",)
-    assert [r.entry for r in scope.forward if r.native] == ["early"]
+    assert scope.stateful and scope.uncovered == ()
+    assert {r.entry for r in scope.forward if r.native} == {"raw", "early"}
+    # ... but not one at conntrack's very priority: which of the two runs
+    # first the dump does not tell
+    ns.run(["nft", "add", "chain", "ip", "edge", "level200", "{ type filter hook prerouting priority -200; }"])
+    ns.run(["nft", "add", "rule", "ip", "edge", "level200", "ip", "daddr", "198.19.3.11", "drop"])
+    with entered(ns):
+        scope = filter_scope(read_netfilter())
+    assert scope.uncovered == ("nft ip edge level200 on prerouting at priority -200: conntrack's own, "
+                               "which may run before or after it",)
+    ns.run(["nft", "delete", "chain", "ip", "edge", "level200"])
     ns.run(["nft", "delete", "rule", "ip", "edge", "raw", "handle",
             ns.run(["nft", "-a", "list", "chain", "ip", "edge", "raw"]).stdout.split("# handle ")[-1].split()[0]])
     with entered(ns):
@@ -466,11 +474,12 @@ def test_prerouting_chains_are_evaluated_as_forward_chains_are(lab):
     ns.run(["nft", "add", "rule", "ip", "edge", "level", "ip", "daddr", "198.19.3.10", "drop"])
     with entered(ns):
         scope = filter_scope(read_netfilter())
-    # (a nat chain tracks connections: the raw chain is the kernel's; the one
-    # at -100 may run ahead of DNAT: the packets whose destination the
-    # conntrack node translated are the kernel's before its first rule)
-    assert scope.uncovered == ("nft ip edge raw on prerouting at priority -300: before connection tracking, "
-                               "which the fast path consults first",)
+    # (a nat chain tracks connections; the chains at -300 and -100 may run
+    # ahead of DNAT: the packets whose destination the conntrack node
+    # translated are the kernel's before their first rule)
+    assert scope.uncovered == ()
+    raw = next(r for r in scope.forward if r.entry == "raw")
+    assert raw.forward_table.chains[0].rules[0].text.startswith("-A raw --destination-translated -m nft")
     level = next(r for r in scope.forward if r.entry == "level")
     assert level.forward_table.chains[0].rules[0].text.startswith("-A level --destination-translated -m nft")
     assert next(r for r in scope.forward if r.entry == "early").forward_table == read["early"].forward_table

@@ -251,8 +251,7 @@ class RuleReading:
         self.sets = sets or {}              # a native rule's table's key sets, by name
         # a native prerouting chain's: no egress device yet (an oifname
         # reads empty), and below conntrack's priority no entry either (a
-        # second guard: a ct test there turns tracking on, which leaves such
-        # a chain to the kernel anyway, scope.py)
+        # ct test there is the kernel's)
         self.before_routing, self.before_conntrack = before_routing, before_conntrack
         # a native table's rule (nft_forward.py), read for `family`'s packets:
         # its family ("ip", "ip6", "inet"), which allows what the nft tool

@@ -53,13 +53,18 @@ VERDICT_NODE = 6
 FIELD_BIT = {"src": 1 << 0, "src6": 1 << 0, "dst": 1 << 1, "dst6": 1 << 1, "l4s": 1 << 2, "l4d": 1 << 3,
              "iif": 1 << 4, "oif": 1 << 5, "tcpflags": 1 << 6, "ctnat": 1 << 9}
 assert set(FIELD_BIT) == set(FIELDS) | set(FIELDS6)
-# ... and whether the datapath looks the packet up in the kernel's
-# conntrack table first (Program.stateful; LFP_FLT_CT).
+# ... and whether the datapath takes only packets of established
+# connections, looked up in the kernel's conntrack table (Program.stateful;
+# LFP_FLT_CT).
 CONNTRACK_BIT = 1 << 7
 # ... and whether connections with NAT are classified too (Program.translated;
 # LFP_FLT_NAT: the conntrack node takes them).
 NAT_BIT = 1 << 8
-USED_MASK = (FIELD_BIT["ctnat"] << 1) - 1
+# ... and whether a hook before conntrack's may drop a packet
+# (Program.decides_before_conntrack; LFP_FLT_CT_LATE: the conntrack node
+# leaves a connection's refresh for after the verdict).
+LATE_BIT = 1 << 10
+USED_MASK = (LATE_BIT << 1) - 1
 # Set in the generation of ip6tables' classifier, never in iptables'.
 FAMILY_BIT = {IPV4.name: 0, IPV6.name: USED_MASK + 1}
 # A generation's bits above these are its digest (never all zero, so no
@@ -201,6 +206,8 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         used |= CONNTRACK_BIT
     if program.translated:
         used |= NAT_BIT
+    if program.decides_before_conntrack:
+        used |= LATE_BIT
     level = {(i,): (field_classes[name], bool(used & FIELD_BIT[name])) for i, name in enumerate(fields)}
     pairs = []
     for node, left, right in PAIRS:

@@ -28,7 +28,8 @@ connections, the filter node classifies only packets of an established
 connection — one that carries no NAT, or, where the kernel translates
 (Program.translated), one the conntrack node translated
 (bpf_modules/filter.h and conntrack.h check the kernel's own entry; every
-other packet goes to the kernel first) — so each such match holds for all
+other packet goes to the kernel, unless a chain before conntrack drops it
+first, where conntrack matches are the kernel's) — so each such match holds for all
 of them or for none, and `--ctstate SNAT` / `DNAT` ask the entry's status
 (the ctnat field).
 

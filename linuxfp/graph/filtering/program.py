@@ -9,7 +9,10 @@ RETURN, a goto returns to the caller's caller; a built-in chain ends in its
 policy. Two backends (or native base chains) are two hooks: a packet is
 forwarded only if both accept it. Anything with an effect the fast path does not have (LOG, REJECT,
 MARK, ...) and every rule with a match the fast path cannot evaluate make the
-verdict KERNEL for the packets that reach them.
+verdict KERNEL for the packets that reach them. Where connections are
+tracked, a drop by a chain before conntrack's hook (raw's priority) is
+DROP_EARLY: conntrack never sees the packet, so the fast path must not
+refresh its connection (bpf_modules/conntrack.h).
 """
 from __future__ import annotations
 
@@ -17,12 +20,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from linuxfp.state.iptables import TOOLS
-from linuxfp.state.netfilter_hooks import FORWARD_PATH_HOOKS
+from linuxfp.state.netfilter_hooks import BEFORE_CONNTRACK, FORWARD_PATH_HOOKS
 
 from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, rule_meaning
 
-ACCEPT, DROP, KERNEL = 0, 1, 2
-VERDICT_NAMES = {ACCEPT: "accept", DROP: "drop", KERNEL: "kernel"}
+ACCEPT, DROP, KERNEL, DROP_EARLY = 0, 1, 2, 3
+VERDICT_NAMES = {ACCEPT: "accept", DROP: "drop", KERNEL: "kernel", DROP_EARLY: "drop before conntrack"}
 MAX_DEPTH = 64   # the kernel refuses deeper jumps, so any loop is ours
 
 
@@ -58,7 +61,8 @@ class Program:
     interface_fields: frozenset[str] = frozenset()
     reads_mark: bool = False      # a rule matches the packet mark (XDP cannot see it)
     # The kernel tracks connections: only packets of established, un-NATed
-    # connections are classified (scope.py), the rest go to the kernel.
+    # connections are taken (scope.py), the rest go to the kernel — but
+    # those a chain before conntrack drops (DROP_EARLY).
     stateful: bool = False
     family: Family = IPV4         # iptables' rules or ip6tables'
     # ... and of established connections with NAT too (the conntrack node takes
@@ -76,6 +80,13 @@ class Program:
 
     def priority(self, position: int) -> tuple[int, int]:
         return self.priorities[position] if self.priorities else (FORWARD_PATH_HOOKS.index("forward"), 0)
+
+    @cached_property
+    def decides_before_conntrack(self) -> bool:
+        """Connections are tracked, and a hook before conntrack's may drop
+        a packet (DROP_EARLY): the conntrack node leaves the refresh for
+        after the verdict (the classifier's LATE_BIT)."""
+        return self.stateful and any(self.priority(i) < BEFORE_CONNTRACK for i in range(len(self.backends)))
 
     def entry(self, position: int) -> str:
         """The chain backends[position] starts from."""
@@ -205,7 +216,7 @@ def _action(rule, table, unsupported: bool) -> tuple[str, str]:
 
 
 def verdict(program: Program, matched: int) -> tuple[int, int]:
-    """(ACCEPT/DROP/KERNEL, deciding rule index or -1 for a policy) for a
+    """(ACCEPT/DROP/KERNEL/DROP_EARLY, deciding rule index or -1 for a policy) for a
     packet inside exactly the boxes whose bits are set in `matched`."""
     return verdict_and_counted(program, matched)[:2]
 
@@ -218,7 +229,7 @@ def policy_of(position: int) -> int:
 
 def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple[int, ...]]:
     """verdict(), and the counters Linux adds that packet to when the fast
-    path decides it (ACCEPT or DROP; none for KERNEL, where Linux counts
+    path decides it (ACCEPT, DROP or DROP_EARLY; none for KERNEL, where Linux counts
     itself): every rule it matches on its way through the chains, jumps
     and rules without a target included, in order, and a built-in chain's
     policy as policy_of(backend position). Two backends are two hooks: a
@@ -238,7 +249,9 @@ def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple
     if dropped:
         first = min(dropped, key=program.priority)
         before = [i for i in range(len(results)) if program.priority(i) < program.priority(first)]
-        return (*results[first], tuple(i for position in before + [first] for i in trails[position]))
+        early = program.stateful and program.priority(first) < BEFORE_CONNTRACK
+        return (DROP_EARLY if early else DROP, results[first][1],
+                tuple(i for position in before + [first] for i in trails[position]))
     return (ACCEPT, results[0][1] if results else -1, tuple(i for trail in trails for i in trail))
 
 

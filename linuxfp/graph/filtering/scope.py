@@ -1,18 +1,20 @@
 """Which part of a namespace's netfilter configuration touches forwarded
 IPv4 packets, and which of it a filter node may evaluate: the filter table's
 FORWARD chain of each iptables backend, raw's and mangle's PREROUTING
-(_prerouting_view: not raw's where connections are tracked), native nft
+(_prerouting_view), native nft
 filter chains on forward and prerouting, and — when the kernel tracks
 connections — only for packets of established connections (with NAT too
-where translating() finds the kernel's NAT hooks: program.py). Everything else that could touch a
+where translating() finds the kernel's NAT hooks: program.py), but for
+what a chain before conntrack drops. Everything else that could touch a
 forwarded packet is named as uncovered. Pure.
 
 Connection tracking is on once any rule uses it (a conntrack match, or a
 target such as MASQUERADE or CONNMARK: each takes a reference on the
 namespace's conntrack hooks; a nat table without NAT targets does not). The filter node is then
-`stateful`: it looks every packet up in the kernel's conntrack table and
-classifies only those of an established connection (un-NATed, or one the
-conntrack node translated), for which conntrack matches are constants but
+`stateful`: it takes only packets of an established connection (un-NATed,
+or one the conntrack node translated), looked up in the kernel's conntrack
+table once a chain before conntrack (raw) has not dropped them, and
+classifies them as such: conntrack matches are constants but
 for --ctstate SNAT/DNAT, read per packet (predicates.py), and nat tables are never consulted (the kernel runs them
 for a connection's first packet only); everything else goes to the kernel.
 
@@ -24,8 +26,9 @@ that reach them to the kernel. Every hook before forward (raw's and
 mangle's PREROUTING, native prerouting chains) is evaluated after routing,
 with what the kernel does not know there yet left to it (the egress
 device; before conntrack, the connection); where connections are tracked,
-one before conntrack is uncovered (the fast path refreshes a connection
-before any chain), and where anything translates, one that may run ahead
+a drop by one before conntrack leaves the connection unrefreshed, as the
+kernel's does (program.DROP_EARLY; one at conntrack's very priority, which
+may run before or after it, is uncovered), and where anything translates, one that may run ahead
 of destination NAT sends the packets whose destination the conntrack node
 translated to the kernel (translated_to_kernel).
 
@@ -33,8 +36,8 @@ Uncovered, with the reason:
 * a native nf_tables table's other base chains (families inet, ip, ip6,
   netdev, bridge) on a hook forwarded packets cross — any but input and
   output of ip/ip6/inet: postrouting, a forward or prerouting chain of
-  another type, a prerouting one before conntrack where connections are
-  tracked, netdev egress, every bridge hook, a hook not known here —
+  another type, a prerouting one at conntrack's own priority where
+  connections are tracked, netdev egress, every bridge hook, a hook not known here —
   unless it does nothing (a filter chain with no rules and policy accept,
   as Debian's default /etc/nftables.conf makes; never inet's ingress, which
   drops malformed packets). Chains bound to a device's ingress send that device's ingress
@@ -226,17 +229,16 @@ def _scope(netfilter, family: str, rulesets, errors, holders: set[str]) -> Filte
             forward.append(ruleset)
     forward.extend(ruleset for ruleset in _native_forward(netfilter, family)
                    if _forward_filters(ruleset.forward_table, ruleset.entry))
-    # A chain before conntrack's priority (raw) that does anything, where
-    # connections are tracked: the fast path looks the connection up, and
-    # refreshes it, before any chain is evaluated — one such a chain drops
-    # (or the kernel's does, after the fast path passed it on) would keep
-    # an entry alive that Linux lets expire, and a later packet Linux sees
-    # as NEW would be forwarded as established.
+    # A chain at conntrack's own priority, where connections are tracked:
+    # of two hooks at one priority the one registered later runs first,
+    # which the dump does not tell, so whether a packet it drops refreshed
+    # its connection is not known (one below it drops before conntrack:
+    # program.DROP_EARLY, which leaves the connection as Linux does).
     if stateful:
-        early = [r for r in forward if r.hook == "prerouting" and r.priority <= NF_IP_PRI_CONNTRACK]
-        uncovered.extend(f"{r.tool} {r.entry} on prerouting at priority {r.priority}: before connection "
-                         "tracking, which the fast path consults first" for r in early)
-        forward = [r for r in forward if r not in early]
+        level = [r for r in forward if r.hook == "prerouting" and r.priority == NF_IP_PRI_CONNTRACK]
+        uncovered.extend(f"{r.tool} {r.entry} on prerouting at priority {r.priority}: conntrack's own, "
+                         "which may run before or after it" for r in level)
+        forward = [r for r in forward if r not in level]
     # (at NAT's very priority too: of two hooks at one priority, the one
     # registered later runs first, which the dump does not tell)
     if family == "ip" and translating(netfilter) is not None:
@@ -269,8 +271,7 @@ def _prerouting_view(ruleset: Ruleset, table, sets: dict) -> Ruleset | None:
     if any(chain.policy is not None and chain.name not in builtin for chain in table.chains) or any(
             chain.rules or chain.policy not in (None, "ACCEPT") for chain in table.chains if chain.name in others):
         return None
-    # (a second guard: a conntrack match turns tracking on, which leaves a
-    # chain before conntrack to the kernel anyway: _scope)
+    # (conntrack has not run: its matches see no connection)
     before_conntrack = priority <= NF_IP_PRI_CONNTRACK
     chains = tuple(replace(chain, rules=tuple(_before_routing(rule, before_conntrack, sets) for rule in chain.rules))
                    for chain in table.chains)

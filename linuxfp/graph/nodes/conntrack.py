@@ -2,12 +2,15 @@
 tracking and NAT do at PREROUTING while the kernel tracks connections — TCP
 goes to the kernel there (its window tracking stays with it), before the
 routing decision, instead of after routing and FORWARD's own checks; IPv4
-UDP is looked up once, and an established connection with NAT is
+UDP is looked up once (its refresh left to the filter where a chain
+before conntrack may drop the packet), and an established connection with NAT is
 translated from the kernel's own entry (its destination here; transmit
 writes the source). It owns no tables: it reads the filter node's
 generation, whose bits say whether connections are tracked (LFP_FLT_CT)
 and whether those with NAT are taken (LFP_FLT_NAT: an IPv4 nat table
-registers the kernel's NAT hooks)."""
+registers the kernel's NAT hooks) — and whether a chain before conntrack
+may drop a packet (LFP_FLT_CT_LATE: the refresh then waits for the
+filter's verdict)."""
 from __future__ import annotations
 
 from linuxfp.resources import modules_dir

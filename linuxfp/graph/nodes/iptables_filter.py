@@ -113,8 +113,10 @@ class Filter(Node):
                 which = ("established connections, with NAT or without (the conntrack node translates them; "
                          "--ctstate SNAT / DNAT read the entry), are classified" if program.translated else
                          "established connections without NAT are classified")
+                early = ("; what a chain before conntrack drops is dropped first, its connection not refreshed"
+                         if program.decides_before_conntrack else "")
                 lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
-                             + "; ".join(tracking) + f"): {which}, the rest go to the kernel")
+                             + "; ".join(tracking) + f"): {which}, the rest go to the kernel{early}")
             if classifier is not None:
                 fields = ",".join(name for name in classifier.fields if classifier.used & FIELD_BIT[name]) or "none"
                 patched = f" epoch {classifier.epoch:08x} (ipset members patched in)" if classifier.patch else ""
@@ -549,7 +551,7 @@ def pair_key(generation: int, node: int, left: int, right: int) -> bytes:
 
 
 # lfp_flt_cfg's value for a family whose FORWARD chains let every packet
-# through (LFP_FLT_OPEN; no generation is below 0x800); its index per family
+# through (LFP_FLT_OPEN; no generation is below 0x1000); its index per family
 OPEN = 1
 CFG_INDEX = {IPV4.name: 0, IPV6.name: 1}
 
