@@ -27,8 +27,14 @@ RULESET = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT 
            "-A FORWARD -p udp -m udp --dport 7 -j ACCEPT\n"
            "-A COUNT -s 198.18.0.0/15\n"
            "-A COUNT -d 198.19.3.0/24 -j RETURN\n"
+           "COMMIT\n"
+           # raw's PREROUTING, one more hook before FORWARD: a rule without a
+           # target every datagram passes, and one that drops before FORWARD
+           "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+           "-A PREROUTING -p udp\n"
+           "-A PREROUTING -d 198.19.2.0/24 -j DROP\n"
            "COMMIT\n")
-BLOCKED, ALLOWED = "198.19.1.9", "198.19.3.9"
+BLOCKED, ALLOWED, RAW_BLOCKED = "198.19.1.9", "198.19.3.9", "198.19.2.9"
 SAVE = {"iptables-restore": "iptables-save", "iptables-legacy-restore": "iptables-legacy-save"}
 BACKEND = {"iptables-restore": "nft", "iptables-legacy-restore": "legacy"}
 
@@ -37,16 +43,16 @@ def _frames(r, rounds: int) -> list[bytes]:
     src, dut_mac = r.src_if, r.dut_left.mac
     frames = []
     for n in range(rounds):
-        for dst, dport, size in ((BLOCKED, 9, 18), (ALLOWED, 7, 40), (ALLOWED, 9, 100)):
-            # every flow decided by another rule: DROP, ACCEPT, the policy
+        for dst, dport, size in ((BLOCKED, 9, 18), (ALLOWED, 7, 40), (ALLOWED, 9, 100), (RAW_BLOCKED, 9, 60)):
+            # every flow decided by another rule: DROP, ACCEPT, the policy, raw's DROP
             frames.append(udp_frame(src.mac, dut_mac, str(src.ip), dst, sport=3000 + n, dport=dport,
                                     payload=bytes(size)))
     return frames
 
 
-def _kernel_counters(r, save: str) -> dict[tuple[str, str], tuple[int, int]]:
-    """(chain, "#position" or "policy") -> (packets, bytes), from `iptables-save -c`."""
-    out = r.dut.run([save, "-c", "-t", "filter"]).stdout
+def _kernel_counters(r, save: str, table: str = "filter") -> dict[tuple[str, str], tuple[int, int]]:
+    """(chain, "#position" or "policy") -> (packets, bytes) of `table`, from `iptables-save -c`."""
+    out = r.dut.run([save, "-c", "-t", table]).stdout
     counters, positions = {}, {}
     for line in out.splitlines():
         if m := re.match(r"^:(\S+) (ACCEPT|DROP) \[(\d+):(\d+)\]", line):
@@ -80,13 +86,14 @@ def test_kernel_and_fast_path_counters_add_up_to_linux_alones(router_topology, r
     """iptables-nft: the kernel's counters plus the fast path's are Linux
     alone's. iptables-legacy: the controller adds the fast path's to the
     kernel's (every few seconds and as it stops), so they are Linux alone's
-    by themselves."""
+    by themselves — raw's PREROUTING's as well as FORWARD's."""
     r = router_topology
     frames = _frames(r, 20)
     r.dut.run([restore], input=RULESET)
     _send(r, frames)
-    linux = _kernel_counters(r, SAVE[restore])
+    linux, linux_raw = _kernel_counters(r, SAVE[restore]), _kernel_counters(r, SAVE[restore], "raw")
     assert linux[("FORWARD", "#2")][0] == 60 and linux[("FORWARD", "policy")][0] == 60, linux
+    assert linux_raw[("PREROUTING", "#1")][0] == 240 and linux_raw[("PREROUTING", "#2")][0] == 60, linux_raw
 
     r.dut.run([restore], input=RULESET)       # counters from zero again
     with ControllerProcess(r.dut.name, hook="xdp") as controller:
@@ -94,17 +101,24 @@ def test_kernel_and_fast_path_counters_add_up_to_linux_alones(router_topology, r
         _send(r, frames)
         stats = linuxfp_stats(r.dut.name)
         prometheus = linuxfp_cli(r.dut.name, "stats", "--prometheus").stdout
-    kernel = _kernel_counters(r, SAVE[restore])
+    kernel, kernel_raw = _kernel_counters(r, SAVE[restore]), _kernel_counters(r, SAVE[restore], "raw")
     rows = stats["nodes"]["filter"]["rules"]
-    fast = {(row["chain"], f"#{row['position']}" if "position" in row else "policy"): (row["packets"], row["bytes"])
-            for row in rows if row["backend"] == BACKEND[restore]}
+
+    def fast_of(backend: str) -> dict[tuple[str, str], tuple[int, int]]:
+        return {(row["chain"], f"#{row['position']}" if "position" in row else "policy"): (row["packets"], row["bytes"])
+                for row in rows if row["backend"] == backend}
+
+    fast, fast_raw = fast_of(BACKEND[restore]), fast_of(f"{BACKEND[restore]} raw")
     assert fast.get(("FORWARD", "#2"), (0, 0))[0] > 0, (fast, stats["interfaces"])   # the fast path took part
-    if BACKEND[restore] == "legacy":
-        assert kernel == linux, {"linux": linux, "kernel": kernel, "fast path": fast}
-    else:
-        together = {key: tuple(a + b for a, b in zip(value, fast.get(key, (0, 0)))) for key, value in kernel.items()}
-        assert together == linux, {"linux": linux, "kernel": kernel, "fast path": fast}
-    assert set(fast) <= set(linux)
+    assert fast_raw.get(("PREROUTING", "#2"), (0, 0))[0] > 0, fast_raw                # ... in raw's too
+    for linux_table, kernel_table, fast_table in ((linux, kernel, fast), (linux_raw, kernel_raw, fast_raw)):
+        if BACKEND[restore] == "legacy":
+            assert kernel_table == linux_table, {"linux": linux_table, "kernel": kernel_table, "fast path": fast_table}
+        else:
+            together = {key: tuple(a + b for a, b in zip(value, fast_table.get(key, (0, 0))))
+                        for key, value in kernel_table.items()}
+            assert together == linux_table, {"linux": linux_table, "kernel": kernel_table, "fast path": fast_table}
+        assert set(fast_table) <= set(linux_table)
     assert stats["nodes"]["filter"]["earlier_rulesets"]["packets"] == 0
     text = stats_text(stats)
     drop = fast[("FORWARD", "#2")]
@@ -112,13 +126,18 @@ def test_kernel_and_fast_path_counters_add_up_to_linux_alones(router_topology, r
                      text), text
     assert f"iptables-{BACKEND[restore]} FORWARD policy ACCEPT" in text, text
     # the same counts as Prometheus series, one per rule, with its text
-    series = {(sample.labels["chain"], sample.labels["rule"]): (sample.labels["spec"], sample.value)
+    series = {(sample.labels["table"], sample.labels["chain"], sample.labels["rule"]):
+              (sample.labels["spec"], sample.value)
               for family in text_string_to_metric_families(prometheus) for sample in family.samples
               if sample.name == "linuxfp_iptables_fast_path_packets_total"
               and sample.labels["backend"] == BACKEND[restore]}
-    assert series[("FORWARD", "2")] == ("-A FORWARD -d 198.19.1.0/24 -j DROP", drop[0]), series
-    assert series[("FORWARD", "policy")] == ("-P FORWARD ACCEPT", fast[("FORWARD", "policy")][0]), series
-    assert {(chain, f"#{rule}" if rule != "policy" else rule) for chain, rule in series} == set(fast)
+    assert series[("filter", "FORWARD", "2")] == ("-A FORWARD -d 198.19.1.0/24 -j DROP", drop[0]), series
+    assert series[("filter", "FORWARD", "policy")] == ("-P FORWARD ACCEPT", fast[("FORWARD", "policy")][0]), series
+    assert series[("raw", "PREROUTING", "2")] == ("-A PREROUTING -d 198.19.2.0/24 -j DROP",
+                                                  fast_raw[("PREROUTING", "#2")][0]), series
+    for table, counted in (("filter", fast), ("raw", fast_raw)):
+        assert {(chain, f"#{rule}" if rule != "policy" else rule) for t, chain, rule in series if t == table} \
+            == set(counted), table
     lint = subprocess.run(["promtool", "check", "metrics"], input=prometheus, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 

@@ -77,6 +77,9 @@ class Program:
     # path (a prerouting chain's before forward's) and its priority there;
     # (): iptables' alone (FORWARD, 0)
     priorities: tuple[tuple[int, int], ...] = ()
+    # per backend, the table its entry chain is in ("filter", an iptables
+    # raw or mangle view's table, a native table's name); (): iptables' alone
+    tables: tuple[str, ...] = ()
 
     def priority(self, position: int) -> tuple[int, int]:
         return self.priorities[position] if self.priorities else (FORWARD_PATH_HOOKS.index("forward"), 0)
@@ -91,6 +94,10 @@ class Program:
     def entry(self, position: int) -> str:
         """The chain backends[position] starts from."""
         return self.entries[position] if self.entries else "FORWARD"
+
+    def table(self, position: int) -> str:
+        """The table backends[position]'s entry chain is in."""
+        return self.tables[position] if self.tables else "filter"
 
     def tool(self, position: int) -> str:
         return self.tools[position] if self.tools else f"{TOOLS[self.family.name]}-{self.backends[position]}"
@@ -170,7 +177,8 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                    frozenset(named), marks, stateful, family, stateful and nat,
                    tuple(r.entry for r in forward_rulesets) if annotated else (),
                    tuple(r.tool for r in forward_rulesets) if annotated else (),
-                   tuple((FORWARD_PATH_HOOKS.index(r.hook), r.priority) for r in forward_rulesets) if annotated else ())
+                   tuple((FORWARD_PATH_HOOKS.index(r.hook), r.priority) for r in forward_rulesets) if annotated else (),
+                   tuple(r.forward_table.name for r in forward_rulesets) if annotated else ())
 
 
 def _set_interface_fields(rule, sets) -> set[str]:

@@ -294,11 +294,12 @@ def attribution(plan: FilterPlan) -> dict:
                         continue        # (decides nothing in the fast path, so counts nothing)
                     row_of[index] = len(rows)
                     rows.append({"family": family, "backend": backend, "tool": program.tool(position),
-                                 "chain": chain, "position": rule.position, "rule": rule.text})
+                                 "table": program.table(position), "chain": chain, "position": rule.position,
+                                 "rule": rule.text})
             row_of[policy_of(position)] = len(rows)
             entry = program.entry(position)
-            rows.append({"family": family, "backend": backend, "tool": program.tool(position), "chain": entry,
-                         "policy": program.chain(backend, entry)[2]})
+            rows.append({"family": family, "backend": backend, "tool": program.tool(position),
+                         "table": program.table(position), "chain": entry, "policy": program.chain(backend, entry)[2]})
         suffix = "6" if program.family is IPV6 else ""
         published["generation" + suffix] = f"{classifier.generation:08x}"
         published["classes" + suffix] = [
@@ -338,18 +339,26 @@ def attribute(totals: dict[tuple[int, int], list[int]], published: dict | None) 
             "rules": counted, "earlier_rulesets": {"packets": earlier[0], "bytes": earlier[1]}}
 
 
+def _legacy(backend: str) -> bool:
+    """Whether a program backend's rules are iptables-legacy's (its filter
+    table's, or a raw or mangle view's: "legacy raw")."""
+    return backend.partition(" ")[0] == "legacy"
+
+
 def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
-    """Add to iptables-legacy's counters, rule by rule, what the fast path
+    """Add to iptables-legacy's counters, rule by rule and table by table
+    (filter's FORWARD, raw's and mangle's PREROUTING), what the fast path
     decided since the last time (state/xt_counters.py): `iptables-legacy -L
-    -v` then counts as Linux alone would. `memory` holds, per (generation,
-    class) still in the counts map, what was given back, for the map it was
-    read from (a new map starts from nothing): a ruleset that comes back
-    (the same rules, the same generation) gives only what came since. A
-    count that reads lower than what was given (a cache slot moved by
-    another CPU while it was read; an entry evicted and made again) is given
-    once it reads higher. What was counted under a ruleset the rules have
-    since left (at most one interval's worth) stays in `linuxfp stats`
-    only, unless those rules come back."""
+    -v` then counts as Linux alone would. `memory` holds, per table and
+    (generation, class) still in the counts map, what was given back, for
+    the map it was read from (a new map starts from nothing): a ruleset that
+    comes back (the same rules, the same generation) gives only what came
+    since, and a table whose add failed gets its share later without the
+    others getting theirs twice. A count that reads lower than what was
+    given (a cache slot moved by another CPU while it was read; an entry
+    evicted and made again) is given once it reads higher. What was counted
+    under a ruleset the rules have since left (at most one interval's worth)
+    stays in `linuxfp stats` only, unless those rules come back."""
     from linuxfp.state.xt_counters import TableChanged, add_counters
 
     plan = filter_plan(snapshot)
@@ -359,7 +368,7 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     for program, classifier in plan.families:
         ruleset = next((r for r in (nf.rulesets6 if program.family is IPV6 else nf.rulesets)
                         if r.backend == "legacy"), None)
-        if classifier is not None and ruleset is not None and "legacy" in program.backends:
+        if classifier is not None and ruleset is not None and any(_legacy(b) for b in program.backends):
             legacy[classifier.generation] = ruleset
     hits = maps(HITS)
     if not legacy or hits is None:
@@ -368,31 +377,44 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
         memory.clear()
         memory.update({"map": hits.id, "given": {}})
     given: dict[str, list[int]] = memory["given"]
-    counted = {f"{gen}:{cls}": (gen, cls, packets, size)
-               for (gen, cls), (packets, size) in fast_path_counts(hits, maps(CACHE)).items()}
-    due: dict[tuple[int, int], list[int]] = {}
-    for key, (gen, cls, packets, size) in counted.items():
-        before = given.get(key, [0, 0])
-        if gen in legacy and packets > before[0] and size >= before[1]:
-            due[(gen, cls)] = [packets - before[0], size - before[1]]
+    published = attribution(plan)
+    tables = sorted({row["table"] for row in published["rows"] if _legacy(row["backend"])})
+    counted = fast_path_counts(hits, maps(CACHE))
+
+    def key(table: str, gen: int, cls: int) -> str:
+        # (the filter table's as before tables had keys: a kept restart
+        # of an older controller leaves them so)
+        return f"{gen}:{cls}" if table == "filter" else f"{table}:{gen}:{cls}"
+
+    due: dict[str, dict[tuple[int, int], list[int]]] = {}
+    for table in tables:
+        due[table] = {}
+        for (gen, cls), (packets, size) in counted.items():
+            before = given.get(key(table, gen, cls), [0, 0])
+            if gen in legacy and packets > before[0] and size >= before[1]:
+                due[table][(gen, cls)] = [packets - before[0], size - before[1]]
     for generation, ruleset in legacy.items():
-        mine = {key: value for key, value in due.items() if key[0] == generation}
-        additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
-                     for row in attribute(mine, attribution(plan))["rules"]
-                     if row["backend"] == "legacy" and row["family"] == ruleset.family} if mine else {}
-        if additions:
-            try:
-                add_counters(ruleset, "filter", additions)
-            except TableChanged:
-                # read again at the next poll; given then, or left to a new generation
-                due = {key: value for key, value in due.items() if key[0] != generation}
+        for table in tables:
+            mine = {k: value for k, value in due[table].items() if k[0] == generation}
+            additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
+                         for row in attribute(mine, published)["rules"]
+                         if _legacy(row["backend"]) and row["table"] == table and row["family"] == ruleset.family
+                         } if mine else {}
+            if additions:
+                try:
+                    add_counters(ruleset, table, additions)
+                except TableChanged:
+                    # read again at the next poll; given then, or left to a new generation
+                    due[table] = {k: value for k, value in due[table].items() if k[0] != generation}
     # what the map still holds (an evicted pair is forgotten with it)
     remembered = {}
-    for key, (gen, cls, packets, size) in counted.items():
-        if (gen, cls) in due:
-            remembered[key] = [packets, size]
-        elif key in given:
-            remembered[key] = given[key]
+    for table in tables:
+        for (gen, cls), (packets, size) in counted.items():
+            name = key(table, gen, cls)
+            if (gen, cls) in due[table]:
+                remembered[name] = [packets, size]
+            elif name in given:
+                remembered[name] = given[name]
     memory["given"] = remembered
 
 
