@@ -125,6 +125,33 @@ def test_values_that_look_like_syntax_stay_values():
     assert program.rules[0].action == "kernel" and program.rules[0].unsupported
 
 
+def test_a_docker_28_host_is_evaluated_whole():
+    """Docker 28's rules — raw's PREROUTING keeping a container's address
+    off every device but its bridge, beside conntrack and MASQUERADE — are
+    all within scope: a packet routed to the container from elsewhere is
+    dropped before conntrack (its connection, if any, left to expire), a
+    published port's request (translated: raw saw it as it came) is the
+    kernel's, and the rest is decided as an established connection's."""
+    state = netfilter(corpus("docker28-host.rules"))
+    scope = filter_scope(state)
+    assert scope.uncovered == () and scope.stateful and translating(state) is not None
+    assert [r.tool for r in scope.forward] == ["iptables-nft -t raw", "iptables-nft"]
+    program = compile_program(scope.forward, LINKS, stateful=True, nat=True)
+    classifier = build_classifier(program, [link.index for link in LINKS])
+    assert classifier.generation & LATE_BIT
+    container, outside, wan0, docker0 = _ip("198.18.17.2"), _ip("198.51.100.7"), 3, 5
+    cases = [  # (source, destination, in, out, ctnat), the verdict
+        ((outside, container, wan0, docker0, 0), DROP_EARLY),
+        ((outside, container, wan0, docker0, CTNAT_DESTINATION_TRANSLATED), KERNEL),
+        ((container, outside, docker0, wan0, 0), ACCEPT),
+        ((outside, _ip("198.18.17.3"), wan0, docker0, 0), ACCEPT),   # (no raw rule for it: an established reply)
+    ]
+    for (src, dst, iif, oif, ctnat), expected in cases:
+        fields = packet_fields(src, dst, 17, 1000, 80, iif, oif, ctnat=ctnat)
+        assert verdict(program, matched_boxes(program, fields))[0] == expected, (src, dst, ctnat)
+        assert classify(classifier, fields)[0] == expected
+
+
 def test_scope_names_what_the_filter_node_cannot_reproduce():
     # Docker and kube-proxy hosts track connections (ctstate rules, NAT):
     # within scope, stateful — only established connections are classified.
