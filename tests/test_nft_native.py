@@ -66,7 +66,7 @@ FORWARD_SETS = DEBIAN_DEFAULT + """table ip sets {
 """
 # ... and named sets: a set of intervals and a set of ports (their elements
 # as the last commit left them: read again whenever the nf_tables generation
-# moves), and an empty one (its lookup never matches)
+# moves), and an empty one (its lookup never matches; negated, it always does)
 NAMED_SETS = DEBIAN_DEFAULT + """table ip sets {
     set blocked { type ipv4_addr; flags interval; elements = { 198.19.1.0/25, 198.19.2.60-198.19.2.70 } }
     set ports { type inet_service; elements = { 53, 8080 } }
@@ -75,6 +75,7 @@ NAMED_SETS = DEBIAN_DEFAULT + """table ip sets {
         ip daddr @blocked drop
         ip daddr 198.19.0.0/23 udp dport @ports drop
         ip saddr @none drop
+        ip saddr != @none ip daddr 198.19.4.0/24 drop
     }
 }
 """
@@ -93,6 +94,7 @@ CHANGING_SETS = """table inet fw {
     set block { type ipv4_addr; flags interval; elements = { 198.51.100.0/24, 192.0.2.10-192.0.2.20 } }
     set ports { type inet_service; elements = { 22, 8080 } }
     set empty { type ipv4_addr; }
+    set noports { type inet_service; }
     set dyn { type ipv4_addr; size 100; flags dynamic; }
     set fed { type ipv4_addr; size 100; }
     set expiring { type ipv4_addr; flags timeout; elements = { 203.0.113.5 timeout 1h } }
@@ -100,6 +102,8 @@ CHANGING_SETS = """table inet fw {
         ip saddr @block drop
         udp dport @ports drop
         ip daddr @empty drop
+        ip daddr != @empty ip saddr 198.18.99.0/24 drop
+        udp sport != @noports ip saddr 198.18.98.0/24 drop
         ip saddr @dyn drop
         ip saddr @expiring drop
         ip daddr 203.0.113.0/24 add @fed { ip saddr }
@@ -385,7 +389,7 @@ table ip gw {
 def test_named_sets_are_read_where_only_commits_change_them(lab):
     """A named set is read as the rule's own sets are when only commits
     change it (those move the nf_tables generation the datapath checks); a
-    lookup in an empty one never matches; a set that is dynamic, has
+    lookup in an empty one never matches, and one negated always does; a set that is dynamic, has
     timeouts or is written by a rule of its table (`add @fed`) leaves the
     rules that look it up to the kernel, and says so."""
     from linuxfp.state.netfilter import read_netfilter
@@ -399,6 +403,8 @@ def test_named_sets_are_read_where_only_commits_change_them(lab):
     assert [r.text for r in read["ip"].forward_table.chains[0].rules] == [
         "-A forward -s 192.0.2.10/31,192.0.2.12/30,192.0.2.16/30,192.0.2.20/32,198.51.100.0/24 -j DROP",
         "-A forward -p udp -m multiport --dports 22,8080 -j DROP",
+        "-A forward -s 198.18.99.0/24 -j DROP",                 # (not in an empty set: a test of nothing)
+        "-A forward -s 198.18.98.0/24 -p udp -j DROP",
         f"-A forward -m nft --expression 'lookup in @dyn, {unread}'",
         f"-A forward -m nft --expression 'lookup in @expiring, {unread}'",
         "-A forward -d 203.0.113.0/24 -m nft --expression 'expression dynset'",

@@ -587,7 +587,9 @@ def _lookup(rule: RuleReading, data) -> None:
     """A lookup in one of the table's key sets (native rules only): of a
     whole address, as -s/-d with every prefix the set's ranges cover; of a
     TCP or UDP port, as -m multiport. In an empty set (a named one, before
-    its first element) a lookup never matches."""
+    its first element) a lookup never matches, and a negated one always
+    does where the key loads (an address of the family's header, a port of
+    the rule's TCP or UDP: a test of nothing)."""
     register = _register(data, NFTA_LOOKUP_SREG)
     loaded = rule.registers.pop(register, None)
     name = nl.cstr(data.get(NFTA_LOOKUP_SET, b""))
@@ -601,12 +603,16 @@ def _lookup(rule: RuleReading, data) -> None:
         raise Undecodable("lookup")
     _, base, offset, length, _mask = loaded
     negated = bool(flags & NFT_LOOKUP_F_INV)
+    address = base == NFT_PAYLOAD_NETWORK_HEADER and offset in _ADDRESS_OFFSETS[rule.family] \
+        and length == _WIDTH[rule.family] and (rule.native != "inet" or rule.nfproto_tested)
+    port = base == NFT_PAYLOAD_TRANSPORT_HEADER and offset in (0, 2) and length == 2 and rule.proto in (6, 17)
     if not found.ranges:
-        if negated:         # (true wherever the load succeeds: not written here)
-            raise Undecodable("lookup")
-        raise NeverMatches()
-    if base == NFT_PAYLOAD_NETWORK_HEADER and offset in _ADDRESS_OFFSETS[rule.family] \
-            and length == _WIDTH[rule.family] and (rule.native != "inet" or rule.nfproto_tested):
+        if not negated:
+            raise NeverMatches()
+        if address or port:
+            return          # (the fast path's packets all have the key: the router's and the filter's checks)
+        raise Undecodable("lookup")
+    if address:
         option = _ADDRESS_OFFSETS[rule.family][offset]
         if option in rule.header:
             raise Undecodable("address")
@@ -614,7 +620,7 @@ def _lookup(rule: RuleReading, data) -> None:
         prefixes = [str(net) for low, high in found.ranges
                     for net in ipaddress.summarize_address_range(make(low), make(high))]
         rule.header[option] = Match("", option, (",".join(prefixes),), negated)
-    elif base == NFT_PAYLOAD_TRANSPORT_HEADER and offset in (0, 2) and length == 2 and rule.proto in (6, 17):
+    elif port:
         module = "multiport"
         if any(m.module == module for m in rule.matches):
             raise Undecodable("two port sets")
