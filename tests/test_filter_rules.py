@@ -16,7 +16,7 @@ from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
 from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, GENERATION_LOW, LATE_BIT, NAT_BIT,
                                                 USED_MASK, GenerationBook, TooLarge, build_classifier, classify)
-from linuxfp.graph.filtering.predicates import CTNAT_DESTINATION_TRANSLATED, CTNAT_DNAT, CTNAT_SNAT, WIDTH
+from linuxfp.graph.filtering.predicates import CTNAT_DESTINATION_TRANSLATED, CTNAT_DNAT, CTNAT_SNAT, IPV4, WIDTH
 from linuxfp.graph.filtering.program import (ACCEPT, DROP, DROP_EARLY, KERNEL, box_contains, compile_program,
                                              matched_boxes, packet_fields, verdict)
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6, translating
@@ -1085,3 +1085,73 @@ def test_the_generations_bits_are_filter_hs():
     assert (CTNAT_SNAT, CTNAT_DNAT) == (defined["LFP_CT_SNAT"] >> shift, defined["LFP_CT_DNAT"] >> shift)
     assert (WIDTH["ctnat"], CTNAT_DESTINATION_TRANSLATED) == (defined["LFP_FLT_CTNAT_BITS"],
                                                              defined["LFP_NAT_DST"] >> shift)
+
+
+def test_legacy_give_back_gives_each_count_once_per_table(monkeypatch):
+    """give_back_legacy_counts' bookkeeping, with the maps, the plan and the
+    kernel's add stubbed: each table (filter's FORWARD, raw's PREROUTING)
+    gets each count once — when another table's add fails (the tables
+    changed, or the kernel refused it), when a table leaves the rules and
+    comes back with the same generation, and with memory an older
+    controller kept (the filter table's keys without a table)."""
+    from linuxfp.graph.nodes import iptables_filter as node
+    from linuxfp.state import xt_counters
+    from linuxfp.state.iptables import Ruleset
+
+    gen = 0x12345000
+    legacy = Ruleset("legacy", (), (), "ip")
+    world = {"tables": ["filter", "raw"], "counts": {(gen, 1): [10, 1000]}, "refuse": {}}
+    added: list[tuple[str, int]] = []
+
+    def program():
+        backends = tuple("legacy" if t == "filter" else f"legacy {t}" for t in world["tables"])
+        return SimpleNamespace(family=IPV4, backends=backends, table=lambda i: world["tables"][i])
+
+    def attribute(totals, published):
+        return {"rules": [{"backend": "legacy" if t == "filter" else f"legacy {t}", "table": t, "family": "ip",
+                           "chain": "FORWARD" if t == "filter" else "PREROUTING", "position": 1,
+                           "packets": packets, "bytes": size}
+                          for (_, _), (packets, size) in totals.items() for t in world["tables"]]}
+
+    def add(ruleset, table, additions):
+        if table in world["refuse"]:
+            raise world["refuse"].pop(table)
+        added.extend((table, packets) for packets, _ in additions.values())
+
+    monkeypatch.setattr(node, "filter_plan", lambda snapshot: SimpleNamespace(
+        families=((program(), SimpleNamespace(generation=gen)),)))
+    monkeypatch.setattr(node, "attribution", lambda plan: {})
+    monkeypatch.setattr(node, "attribute", attribute)
+    monkeypatch.setattr(node, "fast_path_counts", lambda hits, cache: {k: list(v) for k, v in world["counts"].items()})
+    monkeypatch.setattr(xt_counters, "add_counters", add)
+    snapshot = SimpleNamespace(netfilter=SimpleNamespace(rulesets=(legacy,), rulesets6=()))
+    maps = {node.HITS: SimpleNamespace(id=7), node.CACHE: None}.get
+    memory: dict = {}
+
+    def poll(counts: int | None = None) -> list[tuple[str, int]]:
+        if counts is not None:
+            world["counts"] = {(gen, 1): [counts, counts * 100]}
+        added.clear()
+        node.give_back_legacy_counts(maps, snapshot, memory)
+        return sorted(added)
+
+    assert poll() == [("filter", 10), ("raw", 10)]
+    assert poll() == []                                     # nothing new, nothing given
+    # raw's add refused (a replace in between): filter's is not given twice
+    world["refuse"]["raw"] = OSError(22, "Invalid argument")
+    assert poll(15) == [("filter", 5)]
+    assert poll() == [("raw", 5)]
+    world["refuse"]["filter"] = xt_counters.TableChanged("read again")
+    assert poll(18) == [("raw", 3)]
+    assert poll() == [("filter", 3)]
+    # raw leaves the rules and comes back (the same generation): what it
+    # was given is remembered meanwhile
+    world["tables"] = ["filter"]
+    assert poll(20) == [("filter", 2)]
+    world["tables"] = ["filter", "raw"]
+    assert poll() == [("raw", 2)]
+    assert poll(21) == [("filter", 1), ("raw", 1)]
+    # an older controller's memory: the filter table's under "gen:cls"
+    memory.clear()
+    memory.update({"map": 7, "given": {f"{gen}:1": [21, 2100]}})
+    assert poll() == [("raw", 21)]

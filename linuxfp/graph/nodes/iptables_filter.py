@@ -353,23 +353,27 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     (generation, class) still in the counts map, what was given back, for
     the map it was read from (a new map starts from nothing): a ruleset that
     comes back (the same rules, the same generation) gives only what came
-    since, and a table whose add failed gets its share later without the
-    others getting theirs twice. A count that reads lower than what was
-    given (a cache slot moved by another CPU while it was read; an entry
-    evicted and made again) is given once it reads higher. What was counted
-    under a ruleset the rules have since left (at most one interval's worth)
-    stays in `linuxfp stats` only, unless those rules come back."""
+    since — a table that left the rules meanwhile included — and a table
+    whose add failed gets its share later without the others getting theirs
+    twice. A count that reads lower than what was given (a cache slot moved
+    by another CPU while it was read; an entry evicted and made again) is
+    given once it reads higher. What was counted under a ruleset the rules
+    have since left (at most one interval's worth) stays in `linuxfp stats`
+    only, unless those rules come back."""
     from linuxfp.state.xt_counters import TableChanged, add_counters
 
     plan = filter_plan(snapshot)
     nf = snapshot.netfilter
-    # per family whose rules the fast path decides with: its legacy ruleset
-    legacy = {}
+    # per family whose rules the fast path decides with: its legacy ruleset,
+    # and the tables its program evaluates of it
+    legacy, tables = {}, {}
     for program, classifier in plan.families:
         ruleset = next((r for r in (nf.rulesets6 if program.family is IPV6 else nf.rulesets)
                         if r.backend == "legacy"), None)
-        if classifier is not None and ruleset is not None and any(_legacy(b) for b in program.backends):
+        mine = {program.table(i) for i, backend in enumerate(program.backends) if _legacy(backend)}
+        if classifier is not None and ruleset is not None and mine:
             legacy[classifier.generation] = ruleset
+            tables[classifier.generation] = sorted(mine)
     hits = maps(HITS)
     if not legacy or hits is None:
         return
@@ -378,44 +382,47 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
         memory.update({"map": hits.id, "given": {}})
     given: dict[str, list[int]] = memory["given"]
     published = attribution(plan)
-    tables = sorted({row["table"] for row in published["rows"] if _legacy(row["backend"])})
     counted = fast_path_counts(hits, maps(CACHE))
-
-    def key(table: str, gen: int, cls: int) -> str:
-        # (the filter table's as before tables had keys: a kept restart
-        # of an older controller leaves them so)
-        return f"{gen}:{cls}" if table == "filter" else f"{table}:{gen}:{cls}"
-
-    due: dict[str, dict[tuple[int, int], list[int]]] = {}
-    for table in tables:
-        due[table] = {}
-        for (gen, cls), (packets, size) in counted.items():
-            before = given.get(key(table, gen, cls), [0, 0])
-            if gen in legacy and packets > before[0] and size >= before[1]:
-                due[table][(gen, cls)] = [packets - before[0], size - before[1]]
+    due: dict[tuple[str, int, int], list[int]] = {}
+    for (gen, cls), (packets, size) in counted.items():
+        for table in tables.get(gen, ()):
+            before = given.get(_given_key(table, gen, cls), [0, 0])
+            if packets > before[0] and size >= before[1]:
+                due[(table, gen, cls)] = [packets - before[0], size - before[1]]
     for generation, ruleset in legacy.items():
-        for table in tables:
-            mine = {k: value for k, value in due[table].items() if k[0] == generation}
+        for table in tables[generation]:
+            mine = {(gen, cls): value for (t, gen, cls), value in due.items() if t == table and gen == generation}
             additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
                          for row in attribute(mine, published)["rules"]
                          if _legacy(row["backend"]) and row["table"] == table and row["family"] == ruleset.family
                          } if mine else {}
-            if additions:
-                try:
-                    add_counters(ruleset, table, additions)
-                except TableChanged:
-                    # read again at the next poll; given then, or left to a new generation
-                    due[table] = {k: value for k, value in due[table].items() if k[0] != generation}
-    # what the map still holds (an evicted pair is forgotten with it)
-    remembered = {}
-    for table in tables:
-        for (gen, cls), (packets, size) in counted.items():
-            name = key(table, gen, cls)
-            if (gen, cls) in due[table]:
-                remembered[name] = [packets, size]
-            elif name in given:
-                remembered[name] = given[name]
+            if not additions:
+                continue
+            try:
+                add_counters(ruleset, table, additions)
+            except (TableChanged, OSError):
+                # (the tables changed since they were read; an add the kernel
+                # refused: a replace changed the entry count in between, or the
+                # table went) read again at the next poll: given then, or left
+                # to a new generation
+                for pair in mine:
+                    due.pop((table, *pair), None)
+    # what the map still holds, whatever table it was given to (one that
+    # left the rules may come back with them), and what was given now
+    remembered = {name: value for name, value in given.items() if _given_pair(name) in counted}
+    remembered.update((_given_key(table, gen, cls), counted[(gen, cls)]) for table, gen, cls in due)
     memory["given"] = remembered
+
+
+def _given_key(table: str, gen: int, cls: int) -> str:
+    """give_back_legacy_counts' memory key (JSON: a string; the filter
+    table's as it was before other tables were given to)."""
+    return f"{gen}:{cls}" if table == "filter" else f"{table}:{gen}:{cls}"
+
+
+def _given_pair(key: str) -> tuple[int, int]:
+    gen, cls = key.split(":")[-2:]
+    return int(gen), int(cls)
 
 
 # The last plan: its netfilter state (by identity), the links it depends on
