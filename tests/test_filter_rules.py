@@ -140,14 +140,18 @@ def test_a_docker_28_host_is_evaluated_whole():
     classifier = build_classifier(program, [link.index for link in LINKS])
     assert classifier.generation & LATE_BIT
     container, outside, wan0, docker0 = _ip("198.18.17.2"), _ip("198.51.100.7"), 3, 5
-    cases = [  # (source, destination, in, out, ctnat), the verdict
-        ((outside, container, wan0, docker0, 0), DROP_EARLY),
-        ((outside, container, wan0, docker0, CTNAT_DESTINATION_TRANSLATED), KERNEL),
-        ((container, outside, docker0, wan0, 0), ACCEPT),
-        ((outside, _ip("198.18.17.3"), wan0, docker0, 0), ACCEPT),   # (no raw rule for it: an established reply)
+    cases = [  # (protocol, source, destination, in, out, ctnat), the verdict
+        ((17, outside, container, wan0, docker0, 0), DROP_EARLY),
+        ((17, outside, container, wan0, docker0, CTNAT_DESTINATION_TRANSLATED), KERNEL),
+        ((17, container, outside, docker0, wan0, 0), ACCEPT),
+        ((17, outside, _ip("198.18.17.3"), wan0, docker0, 0), ACCEPT),   # (no raw rule for it: an established reply)
+        # the published port: its translated request, and the reply (the
+        # connection's DNAT in its status, this direction's destination as sent)
+        ((6, outside, container, wan0, docker0, CTNAT_DESTINATION_TRANSLATED | CTNAT_DNAT), KERNEL),
+        ((6, container, outside, docker0, wan0, CTNAT_DNAT), ACCEPT),
     ]
-    for (src, dst, iif, oif, ctnat), expected in cases:
-        fields = packet_fields(src, dst, 17, 1000, 80, iif, oif, ctnat=ctnat)
+    for (proto, src, dst, iif, oif, ctnat), expected in cases:
+        fields = packet_fields(src, dst, proto, 1000, 80, iif, oif, ctnat=ctnat)
         assert verdict(program, matched_boxes(program, fields))[0] == expected, (src, dst, ctnat)
         assert classify(classifier, fields)[0] == expected
 
