@@ -418,8 +418,11 @@ static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___l
 /* Looks the packet's connection up and, when the fast path may take it
  * and `refresh` says so, refreshes its timeout as conntrack would. `nat`:
  * an IPv4 entry with NAT may be taken too, its translation left in pkt->ct.
- * `valid`: the datagram was found valid already (by an earlier lookup). */
-static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat, int refresh, int valid)
+ * `valid`: the datagram was found valid already (by an earlier lookup);
+ * `want` (>= 0): the NAT (pkt->ct.manip) that lookup found, which the entry
+ * must still give the packet before it is refreshed. */
+static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat, int refresh, int valid,
+								int want)
 {
 	int family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
@@ -496,6 +499,8 @@ static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *p
 	} else if (!lfp_ct_untranslated(conn, family6)) {
 		goto state;
 	}
+	if (want >= 0 && pkt->ct.manip != want)
+		goto state;
 	extra = conn->ct_net.net->ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_REPLIED];
 	expires = (__u32)now + extra;
 	if (refresh && conn->timeout != expires)
@@ -506,6 +511,13 @@ state:
 	pkt->ct.manip = 0;
 	bpf_ct_release(ct);
 	return LFP_CT_STATE;
+}
+
+/* Whether the conntrack node took the packet's connection and left its
+ * refresh owed (only that node does). */
+static __always_inline int lfp_ct_owed(struct lfp_pkt *pkt)
+{
+	return LFP_NODE_CONNTRACK && (pkt->ct.answer & LFP_CT_OWED);
 }
 
 /* Conntrack's answer for the packet, looked up (and its connection
@@ -519,17 +531,13 @@ state:
 static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 {
 	__u8 answer = pkt->ct.answer, manip = pkt->ct.manip;
-	int owed = LFP_NODE_CONNTRACK && (answer & LFP_CT_OWED);     /* (only that node leaves one owed) */
+	int owed = lfp_ct_owed(pkt);
 	enum lfp_ct_result result;
 
 	if (answer && !owed)
 		return answer - 1;
 	pkt->ct.manip = 0;
-	result = lfp_ct_take_uncached(pkt, owed, 1, owed);
-	if (result == LFP_CT_TAKEN && pkt->ct.manip != manip) {
-		pkt->ct.manip = 0;
-		result = LFP_CT_STATE;
-	}
+	result = lfp_ct_take_uncached(pkt, owed, 1, owed, owed ? manip : -1);
 	pkt->ct.answer = result + 1;
 	return result;
 }
@@ -538,7 +546,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
  * without `refresh`, a connection taken is owed its refresh. */
 static __always_inline enum lfp_ct_result lfp_ct_take_nat(struct lfp_pkt *pkt, int refresh)
 {
-	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1, refresh, 0);
+	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1, refresh, 0, -1);
 
 	pkt->ct.answer = (result + 1) | (result == LFP_CT_TAKEN && !refresh ? LFP_CT_OWED : 0);
 	return result;

@@ -563,7 +563,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 	 * refresh, under a generation before one that does not classify such
 	 * connections (or, owed, one that would not settle it: the kernel
 	 * refreshes it then). */
-	owed = LFP_NODE_CONNTRACK && (pkt->ct.answer & LFP_CT_OWED);
+	owed = lfp_ct_owed(pkt);
 	if (LFP_NODE_CONNTRACK && (pkt->ct.manip || owed) &&
 	    (flow.gen == LFP_FLT_OPEN || !(flow.gen & LFP_FLT_NAT) ||
 	     (owed && (flow.gen & (LFP_FLT_CT | LFP_FLT_CT_LATE)) != (LFP_FLT_CT | LFP_FLT_CT_LATE))))
@@ -665,8 +665,7 @@ static __always_inline enum lfp_rc lfp_flt_forward(struct lfp_pkt *pkt, __u32 ii
 static __always_inline enum lfp_rc filter_node(struct lfp_pkt *pkt)
 {
 	if (!pkt->fwd.egress)   /* nothing forwarded: not FORWARD's business */
-		return LFP_NODE_CONNTRACK && (pkt->ct.answer & LFP_CT_OWED) ? lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE)
-									      : LFP_NEXT;
+		return lfp_ct_owed(pkt) ? lfp_pass(pkt, LFP_CNT_FILTER_CT_STATE) : LFP_NEXT;
 	/* Routed IPv6 gets here only where nothing of ip6tables but its FORWARD
 	 * chains could touch it (LFP_IF_IPV6: graph/interfaces.py). */
 	if (pkt->l3_proto != bpf_htons(ETH_P_IP) && pkt->l3_proto != bpf_htons(ETH_P_IPV6))

@@ -217,7 +217,7 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
     assert tracked_raw.uncovered == () and tracked_raw.stateful
     program = compile_program(tracked_raw.forward, LINKS, stateful=True, nat=True)
     classifier = build_classifier(program, [link.index for link in LINKS])
-    assert program.decides_before_conntrack and classifier.generation & LATE_BIT
+    assert program.before_conntrack(0) and classifier.generation & LATE_BIT
     for ctnat in range(1 << WIDTH["ctnat"]):
         fields = packet_fields(_ip("198.18.0.1"), _ip("198.51.100.2"), 17, 1000, 53, 3, 2, ctnat=ctnat)
         expected = verdict(program, matched_boxes(program, fields))
@@ -225,7 +225,13 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
         assert expected[0] == (KERNEL if ctnat & CTNAT_DESTINATION_TRANSLATED else DROP_EARLY), ctnat
     # (mangle's, after conntrack, drops as FORWARD does; nothing is late)
     program = compile_program(masquerading.forward, LINKS, stateful=True, nat=True)
-    assert not program.decides_before_conntrack
+    assert not program.before_conntrack(0)
+    assert not build_classifier(program, [link.index for link in LINKS]).generation & LATE_BIT
+    # (nor where raw's chain drops nothing: no refresh need wait for it)
+    counting_raw = filter_scope(netfilter(parse_save(
+        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d 198.51.100.2/32 ! -i docker0\nCOMMIT\n" + nat, "nft")))
+    program = compile_program(counting_raw.forward, LINKS, stateful=True, nat=True)
+    assert program.before_conntrack(0)
     assert not build_classifier(program, [link.index for link in LINKS]).generation & LATE_BIT
     # (without tracking, raw's drop is a drop like any other)
     untracked = filter_scope(netfilter(parse_save(

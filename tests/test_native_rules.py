@@ -147,7 +147,7 @@ def test_named_sets_only_commits_change_are_read():
         assert not static_named({**named, 3: _be(flags)}, ()), flags
     assert not static_named(named, {"blocked"})           # a dynset of its table writes it
     assert not static_named({**named, 17: b""}, ())       # its elements get an expression each
-    sets = {"blocked": KeySet(4, ((0xC6130100, 0xC613017F),)), "none": KeySet(4, ())}
+    sets = {"blocked": KeySet(4, ((0xC6130100, 0xC613017F),)), "none": KeySet(4, ()), "noports": KeySet(2, ())}
     address = (meta(META_NFPROTO), cmp(EQ, b"\x02"), payload(NETWORK, 16, 4))
 
     def read_with(*expressions: bytes):
@@ -160,6 +160,10 @@ def test_named_sets_only_commits_change_are_read():
     # family's header — in an inet table, once the family was tested)
     assert read_with(*address, lookup("none", negated=True), DROP_) == "-A fwd -j DROP"
     assert "lookup" in read_with(payload(NETWORK, 16, 4), lookup("none", negated=True), DROP_)
+    # ... a port of the rule's TCP or UDP (without a protocol tested first: the kernel's)
+    assert read_with(*address[:2], TCP, payload(TRANSPORT, 2, 2), lookup("noports", negated=True), DROP_) == \
+        "-A fwd -p tcp -j DROP"
+    assert "lookup" in read_with(*address[:2], payload(TRANSPORT, 2, 2), lookup("noports", negated=True), DROP_)
     assert "@seen, a set not mirrored" in read_with(*address, lookup("seen"), DROP_)
 
 

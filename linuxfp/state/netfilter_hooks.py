@@ -10,7 +10,7 @@ NF_IP_PRI_RAW = -300
 NF_IP_PRI_CONNTRACK = -200      # below it a chain sees no connection yet
 # (hook rank, priority) of conntrack's own hook, as Program.priority() ranks
 # a chain: one below it decides before the kernel looks a connection up
-BEFORE_CONNTRACK = (FORWARD_PATH_HOOKS.index("prerouting"), NF_IP_PRI_CONNTRACK)
+CONNTRACK_HOOK = (FORWARD_PATH_HOOKS.index("prerouting"), NF_IP_PRI_CONNTRACK)
 NF_IP_PRI_MANGLE = -150
 NF_IP_PRI_NAT_DST = -100        # at it or below, a destination not translated yet
 # iptables' tables' hooks, but nat's (per chain: nft_rules.py)

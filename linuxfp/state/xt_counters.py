@@ -21,6 +21,7 @@ another process holds it.
 """
 from __future__ import annotations
 
+import errno
 import struct
 
 from . import netlink as nl
@@ -30,6 +31,9 @@ from .netfilter import (IPV4, IPV6, NF_INET_NUMHOOKS, XT_TABLE_MAXNAMELEN, XtFam
 from .xt_blob import HOOK_CHAINS, table_info
 
 IPT_SO_SET_ADD_COUNTERS = 65            # IPT_BASE_CTL + 1 (IP6T_SO_SET_ADD_COUNTERS at SOL_IPV6 too)
+# The add's refusals that a later try may not meet: a replace changed the
+# table's entry count since it was read (EINVAL), the table went (ENOENT).
+RETRIED_ERRNOS = frozenset({errno.EINVAL, errno.ENOENT})
 # (struct ip6t_getinfo is laid out as struct ipt_getinfo: _IPT_GETINFO reads both)
 FAMILIES = {family.name: family for family in (IPV4, IPV6)}
 # struct xt_counters_info: name, num_counters, then u64-aligned counters

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from .predicates import FIELDS, FIELDS6, IPV4, IPV6, WIDTH
-from .program import Program, bit_indexes, verdict_and_counted
+from .program import DROP_EARLY, Program, bit_indexes, verdict_and_counted
 
 # Phase-2 nodes (bpf_modules/filter.h): node id, left, right, as positions
 # in a family's fields (src, dst, l4s, l4d, tcpflags, ctnat, iif, oif), in
@@ -60,9 +60,9 @@ CONNTRACK_BIT = 1 << 7
 # ... and whether connections with NAT are classified too (Program.translated;
 # LFP_FLT_NAT: the conntrack node takes them).
 NAT_BIT = 1 << 8
-# ... and whether a hook before conntrack's may drop a packet
-# (Program.decides_before_conntrack; LFP_FLT_CT_LATE: the conntrack node
-# leaves a connection's refresh for after the verdict).
+# ... and whether a hook before conntrack's drops some class's packets
+# (program.DROP_EARLY; LFP_FLT_CT_LATE: the conntrack node leaves a
+# connection's refresh for after the verdict).
 LATE_BIT = 1 << 10
 USED_MASK = (LATE_BIT << 1) - 1
 # Set in the generation of ip6tables' classifier, never in iptables'.
@@ -206,8 +206,6 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         used |= CONNTRACK_BIT
     if program.translated:
         used |= NAT_BIT
-    if program.decides_before_conntrack:
-        used |= LATE_BIT
     level = {(i,): (field_classes[name], bool(used & FIELD_BIT[name])) for i, name in enumerate(fields)}
     pairs = []
     for node, left, right in PAIRS:
@@ -243,6 +241,10 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
     decided = [verdict_and_counted(program, bits & everything) for bits in final]
     verdicts = tuple((cls, decision, rule) for cls, (decision, rule, _) in enumerate(decided))
     counted = tuple(trail for _, _, trail in decided)
+    # (only where a drop before conntrack can happen: the conntrack node's
+    # refresh left owed costs a second lookup)
+    if any(decision == DROP_EARLY for decision, _, _ in decided):
+        used |= LATE_BIT
     interfaces = tuple((index, interface_classes["iif"][index], interface_classes["oif"][index])
                        for index in sorted(ifindexes))
     # Interfaces count only where rules name them: link churn must not

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from linuxfp.state.iptables import TOOLS
-from linuxfp.state.netfilter_hooks import BEFORE_CONNTRACK, FORWARD_PATH_HOOKS
+from linuxfp.state.netfilter_hooks import CONNTRACK_HOOK, FORWARD_PATH_HOOKS
 
 from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, rule_meaning
 
 ACCEPT, DROP, KERNEL, DROP_EARLY = 0, 1, 2, 3
-VERDICT_NAMES = {ACCEPT: "accept", DROP: "drop", KERNEL: "kernel", DROP_EARLY: "drop before conntrack"}
 MAX_DEPTH = 64   # the kernel refuses deeper jumps, so any loop is ours
 
 
@@ -84,12 +83,10 @@ class Program:
     def priority(self, position: int) -> tuple[int, int]:
         return self.priorities[position] if self.priorities else (FORWARD_PATH_HOOKS.index("forward"), 0)
 
-    @cached_property
-    def decides_before_conntrack(self) -> bool:
-        """Connections are tracked, and a hook before conntrack's may drop
-        a packet (DROP_EARLY): the conntrack node leaves the refresh for
-        after the verdict (the classifier's LATE_BIT)."""
-        return self.stateful and any(self.priority(i) < BEFORE_CONNTRACK for i in range(len(self.backends)))
+    def before_conntrack(self, position: int) -> bool:
+        """Whether backends[position]'s hook runs before conntrack's, where
+        connections are tracked: what it drops conntrack never sees."""
+        return self.stateful and self.priority(position) < CONNTRACK_HOOK
 
     def entry(self, position: int) -> str:
         """The chain backends[position] starts from."""
@@ -257,8 +254,7 @@ def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple
     if dropped:
         first = min(dropped, key=program.priority)
         before = [i for i in range(len(results)) if program.priority(i) < program.priority(first)]
-        early = program.stateful and program.priority(first) < BEFORE_CONNTRACK
-        return (DROP_EARLY if early else DROP, results[first][1],
+        return (DROP_EARLY if program.before_conntrack(first) else DROP, results[first][1],
                 tuple(i for position in before + [first] for i in trails[position]))
     return (ACCEPT, results[0][1] if results else -1, tuple(i for trail in trails for i in trail))
 

@@ -15,7 +15,7 @@ from linuxfp.state.ipset import NFPROTO_UNSPEC
 from linuxfp.state.iptables import TOOLS
 
 from ..filtering.addrtypes import AddressTypes, address_types
-from ..filtering.classifier import (FIELD_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
+from ..filtering.classifier import (FIELD_BIT, LATE_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
                                     build_classifier, patch_classifier)
 from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
@@ -114,7 +114,7 @@ class Filter(Node):
                          "--ctstate SNAT / DNAT read the entry), are classified" if program.translated else
                          "established connections without NAT are classified")
                 early = ("; what a chain before conntrack drops is dropped first, its connection not refreshed"
-                         if program.decides_before_conntrack else "")
+                         if classifier is not None and classifier.used & LATE_BIT else "")
                 lines.append(f"{'IPv6' if program.family is IPV6 else 'IPv4'} connection tracking on ("
                              + "; ".join(tracking) + f"): {which}, the rest go to the kernel{early}")
             if classifier is not None:
@@ -177,10 +177,12 @@ class Filter(Node):
             family = row.get("family", IPV4.name)
             # the rule's text too: a position moves when rules are inserted above it
             # (raw's and mangle's PREROUTING: backend "nft raw", tool "iptables-nft -t raw")
-            table = row.get("tool", "").partition(" -t ")[2]
+            view = " -t " in row.get("tool", "")
+            # (rows published before they named their table: an iptables view's tool says it)
+            table = row.get("table") or row.get("tool", "").partition(" -t ")[2] or "filter"
             labels = (("family", "ipv6" if family == IPV6.name else "ipv4"),
-                      ("backend", row["backend"].partition(" ")[0] if table else row["backend"]),
-                      ("table", table or "filter"), ("chain", row["chain"]),
+                      ("backend", row["backend"].partition(" ")[0] if view else row["backend"]),
+                      ("table", table), ("chain", row["chain"]),
                       ("rule", str(row["position"]) if "position" in row else "policy"),
                       ("spec", row.get("rule") or f"-P {row['chain']} {row['policy']}"))
             generation = detail.get("generation6" if family == IPV6.name else "generation") or ""
@@ -360,7 +362,7 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     given once it reads higher. What was counted under a ruleset the rules
     have since left (at most one interval's worth) stays in `linuxfp stats`
     only, unless those rules come back."""
-    from linuxfp.state.xt_counters import TableChanged, add_counters
+    from linuxfp.state.xt_counters import RETRIED_ERRNOS, TableChanged, add_counters
 
     plan = filter_plan(snapshot)
     nf = snapshot.netfilter
@@ -370,10 +372,10 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
     for program, classifier in plan.families:
         ruleset = next((r for r in (nf.rulesets6 if program.family is IPV6 else nf.rulesets)
                         if r.backend == "legacy"), None)
-        mine = {program.table(i) for i, backend in enumerate(program.backends) if _legacy(backend)}
-        if classifier is not None and ruleset is not None and mine:
+        evaluated = {program.table(i) for i, backend in enumerate(program.backends) if _legacy(backend)}
+        if classifier is not None and ruleset is not None and evaluated:
             legacy[classifier.generation] = ruleset
-            tables[classifier.generation] = sorted(mine)
+            tables[classifier.generation] = sorted(evaluated)
     hits = maps(HITS)
     if not legacy or hits is None:
         return
@@ -389,29 +391,35 @@ def give_back_legacy_counts(maps, snapshot, memory: dict) -> None:
             before = given.get(_given_key(table, gen, cls), [0, 0])
             if packets > before[0] and size >= before[1]:
                 due[(table, gen, cls)] = [packets - before[0], size - before[1]]
+    failure = None
     for generation, ruleset in legacy.items():
         for table in tables[generation]:
-            mine = {(gen, cls): value for (t, gen, cls), value in due.items() if t == table and gen == generation}
+            totals = {(gen, cls): value for (t, gen, cls), value in due.items() if t == table and gen == generation}
             additions = {(row["chain"], row.get("position")): (row["packets"], row["bytes"])
-                         for row in attribute(mine, published)["rules"]
+                         for row in attribute(totals, published)["rules"]
                          if _legacy(row["backend"]) and row["table"] == table and row["family"] == ruleset.family
-                         } if mine else {}
+                         } if totals else {}
             if not additions:
                 continue
             try:
                 add_counters(ruleset, table, additions)
-            except (TableChanged, OSError):
-                # (the tables changed since they were read; an add the kernel
-                # refused: a replace changed the entry count in between, or the
-                # table went) read again at the next poll: given then, or left
-                # to a new generation
-                for pair in mine:
+            except (TableChanged, OSError) as exc:
+                # (the tables changed since they were read, or the kernel
+                # refused the add because a replace changed the entry count
+                # in between, or the table went) read again at the next poll:
+                # given then, or left to a new generation; any other refusal
+                # is reported once this poll's bookkeeping is saved
+                if isinstance(exc, OSError) and exc.errno not in RETRIED_ERRNOS:
+                    failure = failure or exc
+                for pair in totals:
                     due.pop((table, *pair), None)
     # what the map still holds, whatever table it was given to (one that
     # left the rules may come back with them), and what was given now
     remembered = {name: value for name, value in given.items() if _given_pair(name) in counted}
     remembered.update((_given_key(table, gen, cls), counted[(gen, cls)]) for table, gen, cls in due)
     memory["given"] = remembered
+    if failure is not None:
+        raise failure
 
 
 def _given_key(table: str, gen: int, cls: int) -> str:
