@@ -1165,3 +1165,9 @@ def test_legacy_give_back_gives_each_count_once_per_table(monkeypatch):
     memory.clear()
     memory.update({"map": 7, "given": {f"{gen}:1": [21, 2100]}})
     assert poll() == [("raw", 21)]
+    # a refusal a later try would meet too (no permission) is raised — the
+    # controller logs it — once the others' are remembered
+    world["refuse"]["raw"] = PermissionError(1, "Operation not permitted")
+    with pytest.raises(PermissionError):
+        poll(24)
+    assert added == [("filter", 3)] and poll() == [("raw", 3)]
