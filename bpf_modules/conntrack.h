@@ -418,11 +418,10 @@ static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___l
 /* Looks the packet's connection up and, when the fast path may take it
  * and `refresh` says so, refreshes its timeout as conntrack would. `nat`:
  * an IPv4 entry with NAT may be taken too, its translation left in pkt->ct.
- * `valid`: the datagram was found valid already (by an earlier lookup);
- * `want` (>= 0): the NAT (pkt->ct.manip) that lookup found, which the entry
- * must still give the packet before it is refreshed. */
-static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat, int refresh, int valid,
-								int want)
+ * `want` (>= 0): a lookup before this one took the packet (found it valid)
+ * with this NAT (pkt->ct.manip), which the entry must still give it before
+ * it is refreshed. */
+static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat, int refresh, int want)
 {
 	int family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
@@ -455,7 +454,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *p
 		return LFP_CT_TCP;
 	if (proto != IPPROTO_UDP)
 		return LFP_CT_PROTO;
-	if (!valid && !lfp_ct_udp_valid(pkt, family6))
+	if (want < 0 && !lfp_ct_udp_valid(pkt, family6))
 		return LFP_CT_INVALID;
 	udp = pkt->data + l4_off;
 	if ((void *)(udp + 1) > pkt->data_end)
@@ -537,7 +536,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 	if (answer && !owed)
 		return answer - 1;
 	pkt->ct.manip = 0;
-	result = lfp_ct_take_uncached(pkt, owed, 1, owed, owed ? manip : -1);
+	result = lfp_ct_take_uncached(pkt, owed, 1, owed ? manip : -1);
 	pkt->ct.answer = result + 1;
 	return result;
 }
@@ -546,7 +545,7 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
  * without `refresh`, a connection taken is owed its refresh. */
 static __always_inline enum lfp_ct_result lfp_ct_take_nat(struct lfp_pkt *pkt, int refresh)
 {
-	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1, refresh, 0, -1);
+	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1, refresh, -1);
 
 	pkt->ct.answer = (result + 1) | (result == LFP_CT_TAKEN && !refresh ? LFP_CT_OWED : 0);
 	return result;

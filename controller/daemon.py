@@ -50,7 +50,7 @@ BATCH_MAX_NS = 5_000_000
 BATCH_MAX_MESSAGES = 500
 # A netfilter read nf_tables would not settle is tried again after the first
 # of these, then after twice as long each time, up to the second
-UNSETTLED_WAIT_S = (0.01, 1.0)
+UNSETTLED_WAIT_S = (0.01, 0.2)
 UNSETTLED_LOG_S = 60.0
 
 
@@ -330,8 +330,9 @@ class Controller:
         elif not unsettled and self._unsettled:
             log.info("netfilter read settled again")
         self._unsettled = unsettled
-        # (each read that fails to settle waits twice as long for the next: a
-        # barrier refused for good costs a read a second, not a hundred)
+        # (each read that fails to settle waits twice as long for the next, up
+        # to the loop's longest wait: a barrier refused for good costs five
+        # reads a second, not a hundred)
         self._unsettled_wait = min(max(2 * self._unsettled_wait, UNSETTLED_WAIT_S[0]), UNSETTLED_WAIT_S[1]) \
             if unsettled else 0.0
         if not unsettled:

@@ -632,7 +632,7 @@ def test_an_unsettled_read_is_not_taken_in(monkeypatch):
     monkeypatch.setattr(kstate, "unsettled_reason", lambda: "nf_tables refused the barrier: [Errno 105]")
     Controller._nft_taken_in(controller, 8)
     assert controller.lease.nft_seq == 7 and controller.lease.nft_behind(8) and controller._unsettled
-    # each unsettled read waits twice as long for the next, up to a second
+    # each unsettled read waits twice as long for the next, up to the loop's longest wait
     assert controller._unsettled_wait == UNSETTLED_WAIT_S[0]
     for _ in range(10):
         Controller._nft_taken_in(controller, 8)

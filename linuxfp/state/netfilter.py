@@ -100,7 +100,7 @@ def _nft_table_dump() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     absent."""
     try:
         with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
-            replies = sock.dump((10 << 8) | NFT_MSG_GETTABLE, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0))
+            replies = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0))
     except OSError as exc:      # NetlinkError included
         if _absent(exc):
             return None
@@ -131,7 +131,7 @@ def _read_generation() -> int | None:
     """nft_generation(), its failure raised (OSError); None: no generation
     in the answer."""
     with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
-        replies = sock.request((10 << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
+        replies = sock.request((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
     # (the answer is the NFT_MSG_NEWGEN a commit announces: one decoder)
     for reply in replies:
         event = decode_nft_event(reply)
