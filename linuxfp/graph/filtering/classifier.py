@@ -238,7 +238,8 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         else:
             level[left + right] = ([lbits[0] & rbits[0]], False)
     final, _ = level[tuple(range(len(fields)))]
-    decided = [verdict_and_counted(program, bits & everything) for bits in final]
+    per_hook: list[dict] = [{} for _ in program.backends]
+    decided = [verdict_and_counted(program, bits & everything, per_hook) for bits in final]
     verdicts = tuple((cls, decision, rule) for cls, (decision, rule, _) in enumerate(decided))
     counted = tuple(trail for _, _, trail in decided)
     # (only where a drop before conntrack can happen: the conntrack node's

@@ -115,6 +115,30 @@ class Program:
                 owner[box] = rule.index
         return tuple(owner)
 
+    @cached_property
+    def backend_boxes(self) -> tuple[int, ...]:
+        """Per backend, the bits of its rules' boxes: all a hook's chains
+        decide by."""
+        masks = dict.fromkeys(self.backends, 0)
+        for rule in self.rules:
+            for box in rule.box_ids:
+                if rule.backend in masks:
+                    masks[rule.backend] |= 1 << box
+        return tuple(masks[backend] for backend in self.backends)
+
+    @cached_property
+    def hook_order(self) -> tuple[int, ...]:
+        """The backends' positions in the order a packet meets their hooks
+        (of one priority, in position order)."""
+        return tuple(sorted(range(len(self.backends)), key=self.priority))
+
+    @cached_property
+    def hooks_before(self) -> tuple[tuple[int, ...], ...]:
+        """Per backend position, those whose hooks a packet meets before
+        it (a lower priority), in position order."""
+        return tuple(tuple(i for i in range(len(self.backends)) if self.priority(i) < self.priority(position))
+                     for position in range(len(self.backends)))
+
     @property
     def unsupported(self) -> tuple[CompiledRule, ...]:
         return tuple(r for r in self.rules if r.unsupported)
@@ -232,7 +256,8 @@ def policy_of(position: int) -> int:
     return -1 - position
 
 
-def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple[int, ...]]:
+def verdict_and_counted(program: Program, matched: int, memo: list[dict] | None = None
+                        ) -> tuple[int, int, tuple[int, ...]]:
     """verdict(), and the counters Linux adds that packet to when the fast
     path decides it (ACCEPT, DROP or DROP_EARLY; none for KERNEL, where Linux counts
     itself): every rule it matches on its way through the chains, jumps
@@ -241,21 +266,30 @@ def verdict_and_counted(program: Program, matched: int) -> tuple[int, int, tuple
     drop counts the first backend that drops, in the hooks' priority order,
     and those of a lower priority, which accepted it before (a hook after it
     never sees the packet; one of the same priority, iptables-nft's and
-    -legacy's, might have counted it too: which runs first is not known)."""
-    hits = sorted({program.box_rule[box] for box in bit_indexes(matched)})
+    -legacy's, might have counted it too: which runs first is not known).
+    `memo` (one dict per backend, empty at first): what each backend
+    decided for the boxes of its own a packet is inside, kept for the next
+    call — a classifier's classes are many more than any one hook's
+    (build_classifier decides each)."""
     results, trails = [], []
     for position, backend in enumerate(program.backends):
-        trail: list[int] = []
-        results.append(_run_builtin(program, backend, program.entry(position), hits, trail, position))
-        trails.append(tuple(trail))
-    if any(result[0] == KERNEL for result in results):
-        return (*next(result for result in results if result[0] == KERNEL), ())
-    dropped = [position for position, result in enumerate(results) if result[0] == DROP]
-    if dropped:
-        first = min(dropped, key=program.priority)
-        before = [i for i in range(len(results)) if program.priority(i) < program.priority(first)]
-        return (DROP_EARLY if program.before_conntrack(first) else DROP, results[first][1],
-                tuple(i for position in before + [first] for i in trails[position]))
+        own = matched & program.backend_boxes[position]
+        known = memo[position].get(own) if memo is not None else None
+        if known is None:
+            hits = sorted({program.box_rule[box] for box in bit_indexes(own)})
+            trail: list[int] = []
+            known = (_run_builtin(program, backend, program.entry(position), hits, trail, position), tuple(trail))
+            if memo is not None:
+                memo[position][own] = known
+        results.append(known[0])
+        trails.append(known[1])
+    for result in results:
+        if result[0] == KERNEL:
+            return (*result, ())
+    for first in program.hook_order:
+        if results[first][0] == DROP:
+            return (DROP_EARLY if program.before_conntrack(first) else DROP, results[first][1],
+                    tuple(i for position in program.hooks_before[first] + (first,) for i in trails[position]))
     return (ACCEPT, results[0][1] if results else -1, tuple(i for trail in trails for i in trail))
 
 
