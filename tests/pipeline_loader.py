@@ -37,7 +37,7 @@ class LoadedPipeline:
         pipeline = self.graph.pipeline(self.ifindex)
         assert pipeline is not None, self.graph.skipped
         shape = replace(pipeline.shape, testable=True)
-        assert shape.nodes == nodes
+        assert shape.nodes == nodes, shape.nodes
         self.obj = dp.BpfObject.open(build(shape).data, name=name)
         self.obj.set_rodata({"lfp_netns_cookie": cookie})
         # the interface's own counter array, as the controller gives it

@@ -36,51 +36,60 @@ def _nft(text: str):
     return apply
 
 
-@pytest.mark.parametrize("hook,backends,seeds", [
-    ("xdp", ("nft",), range(100, 107)),
-    ("tc", ("legacy",), range(200, 207)),
-    ("tc", ("nft",), range(300, 305)),
-    ("xdp", ("nft", "legacy"), range(400, 405)),      # both backends hold rules: both must accept
-], ids=["xdp-nft", "tc-legacy", "tc-nft", "xdp-both"])
-def test_filter_verdicts_are_linux_verdicts(require_root, hook, backends, seeds):
-    """7 250 frames in all (the seeds in the test's id)."""
-    _filter_differential(hook, backends, seeds, ipv6=False)
+@pytest.mark.parametrize("hook,backends,seeds,prerouting", [
+    ("xdp", ("nft",), range(100, 107), False),
+    ("tc", ("legacy",), range(200, 207), False),
+    ("tc", ("nft",), range(300, 305), True),
+    ("xdp", ("nft", "legacy"), range(400, 404), True),      # both backends hold rules: both must accept
+], ids=["xdp-nft", "tc-legacy", "tc-nft-raw", "xdp-both-raw"])
+def test_filter_verdicts_are_linux_verdicts(require_root, hook, backends, seeds, prerouting):
+    """6 750 frames in all (the seeds in the test's id); in the last two,
+    random raw and mangle PREROUTING chains too, and every other seed's
+    FORWARD accepts established connections first: connections are tracked
+    then, and what raw drops is dropped before conntrack."""
+    _filter_differential(hook, backends, seeds, ipv6=False, prerouting=prerouting)
 
 
-@pytest.mark.parametrize("hook,backends,seeds", [
-    ("xdp", ("nft",), range(500, 505)),
-    ("tc", ("legacy",), range(600, 604)),
-    ("xdp", ("nft", "legacy"), range(700, 703)),     # both backends hold rules: both must accept
-], ids=["xdp-nft", "tc-legacy", "xdp-both"])
-def test_ip6tables_verdicts_are_linux_verdicts(require_root, hook, backends, seeds):
+@pytest.mark.parametrize("hook,backends,seeds,prerouting", [
+    ("xdp", ("nft",), range(500, 505), False),
+    ("tc", ("legacy",), range(600, 604), False),
+    ("xdp", ("nft", "legacy"), range(700, 702), True),     # both backends hold rules: both must accept
+], ids=["xdp-nft", "tc-legacy", "xdp-both-raw"])
+def test_ip6tables_verdicts_are_linux_verdicts(require_root, hook, backends, seeds, prerouting):
     """Routed IPv6 under random ip6tables FORWARD rules: the filter node's
     IPv6 classifier decides as Linux does, and forwards and drops itself
-    (3 000 frames in all, TCP, UDP, ICMPv6, a protocol and a short header
-    the fast path leaves to the kernel)."""
-    _filter_differential(hook, backends, seeds, ipv6=True)
+    (2 500 frames in all, TCP, UDP, ICMPv6, a protocol and a short header
+    the fast path leaves to the kernel); in the last, random raw and mangle
+    PREROUTING chains too, and connections tracked every other seed."""
+    _filter_differential(hook, backends, seeds, ipv6=True, prerouting=prerouting)
 
 
-@pytest.mark.parametrize("hook,family,ipv6,seeds", [
-    ("xdp", "inet", False, range(800, 804)),
-    ("tc", "ip", False, range(810, 813)),
-    ("xdp", "inet", True, range(820, 823)),
-], ids=["xdp-inet", "tc-ip", "xdp-inet6"])
-def test_native_forward_verdicts_are_linux_verdicts(require_root, hook, family, ipv6, seeds):
+@pytest.mark.parametrize("hook,family,ipv6,seeds,prerouting", [
+    ("xdp", "inet", False, range(800, 804), True),
+    ("tc", "ip", False, range(810, 813), False),
+    ("xdp", "inet", True, range(820, 823), False),
+], ids=["xdp-inet-raw", "tc-ip", "xdp-inet6"])
+def test_native_forward_verdicts_are_linux_verdicts(require_root, hook, family, ipv6, seeds, prerouting):
     """The nft tool's own forward chains (random rulesets as
     iptables-restore-translate writes them: `ip protocol`, `icmp type`,
     interface wildcards, ranges, jumps, gotos, `log` and `meta length` the
     fast path leaves to the kernel), evaluated in the fast path as Linux
-    evaluates them (2 500 frames in all)."""
-    _filter_differential(hook, ("native",), seeds, ipv6, family)
+    evaluates them (2 500 frames in all); in the first, prerouting chains
+    at raw's and mangle's priorities too (`notrack`, `meta mark set`: the
+    kernel's), and every other seed's forward chain accepts established
+    connections first."""
+    _filter_differential(hook, ("native",), seeds, ipv6, family, prerouting)
 
 
-def _filter_differential(hook: str, backends, seeds, ipv6: bool, family: str = "") -> None:
+def _filter_differential(hook: str, backends, seeds, ipv6: bool, family: str = "", prerouting: bool = False) -> None:
     coverage = Coverage()
     steps = []
+    stateful = []       # whether each step's FORWARD accepts established connections first
     for seed in seeds:
         for n, backend in enumerate(backends):
             text = random_ruleset(seed * 10 + n, 40, IFNAMES, coverage, pool=ROUTER_POOL6 if ipv6 else ROUTER_POOL,
-                                  ipv6=ipv6)
+                                  ipv6=ipv6, prerouting=prerouting, stateful=prerouting and seed % 2 == 1)
+            stateful.append(prerouting and seed % 2 == 1)
             if backend == "native":
                 steps.append(Step(f"{family}-{seed}", _nft(native_ruleset(text, family, ipv6))))
                 continue
@@ -103,6 +112,17 @@ def _filter_differential(hook: str, backends, seeds, ipv6: bool, family: str = "
     assert reasons.get("filter_dropped", 0) > 0, reasons
     assert not reasons.get("filter_stale") and not reasons.get("filter_unconfigured"), reasons
     assert not reasons.get("ipv6_off"), reasons
+    if any(stateful):
+        # Where connections were tracked, the fast path dropped what raw
+        # drops (before conntrack: the probes' connections are all new,
+        # and what passes raw goes to the kernel, which makes them). (Step
+        # k's burst shows in the reading after step k + 1: the last one's
+        # in none.)
+        delta = {reason: sum(count_reasons(seen[0].stats[k + 2]).get(reason, 0)
+                             - count_reasons(seen[0].stats[k + 1]).get(reason, 0)
+                             for k in range(len(steps) - 1) if stateful[k])
+                 for reason in ("filter_dropped", "filter_ct_new")}
+        assert delta["filter_dropped"] > 0 and delta["filter_ct_new"] > 0, (delta, coverage.summary())
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])

@@ -15,9 +15,9 @@ import pytest
 import pipeline_loader
 
 from linuxfp.graph import build_graph
-from linuxfp.graph.filtering.classifier import FIELD_BIT, classify
+from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, FIELD_BIT, classify
 from linuxfp.graph.filtering.predicates import IPV4, IPV6
-from linuxfp.graph.filtering.program import ACCEPT, DROP, DROP_EARLY, packet_fields
+from linuxfp.graph.filtering.program import ACCEPT, DROP_EARLY, KERNEL, packet_fields
 from linuxfp.graph.nodes.iptables_filter import CAPACITY, CFG, filter_plan
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.lab.rulesets import ROUTER_POOL, ROUTER_POOL6, probe_frames, probe_frames6, random_ruleset
@@ -72,10 +72,13 @@ def filter_ns():
 
 
 class LoadedPipeline(pipeline_loader.LoadedPipeline):
-    """The XDP pipeline of in0 for the namespace's current rules."""
+    """The XDP pipeline of in0 for the namespace's current rules (`stateful`:
+    rules that track connections, which place the conntrack node)."""
 
-    def __init__(self, ns) -> None:
-        super().__init__(ns, "in0", "xdp", ("router", "filter", "transmit"), "test_filter")
+    def __init__(self, ns, stateful: bool = False) -> None:
+        nodes = ("conntrack", "router", "filter", "nat_out", "transmit") if stateful else \
+            ("router", "filter", "transmit")
+        super().__init__(ns, "in0", "xdp", nodes, "test_filter")
         self.plan = filter_plan(self.snapshot)
         self.egress = self.snapshot.link_by_name("out0").index
         for name, capacity in CAPACITY.items():      # the Python side's idea of the maps' sizes
@@ -92,6 +95,9 @@ def expected(pipeline: LoadedPipeline, classifier, frame: bytes, family=IPV4) ->
     else:
         proto, src, dst = frame[23], int.from_bytes(frame[26:30], "big"), int.from_bytes(frame[30:34], "big")
         l4 = frame[34:]
+    stateful = classifier.used & CONNTRACK_BIT
+    if stateful and proto == 6:       # (the conntrack node's, before routing)
+        return XDP_PASS, "ct_tcp_tracked"
     need = {6: 20, 17: 8, family.icmp: 8}.get(proto, 0)
     if classifier.used & (FIELD_BIT["l4s"] | FIELD_BIT["l4d"] | FIELD_BIT["tcpflags"]) and len(l4) < need:
         return XDP_PASS, "filter_l4_short"
@@ -103,11 +109,15 @@ def expected(pipeline: LoadedPipeline, classifier, frame: bytes, family=IPV4) ->
     fields = packet_fields(src, dst, proto, sport, dport, pipeline.ifindex, pipeline.egress, family,
                            tcp_flags=l4[13] if proto == 6 and len(l4) > 13 else 0)
     verdict, _ = classify(classifier, fields)
-    if verdict == ACCEPT:
-        return XDP_REDIRECT, "forwarded"
-    if verdict in (DROP, DROP_EARLY):
+    if verdict == KERNEL:
+        return XDP_PASS, "filter_kernel"
+    if verdict == DROP_EARLY:       # (before conntrack: nothing looked up)
         return XDP_DROP, "filter_dropped"
-    return XDP_PASS, "filter_kernel"
+    if stateful:
+        # a verdict for an established connection's packet: the probes'
+        # have no connection (UDP), or are not the fast path's to take
+        return XDP_PASS, "filter_ct_new" if proto == 17 else "filter_ct_proto"
+    return (XDP_REDIRECT, "forwarded") if verdict == ACCEPT else (XDP_DROP, "filter_dropped")
 
 
 def _agree(filter_ns, family, rulesets, frames_of, skip) -> dict[str, int]:
@@ -118,7 +128,10 @@ def _agree(filter_ns, family, rulesets, frames_of, skip) -> dict[str, int]:
     restore = "ip6tables-restore" if family is IPV6 else "iptables-restore"
     for seed, text in rulesets:
         filter_ns.run([restore], input=text)
-        loaded = LoadedPipeline(filter_ns)
+        with entered(filter_ns):      # (connections tracked: --ctstate, or raw's CT --notrack)
+            plan = filter_plan(read_snapshot())
+        program = plan.program6 if family is IPV6 else plan.program
+        loaded = LoadedPipeline(filter_ns, stateful=program is not None and program.stateful)
         try:
             classifier = loaded.plan.classifier6 if family is IPV6 else loaded.plan.classifier
             for frame in frames_of(seed):
@@ -160,6 +173,31 @@ def test_compiled_filter_agrees_with_its_model(filter_ns):
                   lambda frame: frame[23] == 1 and frame[34] == 3)
     # every outcome occurred, often
     assert min(seen.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel", "filter_l4_short")) >= 20, seen
+
+
+def test_compiled_prerouting_chains_agree_with_their_model(filter_ns):
+    """Random raw and mangle PREROUTING chains before random FORWARD rules,
+    connections tracked for every other ruleset: what raw drops is dropped
+    before conntrack (nothing looked up), what the rules leave to the
+    kernel passes, and where connections are tracked every other verdict
+    waits for the connection, which the probes do not have."""
+    rulesets = [(seed, random_ruleset(seed + 20, 60, ("in0", "out0"), pool=ROUTER_POOL, prerouting=True,
+                                      stateful=seed % 2 == 1)) for seed in range(4)]
+    empty = "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n" \
+            "*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n" \
+            ":OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"
+    frames, errors = (lambda seed: probe_frames(TOPOLOGY, seed, 150)), (lambda frame: frame[23] == 1 and frame[34] == 3)
+    try:
+        plain = _agree(filter_ns, IPV4, rulesets[0::2], frames, errors)
+        tracked = _agree(filter_ns, IPV4, rulesets[1::2], frames, errors)
+    finally:
+        filter_ns.run(["iptables-restore"], input=empty)
+        filter_ns.run(["iptables", "-F"])
+        filter_ns.run(["iptables", "-X"])
+        filter_ns.run(["iptables", "-P", "FORWARD", "ACCEPT"])
+    assert min(plain.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel")) >= 20, plain
+    # (where connections are tracked, every drop is raw's, before conntrack)
+    assert min(tracked.get(c, 0) for c in ("filter_dropped", "filter_kernel", "filter_ct_new")) >= 10, tracked
 
 
 def test_generations_never_mix(filter_ns):

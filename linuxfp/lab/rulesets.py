@@ -24,6 +24,8 @@ PREFIX_POOL = ("198.18.0.0/15", "198.18.0.0/16", "198.19.0.0/16", "198.18.1.0/24
 ROUTER_POOL = ("198.18.0.0/15", "198.18.64.0/18", "198.18.64.0/24", "198.18.96.0/19", "198.18.64.7/32",
                "198.18.65.0/24", "198.18.100.0/22", "198.19.0.0/21", "198.19.0.0/23", "198.19.1.0/24",
                "198.19.2.0/24", "198.19.1.9/32", "198.19.2.64/26", "198.19.3.128/25", "192.0.2.0/24")
+# RouterTopology's routed prefixes (198.19.0.0/24 ...; 2001:db8:100::/64 ...)
+ROUTED, ROUTED6 = "198.19.0.0/16", "2001:db8:100::/48"
 PORTS = (22, 53, 80, 443, 1000, 1024, 4789, 8080, 8472, 65535)
 # what firewall scripts say of TCP flags (--syn: new connections; the rest:
 # scans and impossible combinations)
@@ -107,17 +109,25 @@ SET_PORTS6 = ("udp:53", "tcp:80", "udp:8080", "tcp:443", "udp:22", "icmpv6:128/0
 
 def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Coverage | None = None,
                    unsupported: bool = True, pool: tuple[str, ...] = PREFIX_POOL, ipsets: bool = False,
-                   ipv6: bool = False) -> str:
+                   ipv6: bool = False, prerouting: bool = False, stateful: bool = False) -> str:
     """A filter table in iptables-save format: FORWARD, two user chains;
     addresses from the prefixes of `pool`; with `ipsets`, rules also match
     the sets of IPSETS (create them first: random_ipsets()); `ipv6`:
-    ip6tables' (ICMPv6, its matches; `pool` then holds IPv6 prefixes)."""
+    ip6tables' (ICMPv6, its matches; `pool` then holds IPv6 prefixes).
+    `prerouting`: raw and mangle tables too, whose PREROUTING chains every
+    forwarded packet crosses first (random_prerouting(); an eighth of
+    `rules` more); `stateful`: FORWARD accepts established connections
+    first (connections are tracked then, and what raw drops is dropped
+    before conntrack)."""
     rng = random.Random(seed)
     coverage = coverage if coverage is not None else Coverage()
     chains = {"FORWARD": [], "LFP_A": [], "LFP_B": []}
     for _ in range(rules):
         chain = rng.choice(("FORWARD", "FORWARD", "FORWARD", "LFP_A", "LFP_B"))
         chains[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, pool, ipsets, ipv6))
+    if stateful:
+        chains["FORWARD"].insert(0, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+        coverage.matches["ctstate"] += 1
     policy = rng.choice(("ACCEPT", "ACCEPT", "DROP"))
     coverage.targets[f"policy {policy}"] += 1
     lines = ["*filter", ":INPUT ACCEPT [0:0]", f":FORWARD {policy} [0:0]", ":OUTPUT ACCEPT [0:0]",
@@ -125,11 +135,57 @@ def random_ruleset(seed: int, rules: int, ifnames: tuple[str, ...], coverage: Co
     for chain, body in chains.items():
         lines += [f"-A {chain} {r}".rstrip() for r in body]
     lines.append("COMMIT")
+    text = "\n".join(lines) + "\n"
+    if prerouting:
+        text = random_prerouting(rng, max(rules // 8, 2), ifnames, coverage, unsupported, pool, ipv6,
+                                 stateful) + text
+    return text
+
+
+def random_prerouting(rng: random.Random, rules: int, ifnames: tuple[str, ...], coverage: Coverage,
+                      unsupported: bool = True, pool: tuple[str, ...] = PREFIX_POOL, ipv6: bool = False,
+                      stateful: bool = False) -> str:
+    """raw and mangle tables in iptables-save format, whose PREROUTING
+    chains a forwarded packet crosses before FORWARD: raw's with a user
+    chain (ACCEPT, DROP — one rule at least —, RETURN, a jump, a goto;
+    `stateful`: NOTRACK too, which tracks connections in the namespace and
+    the fast path leaves to the kernel), mangle's with a few rules (a MARK
+    among them: the kernel's too). No test of the egress device (iptables
+    refuses one before routing). Every table is written, empty or not: a
+    restore replaces only the tables it names."""
+    # (each rule names a prefix of /24 or longer (/64: IPv6), and few drop:
+    # a chain crossed by every packet first would otherwise decide for most)
+    narrow = tuple(p for p in pool if ipaddress.ip_network(p).prefixlen >= (64 if ipv6 else 24))
+    raw = {"PREROUTING": [], "LFP_R": []}
+    for _ in range(rules):
+        chain = rng.choice(("PREROUTING", "PREROUTING", "LFP_R"))
+        targets = ("ACCEPT", "DROP", "", "LFP_R", "goto LFP_R") + ("NOTRACK",) * stateful \
+            if chain == "PREROUTING" else ("ACCEPT", "DROP", "", "RETURN", "RETURN")
+        raw[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, narrow, ipv6=ipv6, egress=False,
+                                targets=targets))
+    # (and one drop of a destination RouterTopology routes at least, which
+    # probe_frames() reach: what raw drops is then never FORWARD's to decide)
+    routed = ipaddress.ip_network(ROUTED6 if ipv6 else ROUTED)
+    probed = [p for p in narrow if ipaddress.ip_network(p).subnet_of(routed)] or narrow
+    raw["PREROUTING"].insert(rng.randrange(len(raw["PREROUTING"]) + 1), f"-d {rng.choice(probed)} -j DROP")
+    coverage.matches["-d"] += 1
+    coverage.targets["DROP"] += 1
+    mangle = [_rule(rng, "PREROUTING", ifnames, coverage, unsupported, narrow, ipv6=ipv6, egress=False,
+                    targets=("ACCEPT", "DROP", "", "MARK")) for _ in range(rng.randrange(3))]
+    lines = ["*raw", ":PREROUTING ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":LFP_R - [0:0]"]
+    lines += [f"-A {chain} {r}".rstrip() for chain, body in raw.items() for r in body]
+    lines += ["COMMIT", "*mangle", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]",
+              ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]"]
+    lines += [f"-A PREROUTING {r}".rstrip() for r in mangle]
+    lines.append("COMMIT")
     return "\n".join(lines) + "\n"
 
 
 def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupported: bool, pool,
-          ipsets: bool = False, ipv6: bool = False) -> str:
+          ipsets: bool = False, ipv6: bool = False, egress: bool = True, targets: tuple[str, ...] | None = None) -> str:
+    """One rule of `chain`; `egress`: it may test the egress device (not
+    before routing); `targets`: those it may have besides LOG (None: the
+    filter table's chains' own), and it then names an address too."""
     words = []
 
     def neg() -> str:
@@ -154,7 +210,7 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
         name = rng.choice(ifnames)
         words.append(f"{n}-i {name[:-1] + '+' if rng.random() < 0.3 else name}")
         coverage.matches[f"{n}-i"] += 1
-    if rng.random() < 0.25 and ifnames:
+    if egress and rng.random() < 0.25 and ifnames:
         n = neg()
         words.append(f"{n}-o {rng.choice(ifnames)}")
         coverage.matches[f"{n}-o"] += 1
@@ -191,7 +247,8 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
         option("icmp-type", lambda n: f"-m icmp {n}--icmp-type {rng.choice(ICMP)}")
     elif proto == "icmpv6" and rng.random() < 0.6:
         option("icmpv6-type", lambda n: f"-m icmp6 {n}--icmpv6-type {rng.choice(ICMP6)}")
-    if not words:   # a rule matching everything would end most chains at once
+    # (a rule matching everything would end most chains at once)
+    if not words or targets is not None and not any(w.split()[-2] in ("-s", "-d") for w in words):
         words.append(f"-d {rng.choice(pool)}")
         coverage.matches["-d"] += 1
     if rng.random() < 0.1:
@@ -199,23 +256,24 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
         coverage.matches["comment"] += 1
     if unsupported and rng.random() < 0.05:
         extra = rng.choice(UNSUPPORTED6 if ipv6 else UNSUPPORTED)
-        if extra.startswith("-p tcp") and proto:
+        if extra.startswith("-p tcp") and proto or not egress and "-out" in extra:
             extra = "-m length --length 100:300"
         words.append(extra)
         coverage.matches["unsupported"] += 1
-    targets = ["ACCEPT", "ACCEPT", "DROP", "DROP", "DROP", ""] + (["LOG"] if rng.random() < 0.3 else [])
-    if chain == "FORWARD":
-        targets += ["LFP_A", "LFP_B", "goto LFP_B"]
-    elif chain == "LFP_A":
-        targets += ["RETURN", "LFP_B"]
-    else:
-        targets += ["RETURN"]
-    target = rng.choice(targets)
+    choices = ["ACCEPT", "ACCEPT", "DROP", "DROP", "DROP", ""] if targets is None else list(targets)
+    choices += ["LOG"] if rng.random() < 0.3 else []
+    if targets is None:         # the filter table's chains: FORWARD jumps to both, LFP_A to LFP_B
+        choices += {"FORWARD": ["LFP_A", "LFP_B", "goto LFP_B"], "LFP_A": ["RETURN", "LFP_B"]}.get(chain, ["RETURN"])
+    target = rng.choice(choices)
     coverage.targets[target or "none"] += 1
     if target.startswith("goto "):
         words.append(f"-g {target[5:]}")
     elif target == "LOG":
         words.append('-j LOG --log-prefix "lfp "')
+    elif target == "NOTRACK":
+        words.append("-j CT --notrack")
+    elif target == "MARK":
+        words.append("-j MARK --set-mark 1")
     elif target:
         words.append(f"-j {target}")
     return " ".join(words)
