@@ -197,7 +197,7 @@ def test_compiled_prerouting_chains_agree_with_their_model(filter_ns):
         filter_ns.run(["iptables", "-P", "FORWARD", "ACCEPT"])
     assert min(plain.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel")) >= 20, plain
     # (where connections are tracked, every drop is raw's, before conntrack)
-    assert min(tracked.get(c, 0) for c in ("filter_dropped", "filter_kernel", "filter_ct_new")) >= 10, tracked
+    assert min(tracked.get(c, 0) for c in ("filter_dropped", "filter_ct_new")) >= 10, tracked
 
 
 def test_generations_never_mix(filter_ns):

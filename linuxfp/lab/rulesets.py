@@ -153,9 +153,10 @@ def random_prerouting(rng: random.Random, rules: int, ifnames: tuple[str, ...], 
     among them: the kernel's too). No test of the egress device (iptables
     refuses one before routing). Every table is written, empty or not: a
     restore replaces only the tables it names."""
-    # (each rule names a prefix of /24 or longer (/64: IPv6), and few drop:
-    # a chain crossed by every packet first would otherwise decide for most)
-    narrow = tuple(p for p in pool if ipaddress.ip_network(p).prefixlen >= (64 if ipv6 else 24))
+    # (each rule names a prefix of /24 or longer (/64: IPv6), and fewer
+    # drop: a chain crossed by every packet first would otherwise decide
+    # for most)
+    narrow = tuple(p for p in pool if ipaddress.ip_network(p).prefixlen >= (64 if ipv6 else 24)) or pool
     raw = {"PREROUTING": [], "LFP_R": []}
     for _ in range(rules):
         chain = rng.choice(("PREROUTING", "PREROUTING", "LFP_R"))
@@ -163,10 +164,12 @@ def random_prerouting(rng: random.Random, rules: int, ifnames: tuple[str, ...], 
             if chain == "PREROUTING" else ("ACCEPT", "DROP", "", "RETURN", "RETURN")
         raw[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, narrow, ipv6=ipv6, egress=False,
                                 targets=targets))
-    # (and one drop of a destination RouterTopology routes at least, which
-    # probe_frames() reach: what raw drops is then never FORWARD's to decide)
+    # (and one drop of destinations RouterTopology routes at least — 64 or
+    # more, which probe_frames() reach: what raw drops is then never
+    # FORWARD's to decide)
     routed = ipaddress.ip_network(ROUTED6 if ipv6 else ROUTED)
-    probed = [p for p in narrow if ipaddress.ip_network(p).subnet_of(routed)] or narrow
+    probed = [p for p in narrow if ipaddress.ip_network(p).subnet_of(routed)
+              and ipaddress.ip_network(p).num_addresses >= 64] or narrow
     raw["PREROUTING"].insert(rng.randrange(len(raw["PREROUTING"]) + 1), f"-d {rng.choice(probed)} -j DROP")
     coverage.matches["-d"] += 1
     coverage.targets["DROP"] += 1
@@ -185,7 +188,8 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
           ipsets: bool = False, ipv6: bool = False, egress: bool = True, targets: tuple[str, ...] | None = None) -> str:
     """One rule of `chain`; `egress`: it may test the egress device (not
     before routing); `targets`: those it may have besides LOG (None: the
-    filter table's chains' own), and it then names an address too."""
+    filter table's chains' own), and it then names an address too, never
+    negated (all but a prefix would decide for most packets)."""
     words = []
 
     def neg() -> str:
@@ -198,11 +202,11 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
         words.append(f"-m set {n}--match-set {name} {direction}")
         coverage.matches[f"{n}set {direction.split(',')[0]}"] += 1
     if rng.random() < 0.5:
-        n = neg()
+        n = neg() if targets is None else ""
         words.append(f"{n}-s {rng.choice(pool)}")
         coverage.matches[f"{n}-s"] += 1
     if rng.random() < 0.5:
-        n = neg()
+        n = neg() if targets is None else ""
         words.append(f"{n}-d {rng.choice(pool)}")
         coverage.matches[f"{n}-d"] += 1
     if rng.random() < 0.25 and ifnames:
@@ -248,7 +252,7 @@ def _rule(rng: random.Random, chain: str, ifnames, coverage: Coverage, unsupport
     elif proto == "icmpv6" and rng.random() < 0.6:
         option("icmpv6-type", lambda n: f"-m icmp6 {n}--icmpv6-type {rng.choice(ICMP6)}")
     # (a rule matching everything would end most chains at once)
-    if not words or targets is not None and not any(w.split()[-2] in ("-s", "-d") for w in words):
+    if not words or targets is not None and not any(w.split()[0] in ("-s", "-d") for w in words):
         words.append(f"-d {rng.choice(pool)}")
         coverage.matches["-d"] += 1
     if rng.random() < 0.1:
