@@ -31,7 +31,10 @@
  * conntrack's priority (raw) may drop it, the filter node looks the
  * connection up after that chain's verdict (lfp_ct_take), and the
  * conntrack node, which must look it up before routing, leaves the refresh
- * owed (LFP_CT_OWED) for the filter to settle by a second lookup.
+ * owed (LFP_CT_OWED) for the filter to settle by a second lookup — only
+ * where it would change the entry: once per jiffy for a steady flow, whose
+ * other packets find the timeout it would write already there (what
+ * conntrack leaves then whether raw drops the packet or not).
  *
  * The same for IPv6 (its conntrack keeps entries as IPv4's does; the
  * packets that get here carry no extension header: router.h, bridge.h).
@@ -415,13 +418,16 @@ static __always_inline int lfp_ct_nat_of(struct lfp_pkt *pkt, struct nf_conn___l
 	return 1;
 }
 
-/* Looks the packet's connection up and, when the fast path may take it
- * and `refresh` says so, refreshes its timeout as conntrack would. `nat`:
- * an IPv4 entry with NAT may be taken too, its translation left in pkt->ct.
- * `want` (>= 0): a lookup before this one took the packet (found it valid)
- * with this NAT (pkt->ct.manip), which the entry must still give it before
- * it is refreshed. */
-static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat, int refresh, int want)
+/* Looks the packet's connection up and, when the fast path may take it,
+ * refreshes its timeout as conntrack would. `nat`: an IPv4 entry with NAT
+ * may be taken too, its translation left in pkt->ct. `want` (>= 0): a
+ * lookup before this one took the packet (found it valid) with this NAT
+ * (pkt->ct.manip), which the entry must still give it before it is
+ * refreshed. `owed` (NULL: refresh now): the refresh is not done but
+ * *owed set if it would change the entry — a timeout it already has (a
+ * packet of the connection refreshed it this jiffy) is what conntrack
+ * leaves whether it sees this packet or not, and nothing is owed. */
+static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *pkt, int nat, int *owed, int want)
 {
 	int family6 = pkt->l3_proto == bpf_htons(ETH_P_IPV6);
 	const __u32 l4_off = sizeof(struct ethhdr) + (family6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
@@ -502,8 +508,12 @@ static __always_inline enum lfp_ct_result lfp_ct_take_uncached(struct lfp_pkt *p
 		goto state;
 	extra = conn->ct_net.net->ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_REPLIED];
 	expires = (__u32)now + extra;
-	if (refresh && conn->timeout != expires)
-		bpf_ct_change_timeout(ct, (__u32)((__u64)extra * 1000 / CONFIG_HZ));
+	if (conn->timeout != expires) {
+		if (owed)
+			*owed = 1;
+		else
+			bpf_ct_change_timeout(ct, (__u32)((__u64)extra * 1000 / CONFIG_HZ));
+	}
 	bpf_ct_release(ct);
 	return LFP_CT_TAKEN;
 state:
@@ -536,18 +546,20 @@ static __always_inline enum lfp_ct_result lfp_ct_take(struct lfp_pkt *pkt)
 	if (answer && !owed)
 		return answer - 1;
 	pkt->ct.manip = 0;
-	result = lfp_ct_take_uncached(pkt, owed, 1, owed ? manip : -1);
+	result = lfp_ct_take_uncached(pkt, owed, NULL, owed ? manip : -1);
 	pkt->ct.answer = result + 1;
 	return result;
 }
 
 /* The same for the conntrack node: an IPv4 entry with NAT may be taken;
- * without `refresh`, a connection taken is owed its refresh. */
+ * without `refresh`, a connection taken is owed its refresh if the
+ * refresh would change it. */
 static __always_inline enum lfp_ct_result lfp_ct_take_nat(struct lfp_pkt *pkt, int refresh)
 {
-	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1, refresh, -1);
+	int owed = 0;
+	enum lfp_ct_result result = lfp_ct_take_uncached(pkt, 1, refresh ? NULL : &owed, -1);
 
-	pkt->ct.answer = (result + 1) | (result == LFP_CT_TAKEN && !refresh ? LFP_CT_OWED : 0);
+	pkt->ct.answer = (result + 1) | (result == LFP_CT_TAKEN && owed ? LFP_CT_OWED : 0);
 	return result;
 }
 

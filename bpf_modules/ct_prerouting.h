@@ -31,8 +31,9 @@
  * and DNAT (LFP_CT_SNAT, LFP_CT_DNAT).
  * Where a chain before conntrack's priority (raw) may drop the packet
  * (LFP_FLT_CT_LATE), the connection is looked up here without its refresh,
- * which the filter node settles after that chain's verdict (conntrack.h),
- * and a packet whose destination it would translate goes to the kernel.
+ * which the filter node settles after that chain's verdict where it would
+ * change the entry (conntrack.h), and a packet whose destination it would
+ * translate goes to the kernel.
  * Everything conntrack.h does not take goes on unchanged: the filter node
  * passes it with its own reason.
  *
@@ -82,8 +83,9 @@ static __always_inline int lfp_ct_reaches_prerouting(struct lfp_pkt *pkt, struct
 /* An IPv4 UDP datagram: looked up, and an established connection with NAT
  * given its destination as PREROUTING leaves it. `late`: a chain before
  * conntrack's priority may drop the packet (LFP_FLT_CT_LATE): the
- * connection's refresh is left owed to the filter node, which settles it
- * after that chain's verdict (conntrack.h), and a packet whose destination
+ * connection's refresh, where it would change the entry, is left owed to
+ * the filter node, which settles it after that chain's verdict
+ * (conntrack.h), and a packet whose destination
  * would be translated goes to the kernel as it came — that chain sees it
  * so, and the filter node, after routing, could only see it translated. */
 static __always_inline enum lfp_rc lfp_ct_translate(struct lfp_pkt *pkt, struct iphdr *ip, int late)

@@ -87,7 +87,8 @@
 #define LFP_FLT_NAT (1u << 8)
 /* ... and a chain before conntrack's priority may drop a packet (its
  * verdict LFP_FLT_DROP_EARLY): the conntrack node leaves the connection's
- * refresh owed, for after that verdict (conntrack.h). */
+ * refresh owed, where it would change the entry, for after that verdict
+ * (conntrack.h). */
 #define LFP_FLT_CT_LATE (1u << 10)
 
 /* Longest-prefix match of one field. value: an IPv4 address as on the
