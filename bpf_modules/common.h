@@ -105,7 +105,9 @@ struct lfp_tally {
 #define LFP_CT_DNAT (1u << 3)
 #define LFP_CT_NAT_SHIFT 1
 /* In lfp_ct.answer: the connection was taken, its refresh not yet done
- * (a chain before conntrack decides first: conntrack.h). */
+ * (a chain before conntrack decides first: conntrack.h). Without it a
+ * connection taken was refreshed — or, where that chain decides first,
+ * needs no refresh: it has the timeout the refresh would write. */
 #define LFP_CT_OWED 0x80
 
 struct lfp_ct {

@@ -13,7 +13,8 @@
  *
  * IPv4 UDP is looked up here, once (conntrack.h keeps the answer in the
  * context for the filter node's FORWARD verdict, which looks it up a second
- * time where a chain before conntrack decides first, below), and an established
+ * time where a chain before conntrack decides first and the refresh would
+ * change the entry, below), and an established
  * connection with NAT (SNAT, MASQUERADE, DNAT — a gateway's, a Kubernetes
  * service's) is translated as Linux translates it, from the entry alone: no
  * nat rule is consulted after a connection's first packet
