@@ -220,22 +220,23 @@ def send(src, dst, sport, dport, payload):
                      socket.inet_aton(src), socket.inet_aton(dst))
     raw.sendto(ip + udp, (dst, 0))
 """
+ECHO_PORT = 8081
 RAW_ECHO = RAW_UDP + """
 import sys
-me = sys.argv[1]
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 8081))
+me, listen = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", listen))
 while True:
     d, (ip, port) = s.recvfrom(2000)
-    send(me, ip, 8081, port, d)
+    send(me, ip, listen, port, d)
 """
 RAW_EXCHANGE = RAW_UDP + """
 import sys, time
-me, ip, count, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "first"
+me, ip, port, count, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "first"
 c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(2)
 c.bind(("0.0.0.0", 40123))    # one flow, the same in every run: its frames compare
 def ask(n):
     # every 25th longer than a VXLAN egress takes in the fast path
-    send(me, ip, 40123, 8081, n.to_bytes(4, "big") * (300 if n % 25 == 24 else 16))
+    send(me, ip, 40123, port, n.to_bytes(4, "big") * (300 if n % 25 == 24 else 16))
     while c.recv(2000)[:4] != n.to_bytes(4, "big"):
         pass
 if first:
@@ -256,9 +257,11 @@ for n in range(1, count + 2):
 """
 
 
-def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str = "again") -> dict[str, list[bytes]]:
+def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str = "again",
+                     to: tuple[str, int] | None = None) -> dict[str, list[bytes]]:
     """The frames of one UDP request/response exchange (`count` + 2 each way)
-    as each pod and each node's underlay receive them; the outer packets'
+    as each pod and each node's underlay receive them, sent to `to`
+    (address, port; by default the server's echo port); the outer packets'
     IP ID (and the header checksum over it), which Linux draws per packet
     from a per-namespace random key, zeroed: all other bytes compare."""
     from linuxfp.lab.dissect import normalise_ip_id
@@ -270,7 +273,9 @@ def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str =
               "node1:eth0": ("node1", "eth0"), "node2:eth0": ("node2", "eth0")}
     captures = {label: Capture(flannel.namespace(ns), dev, label) for label, (ns, dev) in points.items()}
     try:
-        flannel.namespace(client.name).run(["python3", "-c", RAW_EXCHANGE, client.ip, server.ip, str(count), run])
+        address, port = to or (server.ip, ECHO_PORT)
+        flannel.namespace(client.name).run(["python3", "-c", RAW_EXCHANGE, client.ip, address, str(port), str(count),
+                                            run])
         settle(list(captures.values()), quiet=0.2)
         frames = {label: [f.data for f in capture.stop()] for label, capture in captures.items()}
     finally:
@@ -302,6 +307,24 @@ def test_inter_node_udp_crosses_vxlan_in_the_fast_path_as_linux_forwards_it(flan
                       json.loads(linuxfp_cli(inter_node.nodes[0].name, "-j", "status").stdout)["interfaces"]}
             assert "router" in shapes.get(VXLAN_DEVICE, ""), shapes
             inter_node.assert_fast_as(linux)
+
+
+def test_service_udp_is_translated_in_the_fast_path_as_linux_translates_it(flannel: FlannelLab) -> None:
+    """A pod's UDP exchange with the ClusterIP service, whose endpoint is a
+    pod on the other node: node1's fast path translates the established
+    connection's requests to the endpoint and its answers back to the
+    service's address (from the conntrack entry kube-proxy's DNAT made),
+    and both nodes carry it through flannel.1 — what both pods and both
+    underlay ends receive is what Linux alone gives them, and the nodes'
+    kernels forward (almost) none of it."""
+    inter_node = _InterNode(flannel, service=True)
+    with inter_node.echo():
+        linux = inter_node.linux()
+        # (translated: the client's answers come from the service's address)
+        assert linux["client"] and all(f[26:30] == ipaddress.IPv4Address(SERVICE_IP).packed for f in linux["client"]
+                                       if f[36:38] == (40123).to_bytes(2, "big")), linux["client"][:1]
+        with inter_node.controllers():
+            inter_node.assert_fast_as(linux, "service")
 
 
 def test_pods_stay_connected_as_linux_connects_them_with_etcd_and_flanneld_down(flannel: FlannelLab) -> None:
@@ -371,21 +394,29 @@ def test_vxlan_options_flannel_can_set_stay_exact_in_the_fast_path(require_root:
 
 class _InterNode:
     """One UDP flow between the first pods of node1 and node2: its frames
-    under Linux alone, then with controllers running, compared."""
+    under Linux alone, then with controllers running, compared. `service`:
+    addressed to the ClusterIP service, whose endpoint is node2's first pod
+    (node1 translates, as kube-proxy's rules say)."""
 
     COUNT = 200
 
-    def __init__(self, flannel: FlannelLab) -> None:
+    def __init__(self, flannel: FlannelLab, service: bool = False) -> None:
         self.flannel = flannel
         self.client, self.server = flannel.pods_on("node1")[0], flannel.pods_on("node2")[0]
         self.nodes = [flannel.namespace("node1"), flannel.namespace("node2")]
+        self.to, self.listen = None, ECHO_PORT
+        if service:
+            udp = next(p for p in flannel.state.service.ports if p.protocol == "udp")
+            assert flannel.state.service.endpoint_pod == self.server.name
+            self.to, self.listen = (flannel.state.service.cluster_ip, udp.port), udp.target_port
 
     @contextlib.contextmanager
     def echo(self) -> Iterator[None]:
-        echo = self.flannel.namespace(self.server.name).popen(["python3", "-c", RAW_ECHO, self.server.ip],
+        echo = self.flannel.namespace(self.server.name).popen(["python3", "-c", RAW_ECHO, self.server.ip,
+                                                               str(self.listen)],
                                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            _exchange_frames(self.flannel, self.client, self.server, self.COUNT, "first")
+            _exchange_frames(self.flannel, self.client, self.server, self.COUNT, "first", self.to)
             yield
         finally:
             os.killpg(echo.pid, 15)
@@ -406,7 +437,7 @@ class _InterNode:
         from linuxfp.lab.counters import ip_forw_datagrams
 
         before = [ip_forw_datagrams(node) for node in self.nodes]
-        frames = _exchange_frames(self.flannel, self.client, self.server, self.COUNT)
+        frames = _exchange_frames(self.flannel, self.client, self.server, self.COUNT, to=self.to)
         return frames, [ip_forw_datagrams(node) - b for node, b in zip(self.nodes, before)]
 
     def linux(self) -> dict[str, list[bytes]]:
