@@ -64,7 +64,8 @@
 #define LFP_COUNTERS_CONNTRACK(X)                                                         \
 	X(CT_TCP_TRACKED,         conntrack, pass, "connection tracking on: TCP, before routing (its window tracking stays with the kernel)") \
 	X(NAT_UNWRITABLE,         conntrack, drop, "a translated packet could not be written (Linux drops it too)") \
-	X(CT_TRANSLATED_BEFORE_RAW, conntrack, pass, "connection tracking on: a chain before conntrack (raw) meets this packet's destination untranslated")
+	X(CT_TRANSLATED_BEFORE_RAW, conntrack, pass, "connection tracking on: a chain before conntrack (raw) meets this packet's destination untranslated") \
+	X(CT_REFRESH_OWED,        conntrack, event, "a connection's refresh left owed to the filter (a chain before conntrack decides first, and the refresh would change the entry)")
 
 /* Whether ip_rcv() hands the IPv4 packet to PREROUTING as it is, where
  * conntrack sees it (the router's own checks of what ip_rcv() takes: this
@@ -93,7 +94,11 @@ static __always_inline enum lfp_rc lfp_ct_translate(struct lfp_pkt *pkt, struct 
 {
 	if (!lfp_ct_reaches_prerouting(pkt, ip))
 		return LFP_NEXT;
-	if (lfp_ct_take_nat(pkt, !late) != LFP_CT_TAKEN || !(pkt->ct.manip & LFP_NAT_DST))
+	if (lfp_ct_take_nat(pkt, !late) != LFP_CT_TAKEN)
+		return LFP_NEXT;
+	if (lfp_ct_owed(pkt))
+		lfp_count(pkt, LFP_CNT_CT_REFRESH_OWED);
+	if (!(pkt->ct.manip & LFP_NAT_DST))
 		return LFP_NEXT;
 	if (late) {
 		pkt->ct.manip = 0;      /* nothing written: nothing to undo */

@@ -118,6 +118,7 @@ def test_established_udp_is_fast_pathed_as_linux_forwards_it(require_root, hook,
 # PREROUTING rule drops from the second step on: before conntrack, which
 # then never sees them, nor refreshes their entries
 RAW_DROPPED = ["198.19.0.14", "198.19.0.15"] + NATED
+STEADY = 60     # datagrams of one connection in a row
 RAW_RULES = {False: [["iptables", "-t", "raw", "-A", "PREROUTING", "-d", "198.19.0.14/31", "-j", "DROP"],
                      ["iptables", "-t", "raw", "-A", "PREROUTING", "-d", NATED[0], "-j", "DROP"]],
              True: [["nft", "add", "table", "ip", "early"],
@@ -134,18 +135,24 @@ def test_raw_drops_leave_connections_to_expire_as_linux_does(require_root, hook,
     them itself and leaves their entries unrefreshed, as conntrack — which
     never sees them — does, and refreshes the others' only after that
     verdict (the conntrack node looks a connection up before routing and
-    leaves its refresh owed: conntrack.h)."""
+    leaves its refresh owed where it would change the entry: conntrack.h)."""
     timeouts: list[dict[str, int]] = []
 
     def raw(router):
         absorbed(seen, lambda: [router.dut.run(command) for command in RAW_RULES[native]])
         time.sleep(3)       # long enough that a refresh raw's drops must not make shows
 
+    def burst(router, index: int) -> list[bytes]:
+        # the steady step's: one established connection's datagram, again and again
+        steady = _forward(router, ALLOWED[0], 200, 7, sport=40001)
+        return [steady] * STEADY if index == 3 else frames(router, index)
+
     steps = [Step("stateful rules, connections", lambda router: _connect(router, native)),
              Step("raw drops some", raw),
-             Step("unchanged", lambda router: timeouts.append(timeouts_to(router.dut, ESTABLISHED)))]
+             Step("unchanged", lambda router: timeouts.append(timeouts_to(router.dut, ESTABLISHED))),
+             Step("steady", lambda router: None), Step("after", lambda router: None)]
     seen: list[Counting] = []
-    report = run_differential(RouterTopology(prefixes=10), steps, counting(seen, hook), frames, prefix="lfp-ctraw")
+    report = run_differential(RouterTopology(prefixes=10), steps, counting(seen, hook), burst, prefix="lfp-ctraw")
     assert report.ok, report.render()
     # (the burst after the raw step shows in the reading after the next)
     before, after = (count_reasons(seen[0].stats[k]) for k in (2, 3))
@@ -156,6 +163,13 @@ def test_raw_drops_leave_connections_to_expire_as_linux_does(require_root, hook,
         i["fast_path"] for i in seen[0].stats[2]["interfaces"])
     assert forwarded >= (len(ESTABLISHED) - len(RAW_DROPPED)) * 13, (forwarded, dropped)
     assert not after.get("filter_stale") and not after.get("filter_unconfigured"), after
+    # The conntrack node left a refresh owed (a second lookup) only where
+    # it would change the entry: for a steady flow's first datagram of each
+    # jiffy (4 ms at this kernel's HZ), not for every one — the steady
+    # step's burst of one connection's datagrams spans a few jiffies
+    owed, steady = (count_reasons(seen[0].stats[5], kinds).get(name, 0) - count_reasons(seen[0].stats[4], kinds).get(
+        name, 0) for kinds, name in ((("events",), "ct_refresh_owed"), (("fast",), "forwarded")))
+    assert steady == STEADY and 0 < owed <= STEADY // 3, (owed, steady)
     kernel, accelerated = timeouts
     assert set(kernel) == set(accelerated) == set(ESTABLISHED), timeouts
     for dst in RAW_DROPPED:
