@@ -32,12 +32,11 @@
  * connection up after that chain's verdict (lfp_ct_take), and the
  * conntrack node, which must look it up before routing, leaves the refresh
  * owed (LFP_CT_OWED) for the filter to settle by a second lookup — only
- * where it would change the entry: about once per jiffy for a steady flow,
- * whose other packets find the timeout it would write already there. The
- * entry is read as conntrack would find it at that moment, and the chain's
- * verdict is the same whenever it is read within one generation: conntrack
- * would then leave the entry as it is whether the chain drops the packet
- * or not.
+ * where it would change the entry: at most about once per jiffy for a
+ * steady flow, whose other packets find the timeout it would write already
+ * there (every packet of a flow slower than that). The entry is read as
+ * conntrack would find it at that moment, and conntrack would leave it as
+ * it is whether the chain drops the packet or not.
  *
  * The same for IPv6 (its conntrack keeps entries as IPv4's does; the
  * packets that get here carry no extension header: router.h, bridge.h).

@@ -258,10 +258,10 @@ for n in range(1, count + 2):
 
 
 def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str = "again",
-                     to: tuple[str, int] | None = None) -> dict[str, list[bytes]]:
+                     destination: tuple[str, int] | None = None) -> dict[str, list[bytes]]:
     """The frames of one UDP request/response exchange (`count` + 2 each way)
-    as each pod and each node's underlay receive them, sent to `to`
-    (address, port; by default the server's echo port); the outer packets'
+    as each pod and each node's underlay receive them, sent to
+    `destination` (address, port; by default the server's echo port); the outer packets'
     IP ID (and the header checksum over it), which Linux draws per packet
     from a per-namespace random key, zeroed: all other bytes compare."""
     from linuxfp.lab.dissect import normalise_ip_id
@@ -273,7 +273,7 @@ def _exchange_frames(flannel: FlannelLab, client, server, count: int, run: str =
               "node1:eth0": ("node1", "eth0"), "node2:eth0": ("node2", "eth0")}
     captures = {label: Capture(flannel.namespace(ns), dev, label) for label, (ns, dev) in points.items()}
     try:
-        address, port = to or (server.ip, ECHO_PORT)
+        address, port = destination or (server.ip, ECHO_PORT)
         flannel.namespace(client.name).run(["python3", "-c", RAW_EXCHANGE, client.ip, address, str(port), str(count),
                                             run])
         settle(list(captures.values()), quiet=0.2)
@@ -321,8 +321,9 @@ def test_service_udp_is_translated_in_the_fast_path_as_linux_translates_it(flann
     with inter_node.echo():
         linux = inter_node.linux()
         # (translated: the client's answers come from the service's address)
-        assert linux["client"] and all(f[26:30] == ipaddress.IPv4Address(SERVICE_IP).packed for f in linux["client"]
-                                       if f[36:38] == (40123).to_bytes(2, "big")), linux["client"][:1]
+        answers = [f for f in linux["client"] if f[36:38] == (40123).to_bytes(2, "big")]
+        assert len(answers) == _InterNode.COUNT + 2, len(answers)
+        assert all(f[26:30] == ipaddress.IPv4Address(SERVICE_IP).packed for f in answers), answers[:1]
         with inter_node.controllers():
             inter_node.assert_fast_as(linux, "service")
 
@@ -404,19 +405,19 @@ class _InterNode:
         self.flannel = flannel
         self.client, self.server = flannel.pods_on("node1")[0], flannel.pods_on("node2")[0]
         self.nodes = [flannel.namespace("node1"), flannel.namespace("node2")]
-        self.to, self.listen = None, ECHO_PORT
+        self.destination, self.server_port = None, ECHO_PORT
         if service:
             udp = next(p for p in flannel.state.service.ports if p.protocol == "udp")
             assert flannel.state.service.endpoint_pod == self.server.name
-            self.to, self.listen = (flannel.state.service.cluster_ip, udp.port), udp.target_port
+            self.destination, self.server_port = (flannel.state.service.cluster_ip, udp.port), udp.target_port
 
     @contextlib.contextmanager
     def echo(self) -> Iterator[None]:
         echo = self.flannel.namespace(self.server.name).popen(["python3", "-c", RAW_ECHO, self.server.ip,
-                                                               str(self.listen)],
+                                                               str(self.server_port)],
                                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            _exchange_frames(self.flannel, self.client, self.server, self.COUNT, "first", self.to)
+            _exchange_frames(self.flannel, self.client, self.server, self.COUNT, "first", self.destination)
             yield
         finally:
             os.killpg(echo.pid, 15)
@@ -437,7 +438,7 @@ class _InterNode:
         from linuxfp.lab.counters import ip_forw_datagrams
 
         before = [ip_forw_datagrams(node) for node in self.nodes]
-        frames = _exchange_frames(self.flannel, self.client, self.server, self.COUNT, to=self.to)
+        frames = _exchange_frames(self.flannel, self.client, self.server, self.COUNT, destination=self.destination)
         return frames, [ip_forw_datagrams(node) - b for node, b in zip(self.nodes, before)]
 
     def linux(self) -> dict[str, list[bytes]]:

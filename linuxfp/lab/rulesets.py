@@ -149,8 +149,8 @@ def random_prerouting(rng: random.Random, rules: int, ifnames: tuple[str, ...], 
     chains a forwarded packet crosses before FORWARD: raw's with a user
     chain (ACCEPT, DROP — one rule at least —, RETURN, a jump, a goto;
     `stateful`: NOTRACK too, which tracks connections in the namespace and
-    the fast path leaves to the kernel), mangle's with a few rules (a MARK
-    among them: the kernel's too). No test of the egress device (iptables
+    the fast path leaves to the kernel), mangle's with up to two rules (a
+    MARK among their targets: the kernel's too). No test of the egress device (iptables
     refuses one before routing). Every table is written, empty or not: a
     restore replaces only the tables it names."""
     # (each rule names a prefix of /24 or longer (/64: IPv6), and fewer
@@ -165,8 +165,8 @@ def random_prerouting(rng: random.Random, rules: int, ifnames: tuple[str, ...], 
         raw[chain].append(_rule(rng, chain, ifnames, coverage, unsupported, narrow, ipv6=ipv6, egress=False,
                                 targets=targets))
     # (and one drop of destinations RouterTopology routes at least — 64 or
-    # more, which probe_frames() reach: what raw drops is then never
-    # FORWARD's to decide)
+    # more, which probe_frames() reach where the topology routes 4 prefixes
+    # or more: what raw drops is then never FORWARD's to decide)
     routed = ipaddress.ip_network(ROUTED6 if ipv6 else ROUTED)
     probed = [p for p in narrow if ipaddress.ip_network(p).subnet_of(routed)
               and ipaddress.ip_network(p).num_addresses >= 64] or narrow

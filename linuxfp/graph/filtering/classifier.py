@@ -243,7 +243,8 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
     verdicts = tuple((cls, decision, rule) for cls, (decision, rule, _) in enumerate(decided))
     counted = tuple(trail for _, _, trail in decided)
     # (only where a drop before conntrack can happen: the conntrack node's
-    # refresh left owed costs a second lookup, about once per jiffy and flow)
+    # refresh left owed costs a second lookup, at most about once per jiffy
+    # and flow)
     if any(decision == DROP_EARLY for decision, _, _ in decided):
         used |= LATE_BIT
     interfaces = tuple((index, interface_classes["iif"][index], interface_classes["oif"][index])
