@@ -96,10 +96,12 @@ static __always_inline enum lfp_rc lfp_ct_translate(struct lfp_pkt *pkt, struct 
 		return LFP_NEXT;
 	if (lfp_ct_take_nat(pkt, !late) != LFP_CT_TAKEN)
 		return LFP_NEXT;
-	if (lfp_ct_owed(pkt))
-		lfp_count(pkt, LFP_CNT_CT_REFRESH_OWED);
-	if (!(pkt->ct.manip & LFP_NAT_DST))
+	if (!(pkt->ct.manip & LFP_NAT_DST)) {
+		/* (counted where the filter settles it: one translated here goes to the kernel) */
+		if (lfp_ct_owed(pkt))
+			lfp_count(pkt, LFP_CNT_CT_REFRESH_OWED);
 		return LFP_NEXT;
+	}
 	if (late) {
 		pkt->ct.manip = 0;      /* nothing written: nothing to undo */
 		return lfp_pass(pkt, LFP_CNT_CT_TRANSLATED_BEFORE_RAW);

@@ -48,9 +48,11 @@ COALESCE_QUIET_NS = 0
 # replaces) then waits for one short batch, not for the whole burst.
 BATCH_MAX_NS = 5_000_000
 BATCH_MAX_MESSAGES = 500
+# How long the loop waits for events when nothing is pending
+IDLE_WAIT_S = 0.2
 # A netfilter read nf_tables would not settle is tried again after the first
 # of these, then after twice as long each time, up to the second
-UNSETTLED_WAIT_S = (0.01, 0.2)
+UNSETTLED_WAIT_S = (0.01, IDLE_WAIT_S)
 UNSETTLED_LOG_S = 60.0
 
 
@@ -477,7 +479,7 @@ class Controller:
                     # addresses moved on after their messages were read: at once)
                     # (a read nf_tables would not settle is tried again soon, not at once)
                     wait = 0.002 if "sysctl" in self.watch.in_flight else \
-                        0.01 if in_flight else 0.05 if response_dirty else 0.2
+                        0.01 if in_flight else 0.05 if response_dirty else IDLE_WAIT_S
                     batch = events.read_batch(timeout=0 if addresses_behind or nft_behind and not self._unsettled
                                               else min(self._unsettled_wait, wait) if nft_behind else wait)
                     if batch is None:

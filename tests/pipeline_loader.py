@@ -27,10 +27,11 @@ def skb_ctx(ifindex: int) -> bytes:
 
 
 class LoadedPipeline:
-    def __init__(self, ns, ifname: str, hook: str, nodes: tuple[str, ...], name: str) -> None:
+    def __init__(self, ns, ifname: str, hook: str, nodes: tuple[str, ...], name: str, snapshot=None) -> None:
+        """`snapshot`: the namespace's, if the caller has just read it."""
         self.ns, self.hook = ns, hook
         with entered(ns):
-            self.snapshot = read_snapshot()
+            self.snapshot = snapshot if snapshot is not None else read_snapshot()
             cookie = netns_cookie()
         self.graph = build_graph(self.snapshot, hook)
         self.ifindex = self.snapshot.link_by_name(ifname).index

@@ -18,6 +18,7 @@ from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, FIELD_BIT, classify
 from linuxfp.graph.filtering.predicates import IPV4, IPV6
 from linuxfp.graph.filtering.program import ACCEPT, DROP_EARLY, KERNEL, packet_fields
+from linuxfp.graph.nodes.conntrack import CONNTRACK
 from linuxfp.graph.nodes.iptables_filter import CAPACITY, CFG, filter_plan
 from linuxfp.lab.netns import Lab, entered
 from linuxfp.lab.rulesets import ROUTER_POOL, ROUTER_POOL6, probe_frames, probe_frames6, random_ruleset
@@ -75,10 +76,10 @@ class LoadedPipeline(pipeline_loader.LoadedPipeline):
     """The XDP pipeline of in0 for the namespace's current rules (`stateful`:
     rules that track connections, which place the conntrack node)."""
 
-    def __init__(self, ns, stateful: bool = False) -> None:
+    def __init__(self, ns, stateful: bool = False, snapshot=None, name: str = "test_filter") -> None:
         nodes = ("conntrack", "router", "filter", "nat_out", "transmit") if stateful else \
             ("router", "filter", "transmit")
-        super().__init__(ns, "in0", "xdp", nodes, "test_filter")
+        super().__init__(ns, "in0", "xdp", nodes, name, snapshot)
         self.plan = filter_plan(self.snapshot)
         self.egress = self.snapshot.link_by_name("out0").index
         for name, capacity in CAPACITY.items():      # the Python side's idea of the maps' sizes
@@ -128,10 +129,10 @@ def _agree(filter_ns, family, rulesets, frames_of, skip) -> dict[str, int]:
     restore = "ip6tables-restore" if family is IPV6 else "iptables-restore"
     for seed, text in rulesets:
         filter_ns.run([restore], input=text)
-        with entered(filter_ns):      # (connections tracked: --ctstate, or raw's CT --notrack)
-            plan = filter_plan(read_snapshot())
-        program = plan.program6 if family is IPV6 else plan.program
-        loaded = LoadedPipeline(filter_ns, stateful=program is not None and program.stateful)
+        with entered(filter_ns):
+            snapshot = read_snapshot()
+        # (connections tracked — --ctstate, or raw's CT --notrack — place the conntrack node)
+        loaded = LoadedPipeline(filter_ns, stateful=CONNTRACK.applies(snapshot, None), snapshot=snapshot)
         try:
             classifier = loaded.plan.classifier6 if family is IPV6 else loaded.plan.classifier
             for frame in frames_of(seed):
@@ -308,15 +309,14 @@ def test_a_drop_before_conntrack_needs_no_connection(filter_ns):
         "-A POSTROUTING -o out0 -d 198.19.3.0/24 -j MASQUERADE", "COMMIT",
         "*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]",
         "-A FORWARD -m conntrack --ctstate INVALID -j DROP", "COMMIT", ""]))
-    loaded = pipeline_loader.LoadedPipeline(filter_ns, "in0", "xdp",
-                                            ("conntrack", "router", "filter", "nat_out", "transmit"), "test_ct_late")
+    loaded = LoadedPipeline(filter_ns, stateful=True, name="test_ct_late")
 
     def frame(dst: str) -> bytes:
         return bytes(Ether(src="02:00:00:00:01:02", dst=IN_MAC) / IP(src="198.18.1.1", dst=dst)
                      / UDP(sport=40000, dport=53) / b"query")
 
     try:
-        assert filter_plan(loaded.snapshot).classifier.generation & LATE_BIT
+        assert loaded.plan.classifier.generation & LATE_BIT
         for dst, retval, counter in (("198.19.1.5", XDP_DROP, "filter_dropped"),
                                      ("198.19.2.5", XDP_PASS, "filter_ct_new")):
             before = loaded.counter(counter)

@@ -244,7 +244,8 @@ def test_scope_names_what_the_filter_node_cannot_reproduce():
         "*mangle\n:PREROUTING ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j MARK --set-mark 1\nCOMMIT\n",
         "nft")))
     assert forward_marks.uncovered == (
-        "iptables-nft table mangle: rules (only the filter table is evaluated in the fast path)",)
+        "iptables-nft table mangle: rules outside what the fast path evaluates (filter's FORWARD, "
+        "raw's and mangle's PREROUTING)",)
     # A stateless appliance is within scope: only its filter table is read.
     firewall = filter_scope(netfilter(corpus("firewall-appliance.rules", "legacy")))
     assert firewall.uncovered == () and [r.backend for r in firewall.forward] == ["legacy"]

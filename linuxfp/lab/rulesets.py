@@ -85,7 +85,7 @@ class Coverage:
 
 # A bitmap:ip holds addresses of one range only (at most 65 536): the
 # routed side of RouterTopology's prefixes.
-BITMAP_RANGE = "198.19.0.0/16"
+BITMAP_RANGE = ROUTED
 # The ipsets random_ruleset() may match (random_ipsets() fills them): a set
 # of prefixes, one of addresses, one of addresses under a netmask, sets of
 # (address or prefix, protocol:port) or (prefix, interface), a bitmap, and
@@ -443,7 +443,7 @@ def unmatched_ruleset(count: int, matched_port: int = 9) -> str:
         port = 1024 + i // len(sources)
         if port == matched_port:
             raise ValueError("port collision")
-        lines.append(f"-A FORWARD -s {sources[i % len(sources)]}/32 -d 198.19.0.0/16 -p udp -m udp "
+        lines.append(f"-A FORWARD -s {sources[i % len(sources)]}/32 -d {ROUTED} -p udp -m udp "
                      f"--dport {port} -j DROP")
     lines.append("COMMIT")
     return "\n".join(lines) + "\n"

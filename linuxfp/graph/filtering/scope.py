@@ -448,7 +448,8 @@ def _table_findings(tool: str, table) -> list[str]:
             found.append(f"{where}: base chain {chain.name} is not one iptables defines")
     if table.name not in ("filter", "nat") and any(c.rules or c.policy not in (None, "ACCEPT")
                                                    for c in table.chains):
-        found.append(f"{where}: rules (only the filter table is evaluated in the fast path)")
+        found.append(f"{where}: rules outside what the fast path evaluates (filter's FORWARD, "
+                     "raw's and mangle's PREROUTING)")
     return found
 
 
