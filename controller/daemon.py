@@ -557,9 +557,15 @@ class Controller:
                     since_upkeep = time.monotonic() - self._last_upkeep
                     if (since_upkeep >= UPKEEP_OVERDUE_S or (batch is None and since_upkeep >= UPKEEP_INTERVAL_S)) \
                             and not (in_flight or self.lease.unsure or watched != self.lease.watch_acked):
+                        # Everything known is applied here, as at the renewal
+                        # below: renewed first, so a long periodic pass (a
+                        # large ruleset's counts) does not let the term lapse.
+                        if not self._stop:
+                            self.lease.renew(force=True)
                         self._upkeep(snapshot)
-                    # Renewed only here, by the loop itself, once what arrived has
-                    # been applied: a stuck loop or a stopped process lets it lapse.
+                    # Renewed only by the loop itself (here and above), once what
+                    # arrived has been applied: a stuck loop or a stopped process
+                    # lets it lapse.
                     if not self._stop:
                         self.lease.renew(force=batch is not None)
                         self.publish_pending()
