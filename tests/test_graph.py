@@ -4,7 +4,8 @@ from dataclasses import replace
 import pytest
 
 from linuxfp.graph import build_graph, flag_names, to_dot, to_text
-from linuxfp.state.model import BridgeOptions, BridgePort, NetfilterState, Rule, Sysctls, VxlanOptions
+from linuxfp.state.model import (BridgeOptions, BridgePort, NetfilterState, NftChain, NftNative, Rule, Sysctls,
+                                 VxlanOptions)
 from linuxfp.graph import Shape
 from linuxfp.graph.nodes.router import local_source_addresses
 from linuxfp.graph.nodes.transmit import neighbour_states
@@ -187,6 +188,30 @@ def test_bridge_and_router_compose_on_ports_and_uplinks():
     locked = build_graph(bridged_router_snapshot(locked=True))
     assert locked.pipeline(5) is None
     assert "locked" in {s.ifname: s.reason for s in locked.skipped}["port"]
+
+
+def test_a_bridge_family_chain_keeps_the_bridges_on_the_kernel_path_not_the_namespace():
+    """ebtables (nft) or a native bridge table: every frame of a port meets
+    its hooks, and so does what the host sends through the bridge; packets
+    routed between other interfaces meet none of them."""
+    from linuxfp.graph.nodes.bridge_tx import BRD_BRIDGE
+
+    chain = NftChain("bridge", "filter", "FORWARD", hook="forward", kind="filter", policy="accept", rules=1,
+                     expressions=("match ip",))
+    netfilter = NetfilterState(active=True, tables=("nft:bridge filter",),
+                               native=NftNative(chains=(chain,), tables=("bridge filter",)))
+    graph = build_graph(replace(bridged_router_snapshot(), netfilter=netfilter))
+    reason = {s.ifname: s.reason for s in graph.skipped}["port"]
+    assert "nf_tables chain bridge filter FORWARD on forward: 1 rule" in reason, reason
+    # the uplinks keep routing, but not into br0 (its output and postrouting hooks)
+    assert graph.pipeline(2).shape.nodes == ("router", "transmit")
+    assert dict(graph.table("lfp_br_devs").entries) == {(4).to_bytes(4, "little"): BRD_BRIDGE.to_bytes(4, "little")}
+    assert not any("IPv6 not routed" in line for _node, lines in graph.notes for line in lines)
+    # a chain left empty with policy accept (what `ebtables -F` leaves) does nothing
+    idle = replace(netfilter, native=NftNative(chains=(replace(chain, rules=0, expressions=()),),
+                                               tables=("bridge filter",)))
+    assert build_graph(replace(bridged_router_snapshot(), netfilter=idle)).pipeline(5).shape.nodes == (
+        "bridge", "router", "bridge_tx", "transmit")
 
 
 def test_bridged_ipv4_meets_forward_where_br_netfilter_shows_it_to_iptables():

@@ -17,7 +17,7 @@ import pytest
 
 from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
-from linuxfp.graph.filtering.scope import filter_scope, filter_scope6, ingress_chain
+from linuxfp.graph.filtering.scope import bridge_chains, filter_scope, filter_scope6, ingress_chain
 from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.differential import Step
 from linuxfp.lab.netns import entered
@@ -179,8 +179,14 @@ def test_what_native_chains_touch_is_told_from_where_they_hook():
     assert filter_scope(dropping).uncovered == (
         "nf_tables chain ip t pre on prerouting: policy drop (native nft: the kernel evaluates it)",)
     assert filter_scope6(dropping).uncovered == ()          # an ip table never sees IPv6
+    # the bridge family's chains (ebtables-nft's too), on any hook, meet a
+    # bridge's frames only: the bridges go to the kernel, not the namespace
     bridge = _state(_base("bridge", "b", "in", "input", rules=1, expressions=("meta",)))
-    assert filter_scope(bridge).uncovered and filter_scope6(bridge).uncovered
+    assert filter_scope(bridge).uncovered == () and filter_scope6(bridge).uncovered == ()
+    assert bridge_chains(bridge) == (
+        "nf_tables chain bridge b in on input: 1 rule (native nft: the kernel evaluates it)",)
+    assert bridge_chains(default) == () and bridge_chains(forward) == ()
+    assert bridge_chains(_state(_base("bridge", "filter", "FORWARD", "forward"))) == ()     # ebtables -F leaves this
     assert filter_scope(_state(_base("inet", "t", "x", "hook 9", rules=1, expressions=("cmp",)))).uncovered
     # ... unless its table is dormant (not hooked in), whose conntrack rules still track
     asleep = replace(_state(_base("inet", "fw", "forward", "forward", "drop", rules=1, expressions=("ct",))),

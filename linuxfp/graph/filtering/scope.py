@@ -34,15 +34,17 @@ translated to the kernel (translated_to_kernel).
 
 Uncovered, with the reason:
 * a native nf_tables table's other base chains (families inet, ip, ip6,
-  netdev, bridge) on a hook forwarded packets cross — any but input and
+  netdev) on a hook forwarded packets cross — any but input and
   output of ip/ip6/inet: postrouting, a forward or prerouting chain of
   another type, a prerouting one at conntrack's own priority where
-  connections are tracked, netdev egress, every bridge hook, a hook not known here —
+  connections are tracked, netdev egress, a hook not known here —
   unless it does nothing (a filter chain with no rules and policy accept,
   as Debian's default /etc/nftables.conf makes; never inet's ingress, which
   drops malformed packets). Chains bound to a device's ingress send that device's ingress
   to the kernel (`ingress_chain`), not the namespace's, where the kernel
-  binds them by name. Rules anywhere still turn connection tracking on (ct,
+  binds them by name; the bridge family's (ebtables-nft's too), on any
+  hook, send the bridges' frames there (`bridge_chains`), not the
+  namespace's. Rules anywhere still turn connection tracking on (ct,
   NAT, nat chains, ct objects, sets whose elements may count connections)
   or defragmentation (socket, tproxy), as iptables' do; an expression or
   object whose effects are not known here, a flowtable, or tables that
@@ -91,10 +93,10 @@ CONNTRACK_TARGETS = frozenset({"CT", "NOTRACK", "CONNMARK", "CONNSECMARK", "SNAT
 DEFRAG_MATCHES = frozenset({"socket"})
 DEFRAG_TARGETS = frozenset({"TPROXY"})
 # Native nf_tables: the hooks a forwarded packet never crosses, per table
-# family — every other hook (bridge's all, conservatively: bridged or
-# routed, frames on a bridge port meet them; netdev egress: the egress is
-# not known at the ingress; a hook not known here) is crossed, but for the
-# device-bound ingress hooks, asked per device (`ingress_chain`).
+# family — every other hook (bridge's all, but only by a bridge's frames:
+# bridge_chains; netdev egress: the egress is not known at the ingress; a
+# hook not known here) is crossed, but for the device-bound ingress hooks,
+# asked per device (`ingress_chain`).
 _LOCAL_HOOKS = {"ip": frozenset({"input", "output"}), "ip6": frozenset({"input", "output"}),
                 "inet": frozenset({"input", "output"})}
 _INGRESS_FAMILIES = frozenset({"inet", "netdev"})
@@ -368,14 +370,12 @@ def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list
     for chain in netfilter.native.chains:
         if chain.family in irrelevant:
             continue
-        bound = chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES and netfilter.native.hooks_by_name
-        crossed = chain.hook and chain.hook not in _LOCAL_HOOKS.get(chain.family, ()) and not bound \
-            and _awake(netfilter, chain)
         # (a nat chain sees a connection's first packet only: the kernel's,
-        # under connection tracking, which it turns on)
-        if crossed and chain.kind != "nat" and not _no_op(chain) \
+        # under connection tracking, which it turns on; the bridge family's
+        # keep the bridges on the kernel path, not the namespace: bridge_chains)
+        if chain.family != "bridge" and _acts_on_forwarded(netfilter, chain) \
                 and (f"{chain.family} {chain.table}", chain.name) not in evaluated:
-            uncovered.append(f"{chain.where} on {chain.hook}: {_what(chain)} (native nft: the kernel evaluates it)")
+            uncovered.append(_native_finding(chain))
         if chain.kind == "nat":
             stateful.append(f"{chain.where}: a nat chain")
         for name in chain.expressions:
@@ -397,6 +397,38 @@ def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list
         else:       # a flowtable (forwarded flows bypass the forwarding path), or a kind not known here
             uncovered.append(str(obj))
     return uncovered, stateful, defrag
+
+
+def _acts_on_forwarded(netfilter, chain) -> bool:
+    """A native base chain hooked where forwarded packets (or frames a
+    bridge forwards, hands up or sends) pass, and that may do something to
+    them (a nat chain aside: _native_findings)."""
+    bound = chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES and netfilter.native.hooks_by_name
+    return bool(chain.hook) and chain.hook not in _LOCAL_HOOKS.get(chain.family, ()) and not bound \
+        and _awake(netfilter, chain) and chain.kind != "nat" and not _no_op(chain)
+
+
+def _native_finding(chain) -> str:
+    return f"{chain.where} on {chain.hook}: {_what(chain)} (native nft: the kernel evaluates it)"
+
+
+_bridge_chains: list = [None, ()]     # the netfilter state last asked about, its answer
+
+
+def bridge_chains(netfilter) -> tuple[str, ...]:
+    """The bridge family's chains that may do something to the frames of a
+    bridge port, whichever way they go (every hook of the family: a frame
+    arriving on a port crosses prerouting, then forward or input; one the
+    host sends through a bridge, output and postrouting). They keep the
+    namespace's bridges on the kernel path (bridge.bridge_blocker), never
+    the rest of it: a packet routed between interfaces that are not a
+    bridge or its ports crosses none of them."""
+    if _bridge_chains[0] is not netfilter:
+        found = () if netfilter.native_error else tuple(
+            _native_finding(chain) for chain in netfilter.native.chains
+            if chain.family == "bridge" and _acts_on_forwarded(netfilter, chain))
+        _bridge_chains[:] = [netfilter, found]
+    return _bridge_chains[1]
 
 
 def ingress_chain(netfilter, ifname: str) -> str | None:

@@ -8,7 +8,7 @@ from linuxfp.resources import modules_dir
 
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
-from ..filtering.scope import evaluated_scope6, filter_scope, ingress_chain
+from ..filtering.scope import bridge_chains, evaluated_scope6, filter_scope, ingress_chain
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
@@ -132,17 +132,17 @@ BRIDGE = register(Bridge())
 _NEIGH_HANDLING = (("neigh_suppress", "neigh_suppress"), ("proxyarp", "proxy ARP"),
                    ("proxyarp_wifi", "proxy ARP (Wi-Fi)"))
 
-# The last links tuple (by identity) and each bridge's blocker: every port
-# asks, and the answer reads all the bridge's ports.
-_blockers: tuple[object, dict[int, str | None]] | None = None
+# The last links and netfilter state (by identity) and each bridge's
+# blocker: every port asks, and the answer reads all the bridge's ports.
+_blockers: tuple[object, object, dict[int, str | None]] | None = None
 
 
 def bridge_blocker(snapshot, bridge) -> str | None:
     """Why a whole bridge stays on the kernel path (None: it need not)."""
     global _blockers
-    if _blockers is None or _blockers[0] is not snapshot.links:
-        _blockers = (snapshot.links, {})
-    known = _blockers[1]
+    if _blockers is None or _blockers[0] is not snapshot.links or _blockers[1] is not snapshot.netfilter:
+        _blockers = (snapshot.links, snapshot.netfilter, {})
+    known = _blockers[2]
     if bridge.index not in known:
         known[bridge.index] = _bridge_blocker(snapshot, bridge)
     return known[bridge.index]
@@ -165,6 +165,12 @@ def _bridge_blocker(snapshot, bridge) -> str | None:
         return "STP is on (topology changes shorten ageing)"
     if options.ageing_time_cs < MIN_AGEING_CS:
         return f"ageing time {options.ageing_time_cs / 100:g} s is too short to refresh exactly"
+    # (every frame of a port meets them, bridged, handed up or sent by the
+    # host: its ingress and what is routed into the bridge go to the kernel)
+    chains = bridge_chains(snapshot.netfilter)
+    if chains:
+        more = f" (and {len(chains) - 1} more)" if len(chains) > 1 else ""
+        return f"netfilter: {chains[0]}{more}"
     return None
 
 

@@ -25,7 +25,7 @@ class BridgeTx(Node):
     name = "bridge_tx"
     stage = Stage.BRIDGE_TX
     header = modules_dir() / "bridge_tx.h"
-    inputs = ("links", "sysctls")
+    inputs = ("links", "sysctls", "netfilter")     # (netfilter: bridge_blocker)
 
     def applies(self, snapshot, link) -> bool:
         return any(flags & BRD_SENDS for flags in bridge_devices(snapshot).values())
@@ -45,18 +45,20 @@ class BridgeTx(Node):
 
 BRIDGE_TX = register(BridgeTx())
 
-# The last (links, sysctls) objects and their bridge devices: every ingress asks.
-_devices: tuple[object, object, dict[int, int]] | None = None
+# The last (links, sysctls, netfilter) objects and their bridge devices:
+# every ingress asks.
+_devices: tuple[object, object, object, dict[int, int]] | None = None
 
 
 def bridge_devices(snapshot) -> dict[int, int]:
     """Per bridge device, its LFP_BRD_* flags."""
     global _devices
-    if _devices is None or _devices[0] is not snapshot.links or _devices[1] is not snapshot.sysctls:
-        _devices = (snapshot.links, snapshot.sysctls,
+    if _devices is None or _devices[0] is not snapshot.links or _devices[1] is not snapshot.sysctls \
+            or _devices[2] is not snapshot.netfilter:
+        _devices = (snapshot.links, snapshot.sysctls, snapshot.netfilter,
                     {link.index: BRD_BRIDGE | (BRD_SENDS if _sends(snapshot, link) else 0)
                      for link in snapshot.links if link.kind == "bridge"})
-    return _devices[2]
+    return _devices[3]
 
 
 def _sends(snapshot, bridge) -> bool:
