@@ -194,24 +194,35 @@ def test_a_bridge_family_chain_keeps_the_bridges_on_the_kernel_path_not_the_name
     """ebtables (nft) or a native bridge table: every frame of a port meets
     its hooks, and so does what the host sends through the bridge; packets
     routed between other interfaces meet none of them."""
-    from linuxfp.graph.nodes.bridge_tx import BRD_BRIDGE
+    from linuxfp.graph.nodes.bridge_tx import BRD_BRIDGE, BRD_SENDS
 
     chain = NftChain("bridge", "filter", "FORWARD", hook="forward", kind="filter", policy="accept", rules=1,
                      expressions=("match ip",))
     netfilter = NetfilterState(active=True, tables=("nft:bridge filter",),
                                native=NftNative(chains=(chain,), tables=("bridge filter",)))
-    graph = build_graph(replace(bridged_router_snapshot(), netfilter=netfilter))
+    plain = bridged_router_snapshot()
+    chained = replace(plain, netfilter=netfilter)
+    graph = build_graph(chained)
     reason = {s.ifname: s.reason for s in graph.skipped}["port"]
+    assert graph.pipeline(5) is None and not graph.table("lfp_br_ports").entries
     assert "nf_tables chain bridge filter FORWARD on forward: 1 rule" in reason, reason
     # the uplinks keep routing, but not into br0 (its output and postrouting hooks)
     assert graph.pipeline(2).shape.nodes == ("router", "transmit")
     assert dict(graph.table("lfp_br_devs").entries) == {(4).to_bytes(4, "little"): BRD_BRIDGE.to_bytes(4, "little")}
     assert not any("IPv6 not routed" in line for _node, lines in graph.notes for line in lines)
-    # a chain left empty with policy accept (what `ebtables -F` leaves) does nothing
-    idle = replace(netfilter, native=NftNative(chains=(replace(chain, rules=0, expressions=()),),
-                                               tables=("bridge filter",)))
-    assert build_graph(replace(bridged_router_snapshot(), netfilter=idle)).pipeline(5).shape.nodes == (
-        "bridge", "router", "bridge_tx", "transmit")
+    # a chain left empty with policy accept (what `ebtables -F` leaves) does
+    # nothing; and back: the same links, only netfilter changed, as the
+    # state layer hands on what did not change (the nodes' memos see it)
+    idle = replace(chained, netfilter=replace(netfilter, native=NftNative(
+        chains=(replace(chain, rules=0, expressions=()),), tables=("bridge filter",))))
+    for snapshot, blocked in ((idle, False), (chained, True), (idle, False)):
+        again = build_graph(snapshot)
+        assert (again.pipeline(5) is None) == blocked
+        assert bool(again.table("lfp_br_ports").entries) != blocked
+        assert again.pipeline(2).shape.nodes == (("router", "transmit") if blocked
+                                                 else ("router", "bridge_tx", "transmit"))
+        assert dict(again.table("lfp_br_devs").entries)[(4).to_bytes(4, "little")] == (
+            BRD_BRIDGE | (0 if blocked else BRD_SENDS)).to_bytes(4, "little")
 
 
 def test_bridged_ipv4_meets_forward_where_br_netfilter_shows_it_to_iptables():

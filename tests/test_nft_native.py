@@ -187,6 +187,11 @@ def test_what_native_chains_touch_is_told_from_where_they_hook():
         "nf_tables chain bridge b in on input: 1 rule (native nft: the kernel evaluates it)",)
     assert bridge_chains(default) == () and bridge_chains(forward) == ()
     assert bridge_chains(_state(_base("bridge", "filter", "FORWARD", "forward"))) == ()     # ebtables -F leaves this
+    assert bridge_chains(replace(bridge, dormant=("bridge b",))) == ()
+    assert bridge_chains(_state(_base("bridge", "b", "x", "hook 9", rules=1, expressions=("meta",))))
+    # (a table that could not be read: the namespace's, as uncovered)
+    unread = replace(bridge, native_error="cannot read nf_tables")
+    assert bridge_chains(unread) == () and filter_scope(unread).uncovered == ("cannot read nf_tables",)
     assert filter_scope(_state(_base("inet", "t", "x", "hook 9", rules=1, expressions=("cmp",)))).uncovered
     # ... unless its table is dormant (not hooked in), whose conntrack rules still track
     asleep = replace(_state(_base("inet", "fw", "forward", "forward", "drop", rules=1, expressions=("ct",))),

@@ -373,7 +373,7 @@ def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list
         # (a nat chain sees a connection's first packet only: the kernel's,
         # under connection tracking, which it turns on; the bridge family's
         # keep the bridges on the kernel path, not the namespace: bridge_chains)
-        if chain.family != "bridge" and _acts_on_forwarded(netfilter, chain) \
+        if chain.family != "bridge" and chain.kind != "nat" and _acts_on_forwarded(netfilter, chain) \
                 and (f"{chain.family} {chain.table}", chain.name) not in evaluated:
             uncovered.append(_native_finding(chain))
         if chain.kind == "nat":
@@ -402,10 +402,10 @@ def _native_findings(netfilter, family: str) -> tuple[list[str], list[str], list
 def _acts_on_forwarded(netfilter, chain) -> bool:
     """A native base chain hooked where forwarded packets (or frames a
     bridge forwards, hands up or sends) pass, and that may do something to
-    them (a nat chain aside: _native_findings)."""
+    them."""
     bound = chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES and netfilter.native.hooks_by_name
     return bool(chain.hook) and chain.hook not in _LOCAL_HOOKS.get(chain.family, ()) and not bound \
-        and _awake(netfilter, chain) and chain.kind != "nat" and not _no_op(chain)
+        and _awake(netfilter, chain) and not _no_op(chain)
 
 
 def _native_finding(chain) -> str:
@@ -417,7 +417,8 @@ _bridge_chains: list = [None, ()]     # the netfilter state last asked about, it
 
 def bridge_chains(netfilter) -> tuple[str, ...]:
     """The bridge family's chains that may do something to the frames of a
-    bridge port, whichever way they go (every hook of the family: a frame
+    bridge port, whichever way they go, of any type (no IP connection's
+    first packet only, as an IP nat chain; every hook of the family: a frame
     arriving on a port crosses prerouting, then forward or input; one the
     host sends through a bridge, output and postrouting). They keep the
     namespace's bridges on the kernel path (bridge.bridge_blocker), never
