@@ -23,6 +23,7 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     if hook not in HOOK_CHOICES:
         raise ValueError(f"unknown hook {hook!r} (expected one of {', '.join(HOOK_CHOICES)})")
     nodes = registered()
+    ordered = in_stage_order(nodes)     # (stable: a subsequence of it is in stage order too)
     facts = _remembered("pipeline", ("links", "sysctls", "routes", "rules", "netfilter", "route_mtus6"), snapshot,
                         _facts)
     shared = namespace_obstacles(snapshot)
@@ -33,15 +34,17 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
             skipped.append(Skipped(link.index, link.name, f"ifindex {link.index} is beyond the fast path's "
                                                           f"interface arrays (below {MAX_IFACE_SLOTS})"))
             continue
-        chosen = _needed(snapshot, link, in_stage_order(n for n in nodes if n.applies(snapshot, link)))
-        chosen, reason = _covered(snapshot, link, chosen, shared)
+        chosen = tuple(n for n in ordered if n.applies(snapshot, link))
+        needs = {n.name: n.needs(snapshot, link) for n in chosen}
+        chosen = _needed(chosen, needs)
+        chosen, reason = _covered(snapshot, link, chosen, needs, shared)
         hook_chosen, note = None, ""
         if reason is None:
             hook_chosen, reason, note = _choose_hook(link, hook, snapshot, chosen)
         if reason:
             skipped.append(Skipped(link.index, link.name, reason))
         else:
-            pipelines.append(Pipeline(link.index, link.name, Shape(hook_chosen, tuple(n.name for n in chosen)),
+            pipelines.append(Pipeline(link.index, link.name, _shape(hook_chosen, tuple(n.name for n in chosen)),
                                       hook_note=note))
     tables = interface_tables(facts)
     for node in nodes:
@@ -70,17 +73,30 @@ def _remembered(name: str, inputs: tuple[str, ...], snapshot, compute):
     return result
 
 
-def _needed(snapshot, link, chosen: tuple[Node, ...]) -> tuple[Node, ...]:
-    """`chosen` without the nodes none of whose needed nodes is in it."""
+_shapes: dict[tuple[str, tuple[str, ...]], Shape] = {}
+
+
+def _shape(hook: str, names: tuple[str, ...]) -> Shape:
+    """The Shape for `hook` and `names`, made (and its names checked) once:
+    every interface of a namespace asks for one of a few."""
+    shape = _shapes.get((hook, names))
+    if shape is None:
+        shape = _shapes[(hook, names)] = Shape(hook, names)
+    return shape
+
+
+def _needed(chosen: tuple[Node, ...], needs: dict[str, tuple[str, ...]]) -> tuple[Node, ...]:
+    """`chosen` without the nodes none of whose needed nodes (`needs`, per
+    node: Node.needs on this interface) is in it."""
     while True:
         names = {n.name for n in chosen}
-        kept = tuple(n for n in chosen if not (needs := n.needs(snapshot, link)) or names.intersection(needs))
+        kept = tuple(n for n in chosen if not needs[n.name] or names.intersection(needs[n.name]))
         if len(kept) == len(chosen):
             return kept
         chosen = kept
 
 
-def _covered(snapshot, link, chosen: tuple[Node, ...], shared) -> tuple[tuple[Node, ...], str | None]:
+def _covered(snapshot, link, chosen: tuple[Node, ...], needs, shared) -> tuple[tuple[Node, ...], str | None]:
     """The pipeline without the deciding nodes whose decisions would meet an
     obstacle no node covers (a decision is covered by its node and by the
     nodes after it that do not decide, e.g. FORWARD after routing), and why
@@ -105,7 +121,7 @@ def _covered(snapshot, link, chosen: tuple[Node, ...], shared) -> tuple[tuple[No
         if uncovered is not None:
             chosen = tuple(n for n in chosen if n is not decider)
             first_uncovered = first_uncovered or uncovered
-    chosen = _needed(snapshot, link, chosen)
+    chosen = _needed(chosen, needs)
     if not any(n.decides for n in chosen):
         return chosen, _uncovered(snapshot, link, first_uncovered)
     return chosen, None
