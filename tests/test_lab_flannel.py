@@ -328,6 +328,50 @@ def test_service_udp_is_translated_in_the_fast_path_as_linux_translates_it(flann
             inter_node.assert_fast_as(linux, "service")
 
 
+def test_service_udp_within_a_node_is_linux_s(flannel: FlannelLab) -> None:
+    """A pod's UDP exchange with the ClusterIP service whose endpoint is the
+    other pod on its own node: Linux hands each request up from cni0, DNATs
+    it and routes it back out of cni0, and bridges each answer back, where
+    br_netfilter's conntrack gives it the service's address. What both pods
+    receive is what Linux alone gives them; the fast path looked at every
+    packet and handed it to the kernel (a request's egress is the bridge it
+    came in on; an answer's connection carries NAT)."""
+    from controller.launcher import ControllerProcess, linuxfp_stats
+    from controller_counting import reasons
+
+    node = flannel.namespace("node2")
+    server, client = flannel.pods_on("node2")[:2]
+    assert flannel.state.service.endpoint_pod == server.name
+    udp = next(p for p in flannel.state.service.ports if p.protocol == "udp")
+    destination, count = (flannel.state.service.cluster_ip, udp.port), 100
+
+    def exchange(run: str = "again") -> dict[str, list[bytes]]:
+        frames = _exchange_frames(flannel, client, server, count, run, destination)
+        return {label: frames[label] for label in ("client", "server")}
+
+    echo = flannel.namespace(server.name).popen(["python3", "-c", RAW_ECHO, server.ip, str(udp.target_port)],
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        exchange("first")
+        linux = exchange()
+        answers = [f for f in linux["client"] if f[36:38] == (40123).to_bytes(2, "big")]
+        assert len(answers) == count + 2 and all(
+            f[26:30] == ipaddress.IPv4Address(SERVICE_IP).packed for f in answers), len(answers)
+        with ControllerProcess(node.name, hook="tc") as controller:
+            controller.settled()
+            exchange()
+            before = linuxfp_stats(node.name)
+            accelerated = exchange()
+            after = linuxfp_stats(node.name)
+        assert accelerated == linux
+        counted = {k: v - reasons(before).get(k, 0) for k, v in reasons(after).items()}
+        # (each request, each answer: count + 2 of each, the kernel's)
+        assert counted.get("hairpin", 0) >= count and counted.get("filter_ct_state", 0) >= count, counted
+    finally:
+        os.killpg(echo.pid, 15)
+        echo.wait()
+
+
 def test_pods_stay_connected_as_linux_connects_them_with_etcd_and_flanneld_down(flannel: FlannelLab) -> None:
     """The control plane failing changes nothing that flanneld programmed:
     with etcd down (controllers started then), then every flanneld down too,
