@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from . import netlink as nl
 from .iptables import BUILTIN_CHAINS, Ruleset, read_ruleset
 from .nft_native import FAMILY_NUMBERS, HOOKS_BY_NAME, read_native_tables
-from .nft_rules import NFNL_SUBSYS_NFTABLES, read_native
+from .nft_rules import NFNL_SUBSYS_NFTABLES, nft_message, read_native
 from .xt_blob import GETINFO, decode_tables
 from .xt_extensions import Undecodable
 from .ipset import LIST_PENDING, combine_list, read_ipsets
@@ -100,7 +100,7 @@ def _nft_table_dump() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     absent."""
     try:
         with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
-            replies = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0))
+            replies = sock.dump(nft_message(NFT_MSG_GETTABLE), _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0))
     except OSError as exc:      # NetlinkError included
         if _absent(exc):
             return None
@@ -131,7 +131,7 @@ def _read_generation() -> int | None:
     """nft_generation(), its failure raised (OSError); None: no generation
     in the answer."""
     with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
-        replies = sock.request((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN, _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
+        replies = sock.request(nft_message(NFT_MSG_GETGEN), _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0), dump=False)
     # (the answer is the NFT_MSG_NEWGEN a commit announces: one decoder)
     for reply in replies:
         event = decode_nft_event(reply)

@@ -22,7 +22,7 @@ from .model import NftChain, NftNative, NftObject
 from .nft_forward import (FORWARD_FAMILIES, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_NAME,
                           NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, KeySet, constant_anonymous, forward_rulesets,
                           key_set, static_named)
-from .nft_rules import (NF_ACCEPT, NF_DROP, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE,
+from .nft_rules import (NF_ACCEPT, NF_DROP, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, nft_message,
                         NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY,
                         NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM,
                         NFTA_HOOK_PRIORITY,
@@ -115,7 +115,7 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                 # the kernel dumps one table's rules when asked for it by name
                 request = _NFGENMSG.pack(FAMILY_NUMBERS[family], 0, 0) + nl.attr(NFTA_RULE_TABLE,
                                                                                   table.encode() + b"\0")
-                for _family, a in _answers(sock.dump(_msg(NFT_MSG_GETRULE), request), NFT_MSG_NEWRULE):
+                for _family, a in _answers(sock.dump(nft_message(NFT_MSG_GETRULE), request), NFT_MSG_NEWRULE):
                     key = (family, nl.strict_name(a[NFTA_RULE_TABLE]), nl.strict_name(a[NFTA_RULE_CHAIN]))
                     rules[key] = rules.get(key, 0) + 1
                     if family in FORWARD_FAMILIES:
@@ -128,7 +128,7 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                             written.setdefault((family, table), set()).add(target)
         every_family = _NFGENMSG.pack(socket.AF_UNSPEC, 0, 0)
         if any(native.values()):
-            for number, a in _answers(sock.dump(_msg(NFT_MSG_GETCHAIN), every_family), NFT_MSG_NEWCHAIN):
+            for number, a in _answers(sock.dump(nft_message(NFT_MSG_GETCHAIN), every_family), NFT_MSG_NEWCHAIN):
                 family, table = names.get(number, str(number)), nl.strict_name(a[NFTA_CHAIN_TABLE])
                 if table in native.get(family, ()):
                     chains.append(_chain(family, a, rules, expressions))
@@ -136,7 +136,7 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
         for kind, message, table_attribute in (("set", NFT_MSG_GETSET, NFTA_SET_TABLE),
                                                ("object", NFT_MSG_GETOBJ, NFTA_OBJ_TABLE),
                                                ("flowtable", NFT_MSG_GETFLOWTABLE, NFTA_FLOWTABLE_TABLE)):
-            for number, a in _answers(sock.dump(_msg(message), every_family), message - 1):
+            for number, a in _answers(sock.dump(nft_message(message), every_family), message - 1):
                 family, table = names.get(number, str(number)), nl.strict_name(a[table_attribute])
                 if table in every.get(family, ()):
                     if kind == "set" and family in FORWARD_FAMILIES and table in native.get(family, ()) \
@@ -152,7 +152,7 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
             name = nl.strict_name(a[NFTA_SET_NAME])
             request = _NFGENMSG.pack(FAMILY_NUMBERS[family], 0, 0) + nl.attr(
                 NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0") + nl.attr(NFTA_SET_ELEM_LIST_SET, name.encode() + b"\0")
-            read = key_set(a, [attrs for _, attrs in _answers(sock.dump(_msg(NFT_MSG_GETSETELEM), request),
+            read = key_set(a, [attrs for _, attrs in _answers(sock.dump(nft_message(NFT_MSG_GETSETELEM), request),
                                                                     NFT_MSG_NEWSETELEM)])
             if read is None:
                 objects.append(NftObject(family, table, "set"))
@@ -165,8 +165,6 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                      forward=forward_rulesets(chains, answers, sets))
 
 
-def _msg(kind: int) -> int:
-    return (NFNL_SUBSYS_NFTABLES << 8) | kind
 
 
 def _answers(replies, kind: int):

@@ -44,18 +44,24 @@ import threading
 from dataclasses import dataclass, replace
 
 from . import netlink as nl
+from .decode import NFNL_SUBSYS_NFTABLES
 from .netfilter_hooks import TABLE_PRIORITY
 from .iptables import BUILTIN_CHAINS, Chain, IptRule, IptTable, Match, Ruleset, remembered_rule
 from .xt_extensions import (XT_LIMIT_SCALE, Undecodable, limit_options, protocol_name, tcp_flags, undecodable_name,
                             xt_matches, xt_targets)
 
-NFNL_SUBSYS_NFTABLES = 10
 NFT_MSG_GETCHAIN = 4
 NFT_MSG_NEWCHAIN = 3
 NFT_MSG_GETRULE = 7
 NFT_MSG_NEWRULE = 6
 _NFGENMSG = struct.Struct("=BBH")
 FAMILIES = {"ip": socket.AF_INET, "ip6": socket.AF_INET6}
+
+
+def nft_message(kind: int) -> int:
+    """The netlink message type of nf_tables' message `kind` (NFT_MSG_*)."""
+    return (NFNL_SUBSYS_NFTABLES << 8) | kind
+
 
 # Each x_tables table's built-in base chains as iptables-nft creates them:
 # name -> (hook number, priority, chain type). A base chain that differs in
@@ -153,8 +159,8 @@ def read_native(family: str = "ip", generation: int | None = None) -> Ruleset:
         try:
             with nl.query_socket(nl.NETLINK_NETFILTER) as sock:
                 request = _NFGENMSG.pack(FAMILIES[family], 0, 0)
-                chains = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN, request)
-                rules = sock.dump((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, request)
+                chains = sock.dump(nft_message(NFT_MSG_GETCHAIN), request)
+                rules = sock.dump(nft_message(NFT_MSG_GETRULE), request)
         except (OSError, nl.DumpInterrupted, struct.error) as exc:
             raise Undecodable(f"nf_tables could not be dumped: {exc}") from None
         if before is None:
