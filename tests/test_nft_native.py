@@ -17,7 +17,7 @@ import pytest
 
 from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
-from linuxfp.graph.filtering.scope import bridge_chains, filter_scope, filter_scope6, ingress_chain
+from linuxfp.graph.filtering.scope import bridge_chains, egress_chain, filter_scope, filter_scope6, ingress_chain
 from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.differential import Step
 from linuxfp.lab.netns import entered
@@ -128,6 +128,12 @@ QUIET_SOURCE_INGRESS = DEBIAN_DEFAULT + """table netdev edge {
     chain in { type filter hook ingress device "to-src" priority 0; }
 }
 """
+# ... and on the probes' egress: every redirect (tc's too: nf_skip_egress)
+# would skip it, so what leaves there is the kernel's
+SINK_EGRESS = DEBIAN_DEFAULT + """table netdev edge {
+    chain out { type filter hook egress device "to-sink" priority 0; ip daddr 198.19.2.0/24 drop; }
+}
+"""
 # iptables-nft's FORWARD rule, then a native forward rule, in a table
 # flagged dormant: Linux evaluates neither, nor does the fast path
 DORMANT = FORWARD_DROPS + "add table inet filter { flags dormant; }\n"
@@ -229,8 +235,17 @@ def test_a_chain_on_a_devices_ingress_keeps_only_that_ingress():
     # a kernel that binds hooks to devices, not names: no name tells which
     older = _state(*edge.native.chains, hooks_by_name=False)
     assert ingress_chain(older, "eth1") is None and filter_scope(older).uncovered
-    # an egress chain: the egress is not known at the ingress
-    assert filter_scope(_state(_base("netdev", "e", "out", "egress", "drop", devices=("eth1",)))).uncovered
+    # an egress chain: the device it binds is no target of the redirects
+    # that skip its transmit path (egress_chain); where the kernel binds it
+    # to a device, not a name, no name tells which: the namespace's
+    out = _state(_base("netdev", "e", "out", "egress", "drop", devices=("eth1",)),
+                 _base("netdev", "e", "quiet", "egress", devices=("eth2",)))
+    assert filter_scope(out).uncovered == () and filter_scope6(out).uncovered == ()
+    assert [name for name in ("eth1", "eth2", "eth3") if egress_chain(out, name)] == ["eth1"]
+    assert "nf_tables chain netdev e out on egress: policy drop" in egress_chain(out, "eth1")
+    older = _state(*out.native.chains, hooks_by_name=False)
+    assert egress_chain(older, "eth1") is None and filter_scope(older).uncovered
+    assert egress_chain(replace(out, dormant=("netdev e",)), "eth1") is None
 
 
 def test_chains_and_expressions_are_decoded_from_the_dump():
@@ -305,6 +320,42 @@ def test_the_graph_keeps_only_the_bound_ingress_on_the_kernel_path():
     assert [p.ifname for p in graph.pipelines] == ["right"]
     reason = {s.ifname: s.reason for s in graph.skipped}["left"]
     assert "nf_tables chain netdev edge in on ingress: 1 rule" in reason, reason
+
+
+def test_an_egress_chain_keeps_the_redirects_that_skip_it_from_its_device():
+    """A netdev egress chain on `right`: every redirect would skip it (tc's
+    too), so nothing the fast path sends leaves there — its facts lose
+    TC_TX, ROUTED_TX and XDP_TX, no veth peer redirect enters its peer —
+    while both ingresses keep their pipelines (`left`'s packets routed out
+    of `right` go to the kernel, the rest stays fast)."""
+    from linuxfp.graph import build_graph
+    from linuxfp.graph.model import IF_ROUTED_TX, IF_TC_TX, IF_XDP_TX
+    from linuxfp.state.model import NETDEV_XDP_ACT_BASIC, VethPeer
+    from snapshot_fixtures import router_snapshot
+
+    default = (_base("inet", "filter", "input", "input"), _base("inet", "filter", "forward", "forward"))
+    out = _base("netdev", "edge", "out", "egress", rules=1, expressions=("cmp", "payload"), devices=("right",))
+
+    def graph(chains, hook: str, pods: bool = False):
+        snapshot = router_snapshot(netfilter=_state(*chains))
+        if pods:    # both veths' peers in a container each, taking frames through the backlog
+            links = tuple(replace(link, xdp_features=NETDEV_XDP_ACT_BASIC, peer_netnsid=1, peer=link.index)
+                          if link.name != "lo" else link for link in snapshot.links)
+            snapshot = replace(snapshot, links=links, peers=tuple(
+                VethPeer(1, index, f"02:00:00:00:01:{index:02x}", 1500, True, 0) for index in (2, 3)))
+        built = build_graph(snapshot, hook)
+        assert sorted(p.ifname for p in built.pipelines) == ["left", "right"]
+        return built
+
+    def targets(chains, flag: int) -> list[int]:
+        return sorted(f.ifindex for f in graph(chains, "xdp").ifaces if f.flags & flag)
+
+    def peer_targets(chains) -> list[int]:
+        return sorted(int.from_bytes(key, "little") for key, _ in graph(chains, "tc", pods=True).table("lfp_peers").entries)
+
+    for flag in (IF_XDP_TX, IF_TC_TX, IF_ROUTED_TX):
+        assert targets(default, flag) == [2, 3] and targets((*default, out), flag) == [2], flag
+    assert peer_targets(default) == [2, 3] and peer_targets((*default, out)) == [2]
 
 
 # more of what the reader sees: several devices, inet ingress, a nat chain,
@@ -761,6 +812,7 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
              Step("prerouting drops", _ruleset(PREROUTING_DROPS)),
              Step("sink ingress", _ruleset(SINK_INGRESS)), Step("source ingress", _ruleset(SOURCE_INGRESS)),
              Step("quiet source ingress", _ruleset(QUIET_SOURCE_INGRESS)),
+             Step("sink egress", _ruleset(SINK_EGRESS)),
              Step("beside iptables", _ruleset(DEBIAN_DEFAULT, *BESIDE_IPTABLES)),
              Step("dormant iptables", _ruleset(DEBIAN_DEFAULT, *DORMANT_IPTABLES)),
              Step("dormant native", _ruleset(DORMANT))]
@@ -779,7 +831,8 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
                     "forward drops": True, "forward sets": True, "named sets": True, "named set grown": True,
                     "named set shrunk": True, "prerouting drops": True, "sink ingress": HOOKS_BY_NAME,
                     "source ingress": False,
-                    "quiet source ingress": False, "beside iptables": True,
+                    "quiet source ingress": False, "sink egress": False,
+                    "beside iptables": True,
                     "dormant iptables": True, "dormant native": True}, report.render()
     # (the quiet chain's ingress kept its program, which passed every packet;
     # the counts are read as each step's change is settled: its frames show
@@ -796,6 +849,11 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
         assert dropped[k + 2] > dropped[k + 1], (name, dropped)
         if "sets" in name or "set " in name:
             assert kernel[k + 2] == kernel[k + 1], (name, kernel)
+    # the egress chain's device alone left the fast path: the probes' ingress
+    # kept its pipeline, which handed over what it routed there
+    unsent = [count_reasons(s).get("egress_unsupported", 0) for s in seen[0].stats]
+    k = names.index("sink egress")
+    assert unsent[k + 2] - unsent[k + 1] >= FRAMES // 2 or not HOOKS_BY_NAME, unsent
     # the same frames each step: Linux dropped what the forward rule and the
     # probes' ingress chain drop
     delivered = {step.name: len(kernel.at("sink:to-dut")) for step, kernel in zip(steps, report.kernel)}
@@ -805,5 +863,6 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     assert delivered["prerouting drops"] < delivered["debian default"], delivered
     assert delivered["named set grown"] < delivered["named set shrunk"], delivered
     assert delivered["source ingress"] < delivered["debian default"], delivered
+    assert delivered["sink egress"] < delivered["debian default"], delivered
     assert delivered["beside iptables"] < delivered["debian default"], delivered
     assert delivered["dormant iptables"] == delivered["dormant native"] == delivered["debian default"], delivered

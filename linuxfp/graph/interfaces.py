@@ -8,7 +8,7 @@ from linuxfp.state.model import BR_STATE_FORWARDING
 
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
-from .filtering.scope import ipv6_uncovered
+from .filtering.scope import egress_chain, ipv6_uncovered
 from .tables import ARRAY, DEVMAP, U32, CType, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
@@ -74,6 +74,9 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_
         # route's egress for the router: FORWARDING stays clear).
         flags = (flags & ~IF_FORWARDING) | IF_BRIDGE_TX
         sendable, routable = True, False
+    if egress_chain(snapshot.netfilter, link.name) is not None:
+        # nothing the fast path sends may leave here (egress_chain)
+        sendable = routable = False
     if sendable:
         flags |= IF_TC_TX
     if routable:
@@ -174,12 +177,14 @@ def encapsulated_len_cap(link, snapshot) -> int:
 
 def bridge_sendable(link, snapshot) -> bool:
     """A port of a bridge that would transmit a bridged frame as Linux does:
-    up, with carrier, in forwarding state, and without a backup port (which
-    Linux would use instead when the carrier drops)."""
+    up, with carrier, in forwarding state, without a backup port (which
+    Linux would use instead when the carrier drops), and with no nf_tables
+    egress chain the fast path's redirect would skip (egress_chain)."""
     port = link.bridge_port
     master = snapshot.link(link.master) if link.master else None
     return (port is not None and master is not None and master.kind == "bridge"
-            and link.up and link.oper_up and port.state == BR_STATE_FORWARDING and not port.backup_port)
+            and link.up and link.oper_up and port.state == BR_STATE_FORWARDING and not port.backup_port
+            and egress_chain(snapshot.netfilter, link.name) is None)
 
 
 def mac_bytes(mac: str) -> bytes:

@@ -37,12 +37,14 @@ Uncovered, with the reason:
   netdev) on a hook forwarded packets cross — any but input and
   output of ip/ip6/inet: postrouting, a forward or prerouting chain of
   another type, a prerouting one at conntrack's own priority where
-  connections are tracked, netdev egress, a hook not known here —
+  connections are tracked, a hook not known here —
   unless it does nothing (a filter chain with no rules and policy accept,
   as Debian's default /etc/nftables.conf makes; never inet's ingress, which
   drops malformed packets). Chains bound to a device's ingress send that device's ingress
   to the kernel (`ingress_chain`), not the namespace's, where the kernel
-  binds them by name; the bridge family's (ebtables-nft's too), on any
+  binds them by name, and netdev chains bound to its egress keep the fast
+  path from sending through it (`egress_chain`: every redirect, tc's too,
+  skips that hook); the bridge family's (ebtables-nft's too), on any
   hook, send the bridges' frames there (`bridge_chains`), not the
   namespace's. Rules anywhere still turn connection tracking on (ct,
   NAT, nat chains, ct objects, sets whose elements may count connections)
@@ -94,9 +96,9 @@ DEFRAG_MATCHES = frozenset({"socket"})
 DEFRAG_TARGETS = frozenset({"TPROXY"})
 # Native nf_tables: the hooks a forwarded packet never crosses, per table
 # family — every other hook (bridge's all, but only by a bridge's frames:
-# bridge_chains; netdev egress: the egress is not known at the ingress; a
-# hook not known here) is crossed, but for the device-bound ingress hooks,
-# asked per device (`ingress_chain`).
+# bridge_chains; a hook not known here) is crossed, but for the
+# device-bound ingress and egress hooks, asked per device (`ingress_chain`,
+# `egress_chain`) where the kernel binds them by name.
 _LOCAL_HOOKS = {"ip": frozenset({"input", "output"}), "ip6": frozenset({"input", "output"}),
                 "inet": frozenset({"input", "output"})}
 _INGRESS_FAMILIES = frozenset({"inet", "netdev"})
@@ -403,7 +405,7 @@ def _acts_on_forwarded(netfilter, chain) -> bool:
     """A native base chain hooked where forwarded packets (or frames a
     bridge forwards, hands up or sends) pass, and that may do something to
     them."""
-    bound = chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES and netfilter.native.hooks_by_name
+    bound = _device_bound(chain) and netfilter.native.hooks_by_name
     return bool(chain.hook) and chain.hook not in _LOCAL_HOOKS.get(chain.family, ()) and not bound \
         and _awake(netfilter, chain) and not _no_op(chain)
 
@@ -430,6 +432,29 @@ def bridge_chains(netfilter) -> tuple[str, ...]:
             if chain.family == "bridge" and _acts_on_forwarded(netfilter, chain))
         _bridge_chains[:] = [netfilter, found]
     return _bridge_chains[1]
+
+
+def _device_bound(chain) -> bool:
+    """A chain on a device's own ingress or egress (asked per device where
+    the kernel binds it by name: ingress_chain, egress_chain)."""
+    return (chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES
+            or chain.hook == "egress" and chain.family == "netdev")
+
+
+def egress_chain(netfilter, ifname: str) -> str | None:
+    """Why nothing the fast path sends may leave through the device named
+    `ifname`: a netdev egress chain bound to it that does something (None:
+    none does). The kernel runs that hook only for what the stack itself
+    transmits: XDP's redirects and a veth peer redirect skip the device's
+    transmit path, and tc's redirects skip the hook (nf_hook_egress(): a
+    packet tc redirected carries nf_skip_egress, "on the tc layer")."""
+    if not netfilter.native.hooks_by_name:
+        return None         # (namespace-wide: _native_findings)
+    for chain in netfilter.native.chains:
+        if chain.family == "netdev" and chain.hook == "egress" and not _no_op(chain) \
+                and chain.binds(ifname) and _awake(netfilter, chain):
+            return f"{chain.where} on egress: {_what(chain)} (native nft: the kernel evaluates it)"
+    return None
 
 
 def ingress_chain(netfilter, ifname: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from linuxfp.resources import modules_dir
 
+from ..filtering.scope import egress_chain
 from ..interfaces import ARPHRD_ETHER
 from ..tables import ARRAY, U32, CType, Table, u32
 from . import Node, Stage, register
@@ -65,11 +66,11 @@ def _sends(snapshot, bridge) -> bool:
     """Whether br_dev_xmit() would send a routed packet to its FDB port as
     the node does: the bridge is up and reproduced by the bridge node,
     nothing runs on its transmit path (a queue, tc egress filters, tcx
-    programs of other tools), and no
+    programs of other tools, an nf_tables egress chain), and no
     accepted redirect can reroute what is sent through it."""
     conf = snapshot.sysctls.for_ifindex(bridge.index)
     # accepted ICMP redirects make next-hop exceptions bpf_fib_lookup ignores
     redirects = conf is not None and conf.accept_redirects
     return (bridge.up and bridge.oper_up and bridge.link_type == ARPHRD_ETHER and not redirects
             and (bridge.qdisc or "") in _UNQUEUED and not bridge.tc_ingress and not bridge.tcx_others_egress
-            and bridge_blocker(snapshot, bridge) is None)
+            and egress_chain(snapshot.netfilter, bridge.name) is None and bridge_blocker(snapshot, bridge) is None)

@@ -8,6 +8,7 @@ import struct
 
 from linuxfp.resources import modules_dir
 
+from ..filtering.scope import egress_chain
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
 from ..interfaces import mac_bytes
 from ..tables import ARRAY, HASH, U8, U32, CType, Table, be32, hint_table, u32
@@ -27,7 +28,7 @@ class Transmit(Node):
     name = "transmit"
     stage = Stage.TRANSMIT
     header = modules_dir() / "transmit.h"
-    inputs = ("neighbours", "links", "peers")
+    inputs = ("neighbours", "links", "peers", "netfilter")      # (netfilter: egress chains)
 
     def tables(self, snapshot) -> tuple[Table, ...]:
         return self._neighbour_tables(snapshot.neighbours) + (self._peers_table(snapshot),)
@@ -104,7 +105,7 @@ def deliverable_peers(snapshot):
     """(veth, its peer) pairs where a frame sent out of the veth may be put
     straight into the peer's receive path (bpf_redirect_peer): nothing runs
     on the way out (no qdisc work, no tc egress filters: no clsact, no tcx
-    egress programs of other tools), and the
+    egress programs of other tools, no nf_tables egress chain), and the
     peer receives through the backlog, not NAPI — its GRO or XDP would run
     on the veth path only, which the veth's NDO_XMIT feature reveals (set
     when its peer has either; unknown without the netdev family: no)."""
@@ -112,7 +113,8 @@ def deliverable_peers(snapshot):
         peer = snapshot.peer_of(link)
         if (peer is None or not (link.up and link.oper_up)
                 or (link.qdisc or "") not in _NO_QDISC or link.tc_ingress or link.tcx_others_egress
-                or not link.xdp_features or link.can_receive_xdp_redirect):
+                or not link.xdp_features or link.can_receive_xdp_redirect
+                or egress_chain(snapshot.netfilter, link.name) is not None):
             continue
         if peer.up and not peer.xdp_prog_id and peer.mtu and any(mac_bytes(peer.mac)):
             yield link, peer
