@@ -42,12 +42,12 @@ from dataclasses import dataclass
 from . import netlink as nl
 from .iptables import BUILTIN_CHAINS, Ruleset, read_ruleset
 from .nft_native import FAMILY_NUMBERS, HOOKS_BY_NAME, read_native_tables
-from .nft_rules import NFNL_SUBSYS_NFTABLES, nft_message, read_native
+from .nft_rules import nft_message, read_native
 from .xt_blob import GETINFO, decode_tables
 from .xt_extensions import Undecodable
 from .ipset import LIST_PENDING, combine_list, read_ipsets
 from .model import IpSet, NetfilterState, NftNative
-from .decode import NFT_MSG_NEWGEN, NFTA_GEN_ID, decode_nft_event     # noqa: F401 (NEWGEN's layout: decode's)
+from .decode import NFNL_SUBSYS_NFTABLES, NFT_MSG_NEWGEN, NFTA_GEN_ID, decode_nft_event  # noqa: F401 (NEWGEN's layout: decode's)
 
 NFT_MSG_NEWTABLE = 0
 NFT_MSG_GETTABLE = 1

@@ -22,11 +22,10 @@ from .model import NftChain, NftNative, NftObject
 from .nft_forward import (FORWARD_FAMILIES, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_NAME,
                           NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, KeySet, constant_anonymous, forward_rulesets,
                           key_set, static_named)
-from .nft_rules import (NF_ACCEPT, NF_DROP, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, nft_message,
-                        NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY,
-                        NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM,
-                        NFTA_HOOK_PRIORITY,
-                        NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, _NFGENMSG)
+from .nft_rules import (NF_ACCEPT, NF_DROP, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE,
+                        NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
+                        NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN,
+                        NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, _NFGENMSG, nft_message)
 
 NFT_MSG_NEWSET, NFT_MSG_GETSET = 9, 10
 NFT_MSG_NEWOBJ, NFT_MSG_GETOBJ = 18, 19
@@ -163,8 +162,6 @@ def _read(every: dict[str, set[str]], native: dict[str, set[str]]) -> NftNative:
                      hooks_by_name=HOOKS_BY_NAME,
                      tables=tuple(sorted(f"{family} {table}" for family, names_ in every.items() for table in names_)),
                      forward=forward_rulesets(chains, answers, sets))
-
-
 
 
 def _answers(replies, kind: int):
