@@ -21,7 +21,7 @@
 #include "bridge.h"
 
 #define LFP_COUNTERS_BRIDGE_TX(X)                                                         \
-	X(BRTX_DEVICE,            bridge_tx, pass, "egress bridge not reproduced (down, queued, tc filters or blocked)") \
+	X(BRTX_DEVICE,            bridge_tx, pass, "egress bridge not reproduced (down, queued, tc filters, an nf_tables egress chain, or blocked)") \
 	X(BRTX_DEST_UNKNOWN,      bridge_tx, pass, "next hop's MAC not in the FDB mirror (the bridge floods)") \
 	X(BRTX_SETTLING,          bridge_tx, pass, "next hop's FDB entry just written or refreshed: the kernel's frames go first") \
 	X(BRTX_PORT_BLOCKED,      bridge_tx, pass, "FDB port not forwarding") \

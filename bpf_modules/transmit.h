@@ -88,7 +88,8 @@ static __always_inline __u8 *lfp_neigh_state(const struct lfp_fwd *fwd)
 /* Veths whose peer, in another namespace, receives what they send exactly
  * as the peer redirect delivers it: indexed by ifindex, all zeros for the
  * others. Only what veth_xmit() does is skipped — the egress has no qdisc
- * work or tc egress filters, and the peer no XDP or GRO (its NAPI path) —
+ * work, tc egress filters or nf_tables egress chain, and the peer no XDP or
+ * GRO (its NAPI path) —
  * and the peer must take the frame as PACKET_HOST, which the redirect makes
  * it, so only frames to the peer's own MAC go this way. The controller
  * keeps the peer's facts from its namespace's link events

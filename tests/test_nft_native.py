@@ -325,9 +325,10 @@ def test_the_graph_keeps_only_the_bound_ingress_on_the_kernel_path():
 def test_an_egress_chain_keeps_the_redirects_that_skip_it_from_its_device():
     """A netdev egress chain on `right`: every redirect would skip it (tc's
     too), so nothing the fast path sends leaves there — its facts lose
-    TC_TX, ROUTED_TX and XDP_TX, no veth peer redirect enters its peer —
-    while both ingresses keep their pipelines (`left`'s packets routed out
-    of `right` go to the kernel, the rest stays fast)."""
+    TC_TX, ROUTED_TX and XDP_TX, no veth peer redirect enters its peer,
+    `linuxfp graph` says why — while both ingresses keep their pipelines
+    (`left`'s packets routed out of `right` go to the kernel, the rest
+    stays fast)."""
     from linuxfp.graph import build_graph
     from linuxfp.graph.model import IF_ROUTED_TX, IF_TC_TX, IF_XDP_TX
     from linuxfp.state.model import NETDEV_XDP_ACT_BASIC, VethPeer
@@ -336,26 +337,70 @@ def test_an_egress_chain_keeps_the_redirects_that_skip_it_from_its_device():
     default = (_base("inet", "filter", "input", "input"), _base("inet", "filter", "forward", "forward"))
     out = _base("netdev", "edge", "out", "egress", rules=1, expressions=("cmp", "payload"), devices=("right",))
 
-    def graph(chains, hook: str, pods: bool = False):
-        snapshot = router_snapshot(netfilter=_state(*chains))
-        if pods:    # both veths' peers in a container each, taking frames through the backlog
-            links = tuple(replace(link, xdp_features=NETDEV_XDP_ACT_BASIC, peer_netnsid=1, peer=link.index)
-                          if link.name != "lo" else link for link in snapshot.links)
-            snapshot = replace(snapshot, links=links, peers=tuple(
-                VethPeer(1, index, f"02:00:00:00:01:{index:02x}", 1500, True, 0) for index in (2, 3)))
+    plain = router_snapshot(netfilter=_state(*default))
+    # both veths' peers in a container each, taking frames through the backlog
+    links = tuple(replace(link, xdp_features=NETDEV_XDP_ACT_BASIC, peer_netnsid=1, peer=link.index)
+                  if link.name != "lo" else link for link in plain.links)
+    pods = replace(plain, links=links, peers=tuple(
+        VethPeer(1, index, f"02:00:00:00:01:{index:02x}", 1500, True, 0) for index in (2, 3)))
+    chained = _state(*default, out)
+
+    def graph(snapshot, hook: str):
         built = build_graph(snapshot, hook)
         assert sorted(p.ifname for p in built.pipelines) == ["left", "right"]
         return built
 
-    def targets(chains, flag: int) -> list[int]:
-        return sorted(f.ifindex for f in graph(chains, "xdp").ifaces if f.flags & flag)
+    def targets(snapshot, flag: int) -> list[int]:
+        return sorted(f.ifindex for f in graph(snapshot, "xdp").ifaces if f.flags & flag)
 
-    def peer_targets(chains) -> list[int]:
-        return sorted(int.from_bytes(key, "little") for key, _ in graph(chains, "tc", pods=True).table("lfp_peers").entries)
+    def peer_targets(snapshot) -> list[int]:
+        return sorted(int.from_bytes(key, "little") for key, _ in graph(snapshot, "tc").table("lfp_peers").entries)
 
-    for flag in (IF_XDP_TX, IF_TC_TX, IF_ROUTED_TX):
-        assert targets(default, flag) == [2, 3] and targets((*default, out), flag) == [2], flag
-    assert peer_targets(default) == [2, 3] and peer_targets((*default, out)) == [2]
+    # (the same links and the rest, only netfilter changed — as the state
+    # layer hands on what did not change — and back: the nodes' memos see it)
+    steps = ((plain.netfilter, [2, 3]), (chained, [2]), (plain.netfilter, [2, 3]))
+    for netfilter, sent in steps:
+        for flag in (IF_XDP_TX, IF_TC_TX, IF_ROUTED_TX):
+            assert targets(replace(plain, netfilter=netfilter), flag) == sent, flag
+    for netfilter, sent in steps:
+        assert peer_targets(replace(pods, netfilter=netfilter)) == sent
+    notes = dict(graph(replace(plain, netfilter=chained), "xdp").notes)["transmit"]
+    assert notes == ("right: nothing the fast path sends leaves here: nf_tables chain netdev edge out on egress: "
+                     "1 rule (native nft: the kernel evaluates it)",), notes
+
+
+def test_an_egress_chain_on_a_bridge_or_its_port_keeps_what_leaves_there_with_the_kernel():
+    """On a port: no bridged or routed frame leaves through it in the fast
+    path (no BRIDGE_TX, out of lfp_br_tx_ports), while what arrives on it
+    still does (its port row keeps BRP_FORWARDING); on the bridge device:
+    routed packets into the bridge are the kernel's (no BRD_SENDS)."""
+    from linuxfp.graph import build_graph
+    from linuxfp.graph.model import IF_BRIDGE_TX
+    from linuxfp.graph.nodes.bridge import BRP_FORWARDING, PORT
+    from linuxfp.graph.nodes.bridge_tx import BRD_SENDS
+    from test_graph import bridged_router_snapshot
+
+    base = bridged_router_snapshot()
+    default = (_base("inet", "filter", "input", "input"),)
+
+    def state(netfilter):
+        graph = build_graph(replace(base, netfilter=netfilter))
+        # (bridge_tx stays out of pipelines while no bridge sends)
+        assert graph.pipeline(5).shape.nodes[:2] == ("bridge", "router")
+        port = next(f for f in graph.ifaces if f.ifindex == 5)
+        row = dict(graph.table("lfp_br_ports").entries)[(5).to_bytes(4, "little")]
+        bridge = int.from_bytes(dict(graph.table("lfp_br_devs").entries)[(4).to_bytes(4, "little")], "little")
+        xdp_ports = {int.from_bytes(k, "little") for k, _ in graph.table("lfp_br_tx_ports").entries}
+        return (bool(port.flags & IF_BRIDGE_TX), 5 in xdp_ports, bool(PORT.unpack(row)[1] & BRP_FORWARDING),
+                bool(bridge & BRD_SENDS))
+
+    chain = {name: _base("netdev", "e", "out", "egress", rules=1, expressions=("cmp",), devices=(name,))
+             for name in ("port", "br0")}
+    for netfilter, expected in ((_state(*default), (True, True, True, True)),
+                                (_state(*default, chain["port"]), (False, False, True, True)),
+                                (_state(*default, chain["br0"]), (True, True, True, False)),
+                                (_state(*default), (True, True, True, True))):
+        assert state(netfilter) == expected, netfilter.native.chains
 
 
 # more of what the reader sees: several devices, inet ingress, a nat chain,
@@ -640,7 +685,7 @@ def test_a_read_starts_from_a_commit_that_is_over(lab, monkeypatch):
         assert list(nf._settled.values()) == [generation]    # (a read under it again needs no barrier)
         assert nf._empty_batch(generation) and not nf._empty_batch(generation + 1)
         body = nf._NFGENMSG.pack(0, 0, 0) + nl.attr(nf.NFTA_GEN_ID, struct.pack(">I", generation))
-        announced = nl.NLMSGHDR.pack(16 + len(body), (10 << 8) | nf.NFT_MSG_NEWGEN, 0, 0, 0) + body
+        announced = nl.NLMSGHDR.pack(16 + len(body), nf.nft_message(nf.NFT_MSG_NEWGEN), 0, 0, 0) + body
         events = [decode.decode_nft_event(message) for message in nl.split_messages(announced)]
         assert [event.generation for event in events] == [generation]
         monkeypatch.setattr(nf, "_settled", {})

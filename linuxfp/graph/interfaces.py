@@ -75,8 +75,10 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_
         flags = (flags & ~IF_FORWARDING) | IF_BRIDGE_TX
         sendable, routable = True, False
     if egress_chain(snapshot.netfilter, link.name) is not None:
-        # nothing the fast path sends may leave here (egress_chain)
+        # nothing the fast path sends may leave here (egress_chain); what
+        # arrives here is another matter (a port's BRP_FORWARDING stays)
         sendable = routable = False
+        flags &= ~IF_BRIDGE_TX
     if sendable:
         flags |= IF_TC_TX
     if routable:
@@ -177,14 +179,13 @@ def encapsulated_len_cap(link, snapshot) -> int:
 
 def bridge_sendable(link, snapshot) -> bool:
     """A port of a bridge that would transmit a bridged frame as Linux does:
-    up, with carrier, in forwarding state, without a backup port (which
-    Linux would use instead when the carrier drops), and with no nf_tables
-    egress chain the fast path's redirect would skip (egress_chain)."""
+    up, with carrier, in forwarding state, and without a backup port (which
+    Linux would use instead when the carrier drops). (The fast path's own
+    redirect there also needs no nf_tables egress chain on it: iface_facts.)"""
     port = link.bridge_port
     master = snapshot.link(link.master) if link.master else None
     return (port is not None and master is not None and master.kind == "bridge"
-            and link.up and link.oper_up and port.state == BR_STATE_FORWARDING and not port.backup_port
-            and egress_chain(snapshot.netfilter, link.name) is None)
+            and link.up and link.oper_up and port.state == BR_STATE_FORWARDING and not port.backup_port)
 
 
 def mac_bytes(mac: str) -> bytes:

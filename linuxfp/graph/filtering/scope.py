@@ -450,11 +450,21 @@ def egress_chain(netfilter, ifname: str) -> str | None:
     packet tc redirected carries nf_skip_egress, "on the tc layer")."""
     if not netfilter.native.hooks_by_name:
         return None         # (namespace-wide: _native_findings)
-    for chain in netfilter.native.chains:
-        if chain.family == "netdev" and chain.hook == "egress" and not _no_op(chain) \
-                and chain.binds(ifname) and _awake(netfilter, chain):
-            return f"{chain.where} on egress: {_what(chain)} (native nft: the kernel evaluates it)"
-    return None
+    if _egress_chains[0] is not netfilter:
+        chains = tuple(chain for chain in netfilter.native.chains
+                       if chain.family == "netdev" and chain.hook == "egress" and not _no_op(chain)
+                       and _awake(netfilter, chain))
+        _egress_chains[:] = [netfilter, chains, {}]
+    known = _egress_chains[2]
+    if ifname not in known:
+        known[ifname] = next((f"{chain.where} on egress: {_what(chain)} (native nft: the kernel evaluates it)"
+                              for chain in _egress_chains[1] if chain.binds(ifname)), None)
+    return known[ifname]
+
+
+# the netfilter state last asked about, its egress chains that do something,
+# and the answer per device name so far (every device is asked several times)
+_egress_chains: list = [None, (), {}]
 
 
 def ingress_chain(netfilter, ifname: str) -> str | None:

@@ -26,7 +26,7 @@ class BridgeTx(Node):
     name = "bridge_tx"
     stage = Stage.BRIDGE_TX
     header = modules_dir() / "bridge_tx.h"
-    inputs = ("links", "sysctls", "netfilter")     # (netfilter: bridge_blocker)
+    inputs = ("links", "sysctls", "netfilter")     # (netfilter: bridge_blocker, egress_chain)
 
     def applies(self, snapshot, link) -> bool:
         return any(flags & BRD_SENDS for flags in bridge_devices(snapshot).values())

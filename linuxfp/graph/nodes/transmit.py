@@ -33,6 +33,10 @@ class Transmit(Node):
     def tables(self, snapshot) -> tuple[Table, ...]:
         return self._neighbour_tables(snapshot.neighbours) + (self._peers_table(snapshot),)
 
+    def notes(self, snapshot) -> tuple[str, ...]:
+        return tuple(f"{link.name}: nothing the fast path sends leaves here: {why}" for link in snapshot.links
+                     if (why := egress_chain(snapshot.netfilter, link.name)))
+
     def _neighbour_tables(self, neighbours) -> tuple[Table, ...]:
         # Up to 65 536 entries: rebuilt only when the neighbours change, not
         # on every link event (which the peers table follows).
