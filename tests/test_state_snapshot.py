@@ -214,6 +214,16 @@ def test_device_configuration_is_read_from_the_link_dump_as_the_files_show_it(ne
     assert (a0.ipv6, a0.ipv6_accept_ra, a0.ipv6_ignore_routes_with_linkdown) == (True, True, True)
     assert (b0.ipv6, b0.ipv6_accept_redirects) == (False, True)
     assert not m0.ipv6 and m0.rp_filter == max(int(open("/proc/sys/net/ipv4/conf/all/rp_filter").read()), -1)
+    # read again (the poll's way: what did not change is not decoded or
+    # worked out again): a device's change, and a namespace-wide one that
+    # combines with every device's, are followed; the rest is as it was
+    sh("sysctl -qw net.ipv4.conf.a0.forwarding=0", "sysctl -qw net.ipv4.conf.all.accept_local=1")
+    again = read_snapshot()
+    a0, b0, m0 = (again.interface_sysctls(again.link_by_name(n).index) for n in ("a0", "b0", "m0"))
+    assert not a0.forwarding and a0.accept_local and b0.accept_local and m0.accept_local
+    sh("sysctl -qw net.ipv4.conf.all.accept_local=0")
+    b0 = read_snapshot().interface_sysctls(again.link_by_name("b0").index)
+    assert not b0.accept_local
 
 
 def test_xdp_features_follow_peer_gro(netns):

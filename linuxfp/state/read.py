@@ -59,10 +59,24 @@ def dump_links(sock: nl.NetlinkSocket) -> list[Link]:
     return _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link)
 
 
+# The last dump's link messages, decoded, by their bytes: the 1 s poll dumps
+# every link, and a message that did not change (the dump leaves the
+# statistics out) is not parsed again (a pure function of its bytes).
+_decoded_links: dict[bytes, tuple[Link, DeviceConf] | None] = {}
+
+
 def dump_links_and_confs(sock: nl.NetlinkSocket) -> tuple[list[Link], dict[int, DeviceConf]]:
     """Every link, and each one's configuration from the same dump (the
     sysctls' values: sysctl.py)."""
-    pairs = _decoded(sock.dump(decode.RTM_GETLINK, decode.link_dump_request()), decode.decode_link_and_conf)
+    global _decoded_links
+    known, seen, pairs = _decoded_links, {}, []
+    for msg in sock.dump(decode.RTM_GETLINK, decode.link_dump_request()):
+        payload = bytes(msg.payload)
+        value = known[payload] if payload in known else decode.decode_link_and_conf(payload)
+        seen[payload] = value
+        if value is not None:
+            pairs.append(value)
+    _decoded_links = seen
     return [link for link, _conf in pairs], {link.index: conf for link, conf in pairs}
 
 

@@ -101,6 +101,37 @@ def _conf6(conf: DeviceConf, linkdown_all: int) -> tuple[bool, bool, bool, bool]
             bool(dev["accept_ra"] == 2 if forwarding else dev["accept_ra"]))
 
 
+# Each device's sysctls by its DeviceConf and the namespace-wide values they
+# combine with, from the last read: the 1 s poll reads every device, and one
+# whose configuration did not change is not worked out again.
+_per_device: dict[tuple, InterfaceSysctls | None] = {}
+
+
+def _interface_sysctls(conf: DeviceConf, every: dict[str, int], linkdown6_all: int) -> InterfaceSysctls | None:
+    """A device's effective sysctls; None where the kernel keeps no IPv4
+    configuration for it."""
+    dev = _conf4(conf)
+    if dev is None:
+        return None
+    ipv6, ipv6_redirects, ipv6_linkdown, ipv6_ra = _conf6(conf, linkdown6_all)
+    return InterfaceSysctls(
+        ifindex=conf.index,
+        forwarding=bool(dev["forwarding"]),
+        rp_filter=max(every["rp_filter"], dev["rp_filter"]),
+        accept_local=bool(every["accept_local"] or dev["accept_local"]),
+        send_redirects=bool(every["send_redirects"] or dev["send_redirects"]),
+        route_localnet=bool(every["route_localnet"] or dev["route_localnet"]),
+        accept_redirects=bool(every["accept_redirects"] and dev["accept_redirects"]) if dev["forwarding"]
+        else bool(every["accept_redirects"] or dev["accept_redirects"]),
+        ignore_routes_with_linkdown=bool(every["ignore_routes_with_linkdown"]
+                                         or dev["ignore_routes_with_linkdown"]),
+        ipv6=ipv6,
+        ipv6_accept_redirects=ipv6_redirects,
+        ipv6_ignore_routes_with_linkdown=ipv6_linkdown,
+        ipv6_accept_ra=ipv6 and ipv6_ra,
+    )
+
+
 def read_sysctls(confs: Iterable[DeviceConf]) -> Sysctls:
     """Effective IPv4 forwarding sysctls for these devices (their
     DeviceConf as their RTM_NEWLINK carried it: state/read.py)."""
@@ -111,28 +142,15 @@ def read_sysctls(confs: Iterable[DeviceConf]) -> Sysctls:
             "(procfs) and IPv4 enabled in this network namespace")
     ip_forward = _read_int(IP_FORWARD)
     linkdown6_all = _read_int(f"{CONF6_ROOT}/all/ignore_routes_with_linkdown") or 0
+    global _per_device
+    known, _per_device = _per_device, {}
+    namespace_wide = (tuple(every.items()), linkdown6_all)
     interfaces = []
     for conf in confs:
-        dev = _conf4(conf)
-        if dev is None:
-            continue
-        ipv6, ipv6_redirects, ipv6_linkdown, ipv6_ra = _conf6(conf, linkdown6_all)
-        interfaces.append(InterfaceSysctls(
-            ifindex=conf.index,
-            forwarding=bool(dev["forwarding"]),
-            rp_filter=max(every["rp_filter"], dev["rp_filter"]),
-            accept_local=bool(every["accept_local"] or dev["accept_local"]),
-            send_redirects=bool(every["send_redirects"] or dev["send_redirects"]),
-            route_localnet=bool(every["route_localnet"] or dev["route_localnet"]),
-            accept_redirects=bool(every["accept_redirects"] and dev["accept_redirects"]) if dev["forwarding"]
-            else bool(every["accept_redirects"] or dev["accept_redirects"]),
-            ignore_routes_with_linkdown=bool(every["ignore_routes_with_linkdown"]
-                                             or dev["ignore_routes_with_linkdown"]),
-            ipv6=ipv6,
-            ipv6_accept_redirects=ipv6_redirects,
-            ipv6_ignore_routes_with_linkdown=ipv6_linkdown,
-            ipv6_accept_ra=ipv6 and ipv6_ra,
-        ))
+        key = (conf, namespace_wide)
+        found = _per_device[key] = known[key] if key in known else _interface_sysctls(conf, every, linkdown6_all)
+        if found is not None:
+            interfaces.append(found)
     interfaces.sort(key=lambda s: s.ifindex)
     namespace = {}
     for field_name, (path, default) in _NAMESPACE_KEYS.items():
