@@ -217,10 +217,16 @@ def test_device_configuration_is_read_from_the_link_dump_as_the_files_show_it(ne
     # read again (the poll's way: what did not change is not decoded or
     # worked out again): a device's change, and a namespace-wide one that
     # combines with every device's, are followed; the rest is as it was
-    sh("sysctl -qw net.ipv4.conf.a0.forwarding=0", "sysctl -qw net.ipv4.conf.all.accept_local=1")
+    c0 = snap.interface_sysctls(snap.link_by_name("c0").index)
+    assert not b0.accept_local and not m0.accept_local and not c0.ipv6_ignore_routes_with_linkdown
+    sh("sysctl -qw net.ipv4.conf.a0.forwarding=0", "sysctl -qw net.ipv4.conf.all.accept_local=1",
+       "sysctl -qw net.ipv6.conf.all.ignore_routes_with_linkdown=1")
     again = read_snapshot()
-    a0, b0, m0 = (again.interface_sysctls(again.link_by_name(n).index) for n in ("a0", "b0", "m0"))
+    a0, b0, m0, c0 = (again.interface_sysctls(again.link_by_name(n).index) for n in ("a0", "b0", "m0", "c0"))
     assert not a0.forwarding and a0.accept_local and b0.accept_local and m0.accept_local
+    assert c0.ipv6_ignore_routes_with_linkdown
+    assert (b0.forwarding, m0.forwarding, m0.rp_filter) == (False, True, max(
+        int(open("/proc/sys/net/ipv4/conf/all/rp_filter").read()), -1))
     sh("sysctl -qw net.ipv4.conf.all.accept_local=0")
     b0 = read_snapshot().interface_sysctls(again.link_by_name("b0").index)
     assert not b0.accept_local

@@ -143,14 +143,16 @@ def read_sysctls(confs: Iterable[DeviceConf]) -> Sysctls:
     ip_forward = _read_int(IP_FORWARD)
     linkdown6_all = _read_int(f"{CONF6_ROOT}/all/ignore_routes_with_linkdown") or 0
     global _per_device
-    known, _per_device = _per_device, {}
+    known, fresh = _per_device, {}
     namespace_wide = (tuple(every.items()), linkdown6_all)
     interfaces = []
     for conf in confs:
         key = (conf, namespace_wide)
-        found = _per_device[key] = known[key] if key in known else _interface_sysctls(conf, every, linkdown6_all)
+        found = fresh[key] = known[key] if key in known else _interface_sysctls(conf, every, linkdown6_all)
         if found is not None:
             interfaces.append(found)
+    if fresh:       # (a read of no device, as netfilter's refresh makes, leaves the poll's)
+        _per_device = fresh
     interfaces.sort(key=lambda s: s.ifindex)
     namespace = {}
     for field_name, (path, default) in _NAMESPACE_KEYS.items():
