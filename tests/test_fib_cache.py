@@ -19,6 +19,7 @@ from scapy.layers.l2 import Ether
 
 from linuxfp import datapath as dp
 from linuxfp.lab.netns import Lab, entered
+from linuxfp.lab.topology import wait_links_settled
 from linuxfp.resources import modules_dir
 from linuxfp.state.netlink import netns_cookie
 from linuxfp.synth import compile_source
@@ -271,7 +272,7 @@ def _churn_step(rng) -> str:
         f"sysctl -qw net.ipv4.fib_multipath_hash_policy={rng.choice((0, 1))}",
         f"ip route replace 198.19.{i}.0/24 nexthop via 198.18.2.1 nexthop via 198.18.3.1",
         f"sysctl -qw net.ipv4.conf.in0.forwarding={rng.choice((0, 1, 1))}",
-        f"ip link set {dev} down; ip link set {dev} up; {_CARRIER_BACK.format(dev=dev)}"
+        f"ip link set {dev} down; ip link set {dev} up; "
         f"ip neigh replace {gw} lladdr 02:00:00:00:0b:01 dev {dev} nud permanent",
     ])
 
@@ -285,15 +286,6 @@ def _churn_frames() -> list[bytes]:
                                     / IP(src=src, dst=f"198.19.{i}.9", ttl=64) / UDP(sport=sport, dport=5000)
                                     / (b"x" * size)))
     return frames
-
-
-# After a link comes up, its carrier follows through linkwatch, later (and
-# with it the next hops' link-down flags, which move the kernel's
-# generations): waited for, so the kernel's answer cannot change between
-# the cached run and the live one that it is compared with (a clean-clone
-# run once saw the IPv6 loop's first frames after a flap differ so, the
-# second pass agreeing). Bounded: a carrier that never comes is a state too.
-_CARRIER_BACK = ("for i in $(seq 200); do ip link show {dev} | grep -q 'state UP' && break; sleep 0.005; done; ")
 
 
 def churn_compare(hook: str, seed: int, setup: list[str], step, frames: list[bytes]) -> tuple[list, int, int, int]:
@@ -319,6 +311,14 @@ def churn_compare(hook: str, seed: int, setup: list[str], step, frames: list[byt
                 for number in range(120):
                     command = step(rng)
                     ns.run(["sh", "-c", command], check=False)
+                    # After a link comes up, its carrier follows through
+                    # linkwatch, later (and with it the next hops' link-down
+                    # flags, which move the kernel's generations): waited
+                    # for, so the kernel's answer cannot change between the
+                    # cached run and the live one it is compared with (a
+                    # clean-clone run once saw the IPv6 loop's first frames
+                    # after a flap differ so, the second pass agreeing).
+                    wait_links_settled([ns])
                     for attempt in range(2):
                         before = cached.counter(HIT)
                         for frame in frames:
@@ -581,7 +581,7 @@ def _churn6_step(rng) -> str:
         f"sysctl -qw net.ipv4.fib_multipath_hash_seed={rng.choice((0, 7))}",
         f"sysctl -qw net.ipv6.conf.in0.forwarding={rng.choice((0, 1, 1))}",
         f"ip link set {dev} address {rng.choice(('02:00:00:00:0c:01', '02:00:00:00:0c:02'))}",
-        f"ip link set {dev} down; ip link set {dev} up; {_CARRIER_BACK.format(dev=dev)}"
+        f"ip link set {dev} down; ip link set {dev} up; "
         f"ip -6 neigh replace {gw} lladdr 02:00:00:00:0b:01 dev {dev} nud permanent",
     ])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .filtering.scope import evaluated_scope6, filter_scope, ingress_chain
+from .filtering.scope import evaluated_scope6, filter_scope, ingress_chain, netfilter_reason
 from .interfaces import ARPHRD_ETHER
 
 
@@ -21,8 +21,7 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
     nf = snapshot.netfilter
     scope = filter_scope(nf) if nf.active else None
     if scope is not None and scope.uncovered:
-        more = f" (and {len(scope.uncovered) - 1} more)" if len(scope.uncovered) > 1 else ""
-        found.append(Obstacle("netfilter", f"netfilter: {scope.uncovered[0]}{more}"))
+        found.append(Obstacle("netfilter", netfilter_reason(scope.uncovered)))
     # (ip6tables-legacy's tables alone leave `active` false: asked apart)
     scopes = [s for s in (scope, evaluated_scope6(nf)) if s is not None and s.filters_forward]
     if scopes:

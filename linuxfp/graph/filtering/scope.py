@@ -414,9 +414,6 @@ def _native_finding(chain) -> str:
     return f"{chain.where} on {chain.hook}: {_what(chain)} (native nft: the kernel evaluates it)"
 
 
-_bridge_chains: list = [None, ()]     # the netfilter state last asked about, its answer
-
-
 def bridge_chains(netfilter) -> tuple[str, ...]:
     """The bridge family's chains that may do something to the frames of a
     bridge port, whichever way they go, of any type (no IP connection's
@@ -426,12 +423,17 @@ def bridge_chains(netfilter) -> tuple[str, ...]:
     namespace's bridges on the kernel path (bridge.bridge_blocker), never
     the rest of it: a packet routed between interfaces that are not a
     bridge or its ports crosses none of them."""
-    if _bridge_chains[0] is not netfilter:
-        found = () if netfilter.native_error else tuple(
-            _native_finding(chain) for chain in netfilter.native.chains
-            if chain.family == "bridge" and _acts_on_forwarded(netfilter, chain))
-        _bridge_chains[:] = [netfilter, found]
-    return _bridge_chains[1]
+    # (asked once per bridge and netfilter state: bridge.bridge_blocker remembers)
+    return () if netfilter.native_error else tuple(
+        _native_finding(chain) for chain in netfilter.native.chains
+        if chain.family == "bridge" and _acts_on_forwarded(netfilter, chain))
+
+
+def netfilter_reason(findings) -> str:
+    """Why the kernel keeps the traffic these findings concern: the first,
+    and how many more."""
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    return f"netfilter: {findings[0]}{more}"
 
 
 def _device_bound(chain) -> bool:
@@ -457,8 +459,7 @@ def egress_chain(netfilter, ifname: str) -> str | None:
         _egress_chains[:] = [netfilter, chains, {}]
     known = _egress_chains[2]
     if ifname not in known:
-        known[ifname] = next((f"{chain.where} on egress: {_what(chain)} (native nft: the kernel evaluates it)"
-                              for chain in _egress_chains[1] if chain.binds(ifname)), None)
+        known[ifname] = next((_native_finding(chain) for chain in _egress_chains[1] if chain.binds(ifname)), None)
     return known[ifname]
 
 
@@ -476,7 +477,7 @@ def ingress_chain(netfilter, ifname: str) -> str | None:
     for chain in netfilter.native.chains:
         if chain.family in _INGRESS_FAMILIES and chain.hook == "ingress" and not _no_op(chain) \
                 and chain.binds(ifname) and _awake(netfilter, chain):
-            return f"{chain.where} on ingress: {_what(chain)} (native nft: the kernel evaluates it)"
+            return _native_finding(chain)
     return None
 
 

@@ -8,7 +8,7 @@ from linuxfp.resources import modules_dir
 
 from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
-from ..filtering.scope import bridge_chains, evaluated_scope6, filter_scope, ingress_chain
+from ..filtering.scope import bridge_chains, evaluated_scope6, filter_scope, ingress_chain, netfilter_reason
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
@@ -168,10 +168,7 @@ def _bridge_blocker(snapshot, bridge) -> str | None:
     # (every frame of a port meets them, bridged, handed up or sent by the
     # host: its ingress and what is routed into the bridge go to the kernel)
     chains = bridge_chains(snapshot.netfilter)
-    if chains:
-        more = f" (and {len(chains) - 1} more)" if len(chains) > 1 else ""
-        return f"netfilter: {chains[0]}{more}"
-    return None
+    return netfilter_reason(chains) if chains else None
 
 
 # Upper devices whose rx_handler on the bridge would see frames handed up to
