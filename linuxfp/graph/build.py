@@ -1,7 +1,8 @@
 """Snapshot → Graph: per ingress, the registered nodes that apply, where
 they can reproduce Linux exactly, and the tables they own. Pure: reads only
-the snapshot (and remembers each node's tables while its inputs are the
-same objects, so an event recomputes only the tables it concerns)."""
+the snapshot (and remembers the pipelines, each node's tables and notes
+while the fields they read are the same objects, so an event recomputes
+only what reads what it changed: a neighbour event, transmit's tables)."""
 from __future__ import annotations
 
 from .interfaces import ARPHRD_ETHER, MAX_IFACE_SLOTS, forward_length_cap6, iface_facts, interface_tables
@@ -9,13 +10,11 @@ from .model import Graph, Pipeline, Skipped
 from .nodes import Node, Stage, in_stage_order, registered
 from .nodes.router import forward_length_cap, needs_full_source_check
 from .obstacles import ingress_obstacles, namespace_obstacles
+from .remember import remembered
 from .shape import Shape
 
 XDP_ACT_BASIC = 1 << 0
 HOOK_CHOICES = ("auto", "xdp", "tc")
-
-# node name -> (the input objects its tables were computed from, the tables)
-_memo: dict[str, tuple[tuple, tuple]] = {}
 
 
 def build_graph(snapshot, hook: str = "auto") -> Graph:
@@ -23,9 +22,19 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
     if hook not in HOOK_CHOICES:
         raise ValueError(f"unknown hook {hook!r} (expected one of {', '.join(HOOK_CHOICES)})")
     nodes = registered()
+    facts = remembered("graph.facts", snapshot, _facts)
+    pipelines, skipped = remembered("graph.pipelines", snapshot, _pipelines, hook, nodes)
+    tables = remembered("graph.interface_tables", snapshot, _interface_tables)
+    for node in nodes:
+        tables += remembered(f"{node.name}.tables", snapshot, _tables_of, node)
+    notes = tuple((node.name, lines) for node in nodes
+                  if (lines := remembered(f"{node.name}.notes", snapshot, _notes_of, node)))
+    return Graph(pipelines, skipped, facts, tables, notes)
+
+
+def _pipelines(snapshot, hook: str, nodes: tuple[Node, ...]) -> tuple[tuple[Pipeline, ...], tuple[Skipped, ...]]:
+    """Per ingress, its pipeline or why it has none."""
     ordered = in_stage_order(nodes)     # (stable: a subsequence of it is in stage order too)
-    facts = _remembered("pipeline", ("links", "sysctls", "routes", "rules", "netfilter", "route_mtus6"), snapshot,
-                        _facts)
     shared = namespace_obstacles(snapshot)
     pipelines, skipped = [], []
     for link in snapshot.links:
@@ -46,11 +55,7 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
         else:
             pipelines.append(Pipeline(link.index, link.name, _shape(hook_chosen, tuple(n.name for n in chosen)),
                                       hook_note=note))
-    tables = interface_tables(facts)
-    for node in nodes:
-        tables += _remembered(node.name, node.inputs, snapshot, node.tables)
-    notes = tuple((node.name, lines) for node in nodes if (lines := node.notes(snapshot)))
-    return Graph(tuple(pipelines), tuple(skipped), facts, tables, notes)
+    return tuple(pipelines), tuple(skipped)
 
 
 def _facts(snapshot):
@@ -60,17 +65,16 @@ def _facts(snapshot):
                  for link in snapshot.links if link.link_type == ARPHRD_ETHER)
 
 
-def _remembered(name: str, inputs: tuple[str, ...], snapshot, compute):
-    """compute(snapshot), reused while every input field is the same object
-    (the state layer hands unchanged fields on as they are)."""
-    key = tuple(getattr(snapshot, field) for field in inputs)
-    if inputs:
-        known = _memo.get(name)
-        if known is not None and len(known[0]) == len(key) and all(a is b for a, b in zip(known[0], key)):
-            return known[1]
-    result = compute(snapshot)
-    _memo[name] = (key, result)
-    return result
+def _interface_tables(snapshot):
+    return interface_tables(remembered("graph.facts", snapshot, _facts))
+
+
+def _tables_of(snapshot, node: Node):
+    return node.tables(snapshot)
+
+
+def _notes_of(snapshot, node: Node):
+    return node.notes(snapshot)
 
 
 _shapes: dict[tuple[str, tuple[str, ...]], Shape] = {}

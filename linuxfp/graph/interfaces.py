@@ -9,6 +9,7 @@ from linuxfp.state.model import BR_STATE_FORWARDING
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
 from .filtering.scope import egress_chain, ipv6_uncovered
+from .remember import remembered
 from .tables import ARRAY, DEVMAP, U32, CType, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
@@ -92,20 +93,16 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_
     return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap, fwd_len_cap6)
 
 
-_ipv6_memo: list = [None, None, None, None]     # netfilter, sysctls, rules, the answer for them
-
-
 def ipv6_routing_blocker(snapshot) -> str | None:
     """Why no IPv6 may be routed by the fast path in this namespace (None:
     it may, packet by packet as router.h decides). Asked per interface:
-    remembered for the same netfilter state, sysctls and rules."""
-    nf, sysctls, rules = snapshot.netfilter, snapshot.sysctls, snapshot.rules
-    if _ipv6_memo[0] is nf and _ipv6_memo[1] is sysctls and _ipv6_memo[2] is rules:
-        return _ipv6_memo[3]
+    remembered while netfilter state, sysctls and rules are."""
+    return remembered("interfaces.ipv6_routing_blocker", snapshot, _ipv6_routing_blocker)
+
+
+def _ipv6_routing_blocker(snapshot) -> str | None:
     # (ip6tables' FORWARD chains the filter node evaluates)
-    why = ipv6_uncovered(nf) or _ipv6_lookup_blocker(sysctls, rules)
-    _ipv6_memo[:] = [nf, sysctls, rules, why]
-    return why
+    return ipv6_uncovered(snapshot.netfilter) or _ipv6_lookup_blocker(snapshot.sysctls, snapshot.rules)
 
 
 def _ipv6_lookup_blocker(sysctls, rules) -> str | None:

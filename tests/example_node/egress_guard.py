@@ -13,7 +13,6 @@ class EgressGuard(Node):
     name = "egress_guard"
     stage = Stage.FORWARD            # between route (decides) and transmit (sends)
     header = Path(__file__).with_suffix(".h")
-    inputs = ("links",)              # its table changes only with the links
 
     def tables(self, snapshot):
         return (Table("lfp_guarded", self.name, U32, U8,

@@ -57,9 +57,6 @@ class Node:
     # Obstacles (linuxfp/graph/obstacles.py) this node reproduces exactly,
     # e.g. "netfilter" for a filter node.
     covers: frozenset[str] = frozenset()
-    # The Snapshot fields `tables` reads: the graph recomputes a node's
-    # tables only when one of them changed.
-    inputs: tuple[str, ...] = ()
     # A C file of raw tracepoint programs (SEC("raw_tp/NAME")) the controller
     # loads against the namespace's maps and attaches for its lifetime: the
     # kernel's synchronous signal where a node's tables would otherwise lag

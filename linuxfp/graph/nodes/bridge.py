@@ -10,6 +10,7 @@ from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
 from ..filtering.scope import bridge_chains, evaluated_scope6, filter_scope, ingress_chain, netfilter_reason
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
+from ..remember import remembered
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
 
@@ -62,7 +63,6 @@ class Bridge(Node):
     # _IPV6_RULES) to the bridge filter where the pipeline has one, and to
     # the kernel where not.
     covers = frozenset({"iptables_filter"})
-    inputs = ("links", "fdb", "sysctls", "netfilter")
     # Forgets a mirrored entry synchronously as the kernel changes it.
     watch = modules_dir() / "bridge_watch.c"
 
@@ -132,23 +132,15 @@ BRIDGE = register(Bridge())
 _NEIGH_HANDLING = (("neigh_suppress", "neigh_suppress"), ("proxyarp", "proxy ARP"),
                    ("proxyarp_wifi", "proxy ARP (Wi-Fi)"))
 
-# The last links and netfilter state (by identity) and each bridge's
-# blocker: every port asks, and the answer reads all the bridge's ports.
-_blockers: tuple[object, object, dict[int, str | None]] | None = None
-
-
 def bridge_blocker(snapshot, bridge) -> str | None:
-    """Why a whole bridge stays on the kernel path (None: it need not)."""
-    global _blockers
-    if _blockers is None or _blockers[0] is not snapshot.links or _blockers[1] is not snapshot.netfilter:
-        _blockers = (snapshot.links, snapshot.netfilter, {})
-    known = _blockers[2]
-    if bridge.index not in known:
-        known[bridge.index] = _bridge_blocker(snapshot, bridge)
-    return known[bridge.index]
+    """Why a whole bridge stays on the kernel path (None: it need not).
+    Every port asks, and the answer reads all the bridge's ports: remembered
+    per bridge (a Link of the snapshot's links, named by its index)."""
+    return remembered("bridge.blocker", snapshot, _bridge_blocker, bridge.index)
 
 
-def _bridge_blocker(snapshot, bridge) -> str | None:
+def _bridge_blocker(snapshot, index: int) -> str | None:
+    bridge = snapshot.link(index)
     options = bridge.bridge
     if options is None:
         return "bridge options unknown"

@@ -19,7 +19,6 @@ class BridgeFilter(Node):
     stage = Stage.BRIDGE_FILTER
     header = modules_dir() / "bridge_filter.h"
     covers = frozenset({OBSTACLE})
-    inputs = ("netfilter", "links", "sysctls")
 
     def applies(self, snapshot, link) -> bool:
         bridge = snapshot.link(link.master) if link.bridge_port is not None and link.master else None

@@ -8,6 +8,7 @@ from linuxfp.resources import modules_dir
 
 from ..filtering.scope import egress_chain
 from ..interfaces import ARPHRD_ETHER
+from ..remember import remembered
 from ..tables import ARRAY, U32, CType, Table, u32
 from . import Node, Stage, register
 from .bridge import bridge_blocker
@@ -26,7 +27,6 @@ class BridgeTx(Node):
     name = "bridge_tx"
     stage = Stage.BRIDGE_TX
     header = modules_dir() / "bridge_tx.h"
-    inputs = ("links", "sysctls", "netfilter")     # (netfilter: bridge_blocker, egress_chain)
 
     def applies(self, snapshot, link) -> bool:
         return any(flags & BRD_SENDS for flags in bridge_devices(snapshot).values())
@@ -46,20 +46,15 @@ class BridgeTx(Node):
 
 BRIDGE_TX = register(BridgeTx())
 
-# The last (links, sysctls, netfilter) objects and their bridge devices:
-# every ingress asks.
-_devices: tuple[object, object, object, dict[int, int]] | None = None
-
-
 def bridge_devices(snapshot) -> dict[int, int]:
-    """Per bridge device, its LFP_BRD_* flags."""
-    global _devices
-    if _devices is None or _devices[0] is not snapshot.links or _devices[1] is not snapshot.sysctls \
-            or _devices[2] is not snapshot.netfilter:
-        _devices = (snapshot.links, snapshot.sysctls, snapshot.netfilter,
-                    {link.index: BRD_BRIDGE | (BRD_SENDS if _sends(snapshot, link) else 0)
-                     for link in snapshot.links if link.kind == "bridge"})
-    return _devices[3]
+    """Per bridge device, its LFP_BRD_* flags (every ingress asks:
+    remembered)."""
+    return remembered("bridge_tx.devices", snapshot, _bridge_devices)
+
+
+def _bridge_devices(snapshot) -> dict[int, int]:
+    return {link.index: BRD_BRIDGE | (BRD_SENDS if _sends(snapshot, link) else 0)
+            for link in snapshot.links if link.kind == "bridge"}
 
 
 def _sends(snapshot, bridge) -> bool:

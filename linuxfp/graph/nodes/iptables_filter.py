@@ -20,6 +20,7 @@ from ..filtering.classifier import (FIELD_BIT, LATE_BIT, LPM_FIELDS, PAIRS, VERD
 from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program
 from ..filtering.scope import evaluated_scope6, filter_scope, translating
+from ..remember import remembered
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Series, Stage, register
 
@@ -58,7 +59,6 @@ class Filter(Node):
     header = modules_dir() / "filter.h"
     covers = frozenset({OBSTACLE})
     # (routes: -m addrtype reads the address types they make)
-    inputs = ("netfilter", "links", "routes")
     # per namespace: the flow cache (whose slots hold counts not yet moved)
     # and the per-class counts, both read by `linuxfp stats`
     state_maps = (CACHE, HITS)
@@ -461,16 +461,13 @@ def filter_plan(snapshot) -> FilterPlan:
     return plan
 
 
-_last_types: tuple[object, AddressTypes] | None = None
-
-
 def _address_types(snapshot) -> AddressTypes:
     """addrtypes.address_types(), again only when the routes changed."""
-    global _last_types
-    last = _last_types
-    if last is None or last[0] is not snapshot.routes:
-        last = _last_types = (snapshot.routes, address_types(snapshot.routes))
-    return last[1]
+    return remembered("filter.address_types", snapshot, _address_types_of)
+
+
+def _address_types_of(snapshot) -> AddressTypes:
+    return address_types(snapshot.routes)
 
 
 _last_reads: tuple[object, bool] | None = None

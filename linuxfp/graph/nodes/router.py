@@ -9,6 +9,7 @@ import socket
 from linuxfp.resources import modules_dir
 
 from ..interfaces import ARPHRD_ETHER, ipv6_routing_blocker, routing_blocker
+from ..remember import remembered
 from ..tables import ARRAY, BE32, HASH, U8, U32, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
@@ -34,7 +35,6 @@ class Router(Node):
     stage = Stage.ROUTE
     header = modules_dir() / "router.h"
     decides = True
-    inputs = ("addresses", "routes", "sysctls", "routes6_uncached")
     # The neighbour generation of the FIB-answer cache (fib_cache.h): the
     # kernel versions its routes, rules and links, not its neighbours.
     watch = modules_dir() / "router_watch.c"
@@ -103,17 +103,16 @@ class Router(Node):
 ROUTER = register(Router())
 
 
-_fib_cache_off_memo: list = [None, None, None]     # routes, sysctls, the answer for them
-
-
 def fib_cache_off(snapshot) -> str | None:
     """Why FIB answers may not be cached though every generation the
     datapath reads is unchanged (None: they may). The window: from such a
     configuration's appearance to this table's write (the response time).
-    Asked on every graph build: remembered for the same routes and sysctls."""
+    Asked on every graph build: remembered while routes and sysctls are."""
+    return remembered("router.fib_cache_off", snapshot, _fib_cache_off)
+
+
+def _fib_cache_off(snapshot) -> str | None:
     routes, sysctls = snapshot.routes, snapshot.sysctls
-    if _fib_cache_off_memo[0] is routes and _fib_cache_off_memo[1] is sysctls:
-        return _fib_cache_off_memo[2]
     why = None
     if any(r.nh_id for r in routes if r.family == 2):
         why = ("routes use nexthop objects (a group's choice reads its members' neighbour entries, "
@@ -121,7 +120,6 @@ def fib_cache_off(snapshot) -> str | None:
                "hit does not keep a bucket busy)")
     elif any(s.ignore_routes_with_linkdown for s in sysctls.interfaces):
         why = "ignore_routes_with_linkdown is set (read by every lookup; setting it flushes nothing)"
-    _fib_cache_off_memo[:] = [routes, sysctls, why]
     return why
 
 

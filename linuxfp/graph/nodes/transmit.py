@@ -11,6 +11,7 @@ from linuxfp.resources import modules_dir
 from ..filtering.scope import egress_chain
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
 from ..interfaces import mac_bytes
+from ..remember import remembered
 from ..tables import ARRAY, HASH, U8, U32, CType, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
@@ -28,21 +29,19 @@ class Transmit(Node):
     name = "transmit"
     stage = Stage.TRANSMIT
     header = modules_dir() / "transmit.h"
-    inputs = ("neighbours", "links", "peers", "netfilter")      # (netfilter: egress chains)
 
     def tables(self, snapshot) -> tuple[Table, ...]:
-        return self._neighbour_tables(snapshot.neighbours) + (self._peers_table(snapshot),)
+        # Up to 65 536 neighbours: their tables are rebuilt only when the
+        # neighbours change, not on every link event (which peers follows).
+        return (remembered("transmit.neighbour_tables", snapshot, self._neighbour_tables)
+                + (remembered("transmit.peers_table", snapshot, self._peers_table),))
 
     def notes(self, snapshot) -> tuple[str, ...]:
         return tuple(f"{link.name}: nothing the fast path sends leaves here: {why}" for link in snapshot.links
                      if (why := egress_chain(snapshot.netfilter, link.name)))
 
-    def _neighbour_tables(self, neighbours) -> tuple[Table, ...]:
-        # Up to 65 536 entries: rebuilt only when the neighbours change, not
-        # on every link event (which the peers table follows).
-        if self._neighbours_memo is not None and self._neighbours_memo[0] is neighbours:
-            return self._neighbours_memo[1]
-        states = neighbour_states(neighbours)
+    def _neighbour_tables(self, snapshot) -> tuple[Table, ...]:
+        states = neighbour_states(snapshot.neighbours)
         ipv4 = [n for n in states if ":" not in n.address]
         ipv6 = [n for n in states if ":" in n.address]
         tables = (
@@ -56,10 +55,7 @@ class Transmit(Node):
                                                if n.state != NEIGH_CONFIRMED),
                        "prefilter of lfp_neigh and lfp_neigh6: next hops not confirmed"),
         )
-        self._neighbours_memo = (neighbours, tables)
         return tables
-
-    _neighbours_memo: tuple | None = None
 
     def _peers_table(self, snapshot) -> Table:
         return Table(PEERS, self.name, U32, PEER,

@@ -1,0 +1,119 @@
+"""What the graph remembers between snapshots (linuxfp/graph/remember.py):
+reused while every field it read is the same object, recomputed as soon as
+one is not, with what a computation reads recorded rather than declared."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from linuxfp.graph import build_graph
+from linuxfp.graph.remember import fields_read, forget, remembered
+from linuxfp.state.model import AF_INET, Neighbour
+
+from snapshot_fixtures import route, router_snapshot
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    forget()
+    yield
+    forget()
+
+
+def _counting(compute):
+    calls = []
+
+    def counted(snapshot, *args):
+        calls.append(args)
+        return compute(snapshot, *args)
+    return counted, calls
+
+
+def test_reused_while_what_it_read_is_the_same_object_and_only_that():
+    s1 = router_snapshot()
+    compute, calls = _counting(lambda s: len(s.routes))
+    assert remembered("t.routes", s1, compute) == len(s1.routes)
+    assert remembered("t.routes", s1, compute) == len(s1.routes)
+    assert len(calls) == 1
+    assert fields_read("t.routes") == {"routes"}
+    # a field it did not read changed: reused
+    s2 = dataclasses.replace(s1, neighbours=(_neighbour(),))
+    remembered("t.routes", s2, compute)
+    assert len(calls) == 1
+    # an equal tuple, but another object: the state layer would have handed
+    # the old one on, so this is a change
+    s3 = dataclasses.replace(s1, routes=tuple(list(s1.routes)))
+    remembered("t.routes", s3, compute)
+    assert len(calls) == 2
+
+
+def test_methods_and_properties_record_the_fields_they_read():
+    s1 = router_snapshot()
+    remembered("t.link", s1, lambda s, index: s.link(index).name, 2)
+    assert fields_read("t.link", 2) == {"links"}
+    remembered("t.sysctl", s1, lambda s: s.sysctl.ip_forward)
+    assert fields_read("t.sysctl") == {"sysctls"}
+
+
+def test_an_inner_answer_reused_still_counts_as_a_read_of_the_outer():
+    """The outer computation asks an inner one that was remembered before:
+    the inner's fields must become the outer's, or a change the inner reads
+    would leave the outer stale."""
+    s1 = router_snapshot()
+    inner = lambda s: tuple(r.dst for r in s.routes)          # noqa: E731
+    outer, calls = _counting(lambda s: remembered("t.inner", s, inner) + (len(s.links),))
+    remembered("t.inner", s1, inner)                            # remembered first, on its own
+    first = remembered("t.outer", s1, outer)
+    assert fields_read("t.outer") == {"routes", "links"}
+    s2 = dataclasses.replace(s1, routes=s1.routes + (route("198.19.9.0/24", gateway="198.18.2.1", oif=3),))
+    second = remembered("t.outer", s2, outer)
+    assert len(calls) == 2 and second != first and "198.19.9.0/24" in second
+
+
+def test_arguments_are_part_of_the_key_and_a_stale_one_drops_its_name():
+    s1 = router_snapshot()
+    compute, calls = _counting(lambda s, index: s.link(index).name)
+    assert [remembered("t.name", s1, compute, i) for i in (2, 3, 2, 3)] == ["left", "right", "left", "right"]
+    assert len(calls) == 2
+    s2 = dataclasses.replace(s1, links=s1.links[:2])
+    remembered("t.name", s2, compute, 2)
+    assert fields_read("t.name", 3) is None        # asked about a snapshot before: forgotten
+
+
+def test_the_view_cannot_be_written():
+    with pytest.raises(AttributeError):
+        remembered("t.write", router_snapshot(), lambda s: setattr(s, "links", ()))
+
+
+def test_a_neighbour_event_recomputes_transmit_neighbour_tables_and_nothing_else():
+    s1 = router_snapshot()
+    g1 = build_graph(s1, "xdp")
+    s2 = dataclasses.replace(s1, neighbours=(_neighbour(),))
+    g2 = build_graph(s2, "xdp")
+    assert g2.pipelines is g1.pipelines and g2.skipped is g1.skipped and g2.ifaces is g1.ifaces
+    before, after = _tables(g1), _tables(g2)
+    changed = {name for name in after if after[name] is not before[name]}
+    assert changed == {"lfp_neigh", "lfp_neigh6", "lfp_neigh_hint"}
+    assert after["lfp_neigh"].entries != before["lfp_neigh"].entries
+
+
+def test_an_address_recomputes_the_local_sources_and_the_pipelines_answer_again():
+    s1 = router_snapshot()
+    g1 = build_graph(s1, "xdp")
+    extra = route("198.18.9.9/32", table=255, type_="local", oif=2, protocol=2)
+    s2 = dataclasses.replace(s1, routes=s1.routes + (extra,))
+    g2 = build_graph(s2, "xdp")
+    assert b"".join(sorted(k for k, _ in _tables(g2)["lfp_local_src"].entries)).find(bytes([198, 18, 9, 9])) >= 0
+    assert _tables(g2)["lfp_local_src"] is not _tables(g1)["lfp_local_src"]
+    # the pipelines read the routes (the router's placement does): asked
+    # again, the same answer
+    assert g2.pipelines == g1.pipelines
+
+
+def _neighbour() -> Neighbour:
+    return Neighbour(ifindex=3, family=AF_INET, dst="198.18.2.1", lladdr="02:00:00:00:01:01", state=0x02)
+
+
+def _tables(graph):
+    return {table.name: table for table in graph.tables}
