@@ -32,6 +32,17 @@ ROOT_REQUIRED = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _graph_remembers_nothing_from_another_test() -> Iterator[None]:
+    """Each test's graphs start from nothing remembered (remember.forget):
+    a test that patches a node's limits must not meet an answer computed
+    under another's."""
+    from linuxfp.graph.remember import forget
+
+    forget()
+    yield
+
+
 def _fail_unless_root() -> None:
     if os.geteuid() != 0:
         pytest.fail(ROOT_REQUIRED, pytrace=False)

@@ -4,21 +4,16 @@ one is not, with what a computation reads recorded rather than declared."""
 from __future__ import annotations
 
 import dataclasses
+import gc
+import weakref
 
 import pytest
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.remember import fields_read, forget, remembered
-from linuxfp.state.model import AF_INET, Neighbour
+from linuxfp.state.model import AF_INET, Neighbour, XfrmState
 
 from snapshot_fixtures import route, router_snapshot
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    forget()
-    yield
-    forget()
 
 
 def _counting(compute):
@@ -109,6 +104,62 @@ def test_an_address_recomputes_the_local_sources_and_the_pipelines_answer_again(
     # the pipelines read the routes (the router's placement does): asked
     # again, the same answer
     assert g2.pipelines == g1.pipelines
+
+
+def test_a_field_read_through_a_method_changing_is_a_change():
+    s1 = router_snapshot()
+    compute, calls = _counting(lambda s, index: s.link(index).name)
+    assert remembered("t.name", s1, compute, 2) == "left"
+    renamed = dataclasses.replace(s1, links=tuple(dataclasses.replace(link, name="west") if link.index == 2 else link
+                                                  for link in s1.links))
+    assert remembered("t.name", renamed, compute, 2) == "west"
+    assert len(calls) == 2
+
+
+def test_an_inner_answer_computed_inside_counts_as_a_read_of_the_outer():
+    s1 = router_snapshot()
+    remembered("t.outer", s1, lambda s: remembered("t.inner", s, lambda s2: len(s2.routes)) + len(s.links))
+    assert fields_read("t.outer") == {"routes", "links"}
+    assert fields_read("t.inner") == {"routes"}
+
+
+def test_nothing_remembered_keeps_an_old_snapshot_alive():
+    """Only the fields read are kept, not the snapshot (nor the view, whose
+    bound methods would hold it in a cycle the collector frees late)."""
+    s1 = router_snapshot()
+    gone = weakref.ref(s1)
+    gc.disable()
+    try:
+        remembered("t.name", s1, lambda s, index: s.link(index).name + str(s.sysctl.ip_forward), 2)
+        build_graph(s1, "xdp")
+        del s1
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("change", ["IPsec policy", "right down", "left's forwarding off"])
+def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_remembered_answer(change):
+    """The direction that matters: a graph built before must not be served
+    for a configuration under which Linux would not forward the same way."""
+    s1 = router_snapshot()
+    g1 = build_graph(s1, "xdp")
+    if change == "IPsec policy":
+        s2 = dataclasses.replace(s1, xfrm=XfrmState(policies_fwd=1))
+    elif change == "right down":
+        s2 = dataclasses.replace(s1, links=tuple(dataclasses.replace(link, up=False, oper_up=False)
+                                                 if link.name == "right" else link for link in s1.links))
+    else:
+        s2 = dataclasses.replace(s1, sysctls=dataclasses.replace(s1.sysctls, interfaces=tuple(
+            dataclasses.replace(conf, forwarding=False) if conf.ifindex == 2 else conf
+            for conf in s1.sysctls.interfaces)))
+    g2 = build_graph(s2, "xdp")
+    fresh = (forget(), build_graph(s2, "xdp"))[1]
+    assert (g2.pipelines, g2.skipped, g2.ifaces) == (fresh.pipelines, fresh.skipped, fresh.ifaces)
+    assert (g2.pipelines, g2.skipped, g2.ifaces) != (g1.pipelines, g1.skipped, g1.ifaces)
+    # and back to the first snapshot's own fields: its answers again
+    g3 = build_graph(s1, "xdp")
+    assert (g3.pipelines, g3.skipped, g3.ifaces) == (g1.pipelines, g1.skipped, g1.ifaces)
 
 
 def _neighbour() -> Neighbour:

@@ -10,7 +10,7 @@ from .model import Graph, Pipeline, Skipped
 from .nodes import Node, Stage, in_stage_order, registered
 from .nodes.router import forward_length_cap, needs_full_source_check
 from .obstacles import ingress_obstacles, namespace_obstacles
-from .remember import remembered
+from .remember import forget_stale, remembered
 from .shape import Shape
 
 XDP_ACT_BASIC = 1 << 0
@@ -29,6 +29,7 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
         tables += remembered(f"{node.name}.tables", snapshot, _tables_of, node)
     notes = tuple((node.name, lines) for node in nodes
                   if (lines := remembered(f"{node.name}.notes", snapshot, _notes_of, node)))
+    forget_stale(snapshot)
     return Graph(pipelines, skipped, facts, tables, notes)
 
 
@@ -46,7 +47,7 @@ def _pipelines(snapshot, hook: str, nodes: tuple[Node, ...]) -> tuple[tuple[Pipe
         chosen = tuple(n for n in ordered if n.applies(snapshot, link))
         needs = {n.name: n.needs(snapshot, link) for n in chosen}
         chosen = _needed(chosen, needs)
-        chosen, reason = _covered(snapshot, link, chosen, needs, shared)
+        chosen, reason = _covered(snapshot, link, nodes, chosen, needs, shared)
         hook_chosen, note = None, ""
         if reason is None:
             hook_chosen, reason, note = _choose_hook(link, hook, snapshot, chosen)
@@ -100,7 +101,8 @@ def _needed(chosen: tuple[Node, ...], needs: dict[str, tuple[str, ...]]) -> tupl
         chosen = kept
 
 
-def _covered(snapshot, link, chosen: tuple[Node, ...], needs, shared) -> tuple[tuple[Node, ...], str | None]:
+def _covered(snapshot, link, nodes: tuple[Node, ...], chosen: tuple[Node, ...], needs,
+             shared) -> tuple[tuple[Node, ...], str | None]:
     """The pipeline without the deciding nodes whose decisions would meet an
     obstacle no node covers (a decision is covered by its node and by the
     nodes after it that do not decide, e.g. FORWARD after routing), and why
@@ -111,8 +113,8 @@ def _covered(snapshot, link, chosen: tuple[Node, ...], needs, shared) -> tuple[t
         covered = frozenset().union(*(n.covers for n in chosen))
         uncovered = next((o for o in shared if o.name not in covered), None)
         if uncovered is not None:
-            return chosen, _uncovered(snapshot, link, uncovered)
-        reasons = [n.blocker(snapshot, link) for n in registered() if n.decides]
+            return chosen, _uncovered(snapshot, link, nodes, uncovered)
+        reasons = [n.blocker(snapshot, link) for n in nodes if n.decides]
         return chosen, next((r for r in reasons if r), "no node decides for this interface")
     first_uncovered = None
     for decider in deciders:
@@ -127,13 +129,13 @@ def _covered(snapshot, link, chosen: tuple[Node, ...], needs, shared) -> tuple[t
             first_uncovered = first_uncovered or uncovered
     chosen = _needed(chosen, needs)
     if not any(n.decides for n in chosen):
-        return chosen, _uncovered(snapshot, link, first_uncovered)
+        return chosen, _uncovered(snapshot, link, nodes, first_uncovered)
     return chosen, None
 
 
-def _uncovered(snapshot, link, obstacle) -> str:
+def _uncovered(snapshot, link, nodes: tuple[Node, ...], obstacle) -> str:
     """An obstacle's reason, with why the nodes that could cover it do not."""
-    why = [n.blocker(snapshot, link) for n in registered() if obstacle.name in n.covers]
+    why = [n.blocker(snapshot, link) for n in nodes if obstacle.name in n.covers]
     why = [w for w in why if w]
     return f"{obstacle.reason}: {'; '.join(why)}" if why else obstacle.reason
 

@@ -4,7 +4,9 @@ field they read is the same object.
 The state layer hands an unchanged field on to the next snapshot as the
 same object, so "the same object" means "unchanged". What a computation
 depends on is not declared but recorded: it runs against a view of the
-snapshot that notes each field it reads, so a key cannot miss an input. A
+snapshot that notes each field it reads, so a key cannot miss a snapshot
+field. (A computation must read nothing that changes but the snapshot and
+its arguments: a node's contract.) A
 remembered computation that asks another one inherits what that one read,
 whether it was computed or reused, because the inner check reads its fields
 through the outer view."""
@@ -27,8 +29,10 @@ _results: dict[str, dict[Hashable, tuple[tuple[tuple[str, Any], ...], Any]]] = {
 class _Reads:
     """A snapshot as a computation sees it, noting the fields it reads.
     Methods and properties of the snapshot's class run against the view, so
-    the fields they read are noted too. Each name is looked up in the
-    snapshot once: later reads find it in the view's own attributes."""
+    the fields they read are noted too. Each field is looked up in the
+    snapshot once: later reads find it in the view's own attributes. (Bound
+    methods are not kept there: the view would hold itself, and with it an
+    old snapshot, until the cycle collector ran.)"""
 
     def __init__(self, snapshot):
         cls = snapshot._snapshot_class if isinstance(snapshot, _Reads) else type(snapshot)
@@ -39,7 +43,7 @@ class _Reads:
         if isinstance(declared, property):
             value = declared.fget(self)
         elif declared is not None:
-            value = types.MethodType(declared, self)
+            return types.MethodType(declared, self)
         else:
             value = getattr(self._snapshot, name)
             self._read[name] = value
@@ -90,6 +94,17 @@ def fields_read(name: str, *args: Hashable) -> frozenset[str] | None:
     return None if entry is None else frozenset(field for field, _ in entry[0])
 
 
+def forget_stale(snapshot) -> None:
+    """Drop what `snapshot` made stale, so that nothing keeps an old
+    snapshot's fields alive once no one asks for it again (a deleted
+    bridge's blocker, the address types once no rule reads them)."""
+    for name, known in list(_results.items()):
+        for reads, _ in list(known.values()):
+            if any(getattr(snapshot, field) is not value for field, value in reads):
+                _results.pop(name, None)
+                break
+
+
 def forget() -> None:
-    """Drop every remembered result (tests that swap the node registry)."""
+    """Drop every remembered result (each test starts without any)."""
     _results.clear()
