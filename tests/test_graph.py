@@ -427,3 +427,41 @@ def test_multipath_l4_hash_policy_keeps_xdp_off():
     multi = replace(snap.routes[-1], nexthops=(NextHop("198.18.2.1", 3), NextHop("198.18.2.2", 3)))
     g = build_graph(replace(snap, routes=snap.routes + (multi,)))
     assert {p.shape.hook for p in g.pipelines} == {"tc"}
+
+
+@pytest.mark.parametrize("hooked, xdp_tx_stays", [
+    (dict(qdisc="pfifo_fast"), True),       # a queue XDP's redirect is indistinguishable from: only XDP may skip it
+    (dict(qdisc="htb"), False),
+    (dict(tc_ingress=True), False),
+    (dict(tcx_others_egress=True), False),
+])
+def test_every_way_past_a_transmit_path_stops_where_something_runs_on_it(hooked, xdp_tx_stays):
+    """An XDP redirect into a device, a frame delivered straight into a
+    veth's peer and a routed packet sent to a bridge's port instead of
+    through the bridge all skip the device's transmit path: each is kept
+    off a device where something runs there (interfaces.transmit_skips)."""
+    from linuxfp.graph.model import IF_TC_TX, IF_XDP_TX
+    from linuxfp.graph.nodes.bridge_tx import BRD_SENDS
+    from linuxfp.state.model import NETDEV_XDP_ACT_BASIC, VethPeer
+
+    def hook(snapshot, ifindex):
+        return replace(snapshot, links=tuple(replace(l, **hooked) if l.index == ifindex else l
+                                             for l in snapshot.links))
+
+    plain = router_snapshot()
+    for snapshot, xdp_tx in ((plain, True), (hook(plain, 3), xdp_tx_stays)):
+        right = facts(build_graph(snapshot, "xdp"), 3)
+        assert bool(right.flags & IF_XDP_TX) == xdp_tx and right.flags & IF_TC_TX
+
+    pods = replace(plain, links=tuple(replace(l, xdp_features=NETDEV_XDP_ACT_BASIC, peer_netnsid=1, peer=l.index)
+                                      if l.name != "lo" else l for l in plain.links),
+                   peers=tuple(VethPeer(1, i, f"02:00:00:00:01:{i:02x}", 1500, True, 0) for i in (2, 3)))
+    for snapshot, delivered in ((pods, [2, 3]), (hook(pods, 3), [2])):
+        entries = build_graph(snapshot, "tc").table("lfp_peers").entries
+        assert sorted(int.from_bytes(key, "little") for key, _ in entries) == delivered
+
+    bridged = bridged_router_snapshot()
+    for snapshot, sends in ((bridged, True), (hook(bridged, 4), False)):
+        flags = int.from_bytes(dict(build_graph(snapshot).table("lfp_br_devs").entries)[(4).to_bytes(4, "little")],
+                               "little")
+        assert bool(flags & BRD_SENDS) == sends

@@ -26,6 +26,9 @@ PLAIN_KINDS = frozenset({"", "veth"})
 # Root qdiscs that neither reorder by class nor rewrite: an XDP redirect, which
 # bypasses the egress qdisc, is then indistinguishable from Linux's output.
 PLAIN_QDISCS = frozenset({"", "noqueue", "pfifo_fast", "fq_codel", "fq", "mq"})
+# No queue at all (a veth's and a bridge's default; "" where the qdisc is
+# not known is not one): a frame put past the device's transmit skips none.
+NO_QDISC = frozenset({"noqueue"})
 
 IFACE = CType("struct lfp_iface", (("flags", "I"), ("mtu", "I"), ("mac", "6s"), ("fwd_len_cap", "H"),
                                      ("tx_len_cap", "H"), ("fwd_len_cap6", "H")))     # common.h
@@ -84,13 +87,27 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_
         flags |= IF_TC_TX
     if routable:
         flags |= IF_ROUTED_TX
-    # An XDP redirect skips the egress qdisc, tc egress filters and tcx
-    # egress programs (and never meets a length cap: only TC egresses carry one).
+    # An XDP redirect skips the egress's transmit path (and never meets a
+    # length cap: only TC egresses carry one).
     if (flags & (IF_TC_TX | IF_ROUTED_TX) and link.can_receive_xdp_redirect
-            and (link.qdisc or "") in PLAIN_QDISCS and not link.tc_ingress and not link.tcx_others_egress
-            and not tx_len_cap):
+            and transmit_skips(link, snapshot, PLAIN_QDISCS) is None and not tx_len_cap):
         flags |= IF_XDP_TX
     return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap, fwd_len_cap6)
+
+
+def transmit_skips(link, snapshot, standing_in_for: frozenset[str]) -> str | None:
+    """What runs on `link`'s transmit path that a packet put past it would
+    skip (None: nothing): an XDP redirect into it, a frame delivered
+    straight into its veth peer, a routed packet sent to a bridge's port
+    rather than through the bridge device. `standing_in_for`: the root
+    qdiscs the caller's way of sending is indistinguishable from."""
+    if (link.qdisc or "") not in standing_in_for:
+        return f"its qdisc ({link.qdisc or 'unknown'})"
+    if link.tc_ingress:
+        return "tc egress filters may run there (an ingress/clsact qdisc is present)"
+    if link.tcx_others_egress:
+        return "tcx egress programs of another tool"
+    return egress_chain(snapshot.netfilter, link.name)
 
 
 def ipv6_routing_blocker(snapshot) -> str | None:

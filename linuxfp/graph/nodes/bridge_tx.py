@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from linuxfp.resources import modules_dir
 
-from ..filtering.scope import egress_chain
-from ..interfaces import ARPHRD_ETHER
+from ..interfaces import ARPHRD_ETHER, NO_QDISC, transmit_skips
 from ..remember import remembered
 from ..tables import ARRAY, U32, CType, Table, u32
 from . import Node, Stage, register
@@ -17,11 +16,6 @@ DEVS = "lfp_br_devs"
 BRD_BRIDGE = 1 << 0              # struct lfp_br_dev.flags (LFP_BRD_* in bridge_tx.h)
 BRD_SENDS = 1 << 1
 DEV = CType("struct lfp_br_dev", (("flags", "I"),))
-
-# Root qdiscs under which the bridge device queues nothing (a bridge is made
-# with noqueue): sending to the port directly skips no queue of its own.
-_UNQUEUED = frozenset({"", "noqueue"})
-
 
 class BridgeTx(Node):
     name = "bridge_tx"
@@ -67,5 +61,4 @@ def _sends(snapshot, bridge) -> bool:
     # accepted ICMP redirects make next-hop exceptions bpf_fib_lookup ignores
     redirects = conf is not None and conf.accept_redirects
     return (bridge.up and bridge.oper_up and bridge.link_type == ARPHRD_ETHER and not redirects
-            and (bridge.qdisc or "") in _UNQUEUED and not bridge.tc_ingress and not bridge.tcx_others_egress
-            and egress_chain(snapshot.netfilter, bridge.name) is None and bridge_blocker(snapshot, bridge) is None)
+            and transmit_skips(bridge, snapshot, NO_QDISC) is None and bridge_blocker(snapshot, bridge) is None)

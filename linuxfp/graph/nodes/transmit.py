@@ -10,7 +10,7 @@ from linuxfp.resources import modules_dir
 
 from ..filtering.scope import egress_chain
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
-from ..interfaces import mac_bytes
+from ..interfaces import NO_QDISC, mac_bytes, transmit_skips
 from ..remember import remembered
 from ..tables import ARRAY, HASH, U8, U32, CType, Table, be32, hint_table, u32
 from . import Node, Stage, register
@@ -96,11 +96,6 @@ def neigh_fold(ifindex: int, address: str) -> int:
     return folded
 
 
-# The egress's own qdisc does nothing a frame handed straight to the peer
-# would miss (a veth has none by default).
-_NO_QDISC = frozenset({"noqueue"})
-
-
 def deliverable_peers(snapshot):
     """(veth, its peer) pairs where a frame sent out of the veth may be put
     straight into the peer's receive path (bpf_redirect_peer): nothing runs
@@ -111,10 +106,8 @@ def deliverable_peers(snapshot):
     when its peer has either; unknown without the netdev family: no)."""
     for link in snapshot.links:
         peer = snapshot.peer_of(link)
-        if (peer is None or not (link.up and link.oper_up)
-                or (link.qdisc or "") not in _NO_QDISC or link.tc_ingress or link.tcx_others_egress
-                or not link.xdp_features or link.can_receive_xdp_redirect
-                or egress_chain(snapshot.netfilter, link.name) is not None):
+        if (peer is None or not (link.up and link.oper_up) or transmit_skips(link, snapshot, NO_QDISC)
+                or not link.xdp_features or link.can_receive_xdp_redirect):
             continue
         if peer.up and not peer.xdp_prog_id and peer.mtu and any(mac_bytes(peer.mac)):
             yield link, peer
