@@ -97,11 +97,13 @@ DEFRAG_TARGETS = frozenset({"TPROXY"})
 # Native nf_tables: the hooks a forwarded packet never crosses, per table
 # family — every other hook (bridge's all, but only by a bridge's frames:
 # bridge_chains; a hook not known here) is crossed, but for the
-# device-bound ingress and egress hooks, asked per device (`ingress_chain`,
-# `egress_chain`) where the kernel binds them by name.
+# device-bound ingress and egress hooks, asked per device (`device_chain`)
+# where the kernel binds them by name.
 _LOCAL_HOOKS = {"ip": frozenset({"input", "output"}), "ip6": frozenset({"input", "output"}),
                 "inet": frozenset({"input", "output"})}
 _INGRESS_FAMILIES = frozenset({"inet", "netdev"})
+# The families whose chains the kernel binds to one device, per hook.
+_DEVICE_HOOK_FAMILIES = {"ingress": _INGRESS_FAMILIES, "egress": frozenset({"netdev"})}
 # The expressions (nested ones included: nft_native.py) that take a
 # reference on the namespace's connection tracking once loaded, whatever
 # chain they sit in; those that turn defragmentation on; and those whose
@@ -438,9 +440,8 @@ def netfilter_reason(findings) -> str:
 
 def _device_bound(chain) -> bool:
     """A chain on a device's own ingress or egress (asked per device where
-    the kernel binds it by name: ingress_chain, egress_chain)."""
-    return (chain.hook == "ingress" and chain.family in _INGRESS_FAMILIES
-            or chain.hook == "egress" and chain.family == "netdev")
+    the kernel binds it by name: device_chain)."""
+    return chain.family in _DEVICE_HOOK_FAMILIES.get(chain.hook, ())
 
 
 def egress_chain(netfilter, ifname: str) -> str | None:
@@ -450,35 +451,40 @@ def egress_chain(netfilter, ifname: str) -> str | None:
     transmits: XDP's redirects and a veth peer redirect skip the device's
     transmit path, and tc's redirects skip the hook (nf_hook_egress(): a
     packet tc redirected carries nf_skip_egress, "on the tc layer")."""
-    if not netfilter.native.hooks_by_name:
-        return None         # (namespace-wide: _native_findings)
-    if _egress_chains[0] is not netfilter:
-        chains = tuple(chain for chain in netfilter.native.chains
-                       if chain.family == "netdev" and chain.hook == "egress" and not _no_op(chain)
-                       and _awake(netfilter, chain))
-        _egress_chains[:] = [netfilter, chains, {}]
-    known = _egress_chains[2]
-    if ifname not in known:
-        known[ifname] = next((_native_finding(chain) for chain in _egress_chains[1] if chain.binds(ifname)), None)
-    return known[ifname]
-
-
-# the netfilter state last asked about, its egress chains that do something,
-# and the answer per device name so far (every device is asked several times)
-_egress_chains: list = [None, (), {}]
+    return device_chain(netfilter, "egress", ifname)
 
 
 def ingress_chain(netfilter, ifname: str) -> str | None:
     """Why the device named `ifname` has its ingress go to the kernel: a
     native chain bound to it (netdev or inet `ingress`) that does something
     (None: none does)."""
+    return device_chain(netfilter, "ingress", ifname)
+
+
+def device_chain(netfilter, hook: str, ifname: str) -> str | None:
+    """The first native chain on `hook` ("ingress" or "egress") of the
+    device named `ifname` that does something, as a finding (None: none
+    does). Every device is asked several times per graph: the chains that
+    do something are found once per netfilter state, the answer once per
+    device."""
     if not netfilter.native.hooks_by_name:
         return None         # (namespace-wide: _native_findings)
-    for chain in netfilter.native.chains:
-        if chain.family in _INGRESS_FAMILIES and chain.hook == "ingress" and not _no_op(chain) \
-                and chain.binds(ifname) and _awake(netfilter, chain):
-            return _native_finding(chain)
-    return None
+    last = _device_chains
+    if last[0] is not netfilter:
+        acting = {name: tuple(chain for chain in netfilter.native.chains
+                              if chain.hook == name and chain.family in families and not _no_op(chain)
+                              and _awake(netfilter, chain))
+                  for name, families in _DEVICE_HOOK_FAMILIES.items()}
+        last = _device_chains[:] = [netfilter, acting, {}]
+    known = last[2]
+    if (hook, ifname) not in known:
+        known[(hook, ifname)] = next((_native_finding(chain) for chain in last[1][hook] if chain.binds(ifname)), None)
+    return known[(hook, ifname)]
+
+
+# The netfilter state last asked about, per device hook its chains that do
+# something, and the answer per (hook, device name) so far.
+_device_chains: list = [None, {}, {}]
 
 
 def _hooked(netfilter, ruleset, family: str, table: str) -> bool:
