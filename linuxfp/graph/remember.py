@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import types
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -29,10 +30,11 @@ _results: dict[str, dict[Hashable, tuple[tuple[tuple[str, Any], ...], Any]]] = {
 class _Reads:
     """A snapshot as a computation sees it, noting the fields it reads.
     Methods and properties of the snapshot's class run against the view, so
-    the fields they read are noted too. Each field is looked up in the
-    snapshot once: later reads find it in the view's own attributes. (Bound
-    methods are not kept there: the view would hold itself, and with it an
-    old snapshot, until the cycle collector ran.)"""
+    the fields they read are noted too. Each name is looked up once: later
+    reads find it in the view's own attributes. (A method is bound to a
+    weak reference to the view: bound to the view itself and kept there, it
+    would hold the view, and with it an old snapshot, in a cycle only the
+    collector frees.)"""
 
     def __init__(self, snapshot):
         cls = snapshot._snapshot_class if isinstance(snapshot, _Reads) else type(snapshot)
@@ -43,7 +45,7 @@ class _Reads:
         if isinstance(declared, property):
             value = declared.fget(self)
         elif declared is not None:
-            return types.MethodType(declared, self)
+            value = types.MethodType(declared, weakref.proxy(self))
         else:
             value = getattr(self._snapshot, name)
             self._read[name] = value
