@@ -443,6 +443,7 @@ class Controller:
                 if self.watch.doorbell is not None:
                     # a watched change is looked at as it is counted, not at the next timeout
                     events.add_wakeup(self.watch.doorbell.fileno(), self.watch.doorbell.drain)
+                events.sample_nft = self.lease.sample_nft
                 # Changes settled before this read are in the dump below;
                 # ipset changes are counted from here on (disarmed below if
                 # no rule matches a set).
@@ -513,7 +514,9 @@ class Controller:
                         if batch.resync:
                             snapshot = self._follow_sets(snapshot)
                         if batch.resync or "netfilter" in batch.kinds:
-                            self._nft_taken_in(nft_seq)     # (read with the batch, after the sample)
+                            # (read with the batch, after its own sample — or,
+                            # resynced, after the loop's)
+                            self._nft_taken_in(batch.nft_seq if batch.nft_seq is not None else nft_seq)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
                         # One line per applied batch: what `ip monitor` users expect,
@@ -545,7 +548,11 @@ class Controller:
                     # been passing since): the re-read below sees every commit
                     # counted in seq, and every one the generation counts.
                     nft_now = self.lease.sample_nft()
-                    if self.lease.unsure or self.lease.nft_behind(nft_now):
+                    # (a commit the batch above read for its own announcement
+                    # is read once: settle_covered)
+                    if self.lease.unsure and not self.lease.settle_covered() or self.lease.nft_behind(nft_now):
+                        log.debug("netfilter read again: %s", "a change announced" if self.lease.unsure
+                                  else "the nf_tables generation moved")
                         seq = self.lease.unsure_seq
                         fresh = kstate.refresh_netfilter(snapshot)
                         if fresh is not snapshot:

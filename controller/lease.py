@@ -152,7 +152,9 @@ class Lease:
     `mark_unsure` (called from a watch's thread the moment the kernel
     announces a change) hands every packet to the kernel until the event
     loop has re-read the changed state and calls `settle_unsure` with the
-    count it read before: a change announced in between keeps it unsure."""
+    count it read before: a change announced in between keeps it unsure.
+    Or until `settle_covered` finds that every change announced so far is
+    an nf_tables commit the netfilter taken in already holds."""
 
     def __init__(self) -> None:
         self.renew_program = None    # set once the companion has loaded
@@ -171,6 +173,10 @@ class Lease:
         self._lock = threading.Lock()
         self.unsure_seq = 0          # changes announced so far
         self._settled_seq = 0        # of which the loop has re-read
+        # The latest nf_tables generation a commit announced (NFT_MSG_NEWGEN)
+        # with a mark, and whether a mark came since without one.
+        self._announced_nft: int | None = None
+        self._unannounced = False
         self.blocked: str | None = None   # why changes cannot be seen at all
         self.withheld: str | None = None  # why the datapath may not act at all (withhold)
 
@@ -297,9 +303,18 @@ class Lease:
         genid = self.sample_addresses()
         return genid is not None and genid != self.addr_genid
 
-    def mark_unsure(self) -> None:
+    def mark_unsure(self, nft_generation: int | None = None) -> None:
+        """`nft_generation`: the generation of the nf_tables commit whose
+        announcement ends with this mark (its NFT_MSG_NEWGEN); without one
+        (a commit's changes announced ahead of it, messages lost, anything
+        else) the mark is settled only by a re-read — or by a later
+        announcement, since commits are announced in their order."""
         with self._lock:
             self.unsure_seq += 1
+            if nft_generation is None:
+                self._unannounced = True
+            else:
+                self._announced_nft, self._unannounced = nft_generation, False
             if self.renew_program is not None:
                 # Keeps the timer as it is where possible: a term from now, as
                 # any renewal; harmless, since nothing is fast-pathed until
@@ -311,9 +326,27 @@ class Lease:
         with self._lock:
             if seq != self.unsure_seq or self.blocked is not None:
                 return False
-            self._settled_seq = seq
-            self._renew_locked(force=True)
+            self._settle_locked()
             return True
+
+    def settle_covered(self) -> bool:
+        """Settles every mark so far when each announced an nf_tables commit
+        no later than the generation netfilter was last taken in under
+        (nft_taken_in): the read that was applied holds them (a batch that
+        read netfilter for the same announcement, say). False, changing
+        nothing, otherwise: the loop reads again."""
+        with self._lock:
+            announced, taken = self._announced_nft, self.nft_seq
+            if (not self.unsure or self.blocked is not None or self._unannounced or announced is None
+                    or taken is None or (taken - announced) & 0xFFFFFFFF >= 1 << 31):
+                return False
+            self._settle_locked()
+            return True
+
+    def _settle_locked(self) -> None:
+        self._settled_seq = self.unsure_seq
+        self._unannounced = False
+        self._renew_locked(force=True)
 
     def revoke(self) -> None:
         """End the lease now: the controller knows its view may be stale

@@ -301,11 +301,15 @@ class NftablesWatch:
                     self._reopen(e)
                     continue
                 datagram = b""
+            announced = None
             for message in nl.split_messages(datagram):
                 event = decode_nft_event(message)
                 if event is not None and event.generation is not None:
                     generation_announced(event.generation)     # (its commit is over: a read needs no barrier)
-            self.lease.mark_unsure()
+                    announced = event.generation
+            # (a commit's changes come ahead of its generation, which settles
+            # them too; lost messages (ENOBUFS) wait for a later one)
+            self.lease.mark_unsure(announced)
 
     def _reopen(self, failure: OSError) -> None:
         """Unsure until a new socket listens (the sockets were opened in the

@@ -409,6 +409,54 @@ def test_an_nftables_commit_is_honoured_before_the_controller_has_seen_it(requir
     assert passed.get("nft_changed", 0) > 0, passed
 
 
+def test_an_nftables_change_is_read_once(router_topology):
+    """The batch that announces an nf_tables commit reads netfilter under
+    the generation sampled right before (EventBatch.nft_seq), and the
+    watch's mark for the same commit is settled by that read
+    (Lease.settle_covered): the datapath passes for one read per change,
+    not two (before, every change was read again: taken in under the
+    generation sampled before the commit, the loop found it behind)."""
+    r = router_topology
+    controller = ControllerProcess(r.dut.name, hook="xdp")
+    controller.command.insert(controller.command.index("controller.cli") + 1, "-v")
+    controller.argv = ["ip", "netns", "exec", r.dut.name, *controller.command]
+    with controller:
+        for _ in range(6):
+            for verb in ("-A", "-D"):
+                applied = controller.applied
+                r.dut.run(["iptables-nft", verb, "FORWARD", "-d", "203.0.113.9", "-j", "DROP"])
+                controller.wait_applied(applied)
+        wait_lease_current(r.dut.name)
+        log = controller.stderr()
+    # (a watch thread scheduled late marks before its commit's generation
+    # came: that mark is read again, once)
+    assert log.count("netfilter read again") <= 3, log
+
+
+def test_a_mark_is_settled_by_a_read_only_when_every_change_it_counts_is_a_commit_the_read_holds():
+    held = lease.Lease()
+    held.nft_seq = 10
+    assert not held.settle_covered()                      # nothing to settle
+    held.mark_unsure()                                    # a commit's rules, its generation still to come
+    assert held.unsure and not held.settle_covered()
+    held.mark_unsure(10)                                  # ... and its generation: the read under 10 holds it
+    assert held.settle_covered() and not held.unsure
+    held.mark_unsure(11)                                  # a commit after the read
+    assert not held.settle_covered() and held.unsure
+    held.nft_seq = 12                                     # read again (taken in under 12)
+    assert held.settle_covered() and not held.unsure
+    held.block("the watch failed")                        # blind: only a re-read after unblock settles it
+    held.unblock()
+    assert not held.settle_covered()
+    assert held.settle_unsure(held.unsure_seq) and not held.unsure
+    held.nft_seq = 2                                      # the generation wrapped: 0xfffffffe is before 2
+    held.mark_unsure(0xFFFFFFFE)
+    assert held.settle_covered()
+    held.nft_seq = None                                   # no generation taken in: nothing is covered
+    held.mark_unsure(1)
+    assert not held.settle_covered()
+
+
 def test_an_address_change_is_honoured_before_the_controller_has_seen_it(require_root):
     """The kernel moves its IPv4 address generation in the system call that
     adds the address; the datapath compares it per packet with the one the

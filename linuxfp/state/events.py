@@ -153,6 +153,10 @@ class EventBatch:
     # Every socket was read empty at the end: nothing queued before the
     # batch began is left behind (False when max_messages cut it short).
     drained: bool = True
+    # The nf_tables generation sampled (EventReader.sample_nft) right before
+    # the batch read netfilter again, None where it did not: the read holds
+    # every commit up to it, the batch's own included.
+    nft_seq: int | None = None
 
     def link_indexes(self) -> frozenset[int]:
         """The devices the batch announces (anew, changed or gone)."""
@@ -190,6 +194,10 @@ class EventStream:
         self._epoll = select.epoll()
         self._wakeups: dict[int, Callable[[], object]] = {}   # fd -> its drain
         self._closed = False
+        # The kernel's nf_tables generation now (the controller's lease
+        # reads it), asked right before a batch reads netfilter again.
+        self.sample_nft: Callable[[], int | None] | None = None
+        self._nft_sampled: int | None = None
         try:
             self._open(rcvbuf)
         except BaseException:
@@ -353,6 +361,7 @@ class EventStream:
     def _build_batch(self, raw: list[tuple[_Source, nl.RawMessage, int | None]], overrun: bool,
                      first: int, last: int) -> EventBatch:
         messages: list[Message] = []
+        self._nft_sampled = None
         for source, msg, nsid in raw:
             change = source.decoder(msg, nsid) if source.tagged else source.decoder(msg)  # type: ignore[operator]
             if change is not None:
@@ -370,6 +379,7 @@ class EventStream:
             raw_count=len(raw),
             resync=overrun,
             drained=len(raw) < self.max_messages,
+            nft_seq=self._nft_sampled,
         )
 
     def _silent_changes(self, messages: list[Message]) -> list[Message]:
@@ -489,6 +499,9 @@ class EventStream:
             extra.append(SysctlsPatched(read_sysctls(confs[index] for index in ours if index in confs),
                                         removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
         if need_netfilter:
+            # (sampled before the read: a commit moves the generation before
+            # its rules take effect)
+            self._nft_sampled = self.sample_nft() if self.sample_nft is not None else None
             extra.append(NetfilterReplaced(read_netfilter()))
         if need_xfrm:
             extra.append(XfrmReplaced(read_xfrm()))
