@@ -535,12 +535,15 @@ class Controller:
                     changed = not in_flight and watched != self.lease.watch_acked
                     if changed or time.monotonic() - last_poll >= POLL_INTERVAL_S:
                         last_poll = time.monotonic()
+                        # (sampled right before this read: the loop's sample may
+                        # be older than what a batch above took in)
+                        nft_polled = self.lease.sample_nft()
                         polled = kstate.refresh_polled(snapshot, sets=changed or not self.sets_watched)
                         if polled != snapshot:
                             snapshot = polled
                             self.reconcile(snapshot)
                         snapshot = self._follow_sets(snapshot)
-                        self._nft_taken_in(nft_seq)
+                        self._nft_taken_in(nft_polled)
                         if changed:
                             self.lease.acknowledge(watched)
                     # nf_tables announced a commit, or its generation moved past

@@ -174,9 +174,11 @@ class Lease:
         self.unsure_seq = 0          # changes announced so far
         self._settled_seq = 0        # of which the loop has re-read
         # The latest nf_tables generation a commit announced (NFT_MSG_NEWGEN)
-        # with a mark, and whether a mark came since without one.
+        # with a mark, whether a mark came since without one, and whether
+        # one stands for messages lost (settled only by a re-read).
         self._announced_nft: int | None = None
         self._unannounced = False
+        self._lost = False
         self.blocked: str | None = None   # why changes cannot be seen at all
         self.withheld: str | None = None  # why the datapath may not act at all (withhold)
 
@@ -195,7 +197,7 @@ class Lease:
         `unblock`, whatever the loop re-reads."""
         with self._lock:
             self.blocked = reason
-        self.mark_unsure()
+        self.mark_unsure(lost=True)
 
     def unblock(self) -> None:
         """Seen again; the caller marks the lease unsure for what it missed."""
@@ -303,14 +305,18 @@ class Lease:
         genid = self.sample_addresses()
         return genid is not None and genid != self.addr_genid
 
-    def mark_unsure(self, nft_generation: int | None = None) -> None:
+    def mark_unsure(self, nft_generation: int | None = None, lost: bool = False) -> None:
         """`nft_generation`: the generation of the nf_tables commit whose
         announcement ends with this mark (its NFT_MSG_NEWGEN); without one
-        (a commit's changes announced ahead of it, messages lost, anything
-        else) the mark is settled only by a re-read — or by a later
-        announcement, since commits are announced in their order."""
+        (a commit's changes announced ahead of it) the mark waits for a
+        later announcement, since commits are announced in their order.
+        `lost`: messages were lost or not listened for (ENOBUFS, a socket
+        reopened) — settled only by a re-read (settle_unsure): what the
+        kernel still had queued when it reported the loss is older than
+        what it dropped, so a later announcement vouches for nothing."""
         with self._lock:
             self.unsure_seq += 1
+            self._lost |= lost
             if nft_generation is None:
                 self._unannounced = True
             else:
@@ -337,7 +343,7 @@ class Lease:
         nothing, otherwise: the loop reads again."""
         with self._lock:
             announced, taken = self._announced_nft, self.nft_seq
-            if (not self.unsure or self.blocked is not None or self._unannounced or announced is None
+            if (not self.unsure or self.blocked is not None or self._lost or self._unannounced or announced is None
                     or taken is None or (taken - announced) & 0xFFFFFFFF >= 1 << 31):
                 return False
             self._settle_locked()
@@ -345,7 +351,7 @@ class Lease:
 
     def _settle_locked(self) -> None:
         self._settled_seq = self.unsure_seq
-        self._unannounced = False
+        self._unannounced = self._lost = False
         self._renew_locked(force=True)
 
     def revoke(self) -> None:

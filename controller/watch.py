@@ -292,6 +292,7 @@ class NftablesWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            lost = False
             try:
                 datagram = self._sock.sock.recv(nl.RECV_BUFSIZE)
             except socket.timeout:
@@ -300,7 +301,7 @@ class NftablesWatch:
                 if e.errno != errno.ENOBUFS:     # ENOBUFS: some were lost, a commit happened
                     self._reopen(e)
                     continue
-                datagram = b""
+                datagram, lost = b"", True
             announced = None
             for message in nl.split_messages(datagram):
                 event = decode_nft_event(message)
@@ -308,8 +309,8 @@ class NftablesWatch:
                     generation_announced(event.generation)     # (its commit is over: a read needs no barrier)
                     announced = event.generation
             # (a commit's changes come ahead of its generation, which settles
-            # them too; lost messages (ENOBUFS) wait for a later one)
-            self.lease.mark_unsure(announced)
+            # them too; lost ones only a re-read settles)
+            self.lease.mark_unsure(announced, lost=lost)
 
     def _reopen(self, failure: OSError) -> None:
         """Unsure until a new socket listens (the sockets were opened in the
@@ -323,7 +324,7 @@ class NftablesWatch:
             except OSError:
                 continue
             self.lease.unblock()
-            self.lease.mark_unsure()     # what happened meanwhile is re-read
+            self.lease.mark_unsure(lost=True)     # what happened meanwhile is re-read
             log.info("nf_tables watch listening again")
             return
 

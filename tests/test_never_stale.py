@@ -426,10 +426,13 @@ def test_an_nftables_change_is_read_once(router_topology):
                 applied = controller.applied
                 r.dut.run(["iptables-nft", verb, "FORWARD", "-d", "203.0.113.9", "-j", "DROP"])
                 controller.wait_applied(applied)
-        wait_lease_current(r.dut.name)
+                # (the next change only once this one is settled: one made
+                # meanwhile is rightly read again)
+                assert wait_lease_current(r.dut.name)
         log = controller.stderr()
     # (a watch thread scheduled late marks before its commit's generation
-    # came: that mark is read again, once)
+    # came: that mark is read again, once; with either half of the change
+    # undone, every one of the twelve was)
     assert log.count("netfilter read again") <= 3, log
 
 
@@ -447,6 +450,10 @@ def test_a_mark_is_settled_by_a_read_only_when_every_change_it_counts_is_a_commi
     assert held.settle_covered() and not held.unsure
     held.block("the watch failed")                        # blind: only a re-read after unblock settles it
     held.unblock()
+    assert not held.settle_covered()
+    assert held.settle_unsure(held.unsure_seq) and not held.unsure
+    held.mark_unsure(lost=True)                           # ENOBUFS: what was still queued is older than
+    held.mark_unsure(12)                                  # what was lost, so its announcement vouches for nothing
     assert not held.settle_covered()
     assert held.settle_unsure(held.unsure_seq) and not held.unsure
     held.nft_seq = 2                                      # the generation wrapped: 0xfffffffe is before 2
