@@ -500,6 +500,11 @@ class Controller:
                         # a batch that lost events or cannot be applied exactly is
                         # a full re-read, never silent drift
                         snapshot = kstate.advance(snapshot, batch)
+                        if "netfilter" in batch.kinds and not batch.resync:
+                            # what the loop's re-read did when every change was
+                            # read twice: a rule's physdev match may have loaded
+                            # br_netfilter (its switches on, no event)
+                            snapshot = kstate.follow_br_netfilter(snapshot)
                         if "link" in batch.kinds or batch.resync:
                             # a link deleted and re-created with the same ifindex
                             # within one batch took our program with it
@@ -511,7 +516,9 @@ class Controller:
                             self.installed = self.installer.forget_defunct(
                                 self.installed, None if batch.resync else batch.link_indexes())
                         worked = self.reconcile(snapshot, batch.messages)
-                        if batch.resync:
+                        if batch.resync or "netfilter" in batch.kinds:
+                            # (rules that begin to match sets arm the set watch
+                            # before the datapath acts on what they match)
                             snapshot = self._follow_sets(snapshot)
                         if batch.resync or "netfilter" in batch.kinds:
                             # (read with the batch, after its own sample — or,

@@ -276,17 +276,28 @@ def refresh_netfilter(snapshot: Snapshot) -> Snapshot:
     loads the module (its bridge-nf-call-* switches on), which no event
     announces, and bridged frames then meet those rules at once."""
     netfilter = read_netfilter(fresh_sets=False)
-    sysctls = snapshot.sysctls
-    if sysctl_state.br_netfilter_loaded() != sysctls.br_netfilter:
-        # (only the namespace's switches: no device's value moved)
-        sysctls = replace(read_sysctls(()), interfaces=sysctls.interfaces)
     if netfilter == snapshot.netfilter:
         netfilter = snapshot.netfilter
-    if sysctls == snapshot.sysctls:
-        sysctls = snapshot.sysctls
+    sysctls = _br_netfilter_followed(snapshot.sysctls)
     if netfilter is snapshot.netfilter and sysctls is snapshot.sysctls:
         return snapshot
     return replace(snapshot, netfilter=netfilter, sysctls=sysctls).inherit_hashes(snapshot)
+
+
+def follow_br_netfilter(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` with the namespace's bridge-nf-call-* switches read again
+    if br_netfilter came or went (refresh_netfilter's second half, for a
+    netfilter read of its own: a batch's); `snapshot` itself otherwise."""
+    sysctls = _br_netfilter_followed(snapshot.sysctls)
+    return snapshot if sysctls is snapshot.sysctls else replace(snapshot, sysctls=sysctls).inherit_hashes(snapshot)
+
+
+def _br_netfilter_followed(sysctls):
+    if sysctl_state.br_netfilter_loaded() == sysctls.br_netfilter:
+        return sysctls
+    # (only the namespace's switches: no device's value moved)
+    fresh = replace(read_sysctls(()), interfaces=sysctls.interfaces)
+    return sysctls if fresh == sysctls else fresh
 
 
 def refresh_polled(snapshot: Snapshot, sets: bool = True) -> Snapshot:
