@@ -522,7 +522,9 @@ class Controller:
                             snapshot = self._follow_sets(snapshot)
                         if batch.resync or "netfilter" in batch.kinds:
                             # (read with the batch, after its own sample — or,
-                            # resynced, after the loop's)
+                            # resynced, after the loop's; whether the read settled
+                            # is judged by the last read, _follow_sets' where it
+                            # armed: newer, and applied)
                             self._nft_taken_in(batch.nft_seq if batch.nft_seq is not None else nft_seq)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
