@@ -34,12 +34,15 @@ ROOT_REQUIRED = (
 
 @pytest.fixture(autouse=True)
 def _graph_remembers_nothing_from_another_test() -> Iterator[None]:
-    """Each test's graphs start from nothing remembered (remember.forget):
+    """Each test's graphs start from nothing remembered (remember.forget,
+    the rules' meanings):
     a test that patches a node's limits must not meet an answer computed
     under another's."""
+    from linuxfp.graph.filtering.program import forget_rule_meanings
     from linuxfp.graph.remember import forget
 
     forget()
+    forget_rule_meanings()
     yield
 
 

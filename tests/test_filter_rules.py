@@ -1177,3 +1177,38 @@ def test_legacy_give_back_gives_each_count_once_per_table(monkeypatch):
     with pytest.raises(PermissionError):
         poll(24)
     assert added == [("filter", 3)] and poll() == [("raw", 3)]
+
+
+def test_a_rules_meaning_kept_from_the_compile_before_is_what_a_fresh_compile_says():
+    """compile_program keeps each rule's meaning for the next compile (most
+    rules are the same after a change): a rule naming an interface is
+    worked out again when the interfaces' names change, one matching a set
+    whenever it is compiled (its members change with no rule changing)."""
+    from linuxfp.graph.filtering.program import forget_rule_meanings
+
+    def compile_(text, links, sets=()):
+        return compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, links, ipsets=sets)
+
+    def fresh(text, links, sets=()):
+        forget_rule_meanings()
+        return compile_(text, links, sets)
+
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    rules = ("-A FORWARD -i lan+ -o wan0 -j ACCEPT\n-A FORWARD -d 198.51.100.0/24 -j DROP\n"
+             "-A FORWARD -m set --match-set blocked src -j DROP\n")
+    text = head + rules + "COMMIT\n"
+    blocked = IpSet("blocked", "hash:net", ((0xC6120700, 24),))
+    renamed = LINKS[:1] + (SimpleNamespace(index=2, name="wan0"), SimpleNamespace(index=3, name="lan0")) + LINKS[3:]
+    grown = IpSet("blocked", "hash:net", ((0xC6120700, 24), (0xC6120900, 24)))
+    added = head + rules + "-A FORWARD -p udp --dport 53 -j ACCEPT\nCOMMIT\n"
+    steps = ((text, LINKS, (blocked,)), (added, LINKS, (blocked,)), (added, renamed, (blocked,)),
+             (added, renamed, (grown,)), (text, LINKS, (blocked,)))
+    forget_rule_meanings()
+    for step in steps:
+        kept = compile_(*step)
+        assert kept == fresh(*step), step
+        compile_(*step)     # (and kept for the next step, from this one)
+    # the interface rule follows the rename; the set rule its members
+    by_links = {names: compile_(added, links, (blocked,)).boxes[0] for names, links in (("a", LINKS), ("b", renamed))}
+    assert by_links["a"] != by_links["b"]
+    assert compile_(added, renamed, (blocked,)).boxes != compile_(added, renamed, (grown,)).boxes

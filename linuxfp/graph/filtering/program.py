@@ -22,7 +22,7 @@ from functools import cached_property
 from linuxfp.state.iptables import TOOLS
 from linuxfp.state.netfilter_hooks import CONNTRACK_HOOK, FORWARD_PATH_HOOKS
 
-from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, rule_meaning
+from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, RuleMeaning, rule_meaning
 
 ACCEPT, DROP, KERNEL, DROP_EARLY = 0, 1, 2, 3
 MAX_DEPTH = 64   # the kernel refuses deeper jumps, so any loop is ours
@@ -144,6 +144,59 @@ class Program:
         return tuple(r for r in self.rules if r.unsupported)
 
 
+class _Meanings:
+    """rule_meaning() per rule, with its boxes as the classifier takes them
+    (_protocol_in_l4d), kept from one compile of a family's rules to the
+    next: after a change most rules are the same, and working each out
+    again is most of a rebuild (1000 rules: half of it). A meaning depends on
+    the rule's matches, and on the interfaces' names where a match names one
+    (-i, -o); a rule matching sets or address types is worked out again
+    every time (their members and routes change with no rule changing).
+    Only the last compile's are kept."""
+
+    _kept: dict[str, tuple[tuple, object, dict]] = {}     # family -> (links' names, their token, meanings)
+
+    def __init__(self, family: Family, links) -> None:
+        self.family, self.links = family, links
+        names = tuple((link.index, link.name) for link in links)
+        kept = self._kept.get(family.name)
+        if kept is not None and kept[0] == names:
+            self.token, self.known = kept[1], kept[2]
+        else:
+            self.token = object()       # (keys that name interfaces carry it: new names, new token)
+            self.known = kept[2] if kept is not None else {}
+        self.names, self.fresh = names, {}
+
+    def of(self, rule, sets, addrtypes) -> tuple[RuleMeaning, tuple[Box, ...], tuple[Box, ...]]:
+        """The rule's meaning, its boxes and its unsure part's boxes."""
+        if any(m.module in ("set", "addrtype") for m in rule.matches):
+            return self._worked_out(rule, sets, addrtypes)
+        key = (rule.matches, self.token if any(m.module == "" and m.option in ("-i", "-o")
+                                               for m in rule.matches) else None)
+        found = self.fresh.get(key)
+        if found is None:
+            found = self.known.get(key)
+            if found is None:
+                found = self._worked_out(rule, sets, addrtypes)
+            self.fresh[key] = found
+        return found
+
+    def _worked_out(self, rule, sets, addrtypes):
+        meaning = rule_meaning(rule, self.links, sets, self.family, addrtypes)
+        return (meaning, tuple(_protocol_in_l4d(box) for box in meaning.boxes),
+                tuple(_protocol_in_l4d(box) for box in meaning.unsure))
+
+    def keep(self) -> None:
+        self._kept[self.family.name] = (self.names, self.token, self.fresh)
+
+
+
+def forget_rule_meanings() -> None:
+    """Keep no rule's meaning from a compile before (each test starts
+    without any)."""
+    _Meanings._kept.clear()
+
+
 def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), family: Family = IPV4,
                     addrtypes=None, nat: bool = False) -> Program:
     """Each ruleset's entry chain (of `family`): the FORWARD chain of
@@ -154,6 +207,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
     (addrtypes.py), where rules match them; `nat`: the kernel translates
     connections with NAT (scope.translating())."""
     sets = {s.name: s for s in ipsets}
+    meanings = _Meanings(family, links)
     rules: list[CompiledRule] = []
     boxes: list[Box] = []
     chains = []
@@ -174,16 +228,16 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                              if m.module == "" and m.option in ("-i", "-o"))
                 named.update(_set_interface_fields(rule, sets))
                 marks = marks or "mark" in rule.modules
-                meaning = rule_meaning(rule, links, sets, family, addrtypes)
+                meaning, own, unsure = meanings.of(rule, sets, addrtypes)
                 if meaning.unsure:
-                    ids = tuple(range(len(boxes), len(boxes) + len(meaning.unsure)))
-                    boxes.extend(_protocol_in_l4d(box) for box in meaning.unsure)
+                    ids = tuple(range(len(boxes), len(boxes) + len(unsure)))
+                    boxes.extend(unsure)
                     indexes.append(len(rules))
                     rules.append(CompiledRule(len(rules), ruleset.backend, chain.name, rule.position, rule.text,
                                               "kernel", "", ids, (meaning.unsure_reason,), rule.target, family.name,
                                               unsure_part=True, tool=ruleset.tool))
-                ids = tuple(range(len(boxes), len(boxes) + len(meaning.boxes)))
-                boxes.extend(_protocol_in_l4d(box) for box in meaning.boxes)
+                ids = tuple(range(len(boxes), len(boxes) + len(own)))
+                boxes.extend(own)
                 action, jump = _action(rule, table, bool(meaning.unsupported))
                 if jump:
                     todo.append(jump)
@@ -192,6 +246,7 @@ def compile_program(forward_rulesets, links, stateful: bool = False, ipsets=(), 
                                           action, jump, ids, meaning.unsupported, rule.target, family.name,
                                           tool=ruleset.tool))
             chains.append((ruleset.backend, chain.name, chain.policy, tuple(indexes)))
+    meanings.keep()
     # (iptables' FORWARD alone needs no annotation)
     annotated = any(r.native or r.hook != "forward" for r in forward_rulesets)
     return Program(tuple(rules), tuple(boxes), tuple(chains), tuple(r.backend for r in forward_rulesets),
