@@ -439,11 +439,11 @@ class Controller:
             # Subscribe before the first dump so no change falls in between.
             stream_options = {"rcvbuf": self.options.netlink_rcvbuf} if self.options.netlink_rcvbuf else {}
             with kstate.EventStream(quiet_ns=COALESCE_QUIET_NS, max_batch_ns=BATCH_MAX_NS,
-                                    max_messages=BATCH_MAX_MESSAGES, **stream_options) as events:
+                                    max_messages=BATCH_MAX_MESSAGES, sample_nft=self.lease.sample_nft,
+                                    **stream_options) as events:
                 if self.watch.doorbell is not None:
                     # a watched change is looked at as it is counted, not at the next timeout
                     events.add_wakeup(self.watch.doorbell.fileno(), self.watch.doorbell.drain)
-                events.sample_nft = self.lease.sample_nft
                 # Changes settled before this read are in the dump below;
                 # ipset changes are counted from here on (disarmed below if
                 # no rule matches a set).
@@ -517,10 +517,9 @@ class Controller:
                                 self.installed, None if batch.resync else batch.link_indexes())
                         worked = self.reconcile(snapshot, batch.messages)
                         if batch.resync or "netfilter" in batch.kinds:
-                            # (rules that begin to match sets arm the set watch
-                            # before the datapath acts on what they match)
+                            # Rules that begin to match sets arm the set watch
+                            # before the datapath acts on what they match.
                             snapshot = self._follow_sets(snapshot)
-                        if batch.resync or "netfilter" in batch.kinds:
                             # (read with the batch, after its own sample — or,
                             # resynced, after the loop's; whether the read settled
                             # is judged by the last read, _follow_sets' where it
@@ -561,8 +560,9 @@ class Controller:
                     # counted in seq, and every one the generation counts.
                     nft_now = self.lease.sample_nft()
                     # (a commit the batch above read for its own announcement
-                    # is read once: settle_covered)
-                    if self.lease.unsure and not self.lease.settle_covered() or self.lease.nft_behind(nft_now):
+                    # is read once: the read it took in settles the mark)
+                    covered = self.lease.unsure and self.lease.settle_covered()
+                    if self.lease.unsure and not covered or self.lease.nft_behind(nft_now):
                         log.debug("netfilter read again: %s", "a change announced" if self.lease.unsure
                                   else "the nf_tables generation moved")
                         seq = self.lease.unsure_seq

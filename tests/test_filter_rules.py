@@ -1212,3 +1212,11 @@ def test_a_rules_meaning_kept_from_the_compile_before_is_what_a_fresh_compile_sa
     by_links = {names: compile_(added, links, (blocked,)).boxes[0] for names, links in (("a", LINKS), ("b", renamed))}
     assert by_links["a"] != by_links["b"]
     assert compile_(added, renamed, (blocked,)).boxes != compile_(added, renamed, (grown,)).boxes
+    # an address-type rule follows the routes its types come from
+    typed = head + "-A FORWARD -m addrtype --dst-type UNICAST -j DROP\nCOMMIT\n"
+    scope = filter_scope(netfilter(parse_save(typed, "nft"))).forward
+    one, other = address_types(LOCAL_TABLE), address_types(LOCAL_TABLE + (_route("198.19.6.7/32", "local"),))
+    first = compile_program(scope, LINKS, addrtypes=one)
+    second = compile_program(scope, LINKS, addrtypes=other)
+    forget_rule_meanings()
+    assert second == compile_program(scope, LINKS, addrtypes=other) and second.boxes != first.boxes

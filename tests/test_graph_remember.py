@@ -10,6 +10,7 @@ import weakref
 import pytest
 
 from linuxfp.graph import build_graph
+from linuxfp.graph.nodes import registered
 from linuxfp.graph.remember import fields_read, forget, remembered
 from linuxfp.state.model import AF_INET, Neighbour, XfrmState
 
@@ -93,7 +94,7 @@ def test_a_neighbour_event_recomputes_transmit_neighbour_tables_and_nothing_else
     assert after["lfp_neigh"].entries != before["lfp_neigh"].entries
 
 
-def test_an_address_recomputes_the_local_sources_and_the_pipelines_answer_again():
+def test_an_address_recomputes_the_local_sources_and_reuses_the_pipelines_that_read_neither():
     s1 = router_snapshot()
     g1 = build_graph(s1, "xdp")
     extra = route("198.18.9.9/32", table=255, type_="local", oif=2, protocol=2)
@@ -101,9 +102,12 @@ def test_an_address_recomputes_the_local_sources_and_the_pipelines_answer_again(
     g2 = build_graph(s2, "xdp")
     assert b"".join(sorted(k for k, _ in _tables(g2)["lfp_local_src"].entries)).find(bytes([198, 18, 9, 9])) >= 0
     assert _tables(g2)["lfp_local_src"] is not _tables(g1)["lfp_local_src"]
-    # the pipelines read the routes (the router's placement does): asked
-    # again, the same answer
-    assert g2.pipelines == g1.pipelines
+    # the pipelines read neither the routes nor the addresses here: reused,
+    # and what a build from nothing says
+    assert not fields_read("graph.pipelines", "xdp", registered()) & {"routes", "addresses"}
+    assert g2.pipelines is g1.pipelines
+    forget()
+    assert build_graph(s2, "xdp").pipelines == g2.pipelines
 
 
 def test_a_field_read_through_a_method_changing_is_a_change():

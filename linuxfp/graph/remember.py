@@ -6,10 +6,9 @@ same object, so "the same object" means "unchanged". What a computation
 depends on is not declared but recorded: it runs against a view of the
 snapshot that notes each field it reads, so a key cannot miss a snapshot
 field. (A computation must read nothing that changes but the snapshot and
-its arguments: a node's contract.) A
-remembered computation that asks another one inherits what that one read,
-whether it was computed or reused, because the inner check reads its fields
-through the outer view."""
+its arguments: a node's contract.) A remembered computation that asks
+another one inherits what that one read, whether it was computed or
+reused, because the inner check reads its fields through the outer view."""
 from __future__ import annotations
 
 import inspect
@@ -91,7 +90,7 @@ def remembered(name: str, snapshot, compute: Callable[..., T], *args: Hashable) 
 
 def fields_read(name: str, *args: Hashable) -> frozenset[str] | None:
     """The snapshot fields the remembered result for (`name`, `args`) read
-    (None: nothing remembered). For tests and `linuxfp graph`'s curious."""
+    (None: nothing remembered). For tests."""
     entry = _results.get(name, {}).get(args)
     return None if entry is None else frozenset(field for field, _ in entry[0])
 

@@ -185,7 +185,11 @@ class EventStream:
         quiet_ns: int = 2_000_000,
         max_batch_ns: int = 50_000_000,
         max_messages: int = 10_000,
+        sample_nft: Callable[[], int | None] | None = None,
     ):
+        """`sample_nft`: the kernel's nf_tables generation now (the
+        controller's lease reads it), asked right before a batch reads
+        netfilter again (EventBatch.nft_seq)."""
         self.quiet_ns = quiet_ns
         self.max_batch_ns = max_batch_ns
         self.max_messages = max_messages
@@ -194,10 +198,7 @@ class EventStream:
         self._epoll = select.epoll()
         self._wakeups: dict[int, Callable[[], object]] = {}   # fd -> its drain
         self._closed = False
-        # The kernel's nf_tables generation now (the controller's lease
-        # reads it), asked right before a batch reads netfilter again.
-        self.sample_nft: Callable[[], int | None] | None = None
-        self._nft_sampled: int | None = None
+        self.sample_nft = sample_nft
         try:
             self._open(rcvbuf)
         except BaseException:
@@ -361,7 +362,7 @@ class EventStream:
     def _build_batch(self, raw: list[tuple[_Source, nl.RawMessage, int | None]], overrun: bool,
                      first: int, last: int) -> EventBatch:
         messages: list[Message] = []
-        self._nft_sampled = None
+        nft_seq = None
         for source, msg, nsid in raw:
             change = source.decoder(msg, nsid) if source.tagged else source.decoder(msg)  # type: ignore[operator]
             if change is not None:
@@ -370,7 +371,8 @@ class EventStream:
             # Our view of link states is stale as well; the caller re-reads.
             self._seed_links()
         else:
-            messages.extend(self._silent_changes(messages))
+            extra, nft_seq = self._silent_changes(messages)
+            messages.extend(extra)
         return EventBatch(
             messages=tuple(messages),
             kinds=frozenset(m.kind for m in messages),
@@ -379,11 +381,13 @@ class EventStream:
             raw_count=len(raw),
             resync=overrun,
             drained=len(raw) < self.max_messages,
-            nft_seq=self._nft_sampled,
+            nft_seq=nft_seq,
         )
 
-    def _silent_changes(self, messages: list[Message]) -> list[Message]:
-        """Freshly read state for the kernel changes that come without events."""
+    def _silent_changes(self, messages: list[Message]) -> tuple[list[Message], int | None]:
+        """Freshly read state for the kernel changes that come without
+        events; and the nf_tables generation sampled before netfilter was
+        read again (None: it was not)."""
         need_routes = need_rules = need_sysctls = need_netfilter = need_xfrm = False
         # interfaces whose sysctls to read again (need_sysctls: every one's)
         sysctl_links: set[int] = set()
@@ -445,7 +449,7 @@ class EventStream:
         with_peers = [msg.link for msg in messages if isinstance(msg, LinkUpdate) and has_far_end(msg.link)]
         if not (need_routes or need_rules or need_sysctls or sysctl_links or sysctls_gone or need_netfilter
                 or need_xfrm or new_links or reread_links or with_peers):
-            return extra_flushes
+            return extra_flushes, None
         if netns_inode() != self.netns_inode and (need_sysctls or sysctl_links or need_netfilter or need_xfrm
                                                   or new_links or reread_links):   # (tcx: by ifindex here)
             raise RuntimeError("EventStream.read_batch must run in the network namespace "
@@ -454,6 +458,7 @@ class EventStream:
             if isinstance(msg, NftablesChanged) and msg.generation is not None:
                 generation_announced(msg.generation)     # (its commit is over: the read below is settled)
         extra: list[Message] = list(extra_flushes)
+        nft_seq = None
         if need_routes:
             extra.append(RoutesReplaced(dump_routes(self._rtnl)))
         if need_rules:
@@ -501,12 +506,12 @@ class EventStream:
         if need_netfilter:
             # (sampled before the read: a commit moves the generation before
             # its rules take effect)
-            self._nft_sampled = self.sample_nft() if self.sample_nft is not None else None
+            nft_seq = self.sample_nft() if self.sample_nft is not None else None
             extra.append(NetfilterReplaced(read_netfilter()))
         if need_xfrm:
             extra.append(XfrmReplaced(read_xfrm()))
         extra.extend(PeerLinkUpdate(peer) for peer in read_peers(self._rtnl, with_peers))
-        return extra
+        return extra, nft_seq
 
 
 def advance(snapshot: Snapshot, batch: EventBatch) -> Snapshot:

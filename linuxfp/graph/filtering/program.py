@@ -190,7 +190,6 @@ class _Meanings:
         self._kept[self.family.name] = (self.names, self.token, self.fresh)
 
 
-
 def forget_rule_meanings() -> None:
     """Keep no rule's meaning from a compile before (each test starts
     without any)."""

@@ -466,7 +466,8 @@ def device_chain(netfilter, hook: str, ifname: str) -> str | None:
     device named `ifname` that does something, as a finding (None: none
     does). Every device is asked several times per graph: the chains that
     do something are found once per netfilter state, the answer once per
-    device."""
+    device (remembered by hand: graph/remember.py keys by a snapshot's
+    fields, this by a netfilter state)."""
     if not netfilter.native.hooks_by_name:
         return None         # (namespace-wide: _native_findings)
     last = _device_chains

@@ -46,7 +46,12 @@ class Stage(IntEnum):
 
 
 class Node:
-    """Base of every node declaration. Pure: reads only the snapshot."""
+    """Base of every node declaration. Pure: reads only the snapshot. The
+    graph remembers what `tables` and `notes` (and the answers its build
+    asks for per interface) return while the snapshot fields they read are
+    the same objects: they get a view of the snapshot that records those
+    reads (graph/remember.py), with a Snapshot's fields, methods and
+    properties — not a Snapshot to test with isinstance, replace or hash."""
 
     name: str = ""
     stage: Stage = Stage.FORWARD
