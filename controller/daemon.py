@@ -317,6 +317,17 @@ class Controller:
                             "path": "gone"})
         self._logged_paths = paths
 
+    def _netfilter_applied(self, snapshot, seq: int | None):
+        """After a read of netfilter (the nf_tables generation `seq`
+        sampled right before it) is reconciled: rules that begin to match
+        sets arm the set watch before the datapath acts on what they match,
+        then the generation is taken in (whether the read settled is judged
+        by the last read: _follow_sets' where it armed, newer and applied).
+        Returns the snapshot, which the sets' re-read may have moved on."""
+        snapshot = self._follow_sets(snapshot)
+        self._nft_taken_in(seq)
+        return snapshot
+
     def _nft_taken_in(self, seq: int | None) -> None:
         """Netfilter was read (after `seq` was sampled) and applied: the lease
         holds it from generation `seq` on — unless nf_tables would not settle
@@ -500,11 +511,6 @@ class Controller:
                         # a batch that lost events or cannot be applied exactly is
                         # a full re-read, never silent drift
                         snapshot = kstate.advance(snapshot, batch)
-                        if "netfilter" in batch.kinds and not batch.resync:
-                            # what the loop's re-read did when every change was
-                            # read twice: a rule's physdev match may have loaded
-                            # br_netfilter (its switches on, no event)
-                            snapshot = kstate.follow_br_netfilter(snapshot)
                         if "link" in batch.kinds or batch.resync:
                             # a link deleted and re-created with the same ifindex
                             # within one batch took our program with it
@@ -517,14 +523,10 @@ class Controller:
                                 self.installed, None if batch.resync else batch.link_indexes())
                         worked = self.reconcile(snapshot, batch.messages)
                         if batch.resync or "netfilter" in batch.kinds:
-                            # Rules that begin to match sets arm the set watch
-                            # before the datapath acts on what they match.
-                            snapshot = self._follow_sets(snapshot)
                             # (read with the batch, after its own sample — or,
-                            # resynced, after the loop's; whether the read settled
-                            # is judged by the last read, _follow_sets' where it
-                            # armed: newer, and applied)
-                            self._nft_taken_in(batch.nft_seq if batch.nft_seq is not None else nft_seq)
+                            # resynced, after the loop's)
+                            snapshot = self._netfilter_applied(
+                                snapshot, batch.nft_seq if batch.nft_seq is not None else nft_seq)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
                         # One line per applied batch: what `ip monitor` users expect,
@@ -550,8 +552,7 @@ class Controller:
                         if polled != snapshot:
                             snapshot = polled
                             self.reconcile(snapshot)
-                        snapshot = self._follow_sets(snapshot)
-                        self._nft_taken_in(nft_polled)
+                        snapshot = self._netfilter_applied(snapshot, nft_polled)
                         if changed:
                             self.lease.acknowledge(watched)
                     # nf_tables announced a commit, or its generation moved past
@@ -561,8 +562,8 @@ class Controller:
                     nft_now = self.lease.sample_nft()
                     # (a commit the batch above read for its own announcement
                     # is read once: the read it took in settles the mark)
-                    covered = self.lease.unsure and self.lease.settle_covered()
-                    if self.lease.unsure and not covered or self.lease.nft_behind(nft_now):
+                    self.lease.settle_covered()
+                    if self.lease.unsure or self.lease.nft_behind(nft_now):
                         log.debug("netfilter read again: %s", "a change announced" if self.lease.unsure
                                   else "the nf_tables generation moved")
                         seq = self.lease.unsure_seq
@@ -570,8 +571,7 @@ class Controller:
                         if fresh is not snapshot:
                             snapshot = fresh
                             self.reconcile(snapshot)
-                        snapshot = self._follow_sets(snapshot)
-                        self._nft_taken_in(nft_now)
+                        snapshot = self._netfilter_applied(snapshot, nft_now)
                         self.lease.settle_unsure(seq)
                     since_upkeep = time.monotonic() - self._last_upkeep
                     if (since_upkeep >= UPKEEP_OVERDUE_S or (batch is None and since_upkeep >= UPKEEP_INTERVAL_S)) \

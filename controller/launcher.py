@@ -21,11 +21,12 @@ class ControllerProcess:
 
     def __init__(self, netns: str, hook: str = "auto",
                  keep: bool = False, extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, verbose: bool = False):
         self.netns = netns
         # the controller's own command line, and how it enters the namespace
-        # (a test may enter it otherwise: argv is what runs)
-        self.command = [sys.executable, "-m", "controller.cli", "run", "--hook", hook,
+        # (a test may enter it otherwise: argv is what runs); `verbose`: its
+        # debug log too (stderr)
+        self.command = [sys.executable, "-m", "controller.cli", *(("-v",) if verbose else ()), "run", "--hook", hook,
                         *(("--keep",) if keep else ()), *extra_args]
         self.argv = ["ip", "netns", "exec", netns, *self.command]
         self.ready_timeout = ready_timeout

@@ -175,10 +175,11 @@ class Lease:
         self._settled_seq = 0        # of which the loop has re-read
         # The latest nf_tables generation a commit announced (NFT_MSG_NEWGEN)
         # with a mark, whether a mark came since without one, and whether
-        # one stands for messages lost (settled only by a re-read).
+        # one stands for what only a re-read settles (messages lost, or a
+        # change no nf_tables announcement vouches for).
         self._announced_nft: int | None = None
         self._unannounced = False
-        self._lost = False
+        self._needs_read = False
         self.blocked: str | None = None   # why changes cannot be seen at all
         self.withheld: str | None = None  # why the datapath may not act at all (withhold)
 
@@ -305,18 +306,21 @@ class Lease:
         genid = self.sample_addresses()
         return genid is not None and genid != self.addr_genid
 
-    def mark_unsure(self, nft_generation: int | None = None, lost: bool = False) -> None:
-        """`nft_generation`: the generation of the nf_tables commit whose
-        announcement ends with this mark (its NFT_MSG_NEWGEN); without one
-        (a commit's changes announced ahead of it) the mark waits for a
-        later announcement, since commits are announced in their order.
-        `lost`: messages were lost or not listened for (ENOBUFS, a socket
-        reopened) — settled only by a re-read (settle_unsure): what the
-        kernel still had queued when it reported the loss is older than
-        what it dropped, so a later announcement vouches for nothing."""
+    def mark_unsure(self, nft_generation: int | None = None, lost: bool = False,
+                    nftables: bool = False) -> None:
+        """`nftables`: the mark is an nf_tables announcement — with
+        `nft_generation`, the generation of the commit it ends (its
+        NFT_MSG_NEWGEN); without one (a commit's changes announced ahead of
+        it) it waits for a later announcement, since commits are announced
+        in their order. Any other mark is settled only by a re-read
+        (settle_unsure), and so is one with `lost`: messages were lost or
+        not listened for (ENOBUFS, a socket reopened), and what the kernel
+        still had queued when it reported the loss is older than what it
+        dropped, so a later announcement vouches for nothing."""
+        nftables = nftables or nft_generation is not None
         with self._lock:
             self.unsure_seq += 1
-            self._lost |= lost
+            self._needs_read |= lost or not nftables
             if nft_generation is None:
                 self._unannounced = True
             else:
@@ -343,7 +347,7 @@ class Lease:
         nothing, otherwise: the loop reads again."""
         with self._lock:
             announced, taken = self._announced_nft, self.nft_seq
-            if (not self.unsure or self.blocked is not None or self._lost or self._unannounced or announced is None
+            if (not self.unsure or self.blocked is not None or self._needs_read or self._unannounced or announced is None
                     or taken is None or (taken - announced) & 0xFFFFFFFF >= 1 << 31):
                 return False
             self._settle_locked()
@@ -351,7 +355,7 @@ class Lease:
 
     def _settle_locked(self) -> None:
         self._settled_seq = self.unsure_seq
-        self._unannounced = self._lost = False
+        self._unannounced = self._needs_read = False
         self._renew_locked(force=True)
 
     def revoke(self) -> None:

@@ -310,7 +310,7 @@ class NftablesWatch:
                     announced = event.generation
             # (a commit's changes come ahead of its generation, which settles
             # them too; lost ones only a re-read settles)
-            self.lease.mark_unsure(announced, lost=lost)
+            self.lease.mark_unsure(announced, lost=lost, nftables=True)
 
     def _reopen(self, failure: OSError) -> None:
         """Unsure until a new socket listens (the sockets were opened in the
@@ -324,7 +324,7 @@ class NftablesWatch:
             except OSError:
                 continue
             self.lease.unblock()
-            self.lease.mark_unsure(lost=True)     # what happened meanwhile is re-read
+            self.lease.mark_unsure(lost=True, nftables=True)     # what happened meanwhile is re-read
             log.info("nf_tables watch listening again")
             return
 

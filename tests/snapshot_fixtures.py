@@ -1,10 +1,12 @@
 """Hand-built snapshots for the pure stages (graph, reconcile): no kernel."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from linuxfp.state.model import (
     AF_INET, ARPHRD_ETHER, ARPHRD_LOOPBACK, IFF_LOWER_UP, IFF_UP, NETDEV_XDP_ACT_BASIC,
-    NETDEV_XDP_ACT_NDO_XMIT, NETDEV_XDP_ACT_REDIRECT, Address, InterfaceSysctls, Link,
-    NetfilterState, NextHop, Route, Rule, Snapshot, Sysctls,
+    NETDEV_XDP_ACT_NDO_XMIT, NETDEV_XDP_ACT_REDIRECT, Address, BridgeOptions, BridgePort, InterfaceSysctls, Link,
+    NetfilterState, NextHop, Route, Rule, Snapshot, Sysctls, VethPeer,
 )
 
 XDP_ALL = NETDEV_XDP_ACT_BASIC | NETDEV_XDP_ACT_REDIRECT | NETDEV_XDP_ACT_NDO_XMIT
@@ -65,3 +67,20 @@ def router_snapshot(**overrides) -> Snapshot:
     )
     fields.update(overrides)
     return Snapshot(**fields)
+
+
+def bridged_router_snapshot(bridge_qdisc="noqueue", locked=False, **overrides) -> Snapshot:
+    """The router's veths plus br0 (up, an address) with one port."""
+    snap = router_snapshot(**overrides)
+    bridge = replace(link(4, "br0", kind="bridge", qdisc=bridge_qdisc), bridge=BridgeOptions())
+    port = replace(link(5, "port", master=4), bridge_port=BridgePort(state=3, locked=locked))
+    return replace(snap, links=snap.links + (bridge, port))
+
+
+def with_pods(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` with each veth's peer in a container of its own, taking
+    frames through the backlog (no XDP, no GRO there)."""
+    links = tuple(replace(l, xdp_features=NETDEV_XDP_ACT_BASIC, peer_netnsid=1, peer=l.index)
+                  if l.kind == "veth" else l for l in snapshot.links)
+    return replace(snapshot, links=links, peers=tuple(
+        VethPeer(1, l.index, f"02:00:00:00:01:{l.index:02x}", 1500, True, 0) for l in links if l.kind == "veth"))

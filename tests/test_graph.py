@@ -10,7 +10,7 @@ from linuxfp.graph import Shape
 from linuxfp.graph.nodes.router import local_source_addresses
 from linuxfp.graph.nodes.transmit import neighbour_states
 
-from snapshot_fixtures import XDP_ALL, link, route, router_snapshot, sysctl
+from snapshot_fixtures import XDP_ALL, bridged_router_snapshot, link, route, router_snapshot, sysctl, with_pods
 
 
 def facts(graph, ifindex):
@@ -160,14 +160,6 @@ def test_dot_output_escapes_what_the_reasons_contain():
     odd = link(6, 'vx"0', kind="vxlan", xdp=0)
     dot = to_dot(build_graph(replace(snap, links=snap.links + (odd,))))
     assert '"vx\\"0"' in dot and "vxlan options unknown" in dot and "\n\n" not in dot
-
-
-def bridged_router_snapshot(bridge_qdisc="noqueue", locked=False):
-    """The router's veths plus br0 (up, an address) with one port."""
-    snap = router_snapshot()
-    bridge = replace(link(4, "br0", kind="bridge", qdisc=bridge_qdisc), bridge=BridgeOptions())
-    port = replace(link(5, "port", master=4), bridge_port=BridgePort(state=3, locked=locked))
-    return replace(snap, links=snap.links + (bridge, port))
 
 
 def test_bridge_and_router_compose_on_ports_and_uplinks():
@@ -429,33 +421,37 @@ def test_multipath_l4_hash_policy_keeps_xdp_off():
     assert {p.shape.hook for p in g.pipelines} == {"tc"}
 
 
-@pytest.mark.parametrize("hooked, xdp_tx_stays", [
-    (dict(qdisc="pfifo_fast"), True),       # a queue XDP's redirect is indistinguishable from: only XDP may skip it
-    (dict(qdisc="htb"), False),
-    (dict(tc_ingress=True), False),
-    (dict(tcx_others_egress=True), False),
+@pytest.mark.parametrize("hooked, xdp_tx_stays, tc_tx_stays", [
+    (dict(qdisc="pfifo_fast"), True, True),     # a queue XDP's redirect is indistinguishable from: only XDP may skip it
+    (dict(qdisc="htb"), False, True),
+    (dict(tc_ingress=True), False, True),
+    (dict(tcx_others_egress=True), False, True),
+    # (a tc redirect skips the nf_tables egress hook too: nf_skip_egress)
+    (dict(egress_chain=True), False, False),
 ])
-def test_every_way_past_a_transmit_path_stops_where_something_runs_on_it(hooked, xdp_tx_stays):
+def test_every_way_past_a_transmit_path_stops_where_something_runs_on_it(hooked, xdp_tx_stays, tc_tx_stays):
     """An XDP redirect into a device, a frame delivered straight into a
     veth's peer and a routed packet sent to a bridge's port instead of
     through the bridge all skip the device's transmit path: each is kept
     off a device where something runs there (interfaces.transmit_skips)."""
     from linuxfp.graph.model import IF_TC_TX, IF_XDP_TX
     from linuxfp.graph.nodes.bridge_tx import BRD_SENDS
-    from linuxfp.state.model import NETDEV_XDP_ACT_BASIC, VethPeer
 
     def hook(snapshot, ifindex):
+        if "egress_chain" in hooked:
+            chain = NftChain("netdev", "edge", "out", hook="egress", kind="filter", policy="accept",
+                             devices=(snapshot.link(ifindex).name,), rules=1, expressions=("cmp", "payload"))
+            return replace(snapshot, netfilter=NetfilterState(active=True, tables=("nft:netdev edge",), native=NftNative(
+                chains=(chain,), hooks_by_name=True, tables=("netdev edge",))))
         return replace(snapshot, links=tuple(replace(l, **hooked) if l.index == ifindex else l
                                              for l in snapshot.links))
 
     plain = router_snapshot()
-    for snapshot, xdp_tx in ((plain, True), (hook(plain, 3), xdp_tx_stays)):
+    for snapshot, xdp_tx, tc_tx in ((plain, True, True), (hook(plain, 3), xdp_tx_stays, tc_tx_stays)):
         right = facts(build_graph(snapshot, "xdp"), 3)
-        assert bool(right.flags & IF_XDP_TX) == xdp_tx and right.flags & IF_TC_TX
+        assert bool(right.flags & IF_XDP_TX) == xdp_tx and bool(right.flags & IF_TC_TX) == tc_tx
 
-    pods = replace(plain, links=tuple(replace(l, xdp_features=NETDEV_XDP_ACT_BASIC, peer_netnsid=1, peer=l.index)
-                                      if l.name != "lo" else l for l in plain.links),
-                   peers=tuple(VethPeer(1, i, f"02:00:00:00:01:{i:02x}", 1500, True, 0) for i in (2, 3)))
+    pods = with_pods(plain)
     for snapshot, delivered in ((pods, [2, 3]), (hook(pods, 3), [2])):
         entries = build_graph(snapshot, "tc").table("lfp_peers").entries
         assert sorted(int.from_bytes(key, "little") for key, _ in entries) == delivered

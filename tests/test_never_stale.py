@@ -417,10 +417,7 @@ def test_an_nftables_change_is_read_once(router_topology):
     not two (before, every change was read again: taken in under the
     generation sampled before the commit, the loop found it behind)."""
     r = router_topology
-    controller = ControllerProcess(r.dut.name, hook="xdp")
-    controller.command.insert(controller.command.index("controller.cli") + 1, "-v")
-    controller.argv = ["ip", "netns", "exec", r.dut.name, *controller.command]
-    with controller:
+    with ControllerProcess(r.dut.name, hook="xdp", verbose=True) as controller:
         for _ in range(6):
             for verb in ("-A", "-D"):
                 applied = controller.applied
@@ -440,7 +437,7 @@ def test_a_mark_is_settled_by_a_read_only_when_every_change_it_counts_is_a_commi
     held = lease.Lease()
     held.nft_seq = 10
     assert not held.settle_covered()                      # nothing to settle
-    held.mark_unsure()                                    # a commit's rules, its generation still to come
+    held.mark_unsure(nftables=True)                       # a commit's rules, its generation still to come
     assert held.unsure and not held.settle_covered()
     held.mark_unsure(10)                                  # ... and its generation: the read under 10 holds it
     assert held.settle_covered() and not held.unsure
@@ -454,6 +451,10 @@ def test_a_mark_is_settled_by_a_read_only_when_every_change_it_counts_is_a_commi
     assert held.settle_unsure(held.unsure_seq) and not held.unsure
     held.mark_unsure(lost=True)                           # ENOBUFS: what was still queued is older than
     held.mark_unsure(12)                                  # what was lost, so its announcement vouches for nothing
+    assert not held.settle_covered()
+    assert held.settle_unsure(held.unsure_seq) and not held.unsure
+    held.mark_unsure()                                    # another watch's change: no announcement
+    held.mark_unsure(12)                                  # vouches for it, only a re-read
     assert not held.settle_covered()
     assert held.settle_unsure(held.unsure_seq) and not held.unsure
     held.nft_seq = 2                                      # the generation wrapped: 0xfffffffe is before 2

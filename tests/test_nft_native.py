@@ -331,18 +331,13 @@ def test_an_egress_chain_keeps_the_redirects_that_skip_it_from_its_device():
     stays fast)."""
     from linuxfp.graph import build_graph
     from linuxfp.graph.model import IF_ROUTED_TX, IF_TC_TX, IF_XDP_TX
-    from linuxfp.state.model import NETDEV_XDP_ACT_BASIC, VethPeer
-    from snapshot_fixtures import router_snapshot
+    from snapshot_fixtures import router_snapshot, with_pods
 
     default = (_base("inet", "filter", "input", "input"), _base("inet", "filter", "forward", "forward"))
     out = _base("netdev", "edge", "out", "egress", rules=1, expressions=("cmp", "payload"), devices=("right",))
 
     plain = router_snapshot(netfilter=_state(*default))
-    # both veths' peers in a container each, taking frames through the backlog
-    links = tuple(replace(link, xdp_features=NETDEV_XDP_ACT_BASIC, peer_netnsid=1, peer=link.index)
-                  if link.name != "lo" else link for link in plain.links)
-    pods = replace(plain, links=links, peers=tuple(
-        VethPeer(1, index, f"02:00:00:00:01:{index:02x}", 1500, True, 0) for index in (2, 3)))
+    pods = with_pods(plain)     # (both veths' peers in a container each)
     chained = _state(*default, out)
 
     def graph(snapshot, hook: str):
@@ -378,7 +373,7 @@ def test_an_egress_chain_on_a_bridge_or_its_port_keeps_what_leaves_there_with_th
     from linuxfp.graph.model import IF_BRIDGE_TX
     from linuxfp.graph.nodes.bridge import BRP_FORWARDING, PORT
     from linuxfp.graph.nodes.bridge_tx import BRD_SENDS
-    from test_graph import bridged_router_snapshot
+    from snapshot_fixtures import bridged_router_snapshot
 
     base = bridged_router_snapshot()
     default = (_base("inet", "filter", "input", "input"),)
@@ -888,16 +883,15 @@ def test_native_tables_leave_forwarding_fast_where_they_do_not_touch_it(require_
     # left nothing to the kernel
     dropped, kernel = ([count_reasons(s).get(reason, 0) for s in seen[0].stats]
                        for reason in ("filter_dropped", "filter_kernel"))
-    names = [step.name for step in steps]
     for name in ("forward sets", "named sets", "named set grown", "named set shrunk", "prerouting drops"):
-        k = names.index(name)
+        k = report.step_index(name)
         assert dropped[k + 2] > dropped[k + 1], (name, dropped)
         if "sets" in name or "set " in name:
             assert kernel[k + 2] == kernel[k + 1], (name, kernel)
     # the egress chain's device alone left the fast path: the probes' ingress
     # kept its pipeline, which handed over what it routed there
     unsent = [count_reasons(s).get("egress_unsupported", 0) for s in seen[0].stats]
-    k = names.index("sink egress")
+    k = report.step_index("sink egress")
     assert unsent[k + 2] - unsent[k + 1] >= FRAMES // 2 or not HOOKS_BY_NAME, unsent
     # the same frames each step: Linux dropped what the forward rule and the
     # probes' ingress chain drop

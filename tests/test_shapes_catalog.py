@@ -14,7 +14,7 @@ from linuxfp.state.iptables import parse_save
 from linuxfp.state.model import BridgeOptions, BridgePort, NetfilterState
 
 from snapshot_fixtures import link, router_snapshot
-from test_graph import bridged_router_snapshot
+from snapshot_fixtures import bridged_router_snapshot
 
 FORWARD_RULES = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
                  "-A FORWARD -d 198.19.0.0/24 -p udp -j DROP\nCOMMIT\n")

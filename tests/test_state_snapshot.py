@@ -232,6 +232,25 @@ def test_device_configuration_is_read_from_the_link_dump_as_the_files_show_it(ne
     assert not b0.accept_local
 
 
+def test_a_read_of_some_devices_sysctls_keeps_what_the_poll_worked_out_for_the_rest(netns, monkeypatch):
+    """An event reads its devices' sysctls only; the next poll, reading
+    every device, works out again none that did not change."""
+    from linuxfp.state import sysctl
+    from linuxfp.state.read import dump_links_and_confs
+
+    basic_topology()
+    with nl.NetlinkSocket(nl.NETLINK_ROUTE) as sock:
+        links, confs = dump_links_and_confs(sock)
+    sysctl.read_sysctls(confs.values())                                   # the poll
+    some = next(conf for link in links if link.name == "a0" for conf in (confs[link.index],))
+    sysctl.read_sysctls([some], every_device=False)                       # an event's
+    worked_out = []
+    real = sysctl._interface_sysctls
+    monkeypatch.setattr(sysctl, "_interface_sysctls", lambda *a: worked_out.append(a) or real(*a))
+    again = sysctl.read_sysctls(confs.values())                           # the next poll
+    assert not worked_out and len(again.interfaces) == len([c for c in confs.values() if c.ipv4])
+
+
 def test_xdp_features_follow_peer_gro(netns):
     basic_topology()
     a0 = read_snapshot().link_by_name("a0")

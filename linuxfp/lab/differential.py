@@ -94,6 +94,11 @@ class StepObservation:
                 return entry.frames
         return ()
 
+    @property
+    def delivered(self) -> int:
+        """Frames received anywhere during the step."""
+        return sum(len(entry.frames) for entry in self.received)
+
 
 @dataclass(frozen=True)
 class Difference:
@@ -129,6 +134,11 @@ class DiffReport:
     @property
     def ok(self) -> bool:
         return not self.differences
+
+    def step_index(self, name: str) -> int:
+        """The position of the step named `name` (observations and a
+        controller's per-step readings are in step order)."""
+        return next(i for i, observed in enumerate(self.kernel) if observed.step == name)
 
     def render(self, max_differences: int = 40) -> str:
         normalised = sum(o.normalised for o in self.kernel + self.accelerated)

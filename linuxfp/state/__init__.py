@@ -81,7 +81,7 @@ from .model import (
 )
 from .netfilter import read_netfilter, unsettled_reason
 from .netlink import keep_query_sockets
-from .read import follow_br_netfilter, netns_inode, read_snapshot, refresh_netfilter, refresh_polled
+from .read import netns_inode, read_snapshot, refresh_netfilter, refresh_polled
 from .sysctl import read_sysctls
 
 __all__ = [
@@ -162,7 +162,6 @@ __all__ = [
     "read_snapshot",
     "read_sysctls",
     "refresh_netfilter",
-    "follow_br_netfilter",
     "refresh_polled",
     "rules_are_default",
     "unsettled_reason",

@@ -105,6 +105,7 @@ from .read import (
     dump_routes,
     dump_rules,
     dump_tc_ingress,
+    follow_br_netfilter,
     netns_inode,
     read_peers,
     read_routes,
@@ -501,8 +502,8 @@ class EventStream:
             ours = sorted(index for index in sysctl_links if index in self._links)
             confs.update((conf.index, conf) for conf in get_device_confs(
                 self._rtnl, (index for index in ours if index not in confs)))
-            extra.append(SysctlsPatched(read_sysctls(confs[index] for index in ours if index in confs),
-                                        removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
+            patched = read_sysctls((confs[index] for index in ours if index in confs), every_device=False)
+            extra.append(SysctlsPatched(patched, removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
         if need_netfilter:
             # (sampled before the read: a commit moves the generation before
             # its rules take effect)
@@ -517,7 +518,9 @@ class EventStream:
 def advance(snapshot: Snapshot, batch: EventBatch) -> Snapshot:
     """The one call per batch: apply it, or re-read everything when the batch
     lost events (`resync`) or a message cannot be applied exactly; re-read
-    the routes when the kernel may have flushed one the snapshot keeps."""
+    the routes when the kernel may have flushed one the snapshot keeps, and
+    the bridge-nf-call switches when netfilter was read again (a rule's
+    physdev match may have loaded br_netfilter, which nothing announces)."""
     if batch.resync:
         return read_snapshot()
     try:
@@ -530,4 +533,6 @@ def advance(snapshot: Snapshot, batch: EventBatch) -> Snapshot:
         applied = apply_messages(applied, [RoutesReplaced(read_routes())])
     if any(type(m) is Routes6MayExpire for m in batch.messages):
         applied = apply_messages(applied, [Routes6Replaced(*read_routes6())])
+    if any(isinstance(m, NetfilterReplaced) for m in batch.messages):
+        applied = follow_br_netfilter(applied)
     return applied

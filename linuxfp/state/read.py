@@ -296,7 +296,7 @@ def _br_netfilter_followed(sysctls):
     if sysctl_state.br_netfilter_loaded() == sysctls.br_netfilter:
         return sysctls
     # (only the namespace's switches: no device's value moved)
-    fresh = replace(read_sysctls(()), interfaces=sysctls.interfaces)
+    fresh = replace(read_sysctls((), every_device=False), interfaces=sysctls.interfaces)
     return sysctls if fresh == sysctls else fresh
 
 

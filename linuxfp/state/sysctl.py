@@ -102,8 +102,9 @@ def _conf6(conf: DeviceConf, linkdown_all: int) -> tuple[bool, bool, bool, bool]
 
 
 # Each device's sysctls by its DeviceConf and the namespace-wide values they
-# combine with, from the last read: the 1 s poll reads every device, and one
-# whose configuration did not change is not worked out again.
+# combine with: the 1 s poll reads every device, and one whose configuration
+# did not change is not worked out again. A read of every device replaces
+# it (what is gone goes); a read of some (an event's) adds to it.
 _per_device: dict[tuple, InterfaceSysctls | None] = {}
 
 
@@ -132,9 +133,10 @@ def _interface_sysctls(conf: DeviceConf, every: dict[str, int], linkdown6_all: i
     )
 
 
-def read_sysctls(confs: Iterable[DeviceConf]) -> Sysctls:
+def read_sysctls(confs: Iterable[DeviceConf], every_device: bool = True) -> Sysctls:
     """Effective IPv4 forwarding sysctls for these devices (their
-    DeviceConf as their RTM_NEWLINK carried it: state/read.py)."""
+    DeviceConf as their RTM_NEWLINK carried it: state/read.py);
+    `every_device`: the namespace's every device, not some of them."""
     every = _read_conf("all")
     if every is None:
         raise RuntimeError(
@@ -151,8 +153,10 @@ def read_sysctls(confs: Iterable[DeviceConf]) -> Sysctls:
         found = fresh[key] = known[key] if key in known else _interface_sysctls(conf, every, linkdown6_all)
         if found is not None:
             interfaces.append(found)
-    if fresh:       # (a read of no device, as netfilter's refresh makes, leaves the poll's)
+    if every_device:
         _per_device = fresh
+    else:
+        known.update(fresh)
     interfaces.sort(key=lambda s: s.ifindex)
     namespace = {}
     for field_name, (path, default) in _NAMESPACE_KEYS.items():

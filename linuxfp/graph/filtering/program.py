@@ -144,6 +144,11 @@ class Program:
         return tuple(r for r in self.rules if r.unsupported)
 
 
+def link_names(links) -> tuple[tuple[int, str], ...]:
+    """What rules naming interfaces (-i, -o) read of the links."""
+    return tuple((link.index, link.name) for link in links)
+
+
 class _Meanings:
     """rule_meaning() per rule, with its boxes as the classifier takes them
     (_protocol_in_l4d), kept from one compile of a family's rules to the
@@ -158,7 +163,7 @@ class _Meanings:
 
     def __init__(self, family: Family, links) -> None:
         self.family, self.links = family, links
-        names = tuple((link.index, link.name) for link in links)
+        names = link_names(links)
         kept = self._kept.get(family.name)
         if kept is not None and kept[0] == names:
             self.token, self.known = kept[1], kept[2]

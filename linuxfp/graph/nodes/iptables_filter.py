@@ -18,7 +18,7 @@ from ..filtering.addrtypes import AddressTypes, address_types
 from ..filtering.classifier import (FIELD_BIT, LATE_BIT, LPM_FIELDS, PAIRS, VERDICT_NODE, Classifier, GenerationBook, TooLarge,
                                     build_classifier, patch_classifier)
 from ..filtering.predicates import IPV4, IPV6, WIDTH
-from ..filtering.program import Program, compile_program
+from ..filtering.program import Program, compile_program, link_names
 from ..filtering.scope import evaluated_scope6, filter_scope, translating
 from ..remember import remembered
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
@@ -452,11 +452,11 @@ def filter_plan(snapshot) -> FilterPlan:
     last = _last
     types = _address_types(snapshot) if _reads_address_types(nf) else None
     if last is not None and (last[0] is nf or last[0] == nf) and last[2] == types:
-        names = _link_names(links) if last[1] is not None else None
+        names = link_names(links) if last[1] is not None else None
         if names == last[1]:
             return last[3]
     plan = _plan(nf, links, types, last[3] if last is not None else None)
-    names = _link_names(links) if any(program.interface_fields for program, _ in plan.families) else None
+    names = link_names(links) if any(program.interface_fields for program, _ in plan.families) else None
     _last = (nf, names, types, plan)
     return plan
 
@@ -482,10 +482,6 @@ def _reads_address_types(netfilter) -> bool:
             m.module == "addrtype" for ruleset in netfilter.rulesets for table in ruleset.tables
             for chain in table.chains for rule in chain.rules for m in rule.matches))
     return last[1]
-
-
-def _link_names(links) -> tuple[tuple[int, str], ...]:
-    return tuple((link.index, link.name) for link in links)
 
 
 def _plan(netfilter, links, addrtypes: AddressTypes | None = None, previous: FilterPlan | None = None) -> FilterPlan:
