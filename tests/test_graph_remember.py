@@ -9,12 +9,14 @@ import weakref
 
 import pytest
 
-from linuxfp.graph import build_graph
+import threading
+
+from linuxfp.graph import build, build_graph
 from linuxfp.graph.nodes import registered
-from linuxfp.graph.remember import fields_read, forget, remembered
+from linuxfp.graph.remember import fields_read, forget, forget_stale, link_at, remembered, remembered_each
 from linuxfp.state.model import AF_INET, Neighbour, XfrmState
 
-from snapshot_fixtures import route, router_snapshot
+from snapshot_fixtures import bridged_router_snapshot, link, route, router_snapshot, sysctl
 
 
 def _counting(compute):
@@ -164,6 +166,130 @@ def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_rememb
     # and back to the first snapshot's own fields: its answers again
     g3 = build_graph(s1, "xdp")
     assert (g3.pipelines, g3.skipped, g3.ifaces) == (g1.pipelines, g1.skipped, g1.ifaces)
+
+
+def test_an_answer_asked_by_answer_is_depended_on_by_value_not_by_what_it_read():
+    s1 = router_snapshot()
+    inner = lambda s: len(s.routes) > 0                               # noqa: E731
+    outer, calls = _counting(lambda s: (remembered("t.any_routes", s, inner, by_answer=True), len(s.links)))
+    remembered("t.outer", s1, outer)
+    assert fields_read("t.outer") == {"routes", "links"}          # (the inner's, too: what it may depend on)
+    # the routes changed, the inner's answer did not: the outer is reused
+    s2 = dataclasses.replace(s1, routes=s1.routes + (route("198.19.9.0/24", gateway="198.18.2.1", oif=3),))
+    assert remembered("t.outer", s2, outer) == (True, 3) and len(calls) == 1
+    # the answer changed: worked out again
+    s3 = dataclasses.replace(s1, routes=())
+    assert remembered("t.outer", s3, outer) == (False, 3) and len(calls) == 2
+
+
+def test_a_link_looked_up_by_answer_is_the_only_link_depended_on():
+    s1 = router_snapshot()
+    compute, calls = _counting(lambda s, index: link_at(s, index).mtu)
+    assert remembered("t.mtu", s1, compute, 2) == 1500
+    more = dataclasses.replace(s1, links=s1.links + (link(9, "other"),))
+    assert remembered("t.mtu", more, compute, 2) == 1500 and len(calls) == 1
+    changed = dataclasses.replace(more, links=tuple(dataclasses.replace(l, mtu=9000) if l.index == 2 else l
+                                                    for l in more.links))
+    assert remembered("t.mtu", changed, compute, 2) == 9000 and len(calls) == 2
+
+
+def test_each_item_is_remembered_on_its_own_and_items_gone_are_forgotten():
+    s1 = router_snapshot()
+    compute, calls = _counting(lambda s, l: (l.name, s.sysctl.ip_forward))
+    by_index = lambda l: l.index                                      # noqa: E731
+    first = remembered_each("t.each", s1, compute, s1.links, key=by_index)
+    assert [name for name, _ in first] == ["lo", "left", "right"] and len(calls) == 3
+    # a new item: only its answer is worked out
+    s2 = dataclasses.replace(s1, links=s1.links + (link(9, "other"),))
+    assert [name for name, _ in remembered_each("t.each", s2, compute, s2.links, key=by_index)][-1] == "other"
+    assert len(calls) == 4
+    # one item changed: only its own again
+    renamed = tuple(dataclasses.replace(l, name="west") if l.index == 2 else l for l in s2.links)
+    s3 = dataclasses.replace(s2, links=renamed)
+    assert [name for name, _ in remembered_each("t.each", s3, compute, s3.links, key=by_index)][1] == "west"
+    assert len(calls) == 5 and [args[0].name for args in calls[3:]] == ["other", "west"]
+    # a field every answer read changed: every answer again
+    s4 = dataclasses.replace(s3, sysctls=dataclasses.replace(s3.sysctls, ip_forward=False))
+    assert {f for _, f in remembered_each("t.each", s4, compute, s4.links, key=by_index)} == {False}
+    assert len(calls) == 9
+    # an item gone: its answer too (not kept for a device that may never return)
+    remembered_each("t.each", s4, compute, s4.links[:2], key=by_index)
+    assert fields_read("t.each", *[k for k in _keys("t.each") if k[0].key == 3]) is None
+    assert sorted(k[0].key for k in _keys("t.each")) == [1, 2]
+
+
+def test_what_asks_every_item_depends_on_the_fields_under_each_item_answer():
+    """The asker reads no item's lookups (that would be a check per item),
+    but every field under them: an inner answer that starts reading a new
+    field (a branch) still makes the asker see its change."""
+    s1 = router_snapshot()
+    # the inner reads the routes only while forwarding is on
+    inner = lambda s: bool(s.routes) if s.sysctl.ip_forward else None          # noqa: E731
+    per_item = lambda s, l: (l.index, remembered("t.branch", s, inner, by_answer=True))  # noqa: E731
+    outer, calls = _counting(lambda s: tuple(remembered_each("t.items", s, per_item, s.links,
+                                                             key=lambda l: l.index)))
+    off = dataclasses.replace(s1, sysctls=dataclasses.replace(s1.sysctls, ip_forward=False))
+    assert remembered("t.outer", off, outer)[0] == (1, None)
+    assert remembered("t.outer", s1, outer)[0] == (1, True)       # (the inner read the routes now)
+    assert len(calls) == 2
+    no_routes = dataclasses.replace(s1, routes=())
+    assert remembered("t.outer", no_routes, outer)[0] == (1, False) and len(calls) == 3
+    assert {"links", "sysctls", "routes"} <= fields_read("t.outer")
+
+
+def test_a_new_interface_recomputes_its_own_decision_and_facts_only():
+    s1 = bridged_router_snapshot()
+    g1 = build_graph(s1, "xdp")
+    originals = build._pipeline, build._iface_facts
+    decide, calls = _counting(build._pipeline)
+    facts, fact_calls = _counting(build._iface_facts)
+    build._pipeline, build._iface_facts = decide, facts
+    try:
+        s2 = dataclasses.replace(s1, links=s1.links + (link(9, "pod"),),
+                                 sysctls=dataclasses.replace(s1.sysctls, interfaces=s1.sysctls.interfaces + (
+                                     sysctl(9),)))
+        g2 = build_graph(s2, "xdp")
+    finally:
+        build._pipeline, build._iface_facts = originals
+    assert [args[0].name for args in calls] == ["pod"]
+    assert [args[0][0].name for args in fact_calls] == ["pod"]
+    assert {p.ifname for p in g2.pipelines} - {p.ifname for p in g1.pipelines} == {"pod"}
+    kept = {p.ifindex: p for p in g1.pipelines}
+    assert all(p is kept[p.ifindex] for p in g2.pipelines if p.ifindex in kept)
+    forget()
+    fresh = build_graph(s2, "xdp")
+    assert (g2.pipelines, g2.skipped, g2.ifaces, g2.tables) == (fresh.pipelines, fresh.skipped, fresh.ifaces,
+                                                                fresh.tables)
+
+
+def test_another_threads_snapshot_does_not_answer_for_this_one():
+    """Answers are checked once per snapshot and thread: a metrics scrape
+    asking about another snapshot meanwhile gets its own."""
+    s1 = router_snapshot()
+    s2 = dataclasses.replace(s1, routes=())
+    count = lambda s: len(s.routes)                                   # noqa: E731
+    assert remembered("t.count", s1, count, by_answer=True) == len(s1.routes)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(remembered("t.count", s2, count, by_answer=True)))
+    worker.start()
+    worker.join()
+    assert seen == [0]
+    assert remembered("t.count", s1, count, by_answer=True) == len(s1.routes)
+
+
+def test_forget_stale_drops_an_answer_whose_field_changed_and_keeps_the_rest():
+    s1 = router_snapshot()
+    remembered("t.routes", s1, lambda s: len(s.routes))
+    remembered("t.links", s1, lambda s: len(s.links))
+    forget_stale(s1)
+    s2 = dataclasses.replace(s1, routes=())
+    forget_stale(s2)
+    assert fields_read("t.routes") is None and fields_read("t.links") == {"links"}
+
+
+def _keys(name):
+    from linuxfp.graph import remember
+    return list(remember._results.get(name, {}))
 
 
 def _neighbour() -> Neighbour:

@@ -10,7 +10,7 @@ from .model import Graph, Pipeline, Skipped
 from .nodes import Node, Stage, in_stage_order, registered
 from .nodes.router import forward_length_cap, needs_full_source_check
 from .obstacles import ingress_obstacles, namespace_obstacles
-from .remember import forget_stale, remembered
+from .remember import forget_stale, remembered, remembered_each
 from .shape import Shape
 
 XDP_ACT_BASIC = 1 << 0
@@ -34,36 +34,58 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
 
 
 def _pipelines(snapshot, hook: str, nodes: tuple[Node, ...]) -> tuple[tuple[Pipeline, ...], tuple[Skipped, ...]]:
-    """Per ingress, its pipeline or why it has none."""
-    ordered = in_stage_order(nodes)     # (stable: a subsequence of it is in stage order too)
-    shared = namespace_obstacles(snapshot)
+    """Per ingress, its pipeline or why it has none (each remembered on its
+    own: a new interface costs its own decision, not every interface's)."""
     pipelines, skipped = [], []
-    for link in snapshot.links:
-        if link.index >= MAX_IFACE_SLOTS:
-            # no facts, no counters: a program there could only pass, uncounted
-            skipped.append(Skipped(link.index, link.name, f"ifindex {link.index} is beyond the fast path's "
-                                                          f"interface arrays (below {MAX_IFACE_SLOTS})"))
-            continue
-        chosen = tuple(n for n in ordered if n.applies(snapshot, link))
-        needs = {n.name: n.needs(snapshot, link) for n in chosen}
-        chosen = _needed(chosen, needs)
-        chosen, reason = _covered(snapshot, link, nodes, chosen, needs, shared)
-        hook_chosen, note = None, ""
-        if reason is None:
-            hook_chosen, reason, note = _choose_hook(link, hook, snapshot, chosen)
-        if reason:
-            skipped.append(Skipped(link.index, link.name, reason))
-        else:
-            pipelines.append(Pipeline(link.index, link.name, _shape(hook_chosen, tuple(n.name for n in chosen)),
-                                      hook_note=note))
+    for decided in remembered_each("graph.pipeline", snapshot, _pipeline, snapshot.links, hook, nodes,
+                                   key=_index):
+        (pipelines if isinstance(decided, Pipeline) else skipped).append(decided)
     return tuple(pipelines), tuple(skipped)
+
+
+def _pipeline(snapshot, link, hook: str, nodes: tuple[Node, ...]) -> Pipeline | Skipped:
+    """`link`'s pipeline, or why it has none."""
+    if link.index >= MAX_IFACE_SLOTS:
+        # no facts, no counters: a program there could only pass, uncounted
+        return Skipped(link.index, link.name, f"ifindex {link.index} is beyond the fast path's "
+                                              f"interface arrays (below {MAX_IFACE_SLOTS})")
+    chosen = tuple(n for n in in_stage_order(nodes) if n.applies(snapshot, link))
+    needs = {n.name: n.needs(snapshot, link) for n in chosen}
+    chosen = _needed(chosen, needs)
+    shared = remembered("graph.namespace_obstacles", snapshot, namespace_obstacles, by_answer=True)
+    chosen, reason = _covered(snapshot, link, nodes, chosen, needs, shared)
+    hook_chosen, note = None, ""
+    if reason is None:
+        hook_chosen, reason, note = _choose_hook(link, hook, snapshot, chosen)
+    if reason:
+        return Skipped(link.index, link.name, reason)
+    return Pipeline(link.index, link.name, _shape(hook_chosen, tuple(n.name for n in chosen)), hook_note=note)
 
 
 def _facts(snapshot):
     full_check = needs_full_source_check(snapshot)
     cap, cap6 = forward_length_cap(snapshot), forward_length_cap6(snapshot)
-    return tuple(iface_facts(link, snapshot, full_check, cap, cap6)
-                 for link in snapshot.links if link.link_type == ARPHRD_ETHER)
+    # Each interface's remembered on its own, as its pipeline is: the item
+    # is the link with its sysctls (another device's coming changes the
+    # snapshot's sysctls, not this device's).
+    confs = {conf.ifindex: conf for conf in snapshot.sysctls.interfaces}
+    return tuple(remembered_each("graph.iface_facts", snapshot, _iface_facts,
+                                 ((link, confs.get(link.index)) for link in snapshot.links
+                                  if link.link_type == ARPHRD_ETHER),
+                                 full_check, cap, cap6, key=_first_index))
+
+
+def _index(link) -> int:
+    return link.index
+
+
+def _first_index(item) -> int:
+    return item[0].index
+
+
+def _iface_facts(snapshot, item, full_check: bool, cap: int, cap6: int):
+    link, conf = item
+    return iface_facts(link, conf, snapshot, full_check, cap, cap6)
 
 
 def _interface_tables(snapshot):

@@ -9,7 +9,7 @@ from linuxfp.state.model import BR_STATE_FORWARDING
 from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
 from .filtering.scope import egress_chain, ipv6_uncovered
-from .remember import remembered
+from .remember import link_at, remembered
 from .tables import ARRAY, DEVMAP, U32, CType, Table, u32
 
 ARPHRD_ETHER, ARPHRD_LOOPBACK = 1, 772
@@ -53,8 +53,8 @@ def forward_length_cap6(snapshot) -> int:
     return min(min(mtus), 0xFFFF) if mtus else 0
 
 
-def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_cap6: int = 0) -> IfaceFacts:
-    conf = snapshot.sysctls.for_ifindex(link.index)
+def iface_facts(link, conf, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_cap6: int = 0) -> IfaceFacts:
+    """`link`'s facts; `conf`: its sysctls (None: not known)."""
     flags = 0
     routable = link.up and link.oper_up and routing_blocker(link, snapshot) is None and not link.master
     if conf is not None:
@@ -67,7 +67,7 @@ def iface_facts(link, snapshot, full_check: bool, fwd_len_cap: int = 0, fwd_len_
             flags |= IF_IPV6_TX if not conf.ipv6_accept_redirects else 0
     if full_check:
         flags |= IF_SRC_FULL_CHECK
-    if snapshot.sysctls.forward_update_priority:
+    if remembered("interfaces.update_priority", snapshot, _update_priority, by_answer=True):
         flags |= IF_SET_PRIORITY
     # Accepted ICMP redirects create next-hop exceptions bpf_fib_lookup ignores
     # (IPv4's are on wherever its forwarding is off: IN_DEV_RX_REDIRECTS).
@@ -113,8 +113,14 @@ def transmit_skips(link, snapshot, standing_in_for: frozenset[str]) -> str | Non
 def ipv6_routing_blocker(snapshot) -> str | None:
     """Why no IPv6 may be routed by the fast path in this namespace (None:
     it may, packet by packet as router.h decides). Asked per interface:
-    remembered while netfilter state, sysctls and rules are."""
-    return remembered("interfaces.ipv6_routing_blocker", snapshot, _ipv6_routing_blocker)
+    remembered while netfilter state, sysctls and rules are, and by answer
+    (a new device's sysctls change the sysctls, not this)."""
+    return remembered("interfaces.ipv6_routing_blocker", snapshot, _ipv6_routing_blocker, by_answer=True)
+
+
+
+def _update_priority(snapshot) -> bool:
+    return bool(snapshot.sysctls.forward_update_priority)
 
 
 def _ipv6_routing_blocker(snapshot) -> str | None:
@@ -197,7 +203,7 @@ def bridge_sendable(link, snapshot) -> bool:
     Linux would use instead when the carrier drops). (The fast path's own
     redirect there also needs no nf_tables egress chain on it: iface_facts.)"""
     port = link.bridge_port
-    master = snapshot.link(link.master) if link.master else None
+    master = link_at(snapshot, link.master) if link.master else None
     return (port is not None and master is not None and master.kind == "bridge"
             and link.up and link.oper_up and port.state == BR_STATE_FORWARDING and not port.backup_port)
 

@@ -8,23 +8,47 @@ snapshot that notes each field it reads, so a key cannot miss a snapshot
 field. (A computation must read nothing that changes but the snapshot and
 its arguments: a node's contract.) A remembered computation that asks
 another one inherits what that one read, whether it was computed or
-reused, because the inner check reads its fields through the outer view."""
+reused — unless the inner one is remembered `by_answer`: then the outer
+depends on the inner's answer, compared by value, and not on what the
+inner read. That is how one interface's decision depends on the one link
+it looks up (`link_at`), or on the compiled rules,
+rather than on every link: the inner is asked again when what it read
+changed, and its dependents are reused while its answer is equal."""
 from __future__ import annotations
 
 import inspect
+import threading
 import types
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# name -> {args: (the fields read, as (name, object) pairs, the result)}.
+# What an answer depends on: the fields read, as (name, object) pairs, and
+# the by-answer computations asked, as ((name, compute, args), answer) pairs.
+_Reads_ = tuple[tuple[str, Any], ...]
+_Used = tuple[tuple[tuple[str, Callable, tuple], Any], ...]
+
+# name -> {args: (fields read, by-answer computations asked, the result)}.
 # One name's results are dropped together when any of them is found stale:
 # a snapshot changed, and the arguments asked about before (interfaces, say)
-# may be gone for good.
-_results: dict[str, dict[Hashable, tuple[tuple[tuple[str, Any], ...], Any]]] = {}
-
+# may be gone for good. Not so for by-answer names (a sibling's old answer
+# is what a new equal one is handed on as: forget_stale drops the stale
+# ones) nor for remembered_each's (it keeps one per item).
+_results: dict[str, dict[Hashable, tuple[_Reads_, _Used, Any]]] = {}
+# Names remembered_each keeps: one entry per item, pruned by it, not by
+# forget_stale (whose scan of every interface's answer per build would cost
+# what remembering them saves).
+_each: set[str] = set()
+# For forget_stale: the names given an entry since it last scanned, the
+# fields each name's entries ever read, the names whose entries asked a
+# by-answer computation, and the fields (with their objects) it last saw.
+_stored: set[str] = set()
+_fields_of: dict[str, set[str]] = {}
+_asks: set[str] = set()
+_asked_names: dict[str, set[str]] = {}
+_scanned: dict[str, Any] = {}
 
 class _Reads:
     """A snapshot as a computation sees it, noting the fields it reads.
@@ -37,7 +61,7 @@ class _Reads:
 
     def __init__(self, snapshot):
         cls = snapshot._snapshot_class if isinstance(snapshot, _Reads) else type(snapshot)
-        self.__dict__.update(_snapshot=snapshot, _snapshot_class=cls, _read={})
+        self.__dict__.update(_snapshot=snapshot, _snapshot_class=cls, _read={}, _used={})
 
     def __getattr__(self, name: str):
         declared = _code_of(self._snapshot_class, name)
@@ -68,44 +92,225 @@ def _code_of(cls: type, name: str):
     return _declared[key]
 
 
-def remembered(name: str, snapshot, compute: Callable[..., T], *args: Hashable) -> T:
+def remembered(name: str, snapshot, compute: Callable[..., T], *args: Hashable, by_answer: bool = False) -> T:
     """compute(snapshot, *args), reused while every field it read from the
-    snapshot is the same object. `args` must determine the rest of what
-    compute reads (an interface's index, not its Link, is the argument when
-    the Link comes from the snapshot's links)."""
-    known = _results.get(name)
-    entry = known.get(args) if known is not None else None
-    if entry is not None:
-        for field, value in entry[0]:
-            if getattr(snapshot, field) is not value:
-                _results.pop(name, None)
-                break
-        else:
-            return entry[1]
-    view = _Reads(snapshot)
-    result = compute(view, *args)
-    _results.setdefault(name, {})[args] = (tuple(view._read.items()), result)
+    snapshot is the same object (and every by-answer computation it asked
+    answers the same object). `args` must determine the rest of what
+    compute reads: an interface's index when compute looks its Link up, or
+    the Link itself (compared by value) when compute reads it from there.
+
+    by_answer: a remembered computation that asks this one depends on its
+    answer, not on what it read; a new answer equal to the one before is
+    handed on as that same object, so its dependents are reused."""
+    return _asked(name, snapshot, compute, args, by_answer)
+
+
+def remembered_each(name: str, snapshot, compute: Callable[..., T], items: Iterable[Hashable],
+                    *args: Hashable, key: Callable[[Any], Hashable] | None = None) -> list[T]:
+    """[remembered(name, snapshot, compute, item, *args) for item in items],
+    where one answer going stale drops only itself, and the answers for
+    items no longer among `items` are forgotten (per interface: a new
+    interface costs its own answer, not everyone's). `key`: what tells
+    items apart (an interface's index), hashed instead of the item; an
+    answer is for an item equal to the one it was worked out for.
+
+    Asked from inside a remembered computation, that one depends on the
+    fields under every item's answer, not on each item's own lookups
+    (checking those would cost per item what remembering the items saves)."""
+    _each.add(name)
+    root = snapshot._snapshot if isinstance(snapshot, _Reads) else snapshot
+    asked = _asked_of(root)
+    if key is None:
+        unwrapped = compute
+    else:
+        def unwrapped(view, item, *rest):
+            return compute(view, item.item, *rest)
+    known = _results.setdefault(name, {})
+    out, keys, reads, inner = [], [], {}, set()
+    for item in items:
+        k = (_Item(key(item), item) if key is not None else item, *args)
+        keys.append(k)
+        entry = known.get(k)
+        if entry is None or not _fresh(entry, root, asked):
+            known.pop(k, None)
+            entry = _answer(name, root, unwrapped, k, False)[1]
+            known = _results[name]
+        out.append(entry[2])
+        reads.update(entry[0])
+        inner.update(used_name for (used_name, _c, _a), _r in entry[1])
+    if len(known) > len(keys):
+        _results[name] = {k: known[k] for k in keys if k in known}
+    if isinstance(snapshot, _Reads):
+        snapshot._read.update(reads)
+        for used_name in inner:
+            for field in _fields_below(used_name):
+                if field not in snapshot._read:
+                    snapshot._read[field] = getattr(root, field)
+    return out
+
+
+class _Item:
+    """An item of remembered_each, hashed by its key, equal to another for
+    the same key and an equal item (the same object, usually)."""
+    __slots__ = ("key", "item")
+
+    def __init__(self, key, item):
+        self.key, self.item = key, item
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Item) and self.key == other.key and (self.item is other.item or
+                                                                       self.item == other.item)
+
+
+def _asked(name: str, snapshot, compute, args: tuple, by_answer: bool):
+    """The answer; asked through a view (from inside another remembered
+    computation), what it depends on is noted there too."""
+    if not isinstance(snapshot, _Reads):
+        return _answer(name, snapshot, compute, args, by_answer)[0]
+    result, entry = _answer(name, snapshot._snapshot, compute, args, by_answer)
+    if by_answer:
+        snapshot._used[(name, compute, args)] = result
+    else:
+        snapshot._read.update(entry[0])
+        snapshot._used.update(entry[1])
     return result
 
 
+def _fields_below(name: str) -> set[str]:
+    """Every field an answer of `name`, or of what those asked by answer,
+    ever read (grows only: an over-approximation is merely slower)."""
+    below = set(_fields_of.get(name, ()))
+    for inner in tuple(_asked_names.get(name, ())):
+        below |= _fields_below(inner)
+    return below
+
+
+def _answer(name: str, snapshot, compute, args: tuple, by_answer: bool):
+    asked = _asked_of(snapshot)
+    entry = asked.get((name, args))
+    if entry is not None:
+        return entry[2], entry
+    known = _results.get(name)
+    old = known.get(args) if known is not None else None
+    if old is not None:
+        if _fresh(old, snapshot, asked):
+            asked[(name, args)] = old
+            return old[2], old
+        if by_answer:
+            del known[args]     # (its siblings keep theirs: see _results)
+        else:
+            _results.pop(name, None)
+    view = _Reads(snapshot)
+    result = compute(view, *args)
+    if by_answer and old is not None and result is not old[2] and result == old[2]:
+        result = old[2]
+    entry = (tuple(view._read.items()), tuple(view._used.items()), result)
+    _results.setdefault(name, {})[args] = entry
+    asked[(name, args)] = entry
+    _stored.add(name)
+    _fields_of.setdefault(name, set()).update(field for field, _ in entry[0])
+    if entry[1]:
+        _asks.add(name)
+        _asked_names.setdefault(name, set()).update(inner for (inner, _c, _a), _r in entry[1])
+    return result, entry
+
+
+def _fresh(entry, snapshot, asked: dict) -> bool:
+    reads, used, _ = entry
+    for field, value in reads:
+        if getattr(snapshot, field) is not value:
+            return False
+    for (name, compute, args), answer in used:
+        inner = asked.get((name, args))
+        if (inner[2] if inner is not None else _answer(name, snapshot, compute, args, True)[0]) is not answer:
+            return False
+    return True
+
+
+# Per thread, the answers given for the snapshot asked about last: checked
+# once per snapshot, not once per interface that asks (a metrics scrape may
+# ask from another thread, about another snapshot).
+_per_thread = threading.local()
+
+
+def _asked_of(snapshot) -> dict:
+    if getattr(_per_thread, "snapshot", _dead)() is not snapshot:
+        _per_thread.snapshot = weakref.ref(snapshot)
+        _per_thread.answers = {}
+    return _per_thread.answers
+
+
+def _dead():
+    return None
+
+
+def link_at(snapshot, index: int):
+    """snapshot.link(index), depended on by answer: a computation that looks
+    up one link this way is reused while that link is the same, whatever
+    happens to the others (`snapshot.link` reads them all)."""
+    return remembered("snapshot.link", snapshot, _link, index, by_answer=True)
+
+
+def _link(snapshot, index: int):
+    return snapshot.link(index)
+
+
 def fields_read(name: str, *args: Hashable) -> frozenset[str] | None:
-    """The snapshot fields the remembered result for (`name`, `args`) read
-    (None: nothing remembered). For tests."""
+    """The snapshot fields the remembered result for (`name`, `args`) read,
+    with those the by-answer computations it asked read (None: nothing
+    remembered). For tests."""
     entry = _results.get(name, {}).get(args)
-    return None if entry is None else frozenset(field for field, _ in entry[0])
+    if entry is None:
+        return None
+    fields = {field for field, _ in entry[0]}
+    for (inner, _compute, inner_args), _answer_ in entry[1]:
+        fields |= fields_read(inner, *inner_args) or set()
+    return frozenset(fields)
 
 
 def forget_stale(snapshot) -> None:
     """Drop what `snapshot` made stale, so that nothing keeps an old
     snapshot's fields alive once no one asks for it again (a deleted
-    bridge's blocker, the address types once no rule reads them)."""
-    for name, known in list(_results.items()):
-        for reads, _ in list(known.values()):
-            if any(getattr(snapshot, field) is not value for field, value in reads):
+    bridge's blocker, the address types once no rule reads them): what read
+    a field that changed, and then what asked for an answer dropped or
+    changed (nothing is computed here)."""
+    _per_thread.snapshot = _dead     # (its answers hold fields too)
+    global _scanned
+    # Only names whose entries read a field that changed since the last
+    # scan, asked a by-answer computation, or were stored since, can hold a
+    # stale entry (a scan of every interface's sysctls per build would cost
+    # what remembering them saves).
+    changed = {field for field, value in _scanned.items() if getattr(snapshot, field) is not value}
+    # (copies: a metrics scrape may ask from another thread meanwhile)
+    suspects = {name for name in list(_results) if name not in _each and (
+        name in _stored or name in _asks or not changed.isdisjoint(_fields_of.get(name, ())))}
+    while True:
+        dropped = False
+        for name in list(suspects):
+            known = _results.get(name, {})
+            for args, (reads, used, _) in list(known.items()):
+                if any(getattr(snapshot, field) is not value for field, value in reads) or \
+                        any(_results.get(inner, {}).get(inner_args, (None, None, _MISSING))[2] is not answer
+                            for (inner, _compute, inner_args), answer in used):
+                    del known[args]
+                    dropped = True
+            if not known:
                 _results.pop(name, None)
-                break
+        if not dropped:
+            break
+    _stored.clear()
+    _scanned = {field: getattr(snapshot, field) for name in list(_results)
+                for field in tuple(_fields_of.get(name, ()))}
+
+
+_MISSING = object()
 
 
 def forget() -> None:
     """Drop every remembered result (each test starts without any)."""
     _results.clear()
+    _scanned.clear()
+    _per_thread.snapshot = _dead

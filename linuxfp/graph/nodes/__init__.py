@@ -51,7 +51,10 @@ class Node:
     asks for per interface) return while the snapshot fields they read are
     the same objects: they get a view of the snapshot that records those
     reads (graph/remember.py), with a Snapshot's fields, methods and
-    properties — not a Snapshot to test with isinstance, replace or hash."""
+    properties — not a Snapshot to test with isinstance, replace or hash.
+    A per-interface answer that needs the whole namespace's asks it by
+    answer and another link through link_at (graph/remember.py), so that
+    one new device does not redo every interface's decision."""
 
     name: str = ""
     stage: Stage = Stage.FORWARD

@@ -10,7 +10,7 @@ from linuxfp.state.model import IFF_PROMISC, NTF_EXT_LEARNED, NTF_STICKY
 
 from ..filtering.scope import bridge_chains, evaluated_scope6, filter_scope, ingress_chain, netfilter_reason
 from ..interfaces import ARPHRD_ETHER, PLAIN_KINDS, bridge_sendable
-from ..remember import remembered
+from ..remember import link_at, remembered
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Stage, register
 
@@ -72,7 +72,7 @@ class Bridge(Node):
     def blocker(self, snapshot, link) -> str | None:
         if link.bridge_port is None:
             return None                     # not a port: the router says why
-        master = snapshot.link(link.master) if link.master else None
+        master = link_at(snapshot, link.master) if link.master else None
         if master is None or master.kind != "bridge":
             return "bridge port without its bridge"
         why = bridge_blocker(snapshot, master)
@@ -135,8 +135,8 @@ _NEIGH_HANDLING = (("neigh_suppress", "neigh_suppress"), ("proxyarp", "proxy ARP
 def bridge_blocker(snapshot, bridge) -> str | None:
     """Why a whole bridge stays on the kernel path (None: it need not).
     Every port asks, and the answer reads all the bridge's ports: remembered
-    per bridge (a Link of the snapshot's links, named by its index)."""
-    return remembered("bridge.blocker", snapshot, _bridge_blocker, bridge.index)
+    per bridge (a Link of the snapshot's links, named by its index), by answer."""
+    return remembered("bridge.blocker", snapshot, _bridge_blocker, bridge.index, by_answer=True)
 
 
 def _bridge_blocker(snapshot, index: int) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from linuxfp.resources import modules_dir
 
+from ..remember import link_at
 from . import Node, Stage, register
 from .bridge import calls_ip6tables, calls_iptables
 from .iptables_filter import FILTER, OBSTACLE, filter_plan
@@ -21,7 +22,7 @@ class BridgeFilter(Node):
     covers = frozenset({OBSTACLE})
 
     def applies(self, snapshot, link) -> bool:
-        bridge = snapshot.link(link.master) if link.bridge_port is not None and link.master else None
+        bridge = link_at(snapshot, link.master) if link.bridge_port is not None and link.master else None
         if bridge is None or bridge.kind != "bridge":
             return False
         plan = filter_plan(snapshot)

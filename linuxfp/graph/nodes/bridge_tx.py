@@ -43,7 +43,7 @@ BRIDGE_TX = register(BridgeTx())
 def bridge_devices(snapshot) -> dict[int, int]:
     """Per bridge device, its LFP_BRD_* flags (every ingress asks:
     remembered)."""
-    return remembered("bridge_tx.devices", snapshot, _bridge_devices)
+    return remembered("bridge_tx.devices", snapshot, _bridge_devices, by_answer=True)
 
 
 def _bridge_devices(snapshot) -> dict[int, int]:

@@ -443,7 +443,13 @@ _last_tables: tuple[object, tuple[Table, ...]] | None = None
 
 
 def filter_plan(snapshot) -> FilterPlan:
-    """The compiled rules for this snapshot (every ingress asks)."""
+    """The compiled rules for this snapshot (every ingress asks: by answer,
+    so an interface's decision is not redone for a link event that leaves
+    the rules' meaning as it was)."""
+    return remembered("filter.plan", snapshot, _filter_plan, by_answer=True)
+
+
+def _filter_plan(snapshot) -> FilterPlan:
     global _last
     nf, links = snapshot.netfilter, snapshot.links
     # (equal but not the same object: a re-read, e.g. `linuxfp stats` asking

@@ -9,7 +9,7 @@ import socket
 from linuxfp.resources import modules_dir
 
 from ..interfaces import ARPHRD_ETHER, ipv6_routing_blocker, routing_blocker
-from ..remember import remembered
+from ..remember import link_at, remembered
 from ..tables import ARRAY, BE32, HASH, U8, U32, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
@@ -43,7 +43,7 @@ class Router(Node):
     def applies(self, snapshot, link) -> bool:
         if link.bridge_port is not None:
             # IP runs on the bridge: frames to its MAC arrive there
-            master = snapshot.link(link.master) if link.master else None
+            master = link_at(snapshot, link.master) if link.master else None
             return master is not None and master.kind == "bridge" and master.link_type == ARPHRD_ETHER
         return not link.master and self.blocker(snapshot, link) is None
 
@@ -54,7 +54,7 @@ class Router(Node):
         if link.link_type != ARPHRD_ETHER:
             return "not an Ethernet interface"
         if link.master:
-            master = snapshot.link(link.master)
+            master = link_at(snapshot, link.master)
             if link.bridge_port is not None:
                 return None     # bridged, not routed: the bridge node says why it does not apply
             name = master.name if master else str(link.master)
@@ -63,16 +63,9 @@ class Router(Node):
         return routing_blocker(link, snapshot)
 
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
-        if hook != "xdp":
-            return None
-        if any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
-            return "policy rules match fwmark, which XDP cannot see"
-        if snapshot.sysctls.multipath_hash_policy == 1 and any(len(r.nexthops) > 1 or r.nh_id
-                                                                for r in snapshot.routes if r.family == 2):
-            # (TC reads the skb's l4_hash and passes such packets: router.h)
-            return ("fib_multipath_hash_policy=1 with multipath routes: Linux hashes the skb's L4 hash "
-                    "(the NIC's RSS hash, a socket's txhash), which XDP cannot see")
-        return None
+        # (the namespace's, the same for every interface: asked by answer,
+        # so a new device's sysctls do not redo every interface's decision)
+        return remembered("router.xdp_blocker", snapshot, _xdp_blocker, by_answer=True) if hook == "xdp" else None
 
     def notes(self, snapshot) -> tuple[str, ...]:
         # (otherwise FIB answers are cached; the datapath checks
@@ -101,6 +94,19 @@ class Router(Node):
 
 
 ROUTER = register(Router())
+
+
+
+def _xdp_blocker(snapshot) -> str | None:
+    """Why XDP cannot route as Linux does in this namespace (None: it can)."""
+    if any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
+        return "policy rules match fwmark, which XDP cannot see"
+    if snapshot.sysctls.multipath_hash_policy == 1 and any(len(r.nexthops) > 1 or r.nh_id
+                                                            for r in snapshot.routes if r.family == 2):
+        # (TC reads the skb's l4_hash and passes such packets: router.h)
+        return ("fib_multipath_hash_policy=1 with multipath routes: Linux hashes the skb's L4 hash "
+                "(the NIC's RSS hash, a socket's txhash), which XDP cannot see")
+    return None
 
 
 def fib_cache_off(snapshot) -> str | None:
