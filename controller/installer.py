@@ -67,6 +67,7 @@ class Installer:
         self._foreign_maps: list[str] = []
         self._desired = None      # the graph being applied: fills maps a load creates
         self._origins: dict[str, dict] = {}      # where this plan's objects came from, by ifindex
+        self._recorded_origins: dict[str, str] | None = None    # the file's entries as text, once read
         # digest -> the program every interface of that shape shares (_program)
         self._programs: dict[str, dp.Program] = {}
         # (digest, ifindex, hook) -> the program an interface ran until its
@@ -236,12 +237,17 @@ class Installer:
                 prog.close()    # the link holds the program
 
     def _record_origins(self) -> None:
-        """Once per plan (a file rewritten per interface costs O(n²) for n)."""
+        """Once per plan (a file rewritten per interface costs O(n²) for n);
+        the file read once (this process alone writes it while it runs)."""
         if self._origins:
-            path = origins_path(self.layout)
-            origins = runtime_files.load_json(path) or {}
-            origins.update(self._origins)
-            runtime_files.write_atomic(path, json.dumps(origins))
+            if self._recorded_origins is None:
+                self._recorded_origins = {ifindex: json.dumps({ifindex: origin})[1:-1] for ifindex, origin in
+                                          (runtime_files.load_json(origins_path(self.layout)) or {}).items()}
+            # (as json.dumps of the whole: each interface's text made once)
+            self._recorded_origins.update((ifindex, json.dumps({ifindex: origin})[1:-1])
+                                          for ifindex, origin in self._origins.items())
+            runtime_files.write_atomic(origins_path(self.layout),
+                                       "{" + ", ".join(self._recorded_origins.values()) + "}")
             self._origins = {}
 
     def _link(self, ifindex: int, hook: str):
@@ -495,6 +501,7 @@ class Installer:
         self.maps.close()
         count += _detach_pinned_links(self.layout.pin_dir)
         dp.remove_tree(self.layout.pin_dir)
+        self._recorded_origins = None
         try:
             os.unlink(origins_path(self.layout))
         except FileNotFoundError:

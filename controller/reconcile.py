@@ -53,14 +53,28 @@ class InstalledState:
 
     def to_json(self) -> str:
         # written after every change that touches a program: flat fields, no
-        # asdict() deep copies, no indentation (hundreds of interfaces)
-        names = [f.name for f in fields(InstalledPipeline)]
-        return json.dumps({"pipelines": [{n: getattr(p, n) for n in names} for p in self.pipelines]})
+        # asdict() deep copies, no indentation, each pipeline's text made
+        # once (hundreds of interfaces, one of them new)
+        parts = []
+        for p in self.pipelines:
+            text = _pipeline_json.get(p)
+            if text is None:
+                text = _pipeline_json[p] = json.dumps({n: getattr(p, n) for n in _PIPELINE_FIELDS})
+            parts.append(text)
+        if len(_pipeline_json) > 2 * len(parts) + 64:       # (pipelines long replaced)
+            current = set(self.pipelines)
+            for p in [p for p in _pipeline_json if p not in current]:
+                del _pipeline_json[p]
+        return '{"pipelines": [' + ", ".join(parts) + "]}"
 
     @classmethod
     def from_json(cls, text: str) -> "InstalledState":
         data = json.loads(text)
         return cls(pipelines=tuple(InstalledPipeline(**p) for p in data.get("pipelines", ())))
+
+
+_PIPELINE_FIELDS = tuple(f.name for f in fields(InstalledPipeline))
+_pipeline_json: dict[InstalledPipeline, str] = {}
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,18 @@ def test_installed_state_round_trips_json():
     assert InstalledState.from_json(s.to_json()).pipelines == s.pipelines
 
 
+def test_installed_state_json_is_the_whole_state_after_a_change():
+    """Each pipeline's text is made once: the file must still say what the
+    state says after one pipeline changed (an error, a new program)."""
+    import dataclasses
+    import json
+    s = installed_from(build_graph(router_snapshot()))
+    s.to_json()
+    changed = s.with_pipeline(dataclasses.replace(s.pipelines[0], prog_id=77, error="verifier said no"))
+    assert json.loads(changed.to_json()) == {"pipelines": [dataclasses.asdict(p) for p in changed.pipelines]}
+    assert InstalledState.from_json(changed.to_json()).pipelines == changed.pipelines != s.pipelines
+
+
 def test_unchanged_tables_are_reused_and_not_compared():
     snap = router_snapshot()
     g = build_graph(snap)

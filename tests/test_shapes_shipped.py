@@ -188,3 +188,24 @@ def test_status_shows_the_origin_only_of_the_object_still_installed():
            "state": "active", "origin": "precompiled"}
     text = status_text({"namespace": "ns-1", "controller_pid": 1, "interfaces": [row]})
     assert "active (precompiled)" in text
+
+
+def test_the_origins_file_keeps_every_interface_across_plans(tmp_path):
+    """Read once, then each plan's interfaces added or replaced: a later
+    plan must not lose an earlier one's (nor a previous controller's)."""
+    import json
+    from types import SimpleNamespace
+
+    from controller.installer import Installer
+
+    path = tmp_path / "origins.json"
+    path.write_text(json.dumps({"2": {"digest": "d2", "origin": "precompiled"}}))     # before a restart
+    installer = SimpleNamespace(layout=SimpleNamespace(origins_file=str(path)), _recorded_origins=None,
+                                _origins={"3": {"digest": "d3", "origin": "cache"}})
+    Installer._record_origins(installer)
+    installer._origins = {"4": {"digest": "d4", "origin": "compiled"}, "2": {"digest": "n2", "origin": "compiled"}}
+    Installer._record_origins(installer)
+    assert json.loads(path.read_text()) == {"2": {"digest": "n2", "origin": "compiled"},
+                                            "3": {"digest": "d3", "origin": "cache"},
+                                            "4": {"digest": "d4", "origin": "compiled"}}
+    assert installer._origins == {}
