@@ -170,16 +170,18 @@ def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_rememb
 
 def test_an_answer_asked_by_answer_is_depended_on_by_value_not_by_what_it_read():
     s1 = router_snapshot()
-    inner = lambda s: len(s.routes) > 0                               # noqa: E731
+    # (a new tuple each time: an equal answer must be handed on as the old one)
+    inner = lambda s: (len(s.routes) > 0,)                            # noqa: E731
     outer, calls = _counting(lambda s: (remembered("t.any_routes", s, inner, by_answer=True), len(s.links)))
-    remembered("t.outer", s1, outer)
+    first = remembered("t.outer", s1, outer)
     assert fields_read("t.outer") == {"routes", "links"}          # (the inner's, too: what it may depend on)
     # the routes changed, the inner's answer did not: the outer is reused
     s2 = dataclasses.replace(s1, routes=s1.routes + (route("198.19.9.0/24", gateway="198.18.2.1", oif=3),))
-    assert remembered("t.outer", s2, outer) == (True, 3) and len(calls) == 1
+    assert remembered("t.outer", s2, outer) is first and len(calls) == 1
+    assert remembered("t.any_routes", s2, inner, by_answer=True) is first[0]
     # the answer changed: worked out again
     s3 = dataclasses.replace(s1, routes=())
-    assert remembered("t.outer", s3, outer) == (False, 3) and len(calls) == 2
+    assert remembered("t.outer", s3, outer) == ((False,), 3) and len(calls) == 2
 
 
 def test_a_link_looked_up_by_answer_is_the_only_link_depended_on():
@@ -213,8 +215,10 @@ def test_each_item_is_remembered_on_its_own_and_items_gone_are_forgotten():
     assert {f for _, f in remembered_each("t.each", s4, compute, s4.links, key=by_index)} == {False}
     assert len(calls) == 9
     # an item gone: its answer too (not kept for a device that may never return)
+    gone = [k for k in _keys("t.each") if k[0].key == 3]
+    assert len(gone) == 1 and fields_read("t.each", *gone[0]) == {"sysctls"}
     remembered_each("t.each", s4, compute, s4.links[:2], key=by_index)
-    assert fields_read("t.each", *[k for k in _keys("t.each") if k[0].key == 3]) is None
+    assert fields_read("t.each", *gone[0]) is None
     assert sorted(k[0].key for k in _keys("t.each")) == [1, 2]
 
 
@@ -275,6 +279,50 @@ def test_another_threads_snapshot_does_not_answer_for_this_one():
     worker.join()
     assert seen == [0]
     assert remembered("t.count", s1, count, by_answer=True) == len(s1.routes)
+
+
+def test_two_threads_asking_about_two_snapshots_get_their_own_answers():
+    """A metrics scrape asks the filter's plan by answer about the snapshot
+    it has while the controller builds from a newer one: neither may fail
+    nor get the other's answer."""
+    import sys
+    snapshots = [router_snapshot(), dataclasses.replace(router_snapshot(), routes=())]
+    count = lambda s: (len(s.routes),)                                # noqa: E731
+    failures = []
+
+    def ask(first):
+        try:
+            for i in range(5000):
+                snapshot = snapshots[(first + i) % 2]      # (a new snapshot: no answer checked for it yet)
+                assert remembered("t.race", snapshot, count, by_answer=True) == (len(snapshot.routes),)
+                if i % 500 == 0:
+                    forget_stale(snapshot)
+        except Exception as e:          # noqa: BLE001 (reported below)
+            failures.append(repr(e))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=ask, args=(first,)) for first in (0, 1)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+
+
+def test_what_is_compared_for_reuse_compares_every_field():
+    """An answer stands for another when equal, an item's answer for an
+    equal item: a field left out of equality would let it stand for one
+    that differs there."""
+    # (the plan's Classifier keeps a memo out of equality: what patching
+    # ipset members learns, not part of what the classifier says)
+    from linuxfp.graph.nodes.iptables_filter import FilterPlan
+    from linuxfp.graph.obstacles import Obstacle
+    from linuxfp.state.model import InterfaceSysctls, Link
+    for cls in (Link, InterfaceSysctls, Obstacle, FilterPlan):
+        assert all(f.compare for f in dataclasses.fields(cls)), cls
 
 
 def test_forget_stale_drops_an_answer_whose_field_changed_and_keeps_the_rest():

@@ -118,7 +118,6 @@ def ipv6_routing_blocker(snapshot) -> str | None:
     return remembered("interfaces.ipv6_routing_blocker", snapshot, _ipv6_routing_blocker, by_answer=True)
 
 
-
 def _update_priority(snapshot) -> bool:
     return bool(snapshot.sysctls.forward_update_priority)
 

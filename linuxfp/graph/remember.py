@@ -9,11 +9,14 @@ field. (A computation must read nothing that changes but the snapshot and
 its arguments: a node's contract.) A remembered computation that asks
 another one inherits what that one read, whether it was computed or
 reused — unless the inner one is remembered `by_answer`: then the outer
-depends on the inner's answer, compared by value, and not on what the
-inner read. That is how one interface's decision depends on the one link
-it looks up (`link_at`), or on the compiled rules,
-rather than on every link: the inner is asked again when what it read
-changed, and its dependents are reused while its answer is equal."""
+depends on the inner's answer (the same object: a new answer equal to
+the one before is handed on as that object), not on what the inner read.
+That is how one interface's decision depends on the one link it looks up
+(`link_at`), or on the compiled rules, rather than on every link: the
+inner is asked again when what it read changed, and its dependents are
+reused while its answer is equal. Equality must then be complete: a
+field left out of a result's or an item's `==` (compare=False) would let
+an answer stand for one that differs in it."""
 from __future__ import annotations
 
 import inspect
@@ -27,16 +30,17 @@ T = TypeVar("T")
 
 # What an answer depends on: the fields read, as (name, object) pairs, and
 # the by-answer computations asked, as ((name, compute, args), answer) pairs.
-_Reads_ = tuple[tuple[str, Any], ...]
+_FieldsRead = tuple[tuple[str, Any], ...]
 _Used = tuple[tuple[tuple[str, Callable, tuple], Any], ...]
 
 # name -> {args: (fields read, by-answer computations asked, the result)}.
 # One name's results are dropped together when any of them is found stale:
 # a snapshot changed, and the arguments asked about before (interfaces, say)
-# may be gone for good. Not so for by-answer names (a sibling's old answer
-# is what a new equal one is handed on as: forget_stale drops the stale
-# ones) nor for remembered_each's (it keeps one per item).
-_results: dict[str, dict[Hashable, tuple[_Reads_, _Used, Any]]] = {}
+# may be gone for good. Not so for by-answer names (the old answer for the
+# other arguments is what an equal new one is handed on as, when they are
+# asked again: forget_stale drops the stale ones) nor for remembered_each's
+# (it keeps one per item).
+_results: dict[str, dict[Hashable, tuple[_FieldsRead, _Used, Any]]] = {}
 # Names remembered_each keeps: one entry per item, pruned by it, not by
 # forget_stale (whose scan of every interface's answer per build would cost
 # what remembering them saves).
@@ -112,7 +116,8 @@ def remembered_each(name: str, snapshot, compute: Callable[..., T], items: Itera
     items no longer among `items` are forgotten (per interface: a new
     interface costs its own answer, not everyone's). `key`: what tells
     items apart (an interface's index), hashed instead of the item; an
-    answer is for an item equal to the one it was worked out for.
+    answer is reused for an item equal to the one it was worked out for
+    (compute saw that one).
 
     Asked from inside a remembered computation, that one depends on the
     fields under every item's answer, not on each item's own lookups
@@ -134,12 +139,11 @@ def remembered_each(name: str, snapshot, compute: Callable[..., T], items: Itera
         if entry is None or not _fresh(entry, root, asked):
             known.pop(k, None)
             entry = _answer(name, root, unwrapped, k, False)[1]
-            known = _results[name]
         out.append(entry[2])
         reads.update(entry[0])
         inner.update(used_name for (used_name, _c, _a), _r in entry[1])
     if len(known) > len(keys):
-        _results[name] = {k: known[k] for k in keys if k in known}
+        _results[name] = {k: entry for k in keys if (entry := known.get(k)) is not None}
     if isinstance(snapshot, _Reads):
         snapshot._read.update(reads)
         for used_name in inner:
@@ -179,12 +183,15 @@ def _asked(name: str, snapshot, compute, args: tuple, by_answer: bool):
     return result
 
 
-def _fields_below(name: str) -> set[str]:
+def _fields_below(name: str, seen: set[str] | None = None) -> set[str]:
     """Every field an answer of `name`, or of what those asked by answer,
     ever read (grows only: an over-approximation is merely slower)."""
+    seen = set() if seen is None else seen
+    seen.add(name)
     below = set(_fields_of.get(name, ()))
     for inner in tuple(_asked_names.get(name, ())):
-        below |= _fields_below(inner)
+        if inner not in seen:
+            below |= _fields_below(inner, seen)
     return below
 
 
@@ -200,7 +207,7 @@ def _answer(name: str, snapshot, compute, args: tuple, by_answer: bool):
             asked[(name, args)] = old
             return old[2], old
         if by_answer:
-            del known[args]     # (its siblings keep theirs: see _results)
+            known.pop(args, None)     # (its siblings keep theirs: see _results; another thread may have)
         else:
             _results.pop(name, None)
     view = _Reads(snapshot)
@@ -277,8 +284,9 @@ def forget_stale(snapshot) -> None:
     bridge's blocker, the address types once no rule reads them): what read
     a field that changed, and then what asked for an answer dropped or
     changed (nothing is computed here)."""
-    _per_thread.snapshot = _dead     # (its answers hold fields too)
-    global _scanned
+    _per_thread.snapshot, _per_thread.answers = _dead, {}    # (its answers hold fields too)
+    global _scanned, _stored
+    stored, _stored = _stored, set()   # (what another thread stores meanwhile is scanned next time)
     # Only names whose entries read a field that changed since the last
     # scan, asked a by-answer computation, or were stored since, can hold a
     # stale entry (a scan of every interface's sysctls per build would cost
@@ -286,7 +294,7 @@ def forget_stale(snapshot) -> None:
     changed = {field for field, value in _scanned.items() if getattr(snapshot, field) is not value}
     # (copies: a metrics scrape may ask from another thread meanwhile)
     suspects = {name for name in list(_results) if name not in _each and (
-        name in _stored or name in _asks or not changed.isdisjoint(_fields_of.get(name, ())))}
+        name in stored or name in _asks or not changed.isdisjoint(_fields_of.get(name, ())))}
     while True:
         dropped = False
         for name in list(suspects):
@@ -295,13 +303,12 @@ def forget_stale(snapshot) -> None:
                 if any(getattr(snapshot, field) is not value for field, value in reads) or \
                         any(_results.get(inner, {}).get(inner_args, (None, None, _MISSING))[2] is not answer
                             for (inner, _compute, inner_args), answer in used):
-                    del known[args]
+                    known.pop(args, None)      # (another thread may have)
                     dropped = True
             if not known:
                 _results.pop(name, None)
         if not dropped:
             break
-    _stored.clear()
     _scanned = {field: getattr(snapshot, field) for name in list(_results)
                 for field in tuple(_fields_of.get(name, ()))}
 
@@ -312,5 +319,6 @@ _MISSING = object()
 def forget() -> None:
     """Drop every remembered result (each test starts without any)."""
     _results.clear()
-    _scanned.clear()
-    _per_thread.snapshot = _dead
+    for bookkeeping in (_scanned, _each, _stored, _fields_of, _asks, _asked_names):
+        bookkeeping.clear()
+    _per_thread.snapshot, _per_thread.answers = _dead, {}

@@ -96,7 +96,6 @@ class Router(Node):
 ROUTER = register(Router())
 
 
-
 def _xdp_blocker(snapshot) -> str | None:
     """Why XDP cannot route as Linux does in this namespace (None: it can)."""
     if any(r.family == 2 and (r.fwmark or r.fwmask) for r in snapshot.rules):
