@@ -367,6 +367,24 @@ def test_a_rule_decoded_once_is_known_by_its_content_counters_aside():
     assert other.target == "ACCEPT" and str(other.matches[-1]) == "-m comment --comment x"
 
 
+def test_a_rule_known_from_the_read_before_is_known_to_the_read_after_too(monkeypatch):
+    """Each read hands on every rule it decoded or knew: one the read before
+    knew but this read did not hand on is decoded again by the next (at
+    1000 rules, every other `iptables -A`/`-D` decoded them all)."""
+    cmp = _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\xc6\x12\0\1"))
+    rule = {nft_rules.NFTA_RULE_EXPRESSIONS: SOURCE + cmp + _expression("counter", a1=b"\0" * 8, a2=b"\0" * 8)
+            + ACCEPT}
+    decoded = []
+    decode = nft_rules.decode_rule
+    monkeypatch.setattr(nft_rules, "decode_rule", lambda *a, **k: decoded.append(a) or decode(*a, **k))
+    reads = [{}]
+    for _ in range(3):
+        used: dict = {}
+        nft_rules._decoded_rule("FORWARD", 1, rule, "ip", reads[-1], used)
+        reads.append(used)
+    assert len(decoded) == 1 and reads[1] == reads[2] == reads[3] and len(reads[3]) == 1
+
+
 KNOWN_IPV6 = """\
 *filter
 :INPUT ACCEPT [0:0]

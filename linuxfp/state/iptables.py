@@ -181,8 +181,11 @@ def remembered_rule(chain: str, position: int, content: object, known: dict, use
     else decode(). `used` collects this read's for the next. A rule that
     matches a set names it by index, resolved when decoded: such rules are
     decoded every time."""
-    if content in known:
-        matches, target, options, goto, words = known[content]
+    remembered = known.get(content)
+    if remembered is not None:
+        if used is not None:
+            used[content] = remembered      # (for the read after next too)
+        matches, target, options, goto, words = remembered
         return IptRule(chain, position, matches, target, options, goto, f"-A {chain}{words}")
     rule = decode()
     if used is not None and not any(m.module == "set" for m in rule.matches):
