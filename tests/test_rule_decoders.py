@@ -385,6 +385,28 @@ def test_a_rule_known_from_the_read_before_is_known_to_the_read_after_too(monkey
     assert len(decoded) == 1 and reads[1] == reads[2] == reads[3] and len(reads[3]) == 1
 
 
+def test_a_rule_whose_counters_did_not_move_is_found_by_its_bytes(monkeypatch):
+    """Its bytes as dumped lead to its content without taking the counters
+    out; once they moved, its content still finds what was decoded."""
+    cmp = _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\xc6\x12\0\1"))
+    def rule(packets):
+        return {nft_rules.NFTA_RULE_EXPRESSIONS: SOURCE + cmp + _expression(
+            "counter", a1=packets.to_bytes(8, "big"), a2=packets.to_bytes(8, "big")) + ACCEPT}
+    walked, decoded = [], []
+    walk, decode = nft_rules._without_counters, nft_rules.decode_rule
+    monkeypatch.setattr(nft_rules, "_without_counters", lambda e: walked.append(e) or walk(e))
+    monkeypatch.setattr(nft_rules, "decode_rule", lambda *a, **k: decoded.append(a) or decode(*a, **k))
+    known, dumped, rules = {}, {}, []
+    for packets in (0, 0, 5, 5, 0):
+        used, dumped_now = {}, {}
+        walked_before = len(walked)
+        rules.append(nft_rules._decoded_rule("FORWARD", 1, rule(packets), "ip", known, used, (dumped, dumped_now)))
+        rules[-1] = (rules[-1], len(walked) - walked_before)
+        known, dumped = used, dumped_now
+    assert [w for _, w in rules] == [1, 0, 1, 0, 1] and len(decoded) == 1
+    assert len({r.text for r, _ in rules}) == 1 and len(known) == 1
+
+
 KNOWN_IPV6 = """\
 *filter
 :INPUT ACCEPT [0:0]

@@ -137,7 +137,7 @@ def _nested_value(data: bytes) -> bytes:
 # --- reading ------------------------------------------------------------------
 
 # (netns cookie, family) -> what the last read decoded: rule content -> rule
-_decoded: dict[tuple[int, str], dict] = {}
+_decoded: dict[tuple[int, str], tuple[dict, dict]] = {}     # (rules by content, contents by bytes as dumped)
 _decoded_lock = threading.Lock()
 
 
@@ -152,7 +152,7 @@ def read_native(family: str = "ip", generation: int | None = None) -> Ruleset:
     from .netfilter import nft_generation           # (netfilter imports this module)
     key = (nl.netns_cookie(), family)
     with _decoded_lock:
-        known = _decoded.get(key, {})
+        known, dumped = _decoded.get(key, ({}, {}))
     for _ in range(3):
         before = generation if generation is not None else nft_generation()
         generation = None
@@ -168,22 +168,24 @@ def read_native(family: str = "ip", generation: int | None = None) -> Ruleset:
         if nft_generation() != before:
             continue                                # a commit came between the dumps
         used: dict = {}
+        dumped_now: dict = {}
         try:
-            ruleset = decode_ruleset(chains, rules, family, known, used)
+            ruleset = decode_ruleset(chains, rules, family, known, used, (dumped, dumped_now))
         except (struct.error, IndexError) as exc:
             raise Undecodable(f"a malformed dump: {exc}") from None
         with _decoded_lock:
-            _decoded[key] = used
+            _decoded[key] = (used, dumped_now)
         return ruleset
     raise Undecodable("the ruleset kept changing while it was dumped")
 
 
 def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dict | None = None,
-                   used: dict | None = None) -> Ruleset:
+                   used: dict | None = None, dumped: tuple[dict, dict] | None = None) -> Ruleset:
     """NFT_MSG_NEWCHAIN and NFT_MSG_NEWRULE dump replies → the Ruleset
     iptables-nft-save would print; raises Undecodable. `known`: rules a
     previous call decoded, by content (its `used`); `used` collects this
-    call's."""
+    call's; `dumped`: (the previous call's, this call's) content keys by
+    the rules' bytes as dumped."""
     chains: dict[str, dict[str, tuple[str | None, list[IptRule]]]] = {}
     for table, name, a in _iptables_objects(chain_messages, NFT_MSG_NEWCHAIN, NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME):
         if a.get(NFTA_CHAIN_FLAGS) is not None and nl.be32(a[NFTA_CHAIN_FLAGS]) & ~1:
@@ -196,7 +198,7 @@ def decode_ruleset(chain_messages, rule_messages, family: str = "ip", known: dic
         if chain not in chains.get(table, {}):
             raise Undecodable(f"rule of unknown chain {table} {chain}")
         rules = chains[table][chain][1]
-        rules.append(_decoded_rule(chain, len(rules) + 1, a, family, known or {}, used))
+        rules.append(_decoded_rule(chain, len(rules) + 1, a, family, known or {}, used, dumped))
     tables = []
     for table in TABLE_ORDER:
         if table not in chains:
@@ -304,12 +306,22 @@ _COUNTER = nl.attr(NFTA_EXPR_NAME, b"counter\0")
 
 
 def _decoded_rule(chain: str, position: int, a: dict[int, bytes], family: str, known: dict,
-                  used: dict | None) -> IptRule:
+                  used: dict | None, dumped: tuple[dict, dict] | None = None) -> IptRule:
     """decode_rule, or what an earlier read decoded of the same content
     (remembered_rule): its expressions but for its counters' values, and
     its user data."""
-    content = (family, _without_counters(a.get(NFTA_RULE_EXPRESSIONS, b"")), a.get(NFTA_RULE_USERDATA))
-    return remembered_rule(chain, position, content, known, used, lambda: decode_rule(chain, position, a, family))
+    expressions, userdata = a.get(NFTA_RULE_EXPRESSIONS, b""), a.get(NFTA_RULE_USERDATA)
+    # Most rules' counters did not move since the last read: their bytes as
+    # dumped lead to their content without taking the counters out
+    # (`dumped`: the last read's, and this read's for the next).
+    raw = (family, expressions, userdata)
+    content = dumped[0].get(raw) if dumped is not None else None
+    if content is None:
+        content = (family, _without_counters(expressions), userdata)
+    rule = remembered_rule(chain, position, content, known, used, lambda: decode_rule(chain, position, a, family))
+    if dumped is not None and used is not None and content in used:
+        dumped[1][raw] = content
+    return rule
 
 
 def _without_counters(expressions: bytes) -> bytes:
