@@ -236,19 +236,35 @@ class Installer:
             if not kept:
                 prog.close()    # the link holds the program
 
-    def _record_origins(self) -> None:
-        """Once per plan (a file rewritten per interface costs O(n²) for n);
-        the file read once (this process alone writes it while it runs)."""
-        if self._origins:
-            if self._recorded_origins is None:
-                self._recorded_origins = {ifindex: json.dumps({ifindex: origin})[1:-1] for ifindex, origin in
-                                          (runtime_files.load_json(origins_path(self.layout)) or {}).items()}
-            # (as json.dumps of the whole: each interface's text made once)
-            self._recorded_origins.update((ifindex, json.dumps({ifindex: origin})[1:-1])
-                                          for ifindex, origin in self._origins.items())
-            runtime_files.write_atomic(origins_path(self.layout),
-                                       "{" + ", ".join(self._recorded_origins.values()) + "}")
-            self._origins = {}
+    def _record_origins(self, installed: set[int]) -> None:
+        """Once per plan (a file rewritten per interface costs O(n²) for n),
+        for the interfaces with a pipeline (`installed`). The file is read
+        once: while a controller runs, it alone writes it (the namespace's
+        ControllerLock)."""
+        if self._recorded_origins is None and self._origins:
+            self._recorded_origins = {ifindex: json.dumps({ifindex: origin})[1:-1] for ifindex, origin in
+                                      (runtime_files.load_json(origins_path(self.layout)) or {}).items()}
+        if self._recorded_origins is None:
+            return
+        gone = [ifindex for ifindex in self._recorded_origins if int(ifindex) not in installed]
+        if not self._origins and not gone:
+            return
+        for ifindex in gone:
+            del self._recorded_origins[ifindex]
+        # (as json.dumps of the whole: each interface's text made once)
+        self._recorded_origins.update((ifindex, json.dumps({ifindex: origin})[1:-1])
+                                      for ifindex, origin in self._origins.items())
+        runtime_files.write_atomic(origins_path(self.layout), "{" + ", ".join(self._recorded_origins.values()) + "}")
+        self._origins = {}
+
+    def _drop_origins(self) -> None:
+        """No pipeline left: no origins, on disk or here."""
+        self._recorded_origins = None
+        self._origins = {}
+        try:
+            os.unlink(origins_path(self.layout))
+        except FileNotFoundError:
+            pass
 
     def _link(self, ifindex: int, hook: str):
         link = self.links.get(ifindex)
@@ -310,12 +326,12 @@ class Installer:
         self._resting.difference_update(p.ifindex for p in state.pipelines if p.active)
         if reloading:
             self._forget_warm()     # what every interface ran read the maps left behind
-        self._record_origins()
         present = {p.ifindex for p in desired.pipelines} | {s.ifindex for s in desired.skipped}
         for old in plan.detach:
             # (not while reloading: what it ran reads the maps left behind)
             self.detach_pipeline(old, device_stays=old.ifindex in present and not reloading)
             state = state.without_pipeline(old.ifindex)
+        self._record_origins({p.ifindex for p in state.pipelines})
         for ifindex in self._resting - present:      # its device is gone now
             self._unpin_interface(ifindex)
         # After: what is gone, then summaries narrowed to exactly the new contents.
@@ -501,11 +517,7 @@ class Installer:
         self.maps.close()
         count += _detach_pinned_links(self.layout.pin_dir)
         dp.remove_tree(self.layout.pin_dir)
-        self._recorded_origins = None
-        try:
-            os.unlink(origins_path(self.layout))
-        except FileNotFoundError:
-            pass
+        self._drop_origins()
         parent = os.path.dirname(self.layout.pin_dir)
         try:
             os.rmdir(parent)     # the top "linuxfp" directory, once no namespace uses it

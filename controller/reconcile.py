@@ -63,8 +63,8 @@ class InstalledState:
             parts.append(text)
         if len(_pipeline_json) > 2 * len(parts) + 64:       # (pipelines long replaced)
             current = set(self.pipelines)
-            for p in [p for p in _pipeline_json if p not in current]:
-                del _pipeline_json[p]
+            for p in [p for p in list(_pipeline_json) if p not in current]:
+                _pipeline_json.pop(p, None)
         return '{"pipelines": [' + ", ".join(parts) + "]}"
 
     @classmethod
@@ -74,6 +74,8 @@ class InstalledState:
 
 
 _PIPELINE_FIELDS = tuple(f.name for f in fields(InstalledPipeline))
+# Each pipeline's JSON text, by the pipeline: equal pipelines print the same
+# (their fields are ints and strings, never 1 beside True or 1.0).
 _pipeline_json: dict[InstalledPipeline, str] = {}
 
 

@@ -116,6 +116,21 @@ def _forwarded_via(router, frame: bytes) -> tuple[str, str, dict]:
     return out.src, out.dst, seen
 
 
+def _cached_again(router, frame: bytes, via: tuple[str, str]) -> None:
+    """After an undo, every packet goes `via` and the answer is cached again:
+    a packet after the one that looked it up is a hit. (Up to three tries: a
+    generation the kernel moves on its own a moment after the undo — a
+    timer's neighbour update, a deferred clean-up — makes the next packet
+    look up once more, as it must; the full suite's load made it happen.)"""
+    tries = []
+    for _ in range(3):
+        tries += [_forwarded_via(router, frame), _forwarded_via(router, frame)]
+        assert all(t[:2] == via for t in tries), tries
+        if tries[-1][2][HIT] == 1:
+            return
+    raise AssertionError(f"not cached again: {tries}")
+
+
 # out0 as SETUP leaves it: a link going down takes its routes and neighbours,
 # a new MAC its neighbours
 OUT0_BACK = ("ip link set out0 up; ip route replace 198.19.0.0/24 via 198.18.2.1; "
@@ -171,9 +186,7 @@ def test_every_change_that_can_alter_an_answer_invalidates_it(router, cache_ns, 
         sh(cache_ns, undo)
     # back as before (looked up again, unless the change was only a sysctl
     # the datapath reads per packet), then cached again
-    _forwarded_via(router, frame)
-    via = _forwarded_via(router, frame)
-    assert via[:2] == (OUT_MAC, NEXT_HOP_MAC) and via[2][HIT] == 1, via
+    _cached_again(router, frame, (OUT_MAC, NEXT_HOP_MAC))
 
 
 def test_a_route_change_is_followed_by_the_next_packet(router, cache_ns):
@@ -517,9 +530,7 @@ def test_every_change_that_can_alter_an_ipv6_answer_invalidates_it(router6, cach
         assert seen[HIT] == 0, f"{change}: served from the cache after it"
     finally:
         sh(cache6_ns, undo)
-    _forwarded6(router6, frame)
-    via = _forwarded6(router6, frame)
-    assert via[:2] == (OUT0_MAC6, GW0_MAC6) and via[2][HIT] == 1, via
+    _cached_again(router6, frame, (OUT0_MAC6, GW0_MAC6))
 
 
 def test_ipv6_answers_are_cached_per_flow_label_and_up_to_1280_bytes(router6):

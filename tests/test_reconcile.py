@@ -87,6 +87,15 @@ def test_installed_state_json_is_the_whole_state_after_a_change():
     assert InstalledState.from_json(changed.to_json()).pipelines == changed.pipelines != s.pipelines
 
 
+def test_pipelines_long_replaced_leave_no_json_text_behind():
+    import dataclasses
+    from controller import reconcile
+    s = installed_from(build_graph(router_snapshot()))
+    for prog_id in range(200):
+        dataclasses.replace(s, pipelines=tuple(dataclasses.replace(p, prog_id=prog_id) for p in s.pipelines)).to_json()
+    assert len(reconcile._pipeline_json) <= 2 * len(s.pipelines) + 64 + len(s.pipelines)
+
+
 def test_unchanged_tables_are_reused_and_not_compared():
     snap = router_snapshot()
     g = build_graph(snap)

@@ -202,10 +202,19 @@ def test_the_origins_file_keeps_every_interface_across_plans(tmp_path):
     path.write_text(json.dumps({"2": {"digest": "d2", "origin": "precompiled"}}))     # before a restart
     installer = SimpleNamespace(layout=SimpleNamespace(origins_file=str(path)), _recorded_origins=None,
                                 _origins={"3": {"digest": "d3", "origin": "cache"}})
-    Installer._record_origins(installer)
+    Installer._record_origins(installer, {2, 3})
     installer._origins = {"4": {"digest": "d4", "origin": "compiled"}, "2": {"digest": "n2", "origin": "compiled"}}
-    Installer._record_origins(installer)
+    Installer._record_origins(installer, {2, 3, 4})
     assert json.loads(path.read_text()) == {"2": {"digest": "n2", "origin": "compiled"},
                                             "3": {"digest": "d3", "origin": "cache"},
                                             "4": {"digest": "d4", "origin": "compiled"}}
     assert installer._origins == {}
+    # an interface whose pipeline went: its entry too (a plan that installs nothing)
+    Installer._record_origins(installer, {2, 4})
+    assert set(json.loads(path.read_text())) == {"2", "4"} and set(installer._recorded_origins) == {"2", "4"}
+    # everything removed (detach): nothing left of it, read again or not
+    Installer._drop_origins(installer)
+    assert not path.exists()
+    installer._origins = {"5": {"digest": "d5", "origin": "cache"}}
+    Installer._record_origins(installer, {2, 4, 5})      # (2 and 4 again, of unknown origin)
+    assert json.loads(path.read_text()) == {"5": {"digest": "d5", "origin": "cache"}}

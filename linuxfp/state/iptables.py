@@ -178,7 +178,8 @@ def remembered_rule(chain: str, position: int, content: object, known: dict, use
                     decode) -> IptRule:
     """A decoded rule by its content (nft_rules.py, xt_blob.py): what an
     earlier read decoded of the same content, at this chain and position,
-    else decode(). `used` collects this read's for the next. A rule that
+    else decode(). `used` collects this read's rules for the next, decoded
+    or known (one known but not handed on would be decoded again). A rule that
     matches a set names it by index, resolved when decoded: such rules are
     decoded every time."""
     remembered = known.get(content)

@@ -136,8 +136,9 @@ def _nested_value(data: bytes) -> bytes:
 
 # --- reading ------------------------------------------------------------------
 
-# (netns cookie, family) -> what the last read decoded: rule content -> rule
-_decoded: dict[tuple[int, str], tuple[dict, dict]] = {}     # (rules by content, contents by bytes as dumped)
+# (netns cookie, family) -> what the last read knew: (rule content -> the
+# decoded rule, the rule's bytes as dumped -> its content)
+_decoded: dict[tuple[int, str], tuple[dict, dict]] = {}
 _decoded_lock = threading.Lock()
 
 
@@ -309,7 +310,8 @@ def _decoded_rule(chain: str, position: int, a: dict[int, bytes], family: str, k
                   used: dict | None, dumped: tuple[dict, dict] | None = None) -> IptRule:
     """decode_rule, or what an earlier read decoded of the same content
     (remembered_rule): its expressions but for its counters' values, and
-    its user data."""
+    its user data. `dumped`: (the last read's, this read's) content keys
+    by the rule's bytes as dumped, counters included."""
     expressions, userdata = a.get(NFTA_RULE_EXPRESSIONS, b""), a.get(NFTA_RULE_USERDATA)
     # Most rules' counters did not move since the last read: their bytes as
     # dumped lead to their content without taking the counters out
