@@ -241,11 +241,9 @@ class Installer:
         for the interfaces with a pipeline (`installed`). The file is read
         once: while a controller runs, it alone writes it (the namespace's
         ControllerLock)."""
-        if self._recorded_origins is None and self._origins:
+        if self._recorded_origins is None:
             self._recorded_origins = {ifindex: json.dumps({ifindex: origin})[1:-1] for ifindex, origin in
                                       (runtime_files.load_json(origins_path(self.layout)) or {}).items()}
-        if self._recorded_origins is None:
-            return
         gone = [ifindex for ifindex in self._recorded_origins if int(ifindex) not in installed]
         if not self._origins and not gone:
             return
@@ -254,8 +252,12 @@ class Installer:
         # (as json.dumps of the whole: each interface's text made once)
         self._recorded_origins.update((ifindex, json.dumps({ifindex: origin})[1:-1])
                                       for ifindex, origin in self._origins.items())
-        runtime_files.write_atomic(origins_path(self.layout), "{" + ", ".join(self._recorded_origins.values()) + "}")
         self._origins = {}
+        try:
+            runtime_files.write_atomic(origins_path(self.layout),
+                                       "{" + ", ".join(self._recorded_origins.values()) + "}")
+        except OSError as e:     # (only `status` reads it: the plan carries on)
+            log.warning("cannot write %s: %s", origins_path(self.layout), e)
 
     def _drop_origins(self) -> None:
         """No pipeline left: no origins, on disk or here."""
@@ -331,7 +333,7 @@ class Installer:
             # (not while reloading: what it ran reads the maps left behind)
             self.detach_pipeline(old, device_stays=old.ifindex in present and not reloading)
             state = state.without_pipeline(old.ifindex)
-        self._record_origins({p.ifindex for p in state.pipelines})
+        self._record_origins({p.ifindex for p in state.pipelines if p.active})
         for ifindex in self._resting - present:      # its device is gone now
             self._unpin_interface(ifindex)
         # After: what is gone, then summaries narrowed to exactly the new contents.

@@ -1,4 +1,5 @@
-"""Desired graph vs installed datapath → the smallest set of actions. Pure."""
+"""Desired graph vs installed datapath → the smallest set of actions. Pure
+(but for the installed state's JSON text, kept per pipeline)."""
 from __future__ import annotations
 
 import json

@@ -16,7 +16,7 @@ from linuxfp.graph.nodes import registered
 from linuxfp.graph.remember import fields_read, forget, forget_stale, link_at, remembered, remembered_each
 from linuxfp.state.model import AF_INET, Neighbour, XfrmState
 
-from snapshot_fixtures import bridged_router_snapshot, link, route, router_snapshot, sysctl
+from snapshot_fixtures import bridged_router_snapshot, link, route, router_snapshot, sysctl, with_pods
 
 
 def _counting(compute):
@@ -223,9 +223,10 @@ def test_each_item_is_remembered_on_its_own_and_items_gone_are_forgotten():
 
 
 def test_what_asks_every_item_depends_on_the_fields_under_each_item_answer():
-    """The asker reads no item's lookups (that would be a check per item),
-    but every field under them: an inner answer that starts reading a new
-    field (a branch) still makes the asker see its change."""
+    """The asker depends on what every item's answer depends on (fields,
+    and answers asked by answer), checked once for all items: an inner
+    answer that starts reading a new field (a branch) still makes the asker
+    see its change."""
     s1 = router_snapshot()
     # the inner reads the routes only while forwarding is on
     inner = lambda s: bool(s.routes) if s.sysctl.ip_forward else None          # noqa: E731
@@ -316,13 +317,33 @@ def test_what_is_compared_for_reuse_compares_every_field():
     """An answer stands for another when equal, an item's answer for an
     equal item: a field left out of equality would let it stand for one
     that differs there."""
-    # (the plan's Classifier keeps a memo out of equality: what patching
-    # ipset members learns, not part of what the classifier says)
+    import typing
+
     from linuxfp.graph.nodes.iptables_filter import FilterPlan
     from linuxfp.graph.obstacles import Obstacle
     from linuxfp.state.model import InterfaceSysctls, Link
     for cls in (Link, InterfaceSysctls, Obstacle, FilterPlan):
         assert all(f.compare for f in dataclasses.fields(cls)), cls
+    # and every dataclass within them, but for two fields that say nothing
+    # of their own: the Classifier's memo (what patching ipset members
+    # learns) and a Family's ICMP type names (a constant per family, whose
+    # name is compared)
+    aside = {("Classifier", "memo"), ("Family", "icmp_types")}
+    seen: set[type] = set()
+    todo = [Link, InterfaceSysctls, Obstacle, FilterPlan]
+    while todo:
+        cls = todo.pop()
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            assert f.compare or (cls.__name__, f.name) in aside, (cls, f.name)
+            inner = [hints[f.name]]
+            while inner:
+                hint = inner.pop()
+                inner += typing.get_args(hint)
+                if isinstance(hint, type) and dataclasses.is_dataclass(hint) and hint not in seen:
+                    seen.add(hint)
+                    todo.append(hint)
+    assert {"BridgePort", "Program", "Classifier", "Box"} <= {t.__name__ for t in seen}
 
 
 def test_forget_stale_drops_an_answer_whose_field_changed_and_keeps_the_rest():
@@ -335,9 +356,59 @@ def test_forget_stale_drops_an_answer_whose_field_changed_and_keeps_the_rest():
     assert fields_read("t.routes") is None and fields_read("t.links") == {"links"}
 
 
+def test_forget_stale_drops_what_asked_an_answer_it_dropped():
+    """An answer asked by answer goes when a field it read changed, and then
+    what asked it, though that read no changed field itself."""
+    s1 = router_snapshot()
+    inner = lambda s: (len(s.routes),)                                # noqa: E731
+    remembered("t.asker", s1, lambda s: (remembered("t.asked", s, inner, by_answer=True), len(s.links)))
+    remembered("t.bystander", s1, lambda s: len(s.links))
+    forget_stale(s1)
+    assert fields_read("t.asker") == {"routes", "links"}
+    forget_stale(dataclasses.replace(s1, routes=()))
+    assert fields_read("t.asked") is None and fields_read("t.asker") is None
+    assert fields_read("t.bystander") == {"links"}
+
+
 def _keys(name):
     from linuxfp.graph import remember
     return list(remember._results.get(name, {}))
+
+
+@pytest.mark.parametrize("change", ["bridge down", "STP on", "a port's proxy ARP", "bridge-nf-call-iptables",
+                                    "a new pod"])
+def test_a_bridged_change_is_never_met_by_a_remembered_answer(change):
+    """The answers asked by answer (one link, a bridge's blocker, the
+    br_netfilter switches) and per interface: a change behind any of them
+    gives what a build from nothing gives, for the ports and the rest."""
+    s1 = with_pods(bridged_router_snapshot())
+    g1 = build_graph(s1, "tc")
+
+    def bridge(**options):
+        return tuple(dataclasses.replace(l, bridge=dataclasses.replace(l.bridge, **options)) if l.kind == "bridge"
+                     else l for l in s1.links)
+    if change == "bridge down":
+        s2 = dataclasses.replace(s1, links=tuple(dataclasses.replace(l, up=False, oper_up=False)
+                                                 if l.kind == "bridge" else l for l in s1.links))
+    elif change == "STP on":
+        s2 = dataclasses.replace(s1, links=bridge(stp_state=1))
+    elif change == "a port's proxy ARP":
+        s2 = dataclasses.replace(s1, links=tuple(
+            dataclasses.replace(l, bridge_port=dataclasses.replace(l.bridge_port, proxyarp=True))
+            if l.bridge_port is not None else l for l in s1.links))
+    elif change == "bridge-nf-call-iptables":
+        s2 = dataclasses.replace(s1, sysctls=dataclasses.replace(s1.sysctls, bridge_nf_call_iptables=True,
+                                                                 br_netfilter=True))
+    else:
+        pod = dataclasses.replace(link(9, "pod", master=4), bridge_port=next(
+            l.bridge_port for l in s1.links if l.bridge_port is not None))
+        s2 = dataclasses.replace(s1, links=s1.links + (pod,), sysctls=dataclasses.replace(
+            s1.sysctls, interfaces=s1.sysctls.interfaces + (sysctl(9),)))
+    g2 = build_graph(s2, "tc")
+    fresh = (forget(), build_graph(s2, "tc"))[1]
+    assert (g2.pipelines, g2.skipped, g2.ifaces, g2.tables) == (fresh.pipelines, fresh.skipped, fresh.ifaces,
+                                                                fresh.tables)
+    assert (g2.pipelines, g2.skipped, g2.ifaces, g2.tables) != (g1.pipelines, g1.skipped, g1.ifaces, g1.tables)
 
 
 def _neighbour() -> Neighbour:

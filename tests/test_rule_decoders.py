@@ -407,6 +407,27 @@ def test_a_rule_whose_counters_did_not_move_is_found_by_its_bytes(monkeypatch):
     assert len({r.text for r, _ in rules}) == 1 and len(known) == 1
 
 
+def test_a_rule_matching_a_set_is_decoded_every_time_even_by_its_bytes(monkeypatch):
+    """A set is named by index in the kernel's rule, resolved when decoded:
+    neither its content nor its bytes as dumped may stand for a decode."""
+    from linuxfp.state.iptables import IptRule, Match
+    cmp = _expression("cmp", sreg=_be(1), op=_be(0), data=_value(b"\xc6\x12\0\1"))
+    rule = {nft_rules.NFTA_RULE_EXPRESSIONS: SOURCE + cmp + ACCEPT}
+    decoded = []
+
+    def decode(chain, position, a, family="ip"):
+        decoded.append(position)
+        return IptRule(chain, position, (Match("set", "--match-set", ("s", "src")),), "ACCEPT",
+                       text=f"-A {chain} -m set --match-set s src -j ACCEPT")
+    monkeypatch.setattr(nft_rules, "decode_rule", decode)
+    known, dumped = {}, {}
+    for _ in range(3):
+        used, dumped_now = {}, {}
+        nft_rules._decoded_rule("FORWARD", 1, rule, "ip", known, used, (dumped, dumped_now))
+        known, dumped = used, dumped_now
+    assert len(decoded) == 3 and known == {} and dumped == {}
+
+
 KNOWN_IPV6 = """\
 *filter
 :INPUT ACCEPT [0:0]

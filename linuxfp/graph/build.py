@@ -68,7 +68,9 @@ def _facts(snapshot):
     # Each interface's remembered on its own, as its pipeline is: the item
     # is the link with its sysctls (another device's coming changes the
     # snapshot's sysctls, not this device's).
-    confs = {conf.ifindex: conf for conf in snapshot.sysctls.interfaces}
+    confs: dict[int, object] = {}
+    for conf in snapshot.sysctls.interfaces:
+        confs.setdefault(conf.ifindex, conf)     # (the first, as Sysctls.for_ifindex finds it)
     return tuple(remembered_each("graph.iface_facts", snapshot, _iface_facts,
                                  ((link, confs.get(link.index)) for link in snapshot.links
                                   if link.link_type == ARPHRD_ETHER),

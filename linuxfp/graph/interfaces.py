@@ -95,6 +95,11 @@ def iface_facts(link, conf, snapshot, full_check: bool, fwd_len_cap: int = 0, fw
     return IfaceFacts(link.index, flags, link.mtu, mac_bytes(link.mac), fwd_len_cap, tx_len_cap, fwd_len_cap6)
 
 
+def _update_priority(snapshot) -> bool:
+    """(the namespace's, asked by answer: a new device's sysctls leave it)"""
+    return bool(snapshot.sysctls.forward_update_priority)
+
+
 def transmit_skips(link, snapshot, standing_in_for: frozenset[str]) -> str | None:
     """What runs on `link`'s transmit path that a packet put past it would
     skip (None: nothing): an XDP redirect into it, a frame delivered
@@ -116,10 +121,6 @@ def ipv6_routing_blocker(snapshot) -> str | None:
     remembered while netfilter state, sysctls and rules are, and by answer
     (a new device's sysctls change the sysctls, not this)."""
     return remembered("interfaces.ipv6_routing_blocker", snapshot, _ipv6_routing_blocker, by_answer=True)
-
-
-def _update_priority(snapshot) -> bool:
-    return bool(snapshot.sysctls.forward_update_priority)
 
 
 def _ipv6_routing_blocker(snapshot) -> str | None:

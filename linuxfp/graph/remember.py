@@ -45,14 +45,7 @@ _results: dict[str, dict[Hashable, tuple[_FieldsRead, _Used, Any]]] = {}
 # forget_stale (whose scan of every interface's answer per build would cost
 # what remembering them saves).
 _each: set[str] = set()
-# For forget_stale: the names given an entry since it last scanned, the
-# fields each name's entries ever read, the names whose entries asked a
-# by-answer computation, and the fields (with their objects) it last saw.
-_stored: set[str] = set()
-_fields_of: dict[str, set[str]] = {}
-_asks: set[str] = set()
-_asked_names: dict[str, set[str]] = {}
-_scanned: dict[str, Any] = {}
+
 
 class _Reads:
     """A snapshot as a computation sees it, noting the fields it reads.
@@ -64,8 +57,7 @@ class _Reads:
     collector frees.)"""
 
     def __init__(self, snapshot):
-        cls = snapshot._snapshot_class if isinstance(snapshot, _Reads) else type(snapshot)
-        self.__dict__.update(_snapshot=snapshot, _snapshot_class=cls, _read={}, _used={})
+        self.__dict__.update(_snapshot=snapshot, _snapshot_class=type(snapshot), _read={}, _used={})
 
     def __getattr__(self, name: str):
         declared = _code_of(self._snapshot_class, name)
@@ -119,9 +111,9 @@ def remembered_each(name: str, snapshot, compute: Callable[..., T], items: Itera
     answer is reused for an item equal to the one it was worked out for
     (compute saw that one).
 
-    Asked from inside a remembered computation, that one depends on the
-    fields under every item's answer, not on each item's own lookups
-    (checking those would cost per item what remembering the items saves)."""
+    Asked from inside a remembered computation, that one depends on what
+    every item's answer depends on (a few fields and answers, shared by
+    most items: checked once, not once per item)."""
     _each.add(name)
     root = snapshot._snapshot if isinstance(snapshot, _Reads) else snapshot
     asked = _asked_of(root)
@@ -131,7 +123,7 @@ def remembered_each(name: str, snapshot, compute: Callable[..., T], items: Itera
         def unwrapped(view, item, *rest):
             return compute(view, item.item, *rest)
     known = _results.setdefault(name, {})
-    out, keys, reads, inner = [], [], {}, set()
+    out, keys, reads, used = [], [], {}, {}
     for item in items:
         k = (_Item(key(item), item) if key is not None else item, *args)
         keys.append(k)
@@ -141,15 +133,12 @@ def remembered_each(name: str, snapshot, compute: Callable[..., T], items: Itera
             entry = _answer(name, root, unwrapped, k, False)[1]
         out.append(entry[2])
         reads.update(entry[0])
-        inner.update(used_name for (used_name, _c, _a), _r in entry[1])
+        used.update(entry[1])
     if len(known) > len(keys):
         _results[name] = {k: entry for k in keys if (entry := known.get(k)) is not None}
     if isinstance(snapshot, _Reads):
         snapshot._read.update(reads)
-        for used_name in inner:
-            for field in _fields_below(used_name):
-                if field not in snapshot._read:
-                    snapshot._read[field] = getattr(root, field)
+        snapshot._used.update(used)
     return out
 
 
@@ -183,18 +172,6 @@ def _asked(name: str, snapshot, compute, args: tuple, by_answer: bool):
     return result
 
 
-def _fields_below(name: str, seen: set[str] | None = None) -> set[str]:
-    """Every field an answer of `name`, or of what those asked by answer,
-    ever read (grows only: an over-approximation is merely slower)."""
-    seen = set() if seen is None else seen
-    seen.add(name)
-    below = set(_fields_of.get(name, ()))
-    for inner in tuple(_asked_names.get(name, ())):
-        if inner not in seen:
-            below |= _fields_below(inner, seen)
-    return below
-
-
 def _answer(name: str, snapshot, compute, args: tuple, by_answer: bool):
     asked = _asked_of(snapshot)
     entry = asked.get((name, args))
@@ -217,11 +194,6 @@ def _answer(name: str, snapshot, compute, args: tuple, by_answer: bool):
     entry = (tuple(view._read.items()), tuple(view._used.items()), result)
     _results.setdefault(name, {})[args] = entry
     asked[(name, args)] = entry
-    _stored.add(name)
-    _fields_of.setdefault(name, set()).update(field for field, _ in entry[0])
-    if entry[1]:
-        _asks.add(name)
-        _asked_names.setdefault(name, set()).update(inner for (inner, _c, _a), _r in entry[1])
     return result, entry
 
 
@@ -244,14 +216,11 @@ _per_thread = threading.local()
 
 
 def _asked_of(snapshot) -> dict:
-    if getattr(_per_thread, "snapshot", _dead)() is not snapshot:
+    last = getattr(_per_thread, "snapshot", None)
+    if last is None or last() is not snapshot:
         _per_thread.snapshot = weakref.ref(snapshot)
         _per_thread.answers = {}
     return _per_thread.answers
-
-
-def _dead():
-    return None
 
 
 def link_at(snapshot, index: int):
@@ -283,42 +252,36 @@ def forget_stale(snapshot) -> None:
     snapshot's fields alive once no one asks for it again (a deleted
     bridge's blocker, the address types once no rule reads them): what read
     a field that changed, and then what asked for an answer dropped or
-    changed (nothing is computed here)."""
-    _per_thread.snapshot, _per_thread.answers = _dead, {}    # (its answers hold fields too)
-    global _scanned, _stored
-    stored, _stored = _stored, set()   # (what another thread stores meanwhile is scanned next time)
-    # Only names whose entries read a field that changed since the last
-    # scan, asked a by-answer computation, or were stored since, can hold a
-    # stale entry (a scan of every interface's sysctls per build would cost
-    # what remembering them saves).
-    changed = {field for field, value in _scanned.items() if getattr(snapshot, field) is not value}
-    # (copies: a metrics scrape may ask from another thread meanwhile)
-    suspects = {name for name in list(_results) if name not in _each and (
-        name in stored or name in _asks or not changed.isdisjoint(_fields_of.get(name, ())))}
+    changed (nothing is computed here). remembered_each's answers are its
+    own to prune."""
+    _per_thread.snapshot, _per_thread.answers = None, {}    # (its answers hold fields too)
     while True:
         dropped = False
-        for name in list(suspects):
+        # (copies: a metrics scrape may ask from another thread meanwhile)
+        for name in [name for name in list(_results) if name not in _each]:
             known = _results.get(name, {})
             for args, (reads, used, _) in list(known.items()):
                 if any(getattr(snapshot, field) is not value for field, value in reads) or \
-                        any(_results.get(inner, {}).get(inner_args, (None, None, _MISSING))[2] is not answer
-                            for (inner, _compute, inner_args), answer in used):
+                        any(_answered(inner, inner_args) is not answer for (inner, _c, inner_args), answer in used):
                     known.pop(args, None)      # (another thread may have)
                     dropped = True
             if not known:
                 _results.pop(name, None)
         if not dropped:
-            break
-    _scanned = {field: getattr(snapshot, field) for name in list(_results)
-                for field in tuple(_fields_of.get(name, ()))}
+            return
 
 
-_MISSING = object()
+def _answered(name: str, args: tuple):
+    """The answer remembered for (`name`, `args`), or _NOTHING."""
+    entry = _results.get(name, {}).get(args)
+    return _NOTHING if entry is None else entry[2]
+
+
+_NOTHING = object()     # (None is an answer: a blocker's "nothing blocks")
 
 
 def forget() -> None:
     """Drop every remembered result (each test starts without any)."""
     _results.clear()
-    for bookkeeping in (_scanned, _each, _stored, _fields_of, _asks, _asked_names):
-        bookkeeping.clear()
-    _per_thread.snapshot, _per_thread.answers = _dead, {}
+    _each.clear()
+    _per_thread.snapshot, _per_thread.answers = None, {}

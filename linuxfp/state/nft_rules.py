@@ -313,9 +313,7 @@ def _decoded_rule(chain: str, position: int, a: dict[int, bytes], family: str, k
     its user data. `dumped`: (the last read's, this read's) content keys
     by the rule's bytes as dumped, counters included."""
     expressions, userdata = a.get(NFTA_RULE_EXPRESSIONS, b""), a.get(NFTA_RULE_USERDATA)
-    # Most rules' counters did not move since the last read: their bytes as
-    # dumped lead to their content without taking the counters out
-    # (`dumped`: the last read's, and this read's for the next).
+    # (most rules' counters did not move since the last read)
     raw = (family, expressions, userdata)
     content = dumped[0].get(raw) if dumped is not None else None
     if content is None:

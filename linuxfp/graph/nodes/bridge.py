@@ -186,29 +186,41 @@ def refresh_ms(bridge) -> int:
     return max(1, min(MAX_REFRESH_MS, bridge.bridge.ageing_time_cs))
 
 
-def _br_nf_calls(snapshot, sysctl: bool, option: bool) -> bool:
-    """A bridge-nf-call-* switch: the namespace's sysctl, or the bridge's own
-    option while br_netfilter (which alone reads it) is loaded."""
-    return sysctl or (option and snapshot.sysctls.br_netfilter)
+def _br_nf_calls(snapshot, family: int, option: bool) -> bool:
+    """A bridge-nf-call-* switch (`family`: IPTABLES, IP6TABLES, ARPTABLES):
+    the namespace's sysctl, or the bridge's own option while br_netfilter
+    (which alone reads it) is loaded."""
+    switches = remembered("bridge.nf_switches", snapshot, _nf_switches, by_answer=True)
+    return switches[family] or (option and switches[BR_NETFILTER])
+
+
+IPTABLES, IP6TABLES, ARPTABLES, BR_NETFILTER = range(4)
+
+
+def _nf_switches(snapshot) -> tuple[bool, bool, bool, bool]:
+    """The namespace's bridge-nf-call-iptables, -ip6tables and -arptables,
+    and whether br_netfilter is loaded (every port asks: by answer, so that
+    a new device's sysctls redo no port's decision)."""
+    sysctls = snapshot.sysctls
+    return (bool(sysctls.bridge_nf_call_iptables), bool(sysctls.bridge_nf_call_ip6tables),
+            bool(sysctls.bridge_nf_call_arptables), bool(sysctls.br_netfilter))
 
 
 def calls_iptables(snapshot, bridge) -> bool:
     """Whether br_netfilter shows this bridge's IPv4 frames to iptables."""
     options = bridge.bridge
-    return _br_nf_calls(snapshot, snapshot.sysctls.bridge_nf_call_iptables,
-                        options is not None and options.nf_call_iptables)
+    return _br_nf_calls(snapshot, IPTABLES, options is not None and options.nf_call_iptables)
 
 
 def calls_ip6tables(snapshot, bridge) -> bool:
     """Whether br_netfilter shows this bridge's IPv6 frames to ip6tables."""
     options = bridge.bridge
-    return _br_nf_calls(snapshot, snapshot.sysctls.bridge_nf_call_ip6tables,
-                        options is not None and options.nf_call_ip6tables)
+    return _br_nf_calls(snapshot, IP6TABLES, options is not None and options.nf_call_ip6tables)
 
 
 def _netfilter_flags(snapshot, bridge) -> int:
     """What br_netfilter does to this bridge's frames."""
-    sysctls, nf, options = snapshot.sysctls, snapshot.netfilter, bridge.bridge
+    nf, options = snapshot.netfilter, bridge.bridge
     flags = 0
     if calls_iptables(snapshot, bridge):
         flags |= BRP_NF_IPV4
@@ -222,7 +234,7 @@ def _netfilter_flags(snapshot, bridge) -> int:
             flags |= BRP_NF_IPV6_KERNEL
         elif scope6.filters_forward:
             flags |= BRP_NF_IPV6_RULES
-    if _br_nf_calls(snapshot, sysctls.bridge_nf_call_arptables, options.nf_call_arptables):
+    if _br_nf_calls(snapshot, ARPTABLES, options.nf_call_arptables):
         flags |= BRP_NF_ARP
         if nf.legacy_arp_tables or any(t.startswith("nft:arp ") for t in nf.tables):
             flags |= BRP_NF_ARP_RULES
