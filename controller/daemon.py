@@ -525,6 +525,7 @@ class Controller:
                         if batch.resync or "netfilter" in batch.kinds:
                             # (read with the batch, after its own sample — or,
                             # resynced, after the loop's)
+                            log.debug("netfilter read with its batch")
                             snapshot = self._netfilter_applied(
                                 snapshot, batch.nft_seq if batch.nft_seq is not None else nft_seq)
                         elapsed_ms = (time.monotonic_ns() - batch.first_arrival) / 1e6

@@ -35,14 +35,12 @@ ROOT_REQUIRED = (
 @pytest.fixture(autouse=True)
 def _graph_remembers_nothing_from_another_test() -> Iterator[None]:
     """Each test's graphs start from nothing remembered (remember.forget,
-    the rules' meanings):
-    a test that patches a node's limits must not meet an answer computed
-    under another's."""
-    from linuxfp.graph.filtering.program import forget_rule_meanings
+    which empties the memos kept by hand too: the rules' meanings, the
+    filter's plan): a test that patches a node's limits must not meet an
+    answer computed under another's."""
     from linuxfp.graph.remember import forget
 
     forget()
-    forget_rule_meanings()
     yield
 
 

@@ -431,6 +431,8 @@ def test_an_nftables_change_is_read_once(router_topology):
     # came: that mark is read again, once; with either half of the change
     # undone, every one of the twelve was)
     assert log.count("netfilter read again") <= 3, log
+    # (and the count means something: the debug log is there, a read per change)
+    assert log.count("netfilter read with its batch") >= 12, log
 
 
 def test_a_mark_is_settled_by_a_read_only_when_every_change_it_counts_is_a_commit_the_read_holds():

@@ -17,12 +17,26 @@ import pytest
 
 from controller_counting import Counting, counting
 from controller_counting import reasons as count_reasons
-from linuxfp.graph.filtering.scope import bridge_chains, egress_chain, filter_scope, filter_scope6, ingress_chain
+from linuxfp.graph.filtering import scope
+from linuxfp.graph.filtering.scope import bridge_chains, filter_scope, filter_scope6
 from linuxfp.lab import RouterTopology, run_differential
 from linuxfp.lab.differential import Step
 from linuxfp.lab.netns import entered
 from linuxfp.lab.rulesets import probe_frames
 from linuxfp.state.model import NetfilterState, NftChain, NftNative, NftObject
+
+from snapshot_fixtures import router_snapshot
+
+
+def ingress_chain(netfilter, ifname):
+    """scope.ingress_chain of a snapshot holding `netfilter`."""
+    return scope.ingress_chain(router_snapshot(netfilter=netfilter), ifname)
+
+
+def egress_chain(netfilter, ifname):
+    """scope.egress_chain of a snapshot holding `netfilter`."""
+    return scope.egress_chain(router_snapshot(netfilter=netfilter), ifname)
+
 
 # Debian 12's /etc/nftables.conf
 DEBIAN_DEFAULT = """flush ruleset

@@ -428,6 +428,33 @@ def test_a_rule_matching_a_set_is_decoded_every_time_even_by_its_bytes(monkeypat
     assert len(decoded) == 3 and known == {} and dumped == {}
 
 
+def test_a_read_hands_its_rules_on_to_the_next_read(monkeypatch):
+    """read_native itself: a second read of an unchanged ruleset decodes
+    and walks only its set-matching rules (what the last read knew and
+    dumped is handed on), and its rules are what the first read's were."""
+    with Lab(prefix="lfp-t") as lab:
+        ns = lab.namespace("dec")
+        ns.run(["ipset", "restore"], input=SETS)
+        ns.run(["iptables-nft-restore"], input=KNOWN_FILTER)
+        with entered(ns):
+            first = nft_rules.read_native("ip")
+            decoded, walked = [], []
+            decode, walk = nft_rules.decode_rule, nft_rules._without_counters
+            monkeypatch.setattr(nft_rules, "decode_rule", lambda *a, **k: decoded.append(a) or decode(*a, **k))
+            monkeypatch.setattr(nft_rules, "_without_counters", lambda e: walked.append(e) or walk(e))
+            second = nft_rules.read_native("ip")
+            after_second = len(decoded), len(walked)
+            ns.run(["iptables-nft", "-A", "FORWARD", "-d", "198.51.100.7", "-j", "DROP"])
+            third = nft_rules.read_native("ip")
+    matched_sets = sum(1 for t in first.tables for c in t.chains for r in c.rules
+                       if any(m.module == "set" for m in r.matches))
+    # (a set-matching rule is decoded, and so walked, every time)
+    assert second == first and matched_sets < len(KNOWN_FILTER.splitlines()) // 2
+    assert after_second == (matched_sets, matched_sets)
+    assert (len(decoded), len(walked)) == (2 * matched_sets + 1, 2 * matched_sets + 1)
+    assert third.table("filter").chain("FORWARD").rules[-1].text.endswith("-d 198.51.100.7/32 -j DROP")
+
+
 KNOWN_IPV6 = """\
 *filter
 :INPUT ACCEPT [0:0]

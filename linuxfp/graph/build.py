@@ -5,6 +5,8 @@ while the fields they read are the same objects, so an event recomputes
 only what reads what it changed: a neighbour event, transmit's tables)."""
 from __future__ import annotations
 
+from linuxfp.state.model import link_order
+
 from .interfaces import ARPHRD_ETHER, MAX_IFACE_SLOTS, forward_length_cap6, iface_facts, interface_tables
 from .model import Graph, Pipeline, Skipped
 from .nodes import Node, Stage, in_stage_order, registered
@@ -38,18 +40,18 @@ def _pipelines(snapshot, hook: str, nodes: tuple[Node, ...]) -> tuple[tuple[Pipe
     own: a new interface costs its own decision, not every interface's)."""
     pipelines, skipped = [], []
     for decided in remembered_each("graph.pipeline", snapshot, _pipeline, snapshot.links, hook, nodes,
-                                   key=_index):
+                                   in_stage_order(nodes), key=link_order):
         (pipelines if isinstance(decided, Pipeline) else skipped).append(decided)
     return tuple(pipelines), tuple(skipped)
 
 
-def _pipeline(snapshot, link, hook: str, nodes: tuple[Node, ...]) -> Pipeline | Skipped:
-    """`link`'s pipeline, or why it has none."""
+def _pipeline(snapshot, link, hook: str, nodes: tuple[Node, ...], ordered: tuple[Node, ...]) -> Pipeline | Skipped:
+    """`link`'s pipeline, or why it has none (`ordered`: `nodes` in stage order)."""
     if link.index >= MAX_IFACE_SLOTS:
         # no facts, no counters: a program there could only pass, uncounted
         return Skipped(link.index, link.name, f"ifindex {link.index} is beyond the fast path's "
                                               f"interface arrays (below {MAX_IFACE_SLOTS})")
-    chosen = tuple(n for n in in_stage_order(nodes) if n.applies(snapshot, link))
+    chosen = tuple(n for n in ordered if n.applies(snapshot, link))
     needs = {n.name: n.needs(snapshot, link) for n in chosen}
     chosen = _needed(chosen, needs)
     shared = remembered("graph.namespace_obstacles", snapshot, namespace_obstacles, by_answer=True)
@@ -68,21 +70,16 @@ def _facts(snapshot):
     # Each interface's remembered on its own, as its pipeline is: the item
     # is the link with its sysctls (another device's coming changes the
     # snapshot's sysctls, not this device's).
-    confs: dict[int, object] = {}
-    for conf in snapshot.sysctls.interfaces:
-        confs.setdefault(conf.ifindex, conf)     # (the first, as Sysctls.for_ifindex finds it)
+    # (one dict for all: Sysctls.for_ifindex's bisect per link costs more)
+    confs = {conf.ifindex: conf for conf in snapshot.sysctls.interfaces}     # (one per device)
     return tuple(remembered_each("graph.iface_facts", snapshot, _iface_facts,
                                  ((link, confs.get(link.index)) for link in snapshot.links
                                   if link.link_type == ARPHRD_ETHER),
-                                 full_check, cap, cap6, key=_first_index))
+                                 full_check, cap, cap6, key=_link_order_of))
 
 
-def _index(link) -> int:
-    return link.index
-
-
-def _first_index(item) -> int:
-    return item[0].index
+def _link_order_of(item) -> int:
+    return link_order(item[0])
 
 
 def _iface_facts(snapshot, item, full_check: bool, cap: int, cap6: int):

@@ -78,7 +78,7 @@ def iface_facts(link, conf, snapshot, full_check: bool, fwd_len_cap: int = 0, fw
         # route's egress for the router: FORWARDING stays clear).
         flags = (flags & ~IF_FORWARDING) | IF_BRIDGE_TX
         sendable, routable = True, False
-    if egress_chain(snapshot.netfilter, link.name) is not None:
+    if egress_chain(snapshot, link.name) is not None:
         # nothing the fast path sends may leave here (egress_chain); what
         # arrives here is another matter (a port's BRP_FORWARDING stays)
         sendable = routable = False
@@ -112,7 +112,7 @@ def transmit_skips(link, snapshot, standing_in_for: frozenset[str]) -> str | Non
         return "tc egress filters may run there (an ingress/clsact qdisc is present)"
     if link.tcx_others_egress:
         return "tcx egress programs of another tool"
-    return egress_chain(snapshot.netfilter, link.name)
+    return egress_chain(snapshot, link.name)
 
 
 def ipv6_routing_blocker(snapshot) -> str | None:
@@ -189,12 +189,20 @@ def encapsulated_len_cap(link, snapshot) -> int:
     MTU, less the encapsulation. (IPv6 routes are not read: their MTU
     metrics cannot go below the 1280 the IPv6 floor already is.)"""
     options = link.vxlan
-    family = 10 if options.ipv6 else 2
-    floor = IPV6_MIN_MTU if options.ipv6 else snapshot.sysctls.route_min_pmtu
+    smallest = remembered("interfaces.smallest_mtu", snapshot, _smallest_mtu, 10 if options.ipv6 else 2,
+                          by_answer=True)
+    return max(0, smallest - options.overhead)
+
+
+def _smallest_mtu(snapshot, family: int) -> int:
+    """The smallest MTU an outer packet of `family` may meet in this
+    namespace (encapsulated_len_cap; by answer: a new pod's veth leaves a
+    VXLAN device's decision alone)."""
+    floor = IPV6_MIN_MTU if family == 10 else snapshot.sysctls.route_min_pmtu
     mtus = [floor]
     mtus += [other.mtu for other in snapshot.links if other.link_type != ARPHRD_LOOPBACK and other.mtu]
     mtus += [route.mtu for route in snapshot.routes if route.family == family and route.mtu]
-    return max(0, min(min(mtus), 0xFFFF) - options.overhead)
+    return min(min(mtus), 0xFFFF)
 
 
 def bridge_sendable(link, snapshot) -> bool:

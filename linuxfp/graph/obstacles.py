@@ -40,7 +40,7 @@ def namespace_obstacles(snapshot) -> tuple[Obstacle, ...]:
 def ingress_obstacles(link, snapshot) -> tuple[Obstacle, ...]:
     """Obstacles of one ingress interface."""
     found = []
-    nft_ingress = ingress_chain(snapshot.netfilter, link.name)
+    nft_ingress = ingress_chain(snapshot, link.name)
     if nft_ingress is not None:
         found.append(Obstacle("nft_ingress", f"netfilter: {nft_ingress}"))
     if link.link_type != ARPHRD_ETHER:

@@ -163,9 +163,16 @@ def _asked(name: str, snapshot, compute, args: tuple, by_answer: bool):
     computation), what it depends on is noted there too."""
     if not isinstance(snapshot, _Reads):
         return _answer(name, snapshot, compute, args, by_answer)[0]
+    if by_answer:
+        # (asked again by the same computation — once per link, by a node's
+        # notes — the answer it already depends on)
+        key = (name, compute, args)
+        known = snapshot._used.get(key, _NOTHING)
+        if known is not _NOTHING:
+            return known
     result, entry = _answer(name, snapshot._snapshot, compute, args, by_answer)
     if by_answer:
-        snapshot._used[(name, compute, args)] = result
+        snapshot._used[key] = result
     else:
         snapshot._read.update(entry[0])
         snapshot._used.update(entry[1])
@@ -281,7 +288,21 @@ _NOTHING = object()     # (None is an answer: a blocker's "nothing blocks")
 
 
 def forget() -> None:
-    """Drop every remembered result (each test starts without any)."""
+    """Drop every remembered result, and what memos kept by hand hold
+    (each test, and a build meant to start from nothing, starts without
+    any)."""
     _results.clear()
     _each.clear()
     _per_thread.snapshot, _per_thread.answers = None, {}
+    for reset in _resets:
+        reset()
+
+
+def forgotten_too(reset: Callable[[], None]) -> Callable[[], None]:
+    """Register `reset`, which empties a memo kept by hand (one keyed by a
+    netfilter state, not a snapshot), for forget() to run too."""
+    _resets.append(reset)
+    return reset
+
+
+_resets: list[Callable[[], None]] = []

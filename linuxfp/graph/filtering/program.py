@@ -22,6 +22,7 @@ from functools import cached_property
 from linuxfp.state.iptables import TOOLS
 from linuxfp.state.netfilter_hooks import CONNTRACK_HOOK, FORWARD_PATH_HOOKS
 
+from ..remember import forgotten_too
 from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, RuleMeaning, rule_meaning
 
 ACCEPT, DROP, KERNEL, DROP_EARLY = 0, 1, 2, 3
@@ -195,6 +196,7 @@ class _Meanings:
         self._kept[self.family.name] = (self.names, self.token, self.fresh)
 
 
+@forgotten_too
 def forget_rule_meanings() -> None:
     """Keep no rule's meaning from a compile before (each test starts
     without any)."""

@@ -77,6 +77,7 @@ from linuxfp.state.netfilter import native_table
 from linuxfp.state.netfilter_hooks import NF_IP_PRI_CONNTRACK, NF_IP_PRI_NAT_DST, TABLE_PRIORITY
 from linuxfp.state.nft_rules import kernel_from
 
+from ..remember import forgotten_too, remembered
 from .predicates import DESTINATION_TRANSLATED
 
 # Per family: the nf_tables families whose tables never see its forwarded packets.
@@ -153,6 +154,7 @@ class FilterScope:
 
 # per family, the last netfilter state asked about and its scope (every node asks about the same state)
 _last: dict[str, tuple[object, FilterScope]] = {}
+forgotten_too(_last.clear)
 
 
 def filter_scope(netfilter) -> FilterScope:
@@ -444,48 +446,42 @@ def _device_bound(chain) -> bool:
     return chain.family in _DEVICE_HOOK_FAMILIES.get(chain.hook, ())
 
 
-def egress_chain(netfilter, ifname: str) -> str | None:
+def egress_chain(snapshot, ifname: str) -> str | None:
     """Why nothing the fast path sends may leave through the device named
     `ifname`: a netdev egress chain bound to it that does something (None:
     none does). The kernel runs that hook only for what the stack itself
     transmits: XDP's redirects and a veth peer redirect skip the device's
     transmit path, and tc's redirects skip the hook (nf_hook_egress(): a
     packet tc redirected carries nf_skip_egress, "on the tc layer")."""
-    return device_chain(netfilter, "egress", ifname)
+    return device_chain(snapshot, "egress", ifname)
 
 
-def ingress_chain(netfilter, ifname: str) -> str | None:
+def ingress_chain(snapshot, ifname: str) -> str | None:
     """Why the device named `ifname` has its ingress go to the kernel: a
     native chain bound to it (netdev or inet `ingress`) that does something
     (None: none does)."""
-    return device_chain(netfilter, "ingress", ifname)
+    return device_chain(snapshot, "ingress", ifname)
 
 
-def device_chain(netfilter, hook: str, ifname: str) -> str | None:
+def device_chain(snapshot, hook: str, ifname: str) -> str | None:
     """The first native chain on `hook` ("ingress" or "egress") of the
     device named `ifname` that does something, as a finding (None: none
-    does). Every device is asked several times per graph: the chains that
-    do something are found once per netfilter state, the answer once per
-    device (remembered by hand: graph/remember.py keys by a snapshot's
-    fields, this by a netfilter state)."""
+    does). Every device asks, several times per graph: the chains that do
+    something are found once, and asked by answer (a device's decision is
+    not redone for a netfilter change that leaves them)."""
+    acting = remembered("scope.device_chains", snapshot, _acting_device_chains, by_answer=True).get(hook)
+    return next((_native_finding(chain) for chain in acting if chain.binds(ifname)), None) if acting else None
+
+
+def _acting_device_chains(snapshot) -> dict[str, tuple]:
+    """Per device hook, the native chains on it that do something."""
+    netfilter = snapshot.netfilter
     if not netfilter.native.hooks_by_name:
-        return None         # (namespace-wide: _native_findings)
-    last = _device_chains
-    if last[0] is not netfilter:
-        acting = {name: tuple(chain for chain in netfilter.native.chains
-                              if chain.hook == name and chain.family in families and not _no_op(chain)
-                              and _awake(netfilter, chain))
-                  for name, families in _DEVICE_HOOK_FAMILIES.items()}
-        last = _device_chains[:] = [netfilter, acting, {}]
-    known = last[2]
-    if (hook, ifname) not in known:
-        known[(hook, ifname)] = next((_native_finding(chain) for chain in last[1][hook] if chain.binds(ifname)), None)
-    return known[(hook, ifname)]
-
-
-# The netfilter state last asked about, per device hook its chains that do
-# something, and the answer per (hook, device name) so far.
-_device_chains: list = [None, {}, {}]
+        return {}           # (namespace-wide: _native_findings)
+    return {name: tuple(chain for chain in netfilter.native.chains
+                        if chain.hook == name and chain.family in families and not _no_op(chain)
+                        and _awake(netfilter, chain))
+            for name, families in _DEVICE_HOOK_FAMILIES.items()}
 
 
 def _hooked(netfilter, ruleset, family: str, table: str) -> bool:

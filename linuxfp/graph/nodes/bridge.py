@@ -176,7 +176,7 @@ def hands_up(snapshot, bridge) -> bool:
     upper device's rx_handler, the bridge being a port itself)."""
     if bridge.tc_ingress or bridge.tcx_others_ingress or bridge.xdp_prog_id or bridge.master:
         return False
-    if ingress_chain(snapshot.netfilter, bridge.name) is not None:
+    if ingress_chain(snapshot, bridge.name) is not None:
         return False
     return not any(link.peer == bridge.index and link.kind in _RX_HANDLER_UPPERS for link in snapshot.links)
 

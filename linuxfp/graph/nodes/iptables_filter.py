@@ -20,7 +20,7 @@ from ..filtering.classifier import (FIELD_BIT, LATE_BIT, LPM_FIELDS, PAIRS, VERD
 from ..filtering.predicates import IPV4, IPV6, WIDTH
 from ..filtering.program import Program, compile_program, link_names
 from ..filtering.scope import evaluated_scope6, filter_scope, translating
-from ..remember import remembered
+from ..remember import forgotten_too, remembered
 from ..tables import ARRAY, HASH, U32, CType, Table, u32
 from . import Node, Series, Stage, register
 
@@ -456,7 +456,8 @@ def _filter_plan(snapshot) -> FilterPlan:
     # again; the controller hands unchanged state on as the same object.
     # Read once: a metrics scrape may ask from another thread.)
     last = _last
-    types = _address_types(snapshot) if _reads_address_types(nf) else None
+    types = _address_types(snapshot) if remembered("filter.reads_address_types", snapshot,
+                                                   _reads_address_types) else None
     if last is not None and (last[0] is nf or last[0] == nf) and last[2] == types:
         names = link_names(links) if last[1] is not None else None
         if names == last[1]:
@@ -476,18 +477,16 @@ def _address_types_of(snapshot) -> AddressTypes:
     return address_types(snapshot.routes)
 
 
-_last_reads: tuple[object, bool] | None = None
+def _reads_address_types(snapshot) -> bool:
+    """Whether an iptables rule has -m addrtype."""
+    return any(m.module == "addrtype" for ruleset in snapshot.netfilter.rulesets for table in ruleset.tables
+               for chain in table.chains for rule in chain.rules for m in rule.matches)
 
 
-def _reads_address_types(netfilter) -> bool:
-    """Whether an iptables rule has -m addrtype (looked for once per state)."""
-    global _last_reads
-    last = _last_reads
-    if last is None or last[0] is not netfilter:
-        last = _last_reads = (netfilter, any(
-            m.module == "addrtype" for ruleset in netfilter.rulesets for table in ruleset.tables
-            for chain in table.chains for rule in chain.rules for m in rule.matches))
-    return last[1]
+@forgotten_too
+def _forget_memos() -> None:
+    global _last, _last_tables, _last_attribution
+    _last = _last_tables = _last_attribution = None
 
 
 def _plan(netfilter, links, addrtypes: AddressTypes | None = None, previous: FilterPlan | None = None) -> FilterPlan:

@@ -38,7 +38,7 @@ class Transmit(Node):
 
     def notes(self, snapshot) -> tuple[str, ...]:
         return tuple(f"{link.name}: nothing the fast path sends leaves here: {why}" for link in snapshot.links
-                     if (why := egress_chain(snapshot.netfilter, link.name)))
+                     if (why := egress_chain(snapshot, link.name)))
 
     def _neighbour_tables(self, snapshot) -> tuple[Table, ...]:
         states = neighbour_states(snapshot.neighbours)
