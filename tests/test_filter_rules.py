@@ -15,10 +15,11 @@ import pytest
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
 from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, GENERATION_LOW, LATE_BIT, NAT_BIT,
-                                                USED_MASK, GenerationBook, TooLarge, build_classifier, classify)
+                                                USED_MASK, GenerationBook, TooLarge, build_classifier, classify,
+                                                final_class)
 from linuxfp.graph.filtering.predicates import CTNAT_DESTINATION_TRANSLATED, CTNAT_DNAT, CTNAT_SNAT, IPV4, WIDTH
 from linuxfp.graph.filtering.program import (ACCEPT, DROP, DROP_EARLY, KERNEL, box_contains, compile_program,
-                                             matched_boxes, packet_fields, verdict)
+                                             matched_boxes, packet_fields, verdict, verdict_and_counted)
 from linuxfp.graph.filtering.scope import FilterScope, filter_scope, filter_scope6, translating
 from linuxfp.graph.nodes.iptables_filter import CFG_VALUE, filter_plan
 from linuxfp.lab.rulesets import PREFIX_POOL, PORTS, PROBE_TCP_FLAGS, Coverage, probe_addresses, random_ruleset
@@ -572,8 +573,11 @@ def test_classifier_agrees_with_the_rules_evaluator_on_random_rulesets():
                                    rng.choice((2, 3, 4)), rng.choice((2, 3, 4)),
                                    tcp_flags=flags.choice(PROBE_TCP_FLAGS),
                                    ctnat=rng.randrange(1 << WIDTH["ctnat"]) * stateful)
-            expected = verdict(program, matched_boxes(program, fields))
+            matched = matched_boxes(program, fields)
+            expected = verdict(program, matched)
             assert classify(classifier, fields) == expected, f"seed {seed}: {fields}\n{text}"
+            assert classifier.counted[final_class(classifier, fields)] == \
+                verdict_and_counted(program, matched)[2], f"seed {seed}: {fields}\n{text}"
             outcomes[expected[0]] += 1
             cases += 1
     assert cases >= 4000 and min(outcomes.values()) >= 30, (cases, outcomes, coverage.summary())
@@ -582,6 +586,39 @@ def test_classifier_agrees_with_the_rules_evaluator_on_random_rulesets():
     for kind in ("! -s", "-d", "! -i", "-o", "multiport", "icmp-type", "goto LFP_B", "RETURN", "unsupported",
                  "tcp-flags", "! tcp-flags", "addrtype", "! addrtype"):
         assert coverage.matches.get(kind, 0) + coverage.targets.get(kind, 0) > 0, kind
+
+
+def test_a_class_keeps_only_the_rules_its_packets_can_reach():
+    """A source and a destination blocklist, N rules each (the second in a
+    user chain that RETURNs): a rule that ends its chain and that every
+    packet of a class matches hides the rules after it in that chain, so
+    the classes are a few N (each source; each destination, UDP or not),
+    not N² — and every packet's verdict and counted rules are still the
+    evaluator's."""
+    n = 30
+    sources = [f"198.18.{i}.{i + 1}" for i in range(n)]
+    destinations = [f"198.19.{i}.{i + 2}" for i in range(n)]
+    text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:BLK - [0:0]\n"
+            + "".join(f"-A FORWARD -s {a}/32 -j DROP\n" for a in sources)
+            + "-A FORWARD -p udp -j BLK\n-A FORWARD -d 198.19.0.0/16 -j ACCEPT\n-A FORWARD -j DROP\n"
+            + "-A BLK -s 198.18.7.0/24 -j RETURN\n"
+            + "".join(f"-A BLK -d {a}/32 -j DROP\n" for a in destinations)
+            + "-A BLK -d 198.19.200.0/24\n-A BLK -j RETURN\n-A BLK -d 198.19.201.1/32 -j DROP\nCOMMIT\n")
+    program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS)
+    classifier = build_classifier(program, [link.index for link in LINKS])
+    assert len(classifier.verdicts) <= 4 * n + 12, len(classifier.verdicts)
+    others = ["198.18.7.9", "198.18.99.1", "198.19.200.5", "198.19.201.1", "203.0.113.9"]
+    told = set()
+    for src in sources + others:
+        for dst in destinations + others:
+            for proto in (6, 17):
+                fields = packet_fields(_ip(src), _ip(dst), proto, 1000, 53, 2, 3)
+                matched = matched_boxes(program, fields)
+                assert classify(classifier, fields) == verdict(program, matched), (src, dst, proto)
+                counted = verdict_and_counted(program, matched)[2]
+                assert classifier.counted[final_class(classifier, fields)] == counted, (src, dst, proto)
+                told.add(counted)
+    assert len(told) >= 2 * n + 4, len(told)
 
 
 CTSTATES = ("SNAT", "DNAT", "SNAT,DNAT", "NEW,SNAT", "DNAT,INVALID", "ESTABLISHED,SNAT", "RELATED")
@@ -694,6 +731,29 @@ def test_a_classifier_too_large_keeps_the_filter_on_the_kernel_path(monkeypatch)
     assert all("too large a classifier" in s.reason
                and s.reason.startswith("netfilter rules on the forwarded path (iptables-nft)")
                for s in graph.skipped if s.ifname != "lo"), graph.skipped
+    assert all(s.reason.count("too large a classifier") == 1 for s in graph.skipped), graph.skipped
+
+
+def test_a_classifier_is_refused_only_past_its_limit_of_pairs(monkeypatch):
+    """The pairs a classifier needs are bounded before they are worked out
+    (a ruleset far too large is refused at once): the bound never refuses
+    one that fits its limit exactly."""
+    from linuxfp.graph.filtering import classifier
+
+    built = 0
+    for seed in range(40):
+        text = random_ruleset(seed, 20, ("lan0", "wan0", "dmz0"), Coverage())
+        program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS, addrtypes=TYPES)
+        pairs = len(build_classifier(program, [link.index for link in LINKS]).pairs)
+        monkeypatch.setattr(classifier, "MAX_PAIR_ENTRIES", pairs)
+        assert len(build_classifier(program, [link.index for link in LINKS]).pairs) == pairs
+        if pairs:
+            monkeypatch.setattr(classifier, "MAX_PAIR_ENTRIES", pairs - 1)
+            with pytest.raises(TooLarge):
+                build_classifier(program, [link.index for link in LINKS])
+            built += 1
+        monkeypatch.undo()
+    assert built >= 20, built
 
 
 def test_interfaces_of_rules_follow_links():

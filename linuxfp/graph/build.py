@@ -157,7 +157,7 @@ def _covered(snapshot, link, nodes: tuple[Node, ...], chosen: tuple[Node, ...], 
 def _uncovered(snapshot, link, nodes: tuple[Node, ...], obstacle) -> str:
     """An obstacle's reason, with why the nodes that could cover it do not."""
     why = [n.blocker(snapshot, link) for n in nodes if obstacle.name in n.covers]
-    why = [w for w in why if w]
+    why = list(dict.fromkeys(w for w in why if w))     # (nodes sharing a limit say it once)
     return f"{obstacle.reason}: {'; '.join(why)}" if why else obstacle.reason
 
 

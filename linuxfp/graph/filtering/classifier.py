@@ -9,9 +9,12 @@ boxes whose predicate on that field holds, as a bit vector.
 Phase 2, pairwise: (src, dst), (l4s, l4d), that with tcpflags, that with
 ctnat, (iif, oif), then the addresses with the transport fields, then that
 with the interfaces: each pair of classes maps to the class of the intersection of
-their bit vectors. The last class is the exact set of boxes
-the packet lies in, so its verdict (program.verdict) is computed here, once,
-by the same evaluator the tests check against Linux.
+their bit vectors, without the boxes no packet of the class can reach
+(_Shadows: the rules after one that ends its chain and that the class's
+packets all match). The last class is the set of boxes the packet lies in
+that its rules' evaluation can look at, so its verdict (program.verdict)
+is computed here, once, by the same evaluator the tests check against
+Linux.
 
 A field no box tells apart is unused: the datapath skips its lookup, and a
 pair with one unused side passes the other side's class through unchanged.
@@ -208,11 +211,18 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         used |= NAT_BIT
     level = {(i,): (field_classes[name], bool(used & FIELD_BIT[name])) for i, name in enumerate(fields)}
     pairs = []
+    shadows = None
     for node, left, right in PAIRS:
         (lbits, lused), (rbits, rused) = level[left], level[right]
         if lused and rused:
+            shadows = shadows or _Shadows(program)
+            deciding = shadows.decided_by(fields[i] for i in range(len(fields)) if i not in left + right)
             # Class 0 is the empty set, and the datapath reads a missing pair
             # as class 0: only pairs that share a box are stored.
+            too_large = TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for "
+                                 f"{'+'.join(fields[i] for i in left)} / {'+'.join(fields[i] for i in right)}")
+            if len(pairs) + _fewest_pairs(lbits, rbits) > MAX_PAIR_ENTRIES:
+                raise too_large     # (known before the pairs are worked out: a large ruleset's take seconds)
             merged, seen = [0], {0: 0}
             by_box: dict[int, list[int]] = {}
             for j, b in enumerate(rbits):
@@ -221,16 +231,18 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
             for i, a in enumerate(lbits):
                 partners = sorted({j for box in bit_indexes(a) for j in by_box.get(box, ())})
                 for j in partners:
-                    bits = a & rbits[j]
+                    bits = shadows.unshadowed(a & rbits[j], deciding)
                     cls = seen.get(bits)
                     if cls is None:
                         cls = seen[bits] = len(merged)
                         merged.append(bits)
                     pairs.append((node, i, j, cls))
                 if len(pairs) > MAX_PAIR_ENTRIES:
-                    raise TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for "
-                                   f"{'+'.join(fields[i] for i in left)} / {'+'.join(fields[i] for i in right)}")
+                    raise too_large
             level[left + right] = (merged, True)
+        # (a class passed through keeps its index, so what its packets cannot
+        # reach is dropped where it is joined: there the boxes deciding are
+        # more, and what is dropped is at least what would have been here)
         elif lused:
             level[left + right] = ([a & rbits[0] for a in lbits], True)
         elif rused:
@@ -283,6 +295,108 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
                        epoch=fresh_epoch(), memo=memo)
     memo.owner = built
     return built
+
+
+def _fewest_pairs(lbits: list[int], rbits: list[int]) -> int:
+    """How many pairs of these classes share a box, at least: a left class
+    holding a box every non-empty right class holds pairs with all of them."""
+    full = [b for b in rbits if b]
+    if not full:
+        return 0
+    common = full[0]
+    for b in full[1:]:
+        common &= b
+    return sum(1 for a in lbits if a & common) * len(full) if common else 0
+
+
+class _Shadows:
+    """Which boxes of a phase-2 class no packet of it can reach: those of
+    the rules after a rule that ends its chain (ACCEPT, DROP, the kernel's,
+    RETURN, a goto) and that every packet of the class matches — one of its
+    boxes is in the class and holds any value of the fields not yet combined
+    — and those of a user chain no jump left in the class enters. Every
+    traversal of that chain stops at that rule or before, so the rules
+    after it are never looked at, nor a chain only they lead to: without
+    their boxes, the class has the same verdict and the same counted rules
+    (verdict_and_counted), and classes that differ only there are one. A
+    blocklist of N sources and N destinations is then about 2N classes, not
+    N²: the pairs of classes stay (one per source and destination), the
+    verdicts worked out do not. Phase 1 is left whole (patch_classifier
+    reads its classes as built)."""
+
+    ENDS_CHAIN = ("accept", "drop", "kernel", "return", "goto")
+
+    def __init__(self, program: Program) -> None:
+        # per ending box: the boxes of the rules after its rule in its chain
+        self.after: dict[int, int] = {}
+        self.ending = 0
+        # per user chain: the jumps and gotos into it, and its own boxes;
+        # per jump's box: the chain it enters
+        self.into: dict[tuple[str, str], int] = {}
+        self.own: dict[tuple[str, str], int] = {}
+        self.target: dict[int, tuple[str, str]] = {}
+        self.jumps = 0
+        for backend, chain, _, indexes in program.chains:
+            later = 0
+            for index in reversed(indexes):
+                rule = program.rules[index]
+                mask = sum(1 << box for box in rule.box_ids)
+                if rule.action in self.ENDS_CHAIN:
+                    for box in rule.box_ids:
+                        self.after[box] = later
+                    self.ending |= mask
+                if rule.jump:
+                    key = (backend, rule.jump)
+                    self.into[key] = self.into.get(key, 0) | mask
+                    self.target.update(dict.fromkeys(rule.box_ids, key))
+                    self.jumps |= mask
+                later |= mask
+            self.own[(backend, chain)] = later
+        # per field: the ending boxes any value of it lies in (a box bound on
+        # a field the classifier does not look up decides nothing)
+        self.free = dict.fromkeys(program.family.fields, self.ending)
+        for box in self.after:
+            for name, pred in program.boxes[box].fields:
+                if pred.inside is not None or pred.outside:      # (not ANY)
+                    if name not in self.free:
+                        self.ending &= ~(1 << box)
+                    else:
+                        self.free[name] &= ~(1 << box)
+
+    def decided_by(self, unseen) -> int:
+        """The ending boxes a class's packets lie in whenever the class
+        holds them: those free on every field in `unseen` (the fields not
+        combined yet)."""
+        boxes = self.ending
+        for name in unseen:
+            boxes &= self.free[name]
+        return boxes
+
+    def unshadowed(self, bits: int, deciding: int) -> int:
+        """`bits` without the boxes the class's deciding boxes shadow."""
+        found = bits & deciding
+        while found:
+            low = found & -found
+            gone = bits & self.after[low.bit_length() - 1]
+            if gone:
+                bits ^= gone
+                if gone & self.jumps:
+                    bits = self._unentered(bits, gone & self.jumps)
+            found = (found ^ low) & bits
+        return bits
+
+    def _unentered(self, bits: int, jumps_gone: int) -> int:
+        """`bits` without the boxes of the chains those jumps entered that
+        no jump left in `bits` enters (and so on, down their own jumps)."""
+        todo = {self.target[box] for box in bit_indexes(jumps_gone)}
+        while todo:
+            chain = todo.pop()
+            inner = bits & self.own.get(chain, 0)
+            if not inner or bits & self.into[chain]:
+                continue
+            bits ^= inner
+            todo.update(self.target[box] for box in bit_indexes(inner & self.jumps))
+        return bits
 
 
 @dataclass
@@ -607,6 +721,13 @@ def _dedupe_values(per_value: dict[int, int], root_bits: int):
 def classify(classifier: Classifier, values: dict[str, int]) -> tuple[int, int] | None:
     """What the datapath computes for a packet (verdict, rule), or None for a
     miss (it passes to the kernel): the model of bpf_modules/filter.h."""
+    final = final_class(classifier, values)
+    return None if final is None else classifier.verdict_index[final]
+
+
+def final_class(classifier: Classifier, values: dict[str, int]) -> int | None:
+    """The class the datapath finds a packet in (its verdict's and counted
+    rules' index), or None for a miss."""
     cls = {}
     for name, entries in classifier.prefixes:
         if not classifier.used & FIELD_BIT[name]:
@@ -635,4 +756,4 @@ def classify(classifier: Classifier, values: dict[str, int]) -> tuple[int, int] 
             level[left + right] = pairs.get((node, level[left], level[right]), 0)
         else:
             level[left + right] = level[left] if lu else level[right] if ru else 0
-    return classifier.verdict_index[level[tuple(range(len(fields)))]]
+    return level[tuple(range(len(fields)))]
