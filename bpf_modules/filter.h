@@ -215,10 +215,17 @@ static __always_inline int lfp_flt_lpm6(void *map, __u32 gen, const __be32 *valu
 	return lfp_flt_class(map, &key, cls);
 }
 
-/* The class of two classes: looked up when both sides are used (only pairs
- * that share a rule's box are stored; a missing pair is class 0, the empty
- * set), otherwise the used side's class passes through (the classifier
- * built it so). */
+/* The right class of a left class's default pair (classifier.py's ANY_RIGHT). */
+#define LFP_FLT_ANY_RIGHT 0xffffffffu
+
+/* The class of two classes: looked up when both sides are used, otherwise
+ * the used side's class passes through (the classifier built it so). A
+ * pair not stored is the left class's default (its pair with
+ * LFP_FLT_ANY_RIGHT: where most of its pairs join to one class, only the
+ * others are stored, a source blocklist's class once, not once per
+ * destination), else class 0, the empty set (a pair that shares no rule's
+ * box). Left class 0 — the root of a field, or the empty set — has no
+ * default: traffic no rule names misses with one lookup. */
 static __always_inline __u32 lfp_flt_join(__u32 gen, __u32 node, int left_used, __u32 left,
 					  int right_used, __u32 right)
 {
@@ -227,6 +234,10 @@ static __always_inline __u32 lfp_flt_join(__u32 gen, __u32 node, int left_used, 
 
 	if (!left_used || !right_used)
 		return left_used ? left : right_used ? right : 0;
+	hit = bpf_map_lookup_elem(&lfp_flt_comb, &key);
+	if (hit || !left)
+		return hit ? *hit : 0;
+	key.right = LFP_FLT_ANY_RIGHT;
 	hit = bpf_map_lookup_elem(&lfp_flt_comb, &key);
 	return hit ? *hit : 0;
 }

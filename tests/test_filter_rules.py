@@ -14,7 +14,7 @@ import pytest
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
-from linuxfp.graph.filtering.classifier import (CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, GENERATION_LOW, LATE_BIT, NAT_BIT,
+from linuxfp.graph.filtering.classifier import (ANY_RIGHT, CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, GENERATION_LOW, LATE_BIT, NAT_BIT,
                                                 USED_MASK, GenerationBook, TooLarge, build_classifier, classify,
                                                 final_class)
 from linuxfp.graph.filtering.predicates import CTNAT_DESTINATION_TRANSLATED, CTNAT_DNAT, CTNAT_SNAT, IPV4, WIDTH
@@ -593,8 +593,8 @@ def test_a_class_keeps_only_the_rules_its_packets_can_reach():
     user chain that RETURNs): a rule that ends its chain and that every
     packet of a class matches hides the rules after it in that chain, so
     the classes are a few N (each source; each destination, UDP or not),
-    not N² — and every packet's verdict and counted rules are still the
-    evaluator's."""
+    not N², and so are the pairs stored — and every packet's verdict and
+    counted rules are still the evaluator's."""
     n = 30
     sources = [f"198.18.{i}.{i + 1}" for i in range(n)]
     destinations = [f"198.19.{i}.{i + 2}" for i in range(n)]
@@ -607,6 +607,8 @@ def test_a_class_keeps_only_the_rules_its_packets_can_reach():
     program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS)
     classifier = build_classifier(program, [link.index for link in LINKS])
     assert len(classifier.verdicts) <= 4 * n + 12, len(classifier.verdicts)
+    # (a source's class joins to itself with every destination: stored once)
+    assert len(classifier.pairs) <= 8 * n, len(classifier.pairs)
     others = ["198.18.7.9", "198.18.99.1", "198.19.200.5", "198.19.201.1", "203.0.113.9"]
     told = set()
     for src in sources + others:
@@ -735,25 +737,46 @@ def test_a_classifier_too_large_keeps_the_filter_on_the_kernel_path(monkeypatch)
 
 
 def test_a_classifier_is_refused_only_past_its_limit_of_pairs(monkeypatch):
-    """The pairs a classifier needs are bounded before they are worked out
-    (a ruleset far too large is refused at once): the bound never refuses
-    one that fits its limit exactly."""
+    """The pairs a classifier works out are bounded before they are worked
+    out (a ruleset far too large is refused at once): neither that bound nor
+    the limit of pairs stored refuses one that fits its limits exactly."""
     from linuxfp.graph.filtering import classifier
 
     built = 0
     for seed in range(40):
         text = random_ruleset(seed, 20, ("lan0", "wan0", "dmz0"), Coverage())
         program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS, addrtypes=TYPES)
-        pairs = len(build_classifier(program, [link.index for link in LINKS]).pairs)
-        monkeypatch.setattr(classifier, "MAX_PAIR_ENTRIES", pairs)
-        assert len(build_classifier(program, [link.index for link in LINKS]).pairs) == pairs
-        if pairs:
-            monkeypatch.setattr(classifier, "MAX_PAIR_ENTRIES", pairs - 1)
-            with pytest.raises(TooLarge):
-                build_classifier(program, [link.index for link in LINKS])
-            built += 1
-        monkeypatch.undo()
-    assert built >= 20, built
+        whole = build_classifier(program, [link.index for link in LINKS])
+        for limit, needed in (("MAX_PAIR_ENTRIES", len(whole.pairs)), ("MAX_PAIR_WORK", whole.worked)):
+            monkeypatch.setattr(classifier, limit, needed)
+            assert build_classifier(program, [link.index for link in LINKS]).pairs == whole.pairs
+            if needed:
+                monkeypatch.setattr(classifier, limit, needed - 1)
+                with pytest.raises(TooLarge):
+                    build_classifier(program, [link.index for link in LINKS])
+                built += 1
+            monkeypatch.undo()
+    assert built >= 40, built
+
+
+def test_a_classifier_far_too_large_is_refused_before_its_pairs_are_worked_out(monkeypatch):
+    """Every source class of a source blocklist shares a box with every
+    destination class (the sources' rules name no destination): their
+    pairs are known to be too many before one is worked out."""
+    from linuxfp.graph.filtering import classifier
+
+    rules = "".join(f"-A FORWARD -s 198.18.0.{i}/32 -j DROP\n" for i in range(1, 11)) + \
+        "".join(f"-A FORWARD -d 198.19.0.{i}/32 -j DROP\n" for i in range(1, 11))
+    program = compile_program(filter_scope(netfilter(parse_save(
+        f"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n{rules}COMMIT\n", "nft"))).forward,
+        LINKS)
+    assert build_classifier(program, []).worked >= 10 * 11
+    worked_out = []
+    monkeypatch.setattr(classifier._Shadows, "unshadowed", lambda self, bits, deciding: worked_out.append(bits) or bits)
+    monkeypatch.setattr(classifier, "MAX_PAIR_WORK", 10 * 11 - 1)
+    with pytest.raises(TooLarge, match="to work out for src / dst"):
+        build_classifier(program, [])
+    assert worked_out == []
 
 
 def test_interfaces_of_rules_follow_links():
@@ -1157,6 +1180,8 @@ def test_the_generations_bits_are_filter_hs():
     assert {name.lower(): int(value) for name, value in verdicts.items()} == {
         "accept": ACCEPT, "drop": DROP, "kernel": KERNEL, "drop_early": DROP_EARLY}
     assert USED_MASK == defined["LFP_FLT_USED_MASK"]
+    any_right = re.search(r"#define LFP_FLT_ANY_RIGHT\s+(0x[0-9a-f]+)u", (modules_dir() / "filter.h").read_text())
+    assert ANY_RIGHT == int(any_right.group(1), 16)
     shift = defined["LFP_CT_NAT_SHIFT"]
     assert (CTNAT_SNAT, CTNAT_DNAT) == (defined["LFP_CT_SNAT"] >> shift, defined["LFP_CT_DNAT"] >> shift)
     assert (WIDTH["ctnat"], CTNAT_DESTINATION_TRANSLATED) == (defined["LFP_FLT_CTNAT_BITS"],

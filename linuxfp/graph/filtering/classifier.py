@@ -84,6 +84,11 @@ MIN_LEFTOVER = 1024
 _PROCESS_SALT = secrets.token_bytes(8)
 MAX_SALTS = 16
 MAX_PAIR_ENTRIES = 1 << 20
+# Pairs of classes worked out (stored or not) before a build declines.
+MAX_PAIR_WORK = 1 << 23
+# The right class of a left class's default pair (filter.h's
+# LFP_FLT_ANY_RIGHT): what a pair of it that is not stored joins to.
+ANY_RIGHT = 0xFFFFFFFF
 
 
 class TooLarge(ValueError):
@@ -96,7 +101,7 @@ class Classifier:
     used: int                                         # FIELD_BIT of the fields looked up, CONNTRACK_BIT
     prefixes: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]   # field -> (value, length, class)
     interfaces: tuple[tuple[int, int, int], ...]      # ifindex, iif class, oif class
-    pairs: tuple[tuple[int, int, int, int], ...]      # node, left, right, class
+    pairs: tuple[tuple[int, int, int, int], ...]      # node, left, right (or ANY_RIGHT), class
     verdicts: tuple[tuple[int, int, int], ...]        # class, verdict, rule index (or -1)
     # per class (its index): the counters Linux adds a packet of it to when
     # the fast path decides it (program.verdict_and_counted): what
@@ -112,6 +117,8 @@ class Classifier:
     patched_from: int = 0
     # what patching needs (_Memo): held by one classifier at a time
     memo: object = field(default=None, compare=False, repr=False)
+    # pairs of classes the build worked out, stored or not (MAX_PAIR_WORK)
+    worked: int = 0
 
     @property
     def family(self) -> str:
@@ -212,33 +219,43 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
     level = {(i,): (field_classes[name], bool(used & FIELD_BIT[name])) for i, name in enumerate(fields)}
     pairs = []
     shadows = None
+    worked = 0
     for node, left, right in PAIRS:
         (lbits, lused), (rbits, rused) = level[left], level[right]
         if lused and rused:
             shadows = shadows or _Shadows(program)
             deciding = shadows.decided_by(fields[i] for i in range(len(fields)) if i not in left + right)
-            # Class 0 is the empty set, and the datapath reads a missing pair
-            # as class 0: only pairs that share a box are stored.
-            too_large = TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for "
-                                 f"{'+'.join(fields[i] for i in left)} / {'+'.join(fields[i] for i in right)}")
-            if len(pairs) + _fewest_pairs(lbits, rbits) > MAX_PAIR_ENTRIES:
-                raise too_large     # (known before the pairs are worked out: a large ruleset's take seconds)
+            joined = f"{'+'.join(fields[i] for i in left)} / {'+'.join(fields[i] for i in right)}"
+            # (known before the pairs are worked out: a large ruleset's take seconds)
+            if worked + _fewest_pairs(lbits, rbits) > MAX_PAIR_WORK:
+                raise TooLarge(f"more than {MAX_PAIR_WORK} pairs of classes to work out for {joined}")
             merged, seen = [0], {0: 0}
             by_box: dict[int, list[int]] = {}
             for j, b in enumerate(rbits):
                 for box in bit_indexes(b):
                     by_box.setdefault(box, []).append(j)
             for i, a in enumerate(lbits):
+                # Pairs that share no box are class 0, the empty set.
                 partners = sorted({j for box in bit_indexes(a) for j in by_box.get(box, ())})
+                joins = {}
+                joined: dict[int, int] = {}     # (this left class's intersections met before)
                 for j in partners:
-                    bits = shadows.unshadowed(a & rbits[j], deciding)
-                    cls = seen.get(bits)
+                    both = a & rbits[j]
+                    cls = joined.get(both)
                     if cls is None:
-                        cls = seen[bits] = len(merged)
-                        merged.append(bits)
-                    pairs.append((node, i, j, cls))
+                        bits = shadows.unshadowed(both, deciding)
+                        cls = seen.get(bits)
+                        if cls is None:
+                            cls = seen[bits] = len(merged)
+                            merged.append(bits)
+                        joined[both] = cls
+                    joins[j] = cls
+                pairs.extend(_stored_pairs(node, i, joins, len(rbits)))
+                worked += len(partners)
                 if len(pairs) > MAX_PAIR_ENTRIES:
-                    raise too_large
+                    raise TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for {joined}")
+                if worked > MAX_PAIR_WORK:
+                    raise TooLarge(f"more than {MAX_PAIR_WORK} pairs of classes to work out for {joined}")
             level[left + right] = (merged, True)
         # (a class passed through keeps its index, so what its packets cannot
         # reach is dropped where it is joined: there the boxes deciding are
@@ -292,14 +309,38 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         generation = book.choose(hashlib.blake2b(body, digest_size=16).digest(), candidates())
     memo = _Memo(program, tuple(sorted(ifindexes)), memos)
     built = Classifier(generation, used, tuple(prefixes), interfaces, tuple(pairs), verdicts, counted, fields,
-                       epoch=fresh_epoch(), memo=memo)
+                       epoch=fresh_epoch(), memo=memo, worked=worked)
     memo.owner = built
     return built
 
 
+def _stored_pairs(node: int, left: int, joins: dict[int, int], rights: int) -> list[tuple[int, int, int, int]]:
+    """The entries of a left class's pairs, `joins` its pairs that share a
+    box (right -> class; the others are class 0) among `rights` right
+    classes: those that share a box, or — when fewer — a default (its pair
+    with ANY_RIGHT: the class most of them join to) and every pair that
+    joins to another class, class 0 included. A source blocklist's class
+    joins to itself with every destination: one entry, not one per
+    destination. Left class 0 has no default (the datapath looks for none:
+    traffic that no rule's source names misses once, as before)."""
+    if not joins:
+        return []
+    if left == 0:
+        return [(node, left, right, cls) for right, cls in joins.items()]
+    counts: dict[int, int] = {}
+    for cls in joins.values():
+        counts[cls] = counts.get(cls, 0) + 1
+    default, most = max(counts.items(), key=lambda item: item[1])
+    if 1 + rights - most >= len(joins):
+        return [(node, left, right, cls) for right, cls in joins.items()]
+    return [(node, left, ANY_RIGHT, default)] + [(node, left, right, joins.get(right, 0)) for right in range(rights)
+                                                  if joins.get(right, 0) != default]
+
+
 def _fewest_pairs(lbits: list[int], rbits: list[int]) -> int:
-    """How many pairs of these classes share a box, at least: a left class
-    holding a box every non-empty right class holds pairs with all of them."""
+    """How many pairs of these classes share a box (the pairs worked out),
+    at least: a left class holding a box every non-empty right class holds
+    pairs with all of them."""
     full = [b for b in rbits if b]
     if not full:
         return 0
@@ -753,7 +794,10 @@ def final_class(classifier: Classifier, values: dict[str, int]) -> int | None:
         lu = any(classifier.used & FIELD_BIT[fields[i]] for i in left)
         ru = any(classifier.used & FIELD_BIT[fields[i]] for i in right)
         if lu and ru:
-            level[left + right] = pairs.get((node, level[left], level[right]), 0)
+            joined = pairs.get((node, level[left], level[right]))
+            if joined is None and level[left] != 0:
+                joined = pairs.get((node, level[left], ANY_RIGHT))
+            level[left + right] = joined or 0
         else:
             level[left + right] = level[left] if lu else level[right] if ru else 0
     return level[tuple(range(len(fields)))]
