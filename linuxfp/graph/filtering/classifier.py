@@ -225,10 +225,10 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
         if lused and rused:
             shadows = shadows or _Shadows(program)
             deciding = shadows.decided_by(fields[i] for i in range(len(fields)) if i not in left + right)
-            joined = f"{'+'.join(fields[i] for i in left)} / {'+'.join(fields[i] for i in right)}"
+            join_name = f"{'+'.join(fields[i] for i in left)} / {'+'.join(fields[i] for i in right)}"
             # (known before the pairs are worked out: a large ruleset's take seconds)
             if worked + _fewest_pairs(lbits, rbits) > MAX_PAIR_WORK:
-                raise TooLarge(f"more than {MAX_PAIR_WORK} pairs of classes to work out for {joined}")
+                raise TooLarge(f"more than {MAX_PAIR_WORK} pairs of classes to work out for {join_name}")
             merged, seen = [0], {0: 0}
             by_box: dict[int, list[int]] = {}
             for j, b in enumerate(rbits):
@@ -238,24 +238,24 @@ def build_classifier(program: Program, ifindexes, book: GenerationBook | None = 
                 # Pairs that share no box are class 0, the empty set.
                 partners = sorted({j for box in bit_indexes(a) for j in by_box.get(box, ())})
                 joins = {}
-                joined: dict[int, int] = {}     # (this left class's intersections met before)
+                met: dict[int, int] = {}     # (this left class's intersections met before)
                 for j in partners:
                     both = a & rbits[j]
-                    cls = joined.get(both)
+                    cls = met.get(both)
                     if cls is None:
                         bits = shadows.unshadowed(both, deciding)
                         cls = seen.get(bits)
                         if cls is None:
                             cls = seen[bits] = len(merged)
                             merged.append(bits)
-                        joined[both] = cls
+                        met[both] = cls
                     joins[j] = cls
                 pairs.extend(_stored_pairs(node, i, joins, len(rbits)))
                 worked += len(partners)
                 if len(pairs) > MAX_PAIR_ENTRIES:
-                    raise TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for {joined}")
+                    raise TooLarge(f"more than {MAX_PAIR_ENTRIES} pairs of classes for {join_name}")
                 if worked > MAX_PAIR_WORK:
-                    raise TooLarge(f"more than {MAX_PAIR_WORK} pairs of classes to work out for {joined}")
+                    raise TooLarge(f"more than {MAX_PAIR_WORK} pairs of classes to work out for {join_name}")
             level[left + right] = (merged, True)
         # (a class passed through keeps its index, so what its packets cannot
         # reach is dropped where it is joined: there the boxes deciding are
