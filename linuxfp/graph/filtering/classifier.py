@@ -322,7 +322,8 @@ def _stored_pairs(node: int, left: int, joins: dict[int, int], rights: int) -> l
     joins to another class, class 0 included. A source blocklist's class
     joins to itself with every destination: one entry, not one per
     destination. Left class 0 has no default (the datapath looks for none:
-    traffic that no rule's source names misses once, as before)."""
+    traffic in a field's root class, or in the empty set, misses once, as
+    before)."""
     if not joins:
         return []
     if left == 0:
@@ -361,9 +362,9 @@ class _Shadows:
     their boxes, the class has the same verdict and the same counted rules
     (verdict_and_counted), and classes that differ only there are one. A
     blocklist of N sources and N destinations is then about 2N classes, not
-    N²: the pairs of classes stay (one per source and destination), the
-    verdicts worked out do not. Phase 1 is left whole (patch_classifier
-    reads its classes as built)."""
+    N² — and, each source's class joining to itself with every destination,
+    about 2N pairs stored (_stored_pairs), though N² are worked out. Phase 1
+    is left whole (patch_classifier reads its classes as built)."""
 
     ENDS_CHAIN = ("accept", "drop", "kernel", "return", "goto")
 
