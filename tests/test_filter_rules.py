@@ -14,9 +14,9 @@ import pytest
 
 from linuxfp.graph import build_graph
 from linuxfp.graph.filtering.addrtypes import address_types
-from linuxfp.graph.filtering.classifier import (ANY_RIGHT, CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, GENERATION_LOW, LATE_BIT, NAT_BIT,
-                                                USED_MASK, GenerationBook, TooLarge, build_classifier, classify,
-                                                final_class)
+from linuxfp.graph.filtering.classifier import (ANY_RIGHT, CONNTRACK_BIT, FAMILY_BIT, FIELD_BIT, GENERATION_LOW,
+                                                LATE_BIT, NAT_BIT, USED_MASK, GenerationBook, TooLarge, build_classifier,
+                                                classify, final_class)
 from linuxfp.graph.filtering.predicates import CTNAT_DESTINATION_TRANSLATED, CTNAT_DNAT, CTNAT_SNAT, IPV4, WIDTH
 from linuxfp.graph.filtering.program import (ACCEPT, DROP, DROP_EARLY, KERNEL, box_contains, compile_program,
                                              matched_boxes, packet_fields, verdict, verdict_and_counted)
