@@ -348,9 +348,11 @@ class FlannelLab:
         self.progress(f"starting etcd in {state.etcd.namespace}")
         self._start_etcd()
         self.progress("starting flanneld on every node")
+        # (one at a time: flanneld picks a free subnet at random and exits
+        # when another node took it between its read and its write — etcd's
+        # "subnet already exists" — as two started at once sometimes do)
         for node in state.nodes:
             self._start_flanneld(node)
-        for node in state.nodes:
             self._wait_subnet(node, spec.timeout_s)
         self._wait_vxlan_peers(spec.timeout_s)
         self.progress(f"attaching {spec.pods_per_node} pod(s) per node with the flannel CNI plugin")
