@@ -215,3 +215,39 @@ def test_raw_and_mangle_prerouting_rules_are_linux_verdicts(require_root, hook):
     dropped, kernel = ([count_reasons(s).get(reason, 0) for s in seen[0].stats]
                        for reason in ("filter_dropped", "filter_kernel"))
     assert dropped[2] > dropped[1] and kernel[2] > kernel[1], (dropped, kernel)
+
+
+def _blocklists(seed: int, blocked_sources: int, blocked_destinations: int):
+    """A blocklist of the probes' own sources, then one of their
+    destinations in a user chain that RETURNs: most of a blocked source's
+    pairs join to its own class (the classifier's default pair, the
+    datapath's second lookup)."""
+    def apply(router):
+        frames = probe_frames(router, seed, FRAMES)
+        sources = sorted({".".join(map(str, f[26:30])) for f in frames if f[12:14] == b"\x08\x00"})
+        destinations = sorted({".".join(map(str, f[30:34])) for f in frames if f[12:14] == b"\x08\x00"})
+        text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:BLK - [0:0]\n"
+                + "".join(f"-A FORWARD -s {a}/32 -j DROP\n" for a in sources[:blocked_sources])
+                + "-A FORWARD -j BLK\n"
+                + "".join(f"-A BLK -d {a}/32 -j DROP\n" for a in destinations[::3][:blocked_destinations])
+                + "-A BLK -j RETURN\nCOMMIT\n")
+        router.dut.run(["iptables-restore"], input=text)
+    return apply
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_blocklists_of_sources_and_destinations_are_linux_verdicts(require_root, hook):
+    """Blocked sources to every destination, every source to blocked
+    destinations: the pairs a blocked source's class joins to are its
+    default (one entry, found by a second lookup), the rest stored; the same
+    frames as Linux alone, most of them decided in the fast path."""
+    steps = [Step("blocklists", _blocklists(90, 12, 12)), Step("longer blocklists", _blocklists(91, 40, 40))]
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
+                              lambda router, index: probe_frames(router, 90 + index, FRAMES), prefix="lfp-fbl")
+    assert report.ok, report.render()
+    for kernel, accelerated in zip(report.kernel, report.accelerated):
+        assert 0 < len(kernel.at("sink:to-dut")) < FRAMES, report.render()
+        assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
+    reasons = count_reasons(seen[0].stats[-1])
+    assert reasons.get("filter_dropped", 0) > 0 and not reasons.get("filter_stale"), reasons
