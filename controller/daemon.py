@@ -525,6 +525,7 @@ class Controller:
                         if batch.resync or "netfilter" in batch.kinds:
                             # (read with the batch, after its own sample — or,
                             # resynced, after the loop's)
+                            # (test_an_nftables_change_is_read_once counts this line)
                             log.debug("netfilter read with its batch")
                             snapshot = self._netfilter_applied(
                                 snapshot, batch.nft_seq if batch.nft_seq is not None else nft_seq)

@@ -242,7 +242,7 @@ class Installer:
         once: while a controller runs, it alone writes it (the namespace's
         ControllerLock)."""
         if self._recorded_origins is None:
-            self._recorded_origins = {ifindex: json.dumps({ifindex: origin})[1:-1] for ifindex, origin in
+            self._recorded_origins = {ifindex: _origin_text(ifindex, origin) for ifindex, origin in
                                       (runtime_files.load_json(origins_path(self.layout)) or {}).items()}
         gone = [ifindex for ifindex in self._recorded_origins if int(ifindex) not in installed]
         if not self._origins and not gone:
@@ -250,7 +250,7 @@ class Installer:
         for ifindex in gone:
             del self._recorded_origins[ifindex]
         # (as json.dumps of the whole: each interface's text made once)
-        self._recorded_origins.update((ifindex, json.dumps({ifindex: origin})[1:-1])
+        self._recorded_origins.update((ifindex, _origin_text(ifindex, origin))
                                       for ifindex, origin in self._origins.items())
         self._origins = {}
         try:
@@ -569,3 +569,9 @@ def link_runs_here(link, p: InstalledPipeline) -> bool:
         return info["prog_id"] in dp.tcx_attached(p.ifindex, "ingress")
     except dp.BpfError:
         return False       # no such device here
+
+
+def _origin_text(ifindex, origin) -> str:
+    """One interface's member of the origins file, as json.dumps writes it
+    in the whole object (the file is joined from these)."""
+    return json.dumps({ifindex: origin})[1:-1]

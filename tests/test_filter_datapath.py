@@ -15,7 +15,7 @@ import pytest
 import pipeline_loader
 
 from linuxfp.graph import build_graph
-from linuxfp.graph.filtering.classifier import CONNTRACK_BIT, FIELD_BIT, classify
+from linuxfp.graph.filtering.classifier import ANY_RIGHT, CONNTRACK_BIT, FIELD_BIT, classify
 from linuxfp.graph.filtering.predicates import IPV4, IPV6
 from linuxfp.graph.filtering.program import ACCEPT, DROP_EARLY, KERNEL, packet_fields
 from linuxfp.graph.nodes.conntrack import CONNTRACK
@@ -135,6 +135,8 @@ def _agree(filter_ns, family, rulesets, frames_of, skip) -> dict[str, int]:
         loaded = LoadedPipeline(filter_ns, stateful=CONNTRACK.applies(snapshot, None), snapshot=snapshot)
         try:
             classifier = loaded.plan.classifier6 if family is IPV6 else loaded.plan.classifier
+            # (rulesets whose classifier holds default pairs: filter.h's second lookup)
+            seen["default_pairs"] = seen.get("default_pairs", 0) + any(p[2] == ANY_RIGHT for p in classifier.pairs)
             for frame in frames_of(seed):
                 if skip(frame):
                     continue
@@ -174,6 +176,7 @@ def test_compiled_filter_agrees_with_its_model(filter_ns):
                   lambda frame: frame[23] == 1 and frame[34] == 3)
     # every outcome occurred, often
     assert min(seen.get(c, 0) for c in ("forwarded", "filter_dropped", "filter_kernel", "filter_l4_short")) >= 20, seen
+    assert seen["default_pairs"] >= 4, seen
 
 
 def test_compiled_prerouting_chains_agree_with_their_model(filter_ns):

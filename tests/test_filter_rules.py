@@ -1306,3 +1306,23 @@ def test_a_rules_meaning_kept_from_the_compile_before_is_what_a_fresh_compile_sa
     second = compile_program(scope, LINKS, addrtypes=other)
     forget_rule_meanings()
     assert second == compile_program(scope, LINKS, addrtypes=other) and second.boxes != first.boxes
+
+
+def test_the_actions_that_end_a_chain_are_the_evaluators():
+    """program.ENDS_CHAIN (what the classifier's pruning trusts) is exactly
+    the actions after which the evaluator looks at no further rule of the
+    chain: a packet every rule matches reaches the rule after each action
+    only where it is not one of them."""
+    from linuxfp.graph.filtering.program import ENDS_CHAIN, _run
+
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:CH - [0:0]\n-A CH -s 198.18.0.0/15\n"
+    seen = set()
+    for target in ("-j ACCEPT", "-j DROP", "-j LOG", "-j RETURN", "-g CH", "-j CH", ""):
+        text = head + f"-A FORWARD -p udp {target}\n-A FORWARD -d 198.19.0.0/16 -j DROP\nCOMMIT\n"
+        program = compile_program(filter_scope(netfilter(parse_save(text, "nft"))).forward, LINKS)
+        first, second = (next(r for r in program.rules if r.chain == "FORWARD" and r.position == p) for p in (1, 2))
+        trail: list[int] = []
+        _run(program, "nft", "FORWARD", [r.index for r in program.rules], 0, trail)
+        assert (second.index in trail) == (first.action not in ENDS_CHAIN), (target, first.action, trail)
+        seen.add(first.action)
+    assert seen == ENDS_CHAIN | {"jump", "continue"}, seen

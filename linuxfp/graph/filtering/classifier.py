@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from .predicates import FIELDS, FIELDS6, IPV4, IPV6, WIDTH
-from .program import DROP_EARLY, Program, bit_indexes, verdict_and_counted
+from .program import DROP_EARLY, ENDS_CHAIN, Program, bit_indexes, verdict_and_counted
 
 # Phase-2 nodes (bpf_modules/filter.h): node id, left, right, as positions
 # in a family's fields (src, dst, l4s, l4d, tcpflags, ctnat, iif, oif), in
@@ -366,8 +366,6 @@ class _Shadows:
     about 2N pairs stored (_stored_pairs), though N² are worked out. Phase 1
     is left whole (patch_classifier reads its classes as built)."""
 
-    ENDS_CHAIN = ("accept", "drop", "kernel", "return", "goto")
-
     def __init__(self, program: Program) -> None:
         # per ending box: the boxes of the rules after its rule in its chain
         self.after: dict[int, int] = {}
@@ -383,7 +381,7 @@ class _Shadows:
             for index in reversed(indexes):
                 rule = program.rules[index]
                 mask = sum(1 << box for box in rule.box_ids)
-                if rule.action in self.ENDS_CHAIN:
+                if rule.action in ENDS_CHAIN:
                     for box in rule.box_ids:
                         self.after[box] = later
                     self.ending |= mask

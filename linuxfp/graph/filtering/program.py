@@ -26,6 +26,8 @@ from ..remember import forgotten_too
 from .predicates import ANY, IPV4, WIDTH, Box, Family, FieldPredicate, RuleMeaning, rule_meaning
 
 ACCEPT, DROP, KERNEL, DROP_EARLY = 0, 1, 2, 3
+# The actions after which _run looks at no further rule of the chain.
+ENDS_CHAIN = frozenset({"accept", "drop", "kernel", "return", "goto"})
 MAX_DEPTH = 64   # the kernel refuses deeper jumps, so any loop is ours
 
 
