@@ -134,6 +134,21 @@ def _filter_differential(hook: str, backends, seeds, ipv6: bool, family: str = "
         assert delta["filter_dropped"] > 0 and delta["filter_ct_new"] > 0, (delta, coverage.summary())
 
 
+def _mostly_fast(steps, hook: str, prefixes: int, seed_of, prefix: str) -> list[Counting]:
+    """The steps' frames (probe_frames of seed_of(step index)) through Linux
+    alone and Linux + LinuxFP: the same, and at every step Linux forwarded
+    some and dropped others while the fast path did most of both. The
+    controller's counts as each step settled."""
+    seen: list[Counting] = []
+    report = run_differential(RouterTopology(prefixes=prefixes), steps, counting(seen, hook),
+                              lambda router, index: probe_frames(router, seed_of(index), FRAMES), prefix=prefix)
+    assert report.ok, report.render()
+    for kernel, accelerated in zip(report.kernel, report.accelerated):
+        assert 0 < len(kernel.at("sink:to-dut")) < FRAMES, report.render()
+        assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
+    return seen
+
+
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
 def test_address_types_are_linux_address_types(require_root, hook):
     """-m addrtype as Linux answers it, in the fast path: forwarded sources
@@ -157,16 +172,9 @@ def test_address_types_are_linux_address_types(require_root, hook):
     def address_removed(router):
         router.dut.run(["ip", "addr", "del", "198.19.1.9/32", "dev", "lo"])
 
-    seen: list[Counting] = []
     steps = [Step("blackholed", blackholed), Step("address added", address_added),
              Step("address removed", address_removed)]
-    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
-                              lambda router, index: probe_frames(router, 40, FRAMES), prefix="lfp-fat")
-    assert report.ok, report.render()
-    # Linux forwarded some and dropped others; the fast path did most of both
-    for kernel, accelerated in zip(report.kernel, report.accelerated):
-        assert 0 < len(kernel.at("sink:to-dut")) < FRAMES, report.render()
-        assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
+    seen = _mostly_fast(steps, hook, 8, lambda index: 40, "lfp-fat")
     reasons = count_reasons(seen[0].stats[-1])
     assert reasons.get("filter_dropped", 0) > 0 and not reasons.get("filter_stale"), reasons
 
@@ -200,13 +208,7 @@ def test_raw_and_mangle_prerouting_rules_are_linux_verdicts(require_root, hook):
     the rest forwarded in the fast path — the same frames as Linux alone."""
     steps = [Step("docker raw", _restore("nft", DOCKER_RAW)), Step("legacy raw too", _restore("legacy", LEGACY_RAW)),
              Step("mangle mark", _restore("nft", MANGLE_MARK)), Step("unchanged", lambda router: None)]
-    seen: list[Counting] = []
-    report = run_differential(RouterTopology(prefixes=4), steps, counting(seen, hook),
-                              lambda router, index: probe_frames(router, 70 + index, FRAMES), prefix="lfp-fraw")
-    assert report.ok, report.render()
-    for kernel, accelerated in zip(report.kernel, report.accelerated):
-        assert 0 < len(kernel.at("sink:to-dut")) < FRAMES, report.render()
-        assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
+    seen = _mostly_fast(steps, hook, 4, lambda index: 70 + index, "lfp-fraw")
     reasons = count_reasons(seen[0].stats[-1])
     assert reasons.get("filter_dropped", 0) > 0 and reasons.get("filter_kernel", 0) > 0, reasons
     # (the counters are read as each step settles: a step's burst shows in
@@ -242,12 +244,6 @@ def test_blocklists_of_sources_and_destinations_are_linux_verdicts(require_root,
     default (one entry, found by a second lookup), the rest stored; the same
     frames as Linux alone, most of them decided in the fast path."""
     steps = [Step("blocklists", _blocklists(90, 12, 12)), Step("longer blocklists", _blocklists(91, 40, 40))]
-    seen: list[Counting] = []
-    report = run_differential(RouterTopology(prefixes=8), steps, counting(seen, hook),
-                              lambda router, index: probe_frames(router, 90 + index, FRAMES), prefix="lfp-fbl")
-    assert report.ok, report.render()
-    for kernel, accelerated in zip(report.kernel, report.accelerated):
-        assert 0 < len(kernel.at("sink:to-dut")) < FRAMES, report.render()
-        assert accelerated.forwarded_by_kernel < kernel.forwarded_by_kernel // 2, report.render()
+    seen = _mostly_fast(steps, hook, 8, lambda index: 90 + index, "lfp-fbl")
     reasons = count_reasons(seen[0].stats[-1])
     assert reasons.get("filter_dropped", 0) > 0 and not reasons.get("filter_stale"), reasons
