@@ -421,11 +421,15 @@ def policy_from_graph(router, ns, setup: str, undo: str, *, bits: int, note: str
 
 SETUP6 = [
     "sysctl -qw net.ipv6.conf.default.disable_ipv6=0",
+    # before the links exist (a device copies the default when it is made):
+    # a link-local address's duplicate detection would otherwise finish
+    # a second or two after every `ip link set ... up` and add its routes
+    # then, moving fib6_sernum under a later test's cached answer
+    "sysctl -qw net.ipv6.conf.default.accept_dad=0",
     "ip link add in0 address 02:00:00:00:01:fe type veth peer name in0p",
     "ip link add out0 address 02:00:00:00:02:fe type veth peer name out0p",
     "ip link add out1 address 02:00:00:00:03:fe type veth peer name out1p",
     "sysctl -qw net.ipv6.conf.all.keep_addr_on_down=1",
-    "sysctl -qw net.ipv6.conf.default.accept_dad=0",
     "ip link set in0p up", "ip link set out0p up", "ip link set out1p up",
     "ip link set in0 up", "ip link set out0 up", "ip link set out1 up",
     "ethtool -K out0p gro on", "ethtool -K out1p gro on",
