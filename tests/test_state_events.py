@@ -213,6 +213,31 @@ def test_fileno_is_pollable(netns):
         assert len(stream.filenos()) == len(stream.sources) >= 1
 
 
+def test_a_batch_reads_only_the_sockets_with_something_to_read(netns):
+    """A route change is read from the routing socket alone: the other
+    subscriptions (nf_tables, xfrm, other namespaces' links, netdev) are
+    not asked, each read of an empty socket being a system call in the
+    response time; and what arrives on one of them later is its own batch."""
+    basic_topology()
+    with EventStream(quiet_ns=0) as stream:
+        reads: dict[str, int] = {}
+        for source in stream._sources:
+            for method in ("receive", "receive_tagged"):
+                def counted(real=getattr(source.sock, method), name=source.name):
+                    reads[name] = reads.get(name, 0) + 1
+                    return real()
+                setattr(source.sock, method, counted)
+        assert {"rtnl", "nft"} <= set(stream.sources)
+        sh("ip route add 192.0.2.0/24 via 198.18.1.2 mtu 1400")
+        batch = stream.read_batch(WAIT)
+        assert batch is not None and batch.kinds == {"route"}
+        assert set(reads) == {"rtnl"}, reads
+        sh("nft add table ip lfp_t_reads")
+        batch = stream.read_batch(WAIT)
+        assert batch is not None and "netfilter" in batch.kinds
+        assert set(reads) == {"rtnl", "nft"}, reads
+
+
 def test_burst_coalesces(netns, tmp_path):
     basic_topology()
     script = tmp_path / "routes.batch"
