@@ -472,7 +472,7 @@ class Controller:
                     self.lease.renew(force=True)
                 self._save_skipped()
                 self.publish_pending()
-                print("ready", file=ready_out, flush=True)
+                _say(ready_out, "ready")
                 notifier.ready("current")
                 said = ""
                 last_poll = time.monotonic()
@@ -533,9 +533,8 @@ class Controller:
                         self.response.record(frozenset(batch.kinds), elapsed_ms, worked, resync=batch.resync)
                         # One line per applied batch: what `ip monitor` users expect,
                         # and how launchers know a change has been absorbed.
-                        print(f"applied {','.join(sorted(batch.kinds))} {elapsed_ms:.3f} ms "
-                              f"{'datapath updated' if worked else 'datapath unchanged'}",
-                              file=ready_out, flush=True)
+                        _say(ready_out, f"applied {','.join(sorted(batch.kinds))} {elapsed_ms:.3f} ms "
+                                        f"{'datapath updated' if worked else 'datapath unchanged'}")
                         response_dirty = True
                     if batch is None or batch.drained:
                         self.lease.addresses_taken_in(addresses)
@@ -619,9 +618,17 @@ def _current_names(installed: InstalledState, graph: Graph) -> InstalledState:
 def _say_state(state: str, said: str, out, notifier: Notifier) -> str:
     """Print `state` ("current" or "busy") when it changed, and tell systemd."""
     if state != said:
-        print(state, file=out, flush=True)
+        _say(out, state)
         notifier.status(state)
     return state
+
+
+def _say(out, line: str) -> None:
+    """`line` to the launchers' stream as one write: print() writes the
+    line and its end apart, two system calls where the stream is unbuffered
+    (PYTHONUNBUFFERED) — and "busy" is said inside the response time."""
+    out.write(line + "\n")
+    out.flush()
 
 
 def _json(data) -> str:

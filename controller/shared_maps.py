@@ -95,13 +95,21 @@ class SharedMaps:
         self._spares: set[int] = set()
         self._departed: set[int] = set()
         self._tombstone: dp.Map | None = None
+        # Names found not pinned: only this object pins shared maps while
+        # the controller holds the namespace's lock (pin_fresh,
+        # _counters_outer), so they stay so until it does — not looked for
+        # again per plan (a bridge's tables at XDP, lfp_counters: a stat of
+        # the bpffs each, in the response time).
+        self._unpinned: set[str] = set()
 
     def get(self, name: str) -> dp.Map | None:
         m = self._open.get(name)
-        if m is None:
+        if m is None and name not in self._unpinned:
             path = self.layout.shared_map_pin(name)
             if os.path.exists(path):
                 m = self._open[name] = dp.Map.from_pinned(path)
+            else:
+                self._unpinned.add(name)
         return m
 
     def _by_ifindex(self, desired: Graph) -> list[str]:
@@ -161,6 +169,7 @@ class SharedMaps:
             dp.makedirs(self.layout.maps_dir)
         for name in fresh:
             obj.map(name).pin(self.layout.shared_map_pin(name))
+            self._unpinned.discard(name)
 
     def adopt(self, obj, fresh: list[str], desired: Graph) -> None:
         """Pin the maps `obj` created and fill them before any program using
@@ -188,6 +197,7 @@ class SharedMaps:
                 outer.close()
                 raise
             self._open[COUNTERS_MAP] = outer
+            self._unpinned.discard(COUNTERS_MAP)
             self._forget_registrations()
         return outer
 
@@ -382,6 +392,7 @@ class SharedMaps:
         for m in self._open.values():
             m.close()
         self._open.clear()
+        self._unpinned.clear()
         self._forget_registrations()
 
 

@@ -572,6 +572,42 @@ def test_an_ifindex_beyond_the_facts_array_grows_it(router_topology, hook):
         assert fast_path_count(r) >= fast + 30
 
 
+def test_a_shared_map_found_unpinned_is_not_looked_for_again_until_pinned(monkeypatch):
+    """SharedMaps.get stats the bpffs for a name once: a table no program
+    has pinned (a bridge's at XDP) stays unpinned until this object pins it
+    (the namespace's lock: nothing else does), so each plan does not look
+    again; once pinned it is found, and after close() looked for anew."""
+    from controller import shared_maps
+    from controller.namespace import NamespaceLayout
+    from linuxfp import datapath as dp
+    from linuxfp.datapath.maps import BPF_MAP_TYPE_HASH
+
+    layout = NamespaceLayout(bpffs="/sys/fs/bpf", cookie=-os.getpid())
+    looked = []
+    real_exists = os.path.exists
+    monkeypatch.setattr(shared_maps.os.path, "exists", lambda path: looked.append(path) or real_exists(path))
+    maps = shared_maps.SharedMaps(layout)
+    try:
+        assert maps.get("lfp_t_unpinned") is None and maps.get("lfp_t_unpinned") is None
+        assert looked == [layout.shared_map_pin("lfp_t_unpinned")]
+
+        class Obj:          # as a loaded object hands its fresh maps to pin_fresh
+            made = dp.Map.create(BPF_MAP_TYPE_HASH, 4, 4, 8, name="lfp_t_unpinned")
+
+            def map(self, _name):
+                return self.made
+        with Obj.made:
+            maps.pin_fresh(Obj(), ["lfp_t_unpinned"])
+        found = maps.get("lfp_t_unpinned")
+        assert found is not None and found.max_entries == 8
+        maps.close()
+        dp.unpin(layout.shared_map_pin("lfp_t_unpinned"))
+        assert maps.get("lfp_t_unpinned") is None and len(looked) == 3
+    finally:
+        maps.close()
+        dp.remove_tree(layout.pin_dir)
+
+
 def test_iface_slots():
     from controller.shared_maps import iface_slots
     assert iface_slots([]) == 256
