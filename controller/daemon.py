@@ -627,6 +627,8 @@ def _say(out, line: str) -> None:
     """`line` to the launchers' stream as one write: print() writes the
     line and its end apart, two system calls where the stream is unbuffered
     (PYTHONUNBUFFERED) — and "busy" is said inside the response time."""
+    if out is None:         # (started with no stdout: print() said nothing either)
+        return
     out.write(line + "\n")
     out.flush()
 

@@ -582,10 +582,15 @@ def test_a_shared_map_found_unpinned_is_not_looked_for_again_until_pinned(monkey
     from linuxfp import datapath as dp
     from linuxfp.datapath.maps import BPF_MAP_TYPE_HASH
 
-    layout = NamespaceLayout(bpffs="/sys/fs/bpf", cookie=-os.getpid())
+    layout = NamespaceLayout(bpffs=dp.bpffs_root(), cookie=-os.getpid())    # (no namespace's cookie)
     looked = []
     real_exists = os.path.exists
-    monkeypatch.setattr(shared_maps.os.path, "exists", lambda path: looked.append(path) or real_exists(path))
+
+    def exists(path):       # (os.path.exists of the whole process: only the maps directory counts)
+        if path.startswith(layout.maps_dir):
+            looked.append(path)
+        return real_exists(path)
+    monkeypatch.setattr(shared_maps.os.path, "exists", exists)
     maps = shared_maps.SharedMaps(layout)
     try:
         assert maps.get("lfp_t_unpinned") is None and maps.get("lfp_t_unpinned") is None

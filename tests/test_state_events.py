@@ -230,7 +230,7 @@ def test_a_batch_reads_only_the_sockets_with_something_to_read(netns):
         assert {"rtnl", "nft"} <= set(stream.sources)
         sh("ip route add 192.0.2.0/24 via 198.18.1.2 mtu 1400")
         batch = stream.read_batch(WAIT)
-        assert batch is not None and batch.kinds == {"route"}
+        assert batch is not None and "route" in batch.kinds
         assert set(reads) == {"rtnl"}, reads
         sh("nft add table ip lfp_t_reads")
         batch = stream.read_batch(WAIT)

@@ -151,7 +151,8 @@ class EventBatch:
     # A socket overflowed (ENOBUFS) and events were lost: the caller must
     # call read_snapshot(); `messages` is then incomplete.
     resync: bool = False
-    # Every socket was read empty at the end: nothing queued before the
+    # Every socket epoll reported readable was read empty at the end (the
+    # others had nothing queued when polled): nothing queued before the
     # batch began is left behind (False when max_messages cut it short).
     drained: bool = True
     # The nf_tables generation sampled (EventReader.sample_nft) right before
