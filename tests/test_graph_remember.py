@@ -108,8 +108,12 @@ def test_an_address_recomputes_the_local_sources_and_reuses_the_pipelines_that_r
     # and what a build from nothing says
     assert not fields_read("graph.pipelines", "xdp", registered()) & {"routes", "addresses"}
     assert g2.pipelines is g1.pipelines
+    # the interface facts read every route only through answers this route
+    # leaves as they were (the full source check, the route MTU cap): reused
+    assert g2.ifaces is g1.ifaces
     forget()
-    assert build_graph(s2, "xdp").pipelines == g2.pipelines
+    fresh = build_graph(s2, "xdp")
+    assert fresh.pipelines == g2.pipelines and fresh.ifaces == g2.ifaces
 
 
 def test_a_field_read_through_a_method_changing_is_a_change():
@@ -144,7 +148,8 @@ def test_nothing_remembered_keeps_an_old_snapshot_alive():
         gc.enable()
 
 
-@pytest.mark.parametrize("change", ["IPsec policy", "right down", "left's forwarding off"])
+@pytest.mark.parametrize("change", ["IPsec policy", "right down", "left's forwarding off", "a route MTU",
+                                    "a source-refusing route"])
 def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_remembered_answer(change):
     """The direction that matters: a graph built before must not be served
     for a configuration under which Linux would not forward the same way."""
@@ -152,6 +157,10 @@ def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_rememb
     g1 = build_graph(s1, "xdp")
     if change == "IPsec policy":
         s2 = dataclasses.replace(s1, xfrm=XfrmState(policies_fwd=1))
+    elif change == "a route MTU":      # (longer packets to the kernel: the facts' length cap)
+        s2 = dataclasses.replace(s1, routes=s1.routes + (dataclasses.replace(route("192.0.2.0/24", oif=3), mtu=1400),))
+    elif change == "a source-refusing route":     # (sources checked in full: the facts say so)
+        s2 = dataclasses.replace(s1, routes=s1.routes + (route("192.0.2.0/24", type_="local", oif=3),))
     elif change == "right down":
         s2 = dataclasses.replace(s1, links=tuple(dataclasses.replace(link, up=False, oper_up=False)
                                                  if link.name == "right" else link for link in s1.links))

@@ -65,8 +65,12 @@ def _pipeline(snapshot, link, hook: str, nodes: tuple[Node, ...], ordered: tuple
 
 
 def _facts(snapshot):
-    full_check = needs_full_source_check(snapshot)
-    cap, cap6 = forward_length_cap(snapshot), forward_length_cap6(snapshot)
+    # By answer: these read every route, and an address's local route comes
+    # and goes with each `ip addr add/del` without changing them — the facts
+    # are then reused, not worked out again for every interface.
+    full_check = remembered("graph.full_source_check", snapshot, needs_full_source_check, by_answer=True)
+    cap = remembered("graph.forward_length_cap", snapshot, forward_length_cap, by_answer=True)
+    cap6 = remembered("graph.forward_length_cap6", snapshot, forward_length_cap6, by_answer=True)
     # Each interface's remembered on its own, as its pipeline is: the item
     # is the link with its sysctls (another device's coming changes the
     # snapshot's sysctls, not this device's).
