@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from linuxfp import state as kstate
 from linuxfp.datapath import bpffs_root
-from linuxfp.graph import Graph, Shape, build_graph, refreshed
+from linuxfp.graph import Graph, Shape, build_graph, forget_stale, refreshed
 from linuxfp.synth import CompileError, ToolMissing
 from linuxfp.synth import build as build_shape
 
@@ -103,6 +103,7 @@ class Controller:
         self.metrics_server = None
         self._stop = False
         self._snapshot = None               # the last one reconciled: the final upkeep's
+        self._untidy = False                # a graph was built since forget_stale last ran (_tidy)
         self._upkeep_memory: dict = {}      # per node (Node.upkeep), saved in the run dir
         self._upkeep_said: dict[str, str] = {}
         self._last_upkeep = 0.0
@@ -174,6 +175,7 @@ class Controller:
         self._last_upkeep = time.monotonic()
         if snapshot is None:
             return
+        self._tidy()
         changed = False
         for node in registered():
             memory = self._upkeep_memory.setdefault(node.name, {})
@@ -199,7 +201,11 @@ class Controller:
         that led to it); True if anything changed."""
         self._snapshot = snapshot
         done_snapshot, done_graph, done_installed = self._reconciled
-        graph = done_graph if snapshot is done_snapshot else build_graph(snapshot, self.options.hook)
+        if snapshot is done_snapshot:
+            graph = done_graph
+        else:
+            graph = build_graph(snapshot, self.options.hook, tidy=False)
+            self._untidy = True
         self._skipped = graph.skipped
         self._hook_notes = {str(p.ifindex): p.hook_note for p in graph.pipelines if p.hook_note}
         if graph is not done_graph:
@@ -213,6 +219,14 @@ class Controller:
         # (publish_pending): names for the counts are not part of the response
         self._unpublished = snapshot
         return worked
+
+    def _tidy(self) -> None:
+        """What the last snapshot made stale, forgotten (build_graph's tidy
+        step, taken out of the response time): once idle, and at each
+        upkeep, which a long burst cannot put off."""
+        if self._untidy and self._snapshot is not None:
+            forget_stale(self._snapshot)
+            self._untidy = False
 
     def publish_pending(self) -> None:
         """Publish what the last reconcile left to publish, if anything."""
@@ -500,6 +514,7 @@ class Controller:
                             response_dirty = False
                         self._save_skipped()
                         self._save_hook_notes()   # a reason may change with no program touched
+                        self._tidy()
                     if batch is not None:
                         said = _say_state("busy", said, ready_out, notifier)
                         if batch.resync:

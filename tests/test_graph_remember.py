@@ -365,6 +365,23 @@ def test_forget_stale_drops_an_answer_whose_field_changed_and_keeps_the_rest():
     assert fields_read("t.routes") is None and fields_read("t.links") == {"links"}
 
 
+def test_a_build_left_untidy_keeps_what_went_stale_until_forget_stale():
+    """build_graph(tidy=False) (the controller's, in the response time)
+    drops nothing; the caller's forget_stale does, as a tidy build would."""
+    s1 = router_snapshot()
+    remembered("t.routes", s1, lambda s: len(s.routes))
+    build_graph(s1, "xdp")
+    s2 = dataclasses.replace(s1, routes=())
+    untidy = build_graph(s2, "xdp", tidy=False)
+    assert fields_read("t.routes") == {"routes"}
+    forget_stale(s2)
+    assert fields_read("t.routes") is None
+    remembered("t.routes", s1, lambda s: len(s.routes))
+    tidy = build_graph(s2, "xdp")
+    assert fields_read("t.routes") is None
+    assert (tidy.pipelines, tidy.ifaces, tidy.tables) == (untidy.pipelines, untidy.ifaces, untidy.tables)
+
+
 def test_forget_stale_drops_what_asked_an_answer_it_dropped():
     """An answer asked by answer goes when a field it read changed, and then
     what asked it, though that read no changed field itself."""

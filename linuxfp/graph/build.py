@@ -19,8 +19,12 @@ XDP_ACT_BASIC = 1 << 0
 HOOK_CHOICES = ("auto", "xdp", "tc")
 
 
-def build_graph(snapshot, hook: str = "auto") -> Graph:
-    """Per ingress interface, the pipeline Linux's configuration calls for."""
+def build_graph(snapshot, hook: str = "auto", *, tidy: bool = True) -> Graph:
+    """Per ingress interface, the pipeline Linux's configuration calls for.
+    tidy=False leaves dropping what `snapshot` made stale (forget_stale: a
+    scan of everything remembered, kept alive meanwhile but never served
+    stale) to the caller: the controller does it once idle, outside the
+    response time."""
     if hook not in HOOK_CHOICES:
         raise ValueError(f"unknown hook {hook!r} (expected one of {', '.join(HOOK_CHOICES)})")
     nodes = registered()
@@ -31,7 +35,8 @@ def build_graph(snapshot, hook: str = "auto") -> Graph:
         tables += remembered(f"{node.name}.tables", snapshot, _tables_of, node)
     notes = tuple((node.name, lines) for node in nodes
                   if (lines := remembered(f"{node.name}.notes", snapshot, _notes_of, node)))
-    forget_stale(snapshot)
+    if tidy:
+        forget_stale(snapshot)
     return Graph(pipelines, skipped, facts, tables, notes)
 
 
