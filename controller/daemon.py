@@ -38,6 +38,9 @@ POLL_INTERVAL_S = 1.0   # for configuration that changes without a netlink event
 # batches too, so steady netlink churn cannot starve it.
 UPKEEP_INTERVAL_S = 5.0
 UPKEEP_OVERDUE_S = 30.0
+# Graphs built without forget_stale (in the response time) before one is
+# run anyway: what they made stale is bounded when the loop never idles.
+UNTIDY_BUILDS_MAX = 256
 # No extra wait for the rest of a burst: a command's notifications are queued
 # together, and whatever arrives while we reconcile is drained as the next
 # batch, so bursts coalesce by themselves. (epoll cannot wait less than 1 ms,
@@ -103,7 +106,7 @@ class Controller:
         self.metrics_server = None
         self._stop = False
         self._snapshot = None               # the last one reconciled: the final upkeep's
-        self._untidy = False                # a graph was built since forget_stale last ran (_tidy)
+        self._untidy = 0                    # graphs built since forget_stale last ran (_tidy)
         self._upkeep_memory: dict = {}      # per node (Node.upkeep), saved in the run dir
         self._upkeep_said: dict[str, str] = {}
         self._last_upkeep = 0.0
@@ -204,8 +207,10 @@ class Controller:
         if snapshot is done_snapshot:
             graph = done_graph
         else:
+            self._untidy += 1       # (before: a build that raises has remembered some already)
             graph = build_graph(snapshot, self.options.hook, tidy=False)
-            self._untidy = True
+            if self._untidy >= UNTIDY_BUILDS_MAX:
+                self._tidy()        # a burst that never lets the loop idle keeps no more
         self._skipped = graph.skipped
         self._hook_notes = {str(p.ifindex): p.hook_note for p in graph.pipelines if p.hook_note}
         if graph is not done_graph:
@@ -222,11 +227,13 @@ class Controller:
 
     def _tidy(self) -> None:
         """What the last snapshot made stale, forgotten (build_graph's tidy
-        step, taken out of the response time): once idle, and at each
-        upkeep, which a long burst cannot put off."""
+        step, taken out of the response time): when the loop's wait times
+        out, at each upkeep, and every UNTIDY_BUILDS_MAX builds of a burst
+        that allows neither. Stale answers are never served meanwhile (each
+        is checked on use); they only keep old fields alive."""
         if self._untidy and self._snapshot is not None:
             forget_stale(self._snapshot)
-            self._untidy = False
+            self._untidy = 0
 
     def publish_pending(self) -> None:
         """Publish what the last reconcile left to publish, if anything."""
@@ -514,7 +521,8 @@ class Controller:
                             response_dirty = False
                         self._save_skipped()
                         self._save_hook_notes()   # a reason may change with no program touched
-                        self._tidy()
+                        if not (addresses_behind or nft_behind):
+                            self._tidy()      # (idle: not a look with a change's messages still due)
                     if batch is not None:
                         said = _say_state("busy", said, ready_out, notifier)
                         if batch.resync:

@@ -148,19 +148,22 @@ def test_nothing_remembered_keeps_an_old_snapshot_alive():
         gc.enable()
 
 
+@pytest.mark.parametrize("tidy", [True, False], ids=["tidy", "untidy"])     # (the controller's builds: untidy)
 @pytest.mark.parametrize("change", ["IPsec policy", "right down", "left's forwarding off", "a route MTU",
-                                    "a source-refusing route"])
-def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_remembered_answer(change):
+                                    "an IPv6 route MTU", "a source-refusing route"])
+def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_remembered_answer(change, tidy):
     """The direction that matters: a graph built before must not be served
     for a configuration under which Linux would not forward the same way."""
     s1 = router_snapshot()
-    g1 = build_graph(s1, "xdp")
+    g1 = build_graph(s1, "xdp", tidy=tidy)
     if change == "IPsec policy":
         s2 = dataclasses.replace(s1, xfrm=XfrmState(policies_fwd=1))
     elif change == "a route MTU":      # (longer packets to the kernel: the facts' length cap)
         s2 = dataclasses.replace(s1, routes=s1.routes + (dataclasses.replace(route("192.0.2.0/24", oif=3), mtu=1400),))
     elif change == "a source-refusing route":     # (sources checked in full: the facts say so)
         s2 = dataclasses.replace(s1, routes=s1.routes + (route("192.0.2.0/24", type_="local", oif=3),))
+    elif change == "an IPv6 route MTU":     # (the facts' IPv6 length cap)
+        s2 = dataclasses.replace(s1, route_mtus6=(((10, 254, "2001:db8::/64", 0, 0, None), 1400),))
     elif change == "right down":
         s2 = dataclasses.replace(s1, links=tuple(dataclasses.replace(link, up=False, oper_up=False)
                                                  if link.name == "right" else link for link in s1.links))
@@ -168,13 +171,15 @@ def test_a_change_that_takes_traffic_back_to_the_kernel_is_never_met_by_a_rememb
         s2 = dataclasses.replace(s1, sysctls=dataclasses.replace(s1.sysctls, interfaces=tuple(
             dataclasses.replace(conf, forwarding=False) if conf.ifindex == 2 else conf
             for conf in s1.sysctls.interfaces)))
-    g2 = build_graph(s2, "xdp")
-    fresh = (forget(), build_graph(s2, "xdp"))[1]
-    assert (g2.pipelines, g2.skipped, g2.ifaces) == (fresh.pipelines, fresh.skipped, fresh.ifaces)
-    assert (g2.pipelines, g2.skipped, g2.ifaces) != (g1.pipelines, g1.skipped, g1.ifaces)
+    g2 = build_graph(s2, "xdp", tidy=tidy)
     # and back to the first snapshot's own fields: its answers again
-    g3 = build_graph(s1, "xdp")
+    g3 = build_graph(s1, "xdp", tidy=tidy)
     assert (g3.pipelines, g3.skipped, g3.ifaces) == (g1.pipelines, g1.skipped, g1.ifaces)
+    g4 = build_graph(s2, "xdp", tidy=tidy)
+    fresh = (forget(), build_graph(s2, "xdp"))[1]
+    for g in (g2, g4):
+        assert (g.pipelines, g.skipped, g.ifaces) == (fresh.pipelines, fresh.skipped, fresh.ifaces)
+    assert (g2.pipelines, g2.skipped, g2.ifaces) != (g1.pipelines, g1.skipped, g1.ifaces)
 
 
 def test_an_answer_asked_by_answer_is_depended_on_by_value_not_by_what_it_read():
@@ -377,9 +382,10 @@ def test_a_build_left_untidy_keeps_what_went_stale_until_forget_stale():
     forget_stale(s2)
     assert fields_read("t.routes") is None
     remembered("t.routes", s1, lambda s: len(s.routes))
-    tidy = build_graph(s2, "xdp")
+    build_graph(s2, "xdp")
     assert fields_read("t.routes") is None
-    assert (tidy.pipelines, tidy.ifaces, tidy.tables) == (untidy.pipelines, untidy.ifaces, untidy.tables)
+    fresh = (forget(), build_graph(s2, "xdp"))[1]
+    assert (fresh.pipelines, fresh.ifaces, fresh.tables) == (untidy.pipelines, untidy.ifaces, untidy.tables)
 
 
 def test_forget_stale_drops_what_asked_an_answer_it_dropped():
@@ -401,14 +407,15 @@ def _keys(name):
     return list(remember._results.get(name, {}))
 
 
+@pytest.mark.parametrize("tidy", [True, False], ids=["tidy", "untidy"])
 @pytest.mark.parametrize("change", ["bridge down", "STP on", "a port's proxy ARP", "bridge-nf-call-iptables",
                                     "a new pod"])
-def test_a_bridged_change_is_never_met_by_a_remembered_answer(change):
+def test_a_bridged_change_is_never_met_by_a_remembered_answer(change, tidy):
     """The answers asked by answer (one link, a bridge's blocker, the
     br_netfilter switches) and per interface: a change behind any of them
     gives what a build from nothing gives, for the ports and the rest."""
     s1 = with_pods(bridged_router_snapshot())
-    g1 = build_graph(s1, "tc")
+    g1 = build_graph(s1, "tc", tidy=tidy)
 
     def bridge(**options):
         return tuple(dataclasses.replace(l, bridge=dataclasses.replace(l.bridge, **options)) if l.kind == "bridge"
@@ -430,9 +437,13 @@ def test_a_bridged_change_is_never_met_by_a_remembered_answer(change):
             l.bridge_port for l in s1.links if l.bridge_port is not None))
         s2 = dataclasses.replace(s1, links=s1.links + (pod,), sysctls=dataclasses.replace(
             s1.sysctls, interfaces=s1.sysctls.interfaces + (sysctl(9),)))
-    g2 = build_graph(s2, "tc")
+    g2 = build_graph(s2, "tc", tidy=tidy)
+    g3 = build_graph(s1, "tc", tidy=tidy)        # (back, and the change again)
+    assert (g3.pipelines, g3.skipped, g3.ifaces, g3.tables) == (g1.pipelines, g1.skipped, g1.ifaces, g1.tables)
+    again = build_graph(s2, "tc", tidy=tidy)
     fresh = (forget(), build_graph(s2, "tc"))[1]
-    assert (g2.pipelines, g2.skipped, g2.ifaces, g2.tables) == (fresh.pipelines, fresh.skipped, fresh.ifaces,
+    for g in (g2, again):
+        assert (g.pipelines, g.skipped, g.ifaces, g.tables) == (fresh.pipelines, fresh.skipped, fresh.ifaces,
                                                                 fresh.tables)
     assert (g2.pipelines, g2.skipped, g2.ifaces, g2.tables) != (g1.pipelines, g1.skipped, g1.ifaces, g1.tables)
 
