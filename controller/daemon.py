@@ -215,10 +215,10 @@ class Controller:
         self._hook_notes = {str(p.ifindex): p.hook_note for p in graph.pipelines if p.hook_note}
         if graph is not done_graph:
             self._log_paths(graph)
-        if (graph is done_graph and self.installed is done_installed and not self.installer.maps.full
-                and not refreshed(graph, messages)):
+        again = refreshed(graph, messages)      # (once: the shortcut and the plan both need it)
+        if graph is done_graph and self.installed is done_installed and not self.installer.maps.full and not again:
             return False
-        worked = self._reconcile(snapshot, graph, messages)
+        worked = self._reconcile(snapshot, graph, again)
         self._reconciled = (snapshot, graph, self.installed)
         # written once the lease lets the datapath act on the change
         # (publish_pending): names for the counts are not part of the response
@@ -265,7 +265,9 @@ class Controller:
             return
         self.published = fresh
 
-    def _reconcile(self, snapshot, graph: Graph, messages) -> bool:
+    def _reconcile(self, snapshot, graph: Graph, again: dict[str, frozenset[bytes]]) -> bool:
+        """Plan and apply `graph` (`again`: per table, the keys to rewrite
+        even if unchanged: refreshed())."""
         compiled, failed = self._compile(graph)
         digests = {shape: obj.digest for shape, obj in compiled.items()}
         for shape, message in failed.items():
@@ -278,7 +280,7 @@ class Controller:
                     self._drop_running(p.ifindex)
                     self.installed = self.installed.with_pipeline(
                         InstalledPipeline(p.ifindex, p.ifname, p.hook, str(p.shape), digests[shape], error=message))
-        todo = plan(graph, digests, self.installed, refreshed(graph, messages))
+        todo = plan(graph, digests, self.installed, again)
         named = _current_names(self.installed, graph)
         renamed = named is not self.installed    # status and stats say what it is called now
         self.installed = named
