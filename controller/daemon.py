@@ -178,7 +178,6 @@ class Controller:
         self._last_upkeep = time.monotonic()
         if snapshot is None:
             return
-        self._tidy()
         changed = False
         for node in registered():
             memory = self._upkeep_memory.setdefault(node.name, {})
@@ -227,10 +226,11 @@ class Controller:
 
     def _tidy(self) -> None:
         """What the last snapshot made stale, forgotten (build_graph's tidy
-        step, taken out of the response time): when the loop's wait times
-        out, at each upkeep, and every UNTIDY_BUILDS_MAX builds of a burst
-        that allows neither. Stale answers are never served meanwhile (each
-        is checked on use); they only keep old fields alive."""
+        step, taken out of the response time): once the loop is idle and
+        current (its wait timed out, nothing in flight, behind or unsure),
+        and every UNTIDY_BUILDS_MAX builds of a burst that never idles.
+        Stale answers are never served meanwhile (each is checked on use);
+        they only keep old fields alive."""
         if self._untidy and self._snapshot is not None:
             forget_stale(self._snapshot)
             self._untidy = 0
@@ -523,8 +523,6 @@ class Controller:
                             response_dirty = False
                         self._save_skipped()
                         self._save_hook_notes()   # a reason may change with no program touched
-                        if not (addresses_behind or nft_behind):
-                            self._tidy()      # (idle: not a look with a change's messages still due)
                     if batch is not None:
                         said = _say_state("busy", said, ready_out, notifier)
                         if batch.resync:
@@ -623,6 +621,8 @@ class Controller:
                             and not addresses_behind and not nft_behind \
                             and (sampled is not None or self.lease.generations_program is None)
                         said = _say_state("current" if current else "busy", said, ready_out, notifier)
+                        if batch is None and current:
+                            self._tidy()      # (idle: nothing in flight, behind or unsure)
         finally:
             notifier.stopping()
             notifier.close()

@@ -112,6 +112,12 @@ class SharedMaps:
                 self._unpinned.add(name)
         return m
 
+    def _pin(self, m: dp.Map, name: str) -> None:
+        """Pin `m` as the shared map `name` (every shared pin is made here:
+        get() then finds it, though it found the name unpinned before)."""
+        m.pin(self.layout.shared_map_pin(name))
+        self._unpinned.discard(name)
+
     def _by_ifindex(self, desired: Graph) -> list[str]:
         return [t.name for t in desired.tables if t.by_ifindex] + [COUNTERS_MAP]
 
@@ -168,8 +174,7 @@ class SharedMaps:
         if fresh:
             dp.makedirs(self.layout.maps_dir)
         for name in fresh:
-            obj.map(name).pin(self.layout.shared_map_pin(name))
-            self._unpinned.discard(name)
+            self._pin(obj.map(name), name)
 
     def adopt(self, obj, fresh: list[str], desired: Graph) -> None:
         """Pin the maps `obj` created and fill them before any program using
@@ -192,12 +197,11 @@ class SharedMaps:
                                       name=COUNTERS_MAP, inner=inner)
             try:
                 dp.makedirs(self.layout.maps_dir)
-                outer.pin(self.layout.shared_map_pin(COUNTERS_MAP))
+                self._pin(outer, COUNTERS_MAP)
             except BaseException:
                 outer.close()
                 raise
             self._open[COUNTERS_MAP] = outer
-            self._unpinned.discard(COUNTERS_MAP)
             self._forget_registrations()
         return outer
 

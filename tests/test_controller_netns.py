@@ -608,6 +608,8 @@ def test_a_shared_map_found_unpinned_is_not_looked_for_again_until_pinned(monkey
         maps.close()
         dp.unpin(layout.shared_map_pin("lfp_t_unpinned"))
         assert maps.get("lfp_t_unpinned") is None and len(looked) == 3
+        maps.close()        # (found unpinned again: close() forgets that too)
+        assert maps.get("lfp_t_unpinned") is None and len(looked) == 4
     finally:
         maps.close()
         dp.remove_tree(layout.pin_dir)

@@ -127,3 +127,33 @@ def test_announced_keys_are_rewritten_even_when_unchanged():
     assert plan(g, DIGESTS, installed_from(g)).empty
     p = plan(g, DIGESTS, installed_from(g), {"lfp_neigh": frozenset({key})})
     assert [k for k, _ in p.writes("lfp_neigh").set] == [key]
+
+
+def test_the_controller_builds_untidy_and_tidies_once_idle_or_every_so_many_builds(monkeypatch):
+    """The controller's graphs are built without forget_stale (the response
+    time); _tidy runs it for the last snapshot when the loop idles, and a
+    burst that never idles runs it every UNTIDY_BUILDS_MAX builds."""
+    import os
+
+    from controller import daemon
+    from controller.namespace import NamespaceLayout
+    from linuxfp.datapath import bpffs_root
+    from linuxfp.graph import Graph
+
+    builds, tidied = [], []
+    monkeypatch.setattr(daemon, "build_graph", lambda snapshot, hook, tidy=True: builds.append(tidy) or Graph())
+    monkeypatch.setattr(daemon, "forget_stale", tidied.append)
+    controller = daemon.Controller(daemon.RunOptions(), NamespaceLayout(bpffs_root(), -os.getpid()))
+    controller._reconcile = lambda snapshot, graph, again: False
+    snapshots = [object() for _ in range(daemon.UNTIDY_BUILDS_MAX)]
+    for snapshot in snapshots[:-1]:
+        controller.reconcile(snapshot)
+    assert builds == [False] * (daemon.UNTIDY_BUILDS_MAX - 1) and tidied == []
+    controller.reconcile(snapshots[-1])          # a burst's UNTIDY_BUILDS_MAX-th build
+    assert tidied == [snapshots[-1]]
+    controller._tidy()                            # nothing built since
+    assert len(tidied) == 1
+    controller.reconcile(snapshots[0])
+    controller.reconcile(snapshots[0])            # the same snapshot: no build
+    controller._tidy()                            # (idle)
+    assert tidied == [snapshots[-1], snapshots[0]] and len(builds) == daemon.UNTIDY_BUILDS_MAX + 1

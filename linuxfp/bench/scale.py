@@ -226,16 +226,18 @@ def restarts(line: Line, how: str, count: int) -> dict:
     try:
         controller.start()
         controller.settled()
-        # Counted from before the first probe to after the last one has
-        # arrived, with none in flight at either end: sampled while probes
-        # ran, the baselines read a few ms apart (ForwDatagrams is a
-        # subprocess) counted the probes sent in between, seen before the
-        # sink's baseline, as lost (3-4 per run at 4 400 probes/s).
-        sent0, forwarded0 = probes.sent, ip_forw_datagrams(line.dut)
+        # Sent and seen counted from before the first probe to after the
+        # last one has arrived, with none in flight at either end: sampled
+        # while probes ran, the baselines read a few ms apart counted the
+        # probes sent in between, seen before the sink's baseline, as lost
+        # (3-4 per run at 4 400 probes/s). (The kernel's count, a counter
+        # of its own, is taken once the traffic runs on the fast path.)
+        sent0 = probes.sent
         seen0 = _probes_seen(sink, daddr, dmac)
         started = time.monotonic()
         probes.aim(daddr)
         time.sleep(RUNNING_AFTER_RESTART_S)
+        forwarded0 = ip_forw_datagrams(line.dut)
         for _ in range(count):
             controller.stop(signal.SIGTERM if keep else signal.SIGKILL)
             controller = ControllerProcess(line.dut.name, hook="xdp", keep=keep)

@@ -42,8 +42,8 @@ _Used = tuple[tuple[tuple[str, Callable, tuple], Any], ...]
 # (it keeps one per item).
 _results: dict[str, dict[Hashable, tuple[_FieldsRead, _Used, Any]]] = {}
 # Names remembered_each keeps: one entry per item, pruned by it, not by
-# forget_stale (whose scan of every interface's answer per build would cost
-# what remembering them saves).
+# forget_stale (whose scan of every interface's answer at each tidy-up
+# would cost what remembering them saves).
 _each: set[str] = set()
 
 
