@@ -4,17 +4,21 @@ folds into exactly what a fresh read_snapshot() returns."""
 from __future__ import annotations
 
 import select
+import struct
+import subprocess
 
 import pytest
 from test_state_support import basic_topology, sh, throwaway_netns
 
 from linuxfp.state import (
     EventStream,
+    LinkRemoved,
     ResyncRequired,
     advance,
     apply_messages,
     read_snapshot,
 )
+from linuxfp.state.decode import RTM_GETLINK
 
 pytestmark = pytest.mark.netns
 
@@ -360,3 +364,38 @@ def test_a_bpf_ring_is_a_doorbell(netns):
     finally:
         bell.close()
         ring.close()
+
+
+def test_a_device_unregistering_is_not_asked_about(netns):
+    """A device's conf is deleted as it unregisters (RTM_DELNETCONF), and its
+    RTM_DELLINK follows once the kernel has waited out the device's users,
+    holding the RTNL (~17 ms for a bridge here). The stream must not ask
+    the kernel about the device meanwhile: the request would wait that out
+    inside the response time, only to hear ENODEV."""
+    sh("ip link add lfpgone type bridge")
+    with EventStream(quiet_ns=0) as stream:
+        drain(stream, 0.1)
+        index = read_snapshot().link_by_name("lfpgone").index
+        asked: list[int] = []
+        real = stream._rtnl.request
+
+        def counted(kind, payload, *args, **kwargs):
+            if kind == RTM_GETLINK:
+                asked.append(struct.unpack_from("=i", payload, 4)[0])   # (ifinfomsg.ifi_index)
+            return real(kind, payload, *args, **kwargs)
+        stream._rtnl.request = counted
+        snap = read_snapshot()
+        # Read while the command runs, as the controller does: its first
+        # events come before the device is gone.
+        deleting = subprocess.Popen(["ip", "link", "del", "lfpgone"])
+        try:
+            first = stream.read_batch(WAIT)
+            assert first is not None
+            batches = [first] + drain(stream, 0.1)
+        finally:
+            assert deleting.wait(WAIT) == 0
+        assert any(isinstance(m, LinkRemoved) and m.index == index for b in batches for m in b.messages)
+        assert index not in asked, asked
+        for batch in batches:
+            snap = advance(snap, batch)
+        assert_converges(stream, snap)
