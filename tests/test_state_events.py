@@ -371,7 +371,8 @@ def test_a_device_unregistering_is_not_asked_about(netns):
     RTM_DELLINK follows once the kernel has waited out the device's users,
     holding the RTNL (~17 ms for a bridge here). The stream must not ask
     the kernel about the device meanwhile: the request would wait that out
-    inside the response time, only to hear ENODEV."""
+    inside the response time, only to hear ENODEV. Nor is anything else
+    read for its sysctls."""
     sh("ip link add lfpgone type bridge")
     with EventStream(quiet_ns=0) as stream:
         drain(stream, 0.1)
@@ -396,6 +397,9 @@ def test_a_device_unregistering_is_not_asked_about(netns):
             assert deleting.wait(WAIT) == 0
         assert any(isinstance(m, LinkRemoved) and m.index == index for b in batches for m in b.messages)
         assert index not in asked, asked
+        # Its sysctls go with its RTM_DELLINK: nothing of the namespace's
+        # is read again (~0.5 ms of /proc reads).
+        assert not any("sysctls" in b.kinds for b in batches), [b.kinds for b in batches]
         for batch in batches:
             snap = advance(snap, batch)
         assert_converges(stream, snap)

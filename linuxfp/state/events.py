@@ -401,7 +401,6 @@ class EventStream:
         need_routes = need_rules = need_sysctls = need_netfilter = need_xfrm = False
         # interfaces whose sysctls to read again (need_sysctls: every one's)
         sysctl_links: set[int] = set()
-        sysctls_gone: set[int] = set()
         extra_flushes: list[Message] = []
         new_links: list[int] = []
         reread_links: set[int] = set()
@@ -431,8 +430,7 @@ class EventStream:
                 reread_links.update(index for index, end in self._veth_ends.items()
                                     if end == (msg.index, None))
                 if self._links.pop(msg.index, None) is not None:
-                    need_rules = True
-                    sysctls_gone.add(msg.index)
+                    need_rules = True    # (its sysctls go with it: apply_messages)
                     extra_flushes.append(RoutesMayBeFlushed(msg.index))
             elif isinstance(msg, PeerLinkRemoved):
                 # our veth's far end left its namespace (for another one, or ours)
@@ -457,7 +455,7 @@ class EventStream:
         # A veth's far end may have been announced before our end, moved to
         # another namespace, or be new: read it as our end says it is now.
         with_peers = [msg.link for msg in messages if isinstance(msg, LinkUpdate) and has_far_end(msg.link)]
-        if not (need_routes or need_rules or need_sysctls or sysctl_links or sysctls_gone or need_netfilter
+        if not (need_routes or need_rules or need_sysctls or sysctl_links or need_netfilter
                 or need_xfrm or new_links or reread_links or with_peers):
             return extra_flushes, None
         if netns_inode() != self.netns_inode and (need_sysctls or sysctl_links or need_netfilter or need_xfrm
@@ -506,13 +504,13 @@ class EventStream:
                 extra.append(XdpFeaturesUpdate(index, *features))
         if need_sysctls:
             extra.append(SysctlsReplaced(read_sysctls(dump_device_confs(self._rtnl, self._links))))
-        elif sysctl_links or sysctls_gone:
+        elif sysctl_links:
             # (a new device's came with its link, read above)
             ours = sorted(index for index in sysctl_links if index in self._links)
             confs.update((conf.index, conf) for conf in get_device_confs(
                 self._rtnl, (index for index in ours if index not in confs)))
             patched = read_sysctls((confs[index] for index in ours if index in confs), every_device=False)
-            extra.append(SysctlsPatched(patched, removed=frozenset(sysctls_gone | sysctl_links)))   # (a device read again may be gone)
+            extra.append(SysctlsPatched(patched, removed=frozenset(sysctl_links)))   # (a device read again may be gone)
         if need_netfilter:
             # (sampled before the read: a commit moves the generation before
             # its rules take effect)
