@@ -140,7 +140,8 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
         Cycle("bridge", (
             Step("brctl addbr", ("brctl", "addbr", bridge), None),
             Step("brctl delbr", ("brctl", "delbr", bridge), None),
-        ), note="the bridge node does not exist yet: bridges stay on the kernel path"),
+        ), note="a bridge is the bridge node's: its tables follow it in and out (a removal's batches no longer "
+                "wait out the kernel's unregistering: docs/performance.md)"),
         Cycle("bridge port", (
             Step("brctl addif", ("brctl", "addif", port_bridge, port), None),
             Step("brctl delif", ("brctl", "delif", port_bridge, port), None),
@@ -152,7 +153,7 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
                   ("ip", "link", "set", port, "up"),
                   ("brctl", "addbr", port_bridge)),
            teardown=(("ip", "link", "del", port), ("ip", "link", "del", port_bridge)),
-           note="the bridge node does not exist yet: bridge ports stay on the kernel path"),
+           note="a port joins the bridge node's pipeline, and leaves it"),
         Cycle("iptables", (
             Step("iptables -A FORWARD", ("iptables", "-A", "FORWARD", "-d", f"{filtered_dst}/32", "-j", "DROP"),
                  Effect("disappears", filtered_dst, sink_mac)),
@@ -170,6 +171,16 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
            teardown=(("iptables", "-F", "FORWARD"),),
            note="only rule contents change: no compile, no reload; the controller re-reads the rules "
                 "(decoded from nf_tables), rebuilds the classifier and writes the new generation"),
+        Cycle("iptables rules, many present", (
+            Step(f"iptables -A ({MANY_RULES} rules present)", ("iptables", "-A", "FORWARD", "-d", f"{filtered_dst}/32",
+                                                                "-j", "DROP"), Effect("disappears", filtered_dst, sink_mac)),
+            Step(f"iptables -D ({MANY_RULES} rules present)", ("iptables", "-D", "FORWARD", "-d", f"{filtered_dst}/32",
+                                                                "-j", "DROP"), Effect("appears", filtered_dst, sink_mac)),
+        ), setup=(("sh", "-c", f"{sys.executable} -c '{_MANY_DROP_RULES}' {MANY_RULES} | iptables-restore --noflush"),),
+           teardown=(("iptables", "-F", "FORWARD"),),
+           note=f"a gateway's blocklist of {MANY_RULES} rules (one -d each, outside the routed prefixes): "
+                "the rules are read, compiled and classified again whole at each change, so this grows with "
+                "the rule count (docs/performance.md)"),
         Cycle("iptables policy", (
             Step("iptables -P FORWARD DROP", ("iptables", "-P", "FORWARD", "DROP"),
                  Effect("disappears", filtered_dst, sink_mac)),
@@ -256,6 +267,15 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
            note=f"a blocklist-sized set ({large_set} /32s outside the routed prefixes): the set is read "
                 "again whole, the member patched into the classifier (one entry)"),
     )
+
+
+# FORWARD's rules in the "many present" cycle: a gateway's blocklist.
+MANY_RULES = 1000
+# `iptables-restore --noflush` input: as many DROP rules as the argument
+# says, one destination each, from the addresses _BIG_SET_MEMBERS names.
+_MANY_DROP_RULES = ("import sys, ipaddress as a; n = int(sys.argv[1]); b = a.ip_address(\"198.18.32.0\"); "
+                    "print(\"*filter\"); [print(f\"-A FORWARD -d {b + i}/32 -j DROP\") for i in range(n)]; "
+                    "print(\"COMMIT\")")
 
 
 # Addresses of the benchmark range that no routed prefix, source or lab
