@@ -233,6 +233,7 @@ class Controller:
         they only keep old fields alive."""
         if self._untidy and self._snapshot is not None:
             forget_stale(self._snapshot)
+            log.debug("remembered answers tidied after %d builds", self._untidy)
             self._untidy = 0
 
     def publish_pending(self) -> None:

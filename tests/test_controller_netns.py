@@ -121,6 +121,25 @@ def test_config_change_is_absorbed_without_restart(router_topology, ip_forw_data
         assert stats(r)["response_time"]["all"]["n"] >= 2
 
 
+def test_the_loop_tidies_once_idle(router_topology):
+    """build_graph's tidy step (forget_stale) is left out of the response
+    time: the loop runs it once it idles after a change
+    (test_reconcile.py checks _tidy itself and the bound of a burst that
+    never idles)."""
+    r = router_topology
+    with ControllerProcess(r.dut.name, hook="xdp", verbose=True) as c:
+        c.settled()
+        tidied = c.stderr().count("remembered answers tidied")
+        applied = c.applied
+        r.dut.run(["ip", "route", "replace", "198.19.3.0/24", "via", RouterTopology.SINK_IP, "mtu", "1400"])
+        c.wait_applied(applied)
+        deadline = time.monotonic() + 5
+        while c.stderr().count("remembered answers tidied") == tidied and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log = c.stderr()
+    assert log.count("remembered answers tidied") > tidied, log[-2000:]
+
+
 def test_keep_then_adopt_without_reattaching(router_topology, ip_forw_datagrams):
     r = router_topology
     with ControllerProcess(r.dut.name, hook="xdp", keep=True):
