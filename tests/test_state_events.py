@@ -3,6 +3,7 @@ folds into exactly what a fresh read_snapshot() returns."""
 
 from __future__ import annotations
 
+import os
 import select
 import struct
 import subprocess
@@ -18,7 +19,7 @@ from linuxfp.state import (
     apply_messages,
     read_snapshot,
 )
-from linuxfp.state.decode import RTM_GETLINK
+from linuxfp.state.decode import RTM_GETLINK, RTM_GETQDISC
 
 pytestmark = pytest.mark.netns
 
@@ -403,3 +404,36 @@ def test_a_device_unregistering_is_not_asked_about(netns):
         for batch in batches:
             snap = advance(snap, batch)
         assert_converges(stream, snap)
+
+
+def test_a_new_device_costs_no_dump_of_every_qdisc(netns):
+    """A device enters a namespace with no qdisc: made there bare, or moved
+    in (the move shuts its qdiscs down, clsact and filters included). So a
+    new device's ingress qdisc is known without dumping every device's
+    (no qdisc dump filters by device: O(devices) per new container veth);
+    one added right after is its own event, read as before."""
+    other = f"lfp-t-{os.getpid()}-from"
+    sh(f"ip netns add {other}")
+    try:
+        sh(f"ip -n {other} link add lfpmoved type ifb", f"ip netns exec {other} tc qdisc add dev lfpmoved clsact")
+        with EventStream(quiet_ns=0) as stream:
+            snap = read_snapshot()
+            dumps: list[int] = []
+            real = stream._rtnl.dump
+
+            def counted(kind, *args, **kwargs):
+                dumps.append(kind)
+                return real(kind, *args, **kwargs)
+            stream._rtnl.dump = counted
+            for command in ("ip link add lfpnew type ifb", f"ip -n {other} link set lfpmoved netns {netns}"):
+                snap, kinds = step(stream, snap, command)
+                assert "link" in kinds, (command, kinds)
+                snap = assert_converges(stream, snap)
+            assert RTM_GETQDISC not in dumps, dumps
+            assert not snap.link_by_name("lfpmoved").tc_ingress and not snap.link_by_name("lfpnew").tc_ingress
+            # an ingress qdisc added at once is read (its own event)
+            snap, kinds = step(stream, snap, "ip link add lfpquick type ifb && tc qdisc add dev lfpquick clsact")
+            snap = assert_converges(stream, snap)
+            assert snap.link_by_name("lfpquick").tc_ingress
+    finally:
+        sh(f"ip netns del {other}")

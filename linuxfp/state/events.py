@@ -494,7 +494,11 @@ class EventStream:
                     self._veth_ends[link.index] = (link.peer, link.peer_netnsid)
             extra.extend(LinkUpdate(link) for link in reread)
             with_peers.extend(link for link in reread if has_far_end(link))
-            ingress = dump_tc_ingress(self._rtnl)
+            # A device enters a namespace without qdiscs (made bare, or moved
+            # in: the move shuts its qdiscs down), so only one read again
+            # needs the dump of every device's (no dump filters by device):
+            # an ingress qdisc added to a new one is its own event.
+            ingress = dump_tc_ingress(self._rtnl) if reread_links else frozenset()
             extra.extend(TcIngressUpdate(index, index in ingress) for index in sorted(wanted))
             extra.extend(TcxUpdate(index, *others_attached(index)) for index in sorted(wanted))
         for index in new_links:
