@@ -437,3 +437,25 @@ def test_a_new_device_costs_no_dump_of_every_qdisc(netns):
             assert snap.link_by_name("lfpquick").tc_ingress
     finally:
         sh(f"ip netns del {other}")
+
+
+def test_a_family_torn_down_by_a_small_mtu_leaves_the_snapshot_as_a_read_finds_it(netns):
+    """The kernel tears a device's IPv6 configuration down below an MTU of
+    1280 and its IPv4 one below 68 (RTM_DELNETCONF, the device staying),
+    and makes them again when the MTU allows (RTM_NEWNETCONF). The
+    snapshot follows from the messages alone: IPv6 read as off, then no
+    IPv4 entry (a device without IPv4 configuration forwards nothing), then
+    both back — each step equal to a fresh read."""
+    sh("ip link add lfpsmall type ifb", "ip link set lfpsmall up")
+    with EventStream() as stream:
+        snap = read_snapshot()
+        index = snap.link_by_name("lfpsmall").index
+        assert snap.sysctls.for_ifindex(index).ipv6
+        for command, ipv4, ipv6 in (("ip link set lfpsmall mtu 1000", True, False),
+                                    ("ip link set lfpsmall mtu 60", False, False),
+                                    ("ip link set lfpsmall mtu 1500", True, True)):
+            snap, kinds = step(stream, snap, command)
+            assert "netconf" in kinds, (command, kinds)
+            snap = assert_converges(stream, snap)
+            found = snap.sysctls.for_ifindex(index)
+            assert (found is not None) == ipv4 and (found is None or found.ipv6 == ipv6), (command, found)

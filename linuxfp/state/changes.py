@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .model import (
     AF_INET,
+    AF_INET6,
     Address,
     FdbEntry,
     Link,
@@ -224,6 +225,22 @@ class NetconfChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class NetconfRemoved:
+    """A device's IPv4 or IPv6 configuration is gone (RTM_DELNETCONF): the
+    device unregisters (its RTM_DELLINK follows, ~17 ms later for a bridge,
+    while the kernel holds the RTNL: asking about the device meanwhile
+    waits that out to hear ENODEV), or it stays with an MTU too small for
+    the family (IPv4 below 68, IPv6 below 1280: the kernel tears the
+    family's configuration down, and makes it again, announced, when the
+    MTU allows). Carries what the snapshot needs: the device's IPv4
+    sysctls go, or its IPv6 ones read as off — what a read would find."""
+
+    ifindex: int
+    family: int     # AF_INET or AF_INET6
+    kind = "netconf"
+
+
+@dataclass(frozen=True, slots=True)
 class NftablesChanged:
     """Some nf_tables object changed; followed by a NetfilterReplaced.
     `generation`: what an NFT_MSG_NEWGEN announces (its commit is over)."""
@@ -330,7 +347,8 @@ Message = (
     LinkUpdate | LinkRemoved | AddressUpdate | AddressRemoved | RouteUpdate | RouteRemoved
     | PlainRouteReplaced | PlainRouteRemoved
     | Route6Mtu | RuleUpdate | RuleRemoved | NeighbourUpdate | NeighbourRemoved | XdpFeaturesUpdate
-    | TcIngressUpdate | TcxUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NftablesChanged | RoutesReplaced
+    | TcIngressUpdate | TcxUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NetconfRemoved | NftablesChanged
+    | RoutesReplaced
     | RoutesMayBeFlushed | Routes6MayExpire | Routes6Replaced | RulesReplaced | SysctlsReplaced | SysctlsPatched
     | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
     | PeerLinkUpdate | PeerLinkRemoved
@@ -509,6 +527,26 @@ def _neighbour_on_link(index: int) -> Callable[[Neighbour], bool]:
     return lambda n: n.ifindex == index
 
 
+def _without_family_conf(sysctls: Sysctls, ifindex: int, family: int) -> Sysctls:
+    """`sysctls` as a read would find them once the device's configuration
+    of `family` is gone (sysctl.py: no IPv4 configuration, no entry; no
+    IPv6 configuration, its IPv6 values off)."""
+    found = sysctls.for_ifindex(ifindex)
+    if found is None:
+        return sysctls
+    if family == AF_INET:
+        kept = tuple(s for s in sysctls.interfaces if s.ifindex != ifindex)
+    elif family == AF_INET6:
+        off = replace(found, ipv6=False, ipv6_accept_redirects=False, ipv6_ignore_routes_with_linkdown=False,
+                      ipv6_accept_ra=False)
+        if off == found:
+            return sysctls
+        kept = tuple(off if s.ifindex == ifindex else s for s in sysctls.interfaces)
+    else:
+        return sysctls
+    return replace(sysctls, interfaces=kept)
+
+
 def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     """Fold change messages into a new Snapshot (the input is not modified).
 
@@ -636,6 +674,8 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             rules.reset(msg.rules)
         elif isinstance(msg, SysctlsReplaced):
             sysctls = msg.sysctls
+        elif isinstance(msg, NetconfRemoved):
+            sysctls = _without_family_conf(sysctls, msg.ifindex, msg.family)
         elif isinstance(msg, SysctlsPatched):
             kept = {i.ifindex: i for i in sysctls.interfaces if i.ifindex not in msg.removed}
             kept.update((i.ifindex, i) for i in msg.sysctls.interfaces)

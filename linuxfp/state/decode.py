@@ -22,6 +22,7 @@ from .changes import (
     NeighbourRemoved,
     NeighbourUpdate,
     NetconfChanged,
+    NetconfRemoved,
     NexthopChanged,
     NftablesChanged,
     PeerLinkRemoved,
@@ -968,11 +969,8 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
         a = nl.parse_attrs(msg.payload, 4)
         ifindex = nl.s32(a[NETCONFA_IFINDEX]) if NETCONFA_IFINDEX in a else 0
         if t == RTM_DELNETCONF and ifindex > 0:
-            # A device unregistering: its RTM_DELLINK follows (and takes its
-            # sysctls with it) once the kernel has waited out its users,
-            # ~17 ms later, holding the RTNL. Reading the device's conf now
-            # would wait that out in the response, only to hear ENODEV.
-            return None
+            # (nothing to ask the kernel: NetconfRemoved says why)
+            return NetconfRemoved(ifindex, msg.payload[0])
         return NetconfChanged(ifindex)
     return None
 

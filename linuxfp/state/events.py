@@ -41,7 +41,7 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
   IPv6 routes again (`Routes6Replaced`).
 * RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsPatched` for
   the device it names, `SysctlsReplaced` (every device) for all/default.
-  A device's RTM_DELNETCONF is nothing: its RTM_DELLINK follows.
+  A device's RTM_DELNETCONF -> `NetconfRemoved`, applied as it is (no read).
 * Any nf_tables message -> `NetfilterReplaced`.
 * Any xfrm policy message (XFRMNLGRP_POLICY: policies and their defaults)
   -> `XfrmReplaced`.
