@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -176,7 +177,8 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
                                                                 "-j", "DROP"), Effect("disappears", filtered_dst, sink_mac)),
             Step(f"iptables -D ({MANY_RULES} rules present)", ("iptables", "-D", "FORWARD", "-d", f"{filtered_dst}/32",
                                                                 "-j", "DROP"), Effect("appears", filtered_dst, sink_mac)),
-        ), setup=(("sh", "-c", f"{sys.executable} -c '{_MANY_DROP_RULES}' {MANY_RULES} | iptables-restore --noflush"),),
+        ), setup=(("bash", "-o", "pipefail", "-c",
+                   f"{shlex.quote(sys.executable)} -c '{_MANY_DROP_RULES}' {MANY_RULES} | iptables-restore --noflush"),),
            teardown=(("iptables", "-F", "FORWARD"),),
            note=f"a gateway's blocklist of {MANY_RULES} rules (one -d each, outside the routed prefixes): "
                 "the rules are read, compiled and classified again whole at each change, so this grows with "
@@ -261,7 +263,8 @@ def cycles(line: Line, tag: str, large_set: int = LARGE_SET) -> tuple[Cycle, ...
             Step("ipset del (large set)", ("ipset", "del", big_set, big_member),
                  Effect("appears", big_member, sink_mac)),
         ), setup=(("ipset", "create", big_set, "hash:net", "maxelem", "200000", "hashsize", "65536"),
-                  ("sh", "-c", f"{sys.executable} -c '{_BIG_SET_MEMBERS}' {big_set} {large_set} | ipset restore"),
+                  ("bash", "-o", "pipefail", "-c",
+                   f"{shlex.quote(sys.executable)} -c '{_BIG_SET_MEMBERS}' {big_set} {large_set} | ipset restore"),
                   ("iptables", "-A", "FORWARD", "-m", "set", "--match-set", big_set, "dst", "-j", "DROP")),
            teardown=(("iptables", "-F", "FORWARD"), ("ipset", "destroy", big_set)),
            note=f"a blocklist-sized set ({large_set} /32s outside the routed prefixes): the set is read "

@@ -15,7 +15,6 @@ from typing import Any, Generic, TypeVar
 
 from .model import (
     AF_INET,
-    AF_INET6,
     Address,
     FdbEntry,
     Link,
@@ -36,6 +35,7 @@ from .model import (
     route_order,
     rule_order,
 )
+from .sysctl import without_family, without_interface
 
 
 class ResyncRequired(RuntimeError):
@@ -229,11 +229,13 @@ class NetconfRemoved:
     """A device's IPv4 or IPv6 configuration is gone (RTM_DELNETCONF): the
     device unregisters (its RTM_DELLINK follows, ~17 ms later for a bridge,
     while the kernel holds the RTNL: asking about the device meanwhile
-    waits that out to hear ENODEV), or it stays with an MTU too small for
-    the family (IPv4 below 68, IPv6 below 1280: the kernel tears the
-    family's configuration down, and makes it again, announced, when the
-    MTU allows). Carries what the snapshot needs: the device's IPv4
-    sysctls go, or its IPv6 ones read as off — what a read would find."""
+    waits that out to hear ENODEV), is renamed (the family's sysctls are
+    registered again at once: RTM_NEWNETCONF), or stays with an MTU too
+    small for the family (IPv4 below 68, IPv6 below 1280: the kernel tears
+    the family's configuration down, and makes it again, announced, when
+    the MTU allows). Carries what the snapshot needs: the device's IPv4
+    sysctls go, or its IPv6 ones read as off — what a read finds then (the
+    stream reads a device still up again: sysctl.without_family)."""
 
     ifindex: int
     family: int     # AF_INET or AF_INET6
@@ -527,26 +529,6 @@ def _neighbour_on_link(index: int) -> Callable[[Neighbour], bool]:
     return lambda n: n.ifindex == index
 
 
-def _without_family_conf(sysctls: Sysctls, ifindex: int, family: int) -> Sysctls:
-    """`sysctls` as a read would find them once the device's configuration
-    of `family` is gone (sysctl.py: no IPv4 configuration, no entry; no
-    IPv6 configuration, its IPv6 values off)."""
-    found = sysctls.for_ifindex(ifindex)
-    if found is None:
-        return sysctls
-    if family == AF_INET:
-        kept = tuple(s for s in sysctls.interfaces if s.ifindex != ifindex)
-    elif family == AF_INET6:
-        off = replace(found, ipv6=False, ipv6_accept_redirects=False, ipv6_ignore_routes_with_linkdown=False,
-                      ipv6_accept_ra=False)
-        if off == found:
-            return sysctls
-        kept = tuple(off if s.ifindex == ifindex else s for s in sysctls.interfaces)
-    else:
-        return sysctls
-    return replace(sysctls, interfaces=kept)
-
-
 def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     """Fold change messages into a new Snapshot (the input is not modified).
 
@@ -642,9 +624,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             addresses.remove_where(_on_link(index))
             neighbours.remove_where(_neighbour_on_link(index))
             fdb.remove_where(lambda e: e.port == index or e.master == index)
-            if sysctls.for_ifindex(index) is not None:
-                sysctls = replace(sysctls, interfaces=tuple(
-                    s for s in sysctls.interfaces if s.ifindex != index))
+            sysctls = without_interface(sysctls, index)
         elif isinstance(msg, XdpFeaturesUpdate):
             lo, hi = links.span(msg.ifindex, link_order)
             old_link = links.get(lo) if lo < hi else None
@@ -675,7 +655,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         elif isinstance(msg, SysctlsReplaced):
             sysctls = msg.sysctls
         elif isinstance(msg, NetconfRemoved):
-            sysctls = _without_family_conf(sysctls, msg.ifindex, msg.family)
+            sysctls = without_family(sysctls, msg.ifindex, msg.family)
         elif isinstance(msg, SysctlsPatched):
             kept = {i.ifindex: i for i in sysctls.interfaces if i.ifindex not in msg.removed}
             kept.update((i.ifindex, i) for i in msg.sysctls.interfaces)

@@ -41,7 +41,8 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
   IPv6 routes again (`Routes6Replaced`).
 * RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsPatched` for
   the device it names, `SysctlsReplaced` (every device) for all/default.
-  A device's RTM_DELNETCONF -> `NetconfRemoved`, applied as it is (no read).
+  A device's RTM_DELNETCONF -> `NetconfRemoved`, applied as it is; read
+  again (`SysctlsPatched`) only for a device still up.
 * Any nf_tables message -> `NetfilterReplaced`.
 * Any xfrm policy message (XFRMNLGRP_POLICY: policies and their defaults)
   -> `XfrmReplaced`.
@@ -72,6 +73,7 @@ from .changes import (
     LinkUpdate,
     Message,
     NetconfChanged,
+    NetconfRemoved,
     NetfilterReplaced,
     NexthopChanged,
     NftablesChanged,
@@ -447,6 +449,17 @@ class EventStream:
                 if msg.ifindex < 0:
                     need_sysctls = True
                 else:
+                    sysctl_links.add(msg.ifindex)
+            elif isinstance(msg, NetconfRemoved):
+                # Applied as it stands (its family's sysctls go). An
+                # unregistering device was closed first, its down state
+                # announced before: asking about it would wait out the RTNL
+                # the kernel holds (~17 ms) to hear ENODEV. One still up is
+                # renamed (its RTM_NEWNETCONF follows, perhaps in another
+                # batch) or under the family's minimum MTU: read it, so no
+                # snapshot goes out without what a read finds.
+                known = self._links.get(msg.ifindex)
+                if known is not None and known[1] & IFF_UP:
                     sysctl_links.add(msg.ifindex)
             elif isinstance(msg, NftablesChanged):
                 need_netfilter = True

@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable
+from dataclasses import replace
 
-from .model import DeviceConf, InterfaceSysctls, Sysctls
+from .model import AF_INET, AF_INET6, DeviceConf, InterfaceSysctls, Sysctls
 
 CONF_ROOT = "/proc/sys/net/ipv4/conf"
 CONF6_ROOT = "/proc/sys/net/ipv6/conf"
@@ -108,13 +109,44 @@ def _conf6(conf: DeviceConf, linkdown_all: int) -> tuple[bool, bool, bool, bool]
 _per_device: dict[tuple, InterfaceSysctls | None] = {}
 
 
+def _ipv6_fields(conf: DeviceConf, linkdown6_all: int) -> dict[str, bool]:
+    """InterfaceSysctls' IPv6 fields for a device."""
+    ipv6, redirects, linkdown, ra = _conf6(conf, linkdown6_all)
+    return {"ipv6": ipv6, "ipv6_accept_redirects": redirects, "ipv6_ignore_routes_with_linkdown": linkdown,
+            "ipv6_accept_ra": ipv6 and ra}
+
+
+def without_family(sysctls: Sysctls, ifindex: int, family: int) -> Sysctls:
+    """`sysctls` as a read finds them once the kernel has torn the device's
+    configuration of `family` down (RTM_DELNETCONF): no IPv4 configuration,
+    no entry (_interface_sysctls); no IPv6 configuration, the IPv6 fields a
+    device without one gets."""
+    found = sysctls.for_ifindex(ifindex)
+    if found is None:
+        return sysctls
+    if family == AF_INET:
+        return without_interface(sysctls, ifindex)
+    if family != AF_INET6:
+        return sysctls
+    off = replace(found, **_ipv6_fields(DeviceConf(ifindex, ipv4=None, ipv6=None), 0))   # (ipv6 None: all off)
+    if off == found:
+        return sysctls
+    return replace(sysctls, interfaces=tuple(off if s.ifindex == ifindex else s for s in sysctls.interfaces))
+
+
+def without_interface(sysctls: Sysctls, ifindex: int) -> Sysctls:
+    """`sysctls` without the device's entry (gone, or without IPv4)."""
+    if sysctls.for_ifindex(ifindex) is None:
+        return sysctls
+    return replace(sysctls, interfaces=tuple(s for s in sysctls.interfaces if s.ifindex != ifindex))
+
+
 def _interface_sysctls(conf: DeviceConf, every: dict[str, int], linkdown6_all: int) -> InterfaceSysctls | None:
     """A device's effective sysctls; None where the kernel keeps no IPv4
     configuration for it."""
     dev = _conf4(conf)
     if dev is None:
         return None
-    ipv6, ipv6_redirects, ipv6_linkdown, ipv6_ra = _conf6(conf, linkdown6_all)
     return InterfaceSysctls(
         ifindex=conf.index,
         forwarding=bool(dev["forwarding"]),
@@ -126,10 +158,7 @@ def _interface_sysctls(conf: DeviceConf, every: dict[str, int], linkdown6_all: i
         else bool(every["accept_redirects"] or dev["accept_redirects"]),
         ignore_routes_with_linkdown=bool(every["ignore_routes_with_linkdown"]
                                          or dev["ignore_routes_with_linkdown"]),
-        ipv6=ipv6,
-        ipv6_accept_redirects=ipv6_redirects,
-        ipv6_ignore_routes_with_linkdown=ipv6_linkdown,
-        ipv6_accept_ra=ipv6 and ipv6_ra,
+        **_ipv6_fields(conf, linkdown6_all),
     )
 
 
