@@ -375,7 +375,9 @@ def test_a_device_unregistering_is_not_asked_about(netns):
     the kernel about the device meanwhile: the request would wait that out
     inside the response time, only to hear ENODEV. Nor is anything else
     read for its sysctls."""
-    sh("ip link add lfpgone type bridge")
+    # (up: deleting it announces it down first, so the stream knows it
+    # closed when its configuration goes)
+    sh("ip link add lfpgone type bridge", "ip link set lfpgone up")
     with EventStream(quiet_ns=0) as stream:
         drain(stream, 0.1)
         index = read_snapshot().link_by_name("lfpgone").index
@@ -468,14 +470,16 @@ def test_a_family_torn_down_by_a_small_mtu_leaves_the_snapshot_as_a_read_finds_i
             assert (found is not None) == ipv4 and (found is None or found.ipv6 == ipv6), (command, found)
 
 
-def test_a_device_renamed_up_keeps_its_sysctls_between_its_netconf_messages(netns):
+@pytest.mark.parametrize("up", [False, True], ids=["down", "up"])
+def test_a_device_renamed_keeps_its_sysctls_between_its_netconf_messages(netns, up):
     """Renaming a device unregisters its sysctl directories and registers
-    them again (RTM_DELNETCONF, then RTM_NEWNETCONF, per family); since
-    Linux 6.2 an up device can be renamed. The two may fall in different
-    batches: no snapshot between them may lack what a read finds (an up
-    device's missing IPv4 entry reads as less to check, not more). One
-    message per batch here."""
-    sh("ip link add lfpren type ifb", "ip link set lfpren up")
+    them again (RTM_DELNETCONF, then RTM_NEWNETCONF, per family, after the
+    rename's RTM_NEWLINK), keeping its configuration; since Linux 6.2 an up
+    device can be renamed too. The messages may fall in different batches:
+    no snapshot between them may lack what a read finds (a device's missing
+    entry is less to check for it, and may turn a namespace-wide check
+    off). One message per batch here."""
+    sh("ip link add lfpren type ifb", *(["ip link set lfpren up"] if up else []))
     with EventStream(max_messages=1) as stream:
         snap = read_snapshot()
         index = snap.link_by_name("lfpren").index

@@ -221,6 +221,7 @@ class NetconfChanged:
     state itself: the stream follows it with a SysctlsReplaced."""
 
     ifindex: int  # NETCONFA_IFINDEX_ALL (-1) / _DEFAULT (-2) or a device
+    family: int = 0     # AF_INET or AF_INET6
     kind = "netconf"
 
 
@@ -234,8 +235,9 @@ class NetconfRemoved:
     small for the family (IPv4 below 68, IPv6 below 1280: the kernel tears
     the family's configuration down, and makes it again, announced, when
     the MTU allows). Carries what the snapshot needs: the device's IPv4
-    sysctls go, or its IPv6 ones read as off — what a read finds then (the
-    stream reads a device still up again: sysctl.without_family)."""
+    sysctls go, or its IPv6 ones read as off (sysctl.without_family) —
+    what a read finds of a device that unregisters; the stream reads a
+    renamed device, or one still up, again (EventStream._silent_changes)."""
 
     ifindex: int
     family: int     # AF_INET or AF_INET6

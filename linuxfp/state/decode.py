@@ -969,9 +969,8 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
         a = nl.parse_attrs(msg.payload, 4)
         ifindex = nl.s32(a[NETCONFA_IFINDEX]) if NETCONFA_IFINDEX in a else 0
         if t == RTM_DELNETCONF and ifindex > 0:
-            # (nothing to ask the kernel: NetconfRemoved says why)
             return NetconfRemoved(ifindex, msg.payload[0])
-        return NetconfChanged(ifindex)
+        return NetconfChanged(ifindex, msg.payload[0])
     return None
 
 

@@ -97,7 +97,7 @@ from .changes import (
     routes_may_be_flushed,
 )
 from .genl import NETDEV_MGMT_GROUP, NetdevFamily
-from .model import IFF_LOWER_UP, IFF_UP, DeviceConf, Snapshot, has_far_end
+from .model import AF_INET, AF_INET6, IFF_LOWER_UP, IFF_UP, DeviceConf, Snapshot, has_far_end
 from .netfilter import generation_announced, read_netfilter
 from .read import (
     dump_device_confs,
@@ -257,6 +257,8 @@ class EventStream:
         events that imply silent kernel changes. Runs after subscribing."""
         links = dump_links(self._rtnl)
         self._links = {link.index: (link.name, link.flags & _LINK_STATE_FLAGS) for link in links}
+        # (device, family) renamed, its RTM_NEWNETCONF still to come
+        self._renamed: set[tuple[int, int]] = set()
         # Where each veth's far end is: it changes silently when that end
         # moves to another namespace or comes into ours.
         self._veth_ends = {link.index: (link.peer, link.peer_netnsid) for link in links if link.peer}
@@ -417,6 +419,10 @@ class EventStream:
                     sysctl_links.add(link.index)
                 elif before[0] != link.name:
                     need_rules = True           # (sysctls go by ifindex: a name changes none)
+                    # ... but its sysctl directories are registered again:
+                    # RTM_DELNETCONF, then RTM_NEWNETCONF, per family,
+                    # announced after this message
+                    self._renamed.update(((link.index, AF_INET), (link.index, AF_INET6)))
                 if before is not None and before[1] & IFF_UP and not state[1] & IFF_UP:
                     # Going down flushes the routes through the link without
                     # a word. Coming up, or carrier changes, only flip nexthop
@@ -431,6 +437,7 @@ class EventStream:
                 # now reaches into another namespace without a word.
                 reread_links.update(index for index, end in self._veth_ends.items()
                                     if end == (msg.index, None))
+                self._renamed.difference_update(((msg.index, AF_INET), (msg.index, AF_INET6)))
                 if self._links.pop(msg.index, None) is not None:
                     need_rules = True    # (its sysctls go with it: apply_messages)
                     extra_flushes.append(RoutesMayBeFlushed(msg.index))
@@ -450,16 +457,18 @@ class EventStream:
                     need_sysctls = True
                 else:
                     sysctl_links.add(msg.ifindex)
+                    self._renamed.discard((msg.ifindex, msg.family))
             elif isinstance(msg, NetconfRemoved):
                 # Applied as it stands (its family's sysctls go). An
                 # unregistering device was closed first, its down state
                 # announced before: asking about it would wait out the RTNL
-                # the kernel holds (~17 ms) to hear ENODEV. One still up is
-                # renamed (its RTM_NEWNETCONF follows, perhaps in another
-                # batch) or under the family's minimum MTU: read it, so no
-                # snapshot goes out without what a read finds.
+                # the kernel holds (~17 ms) to hear ENODEV. A renamed one
+                # keeps its configuration (its RTM_NEWNETCONF follows,
+                # perhaps in another batch), and one still up is under the
+                # family's minimum MTU: those are read, so no snapshot goes
+                # out without what a read finds.
                 known = self._links.get(msg.ifindex)
-                if known is not None and known[1] & IFF_UP:
+                if (known is not None and known[1] & IFF_UP) or (msg.ifindex, msg.family) in self._renamed:
                     sysctl_links.add(msg.ifindex)
             elif isinstance(msg, NftablesChanged):
                 need_netfilter = True
