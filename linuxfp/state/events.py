@@ -42,7 +42,7 @@ batch, so `apply_messages` stays pure and the snapshot never drifts:
 * RTM_NEWNETCONF (forwarding / rp_filter changes) -> `SysctlsPatched` for
   the device it names, `SysctlsReplaced` (every device) for all/default.
   A device's RTM_DELNETCONF -> `NetconfRemoved`, applied as it is; read
-  again (`SysctlsPatched`) only for a device still up.
+  again (`SysctlsPatched`) only for a device renamed or still up.
 * Any nf_tables message -> `NetfilterReplaced`.
 * Any xfrm policy message (XFRMNLGRP_POLICY: policies and their defaults)
   -> `XfrmReplaced`.
@@ -421,7 +421,9 @@ class EventStream:
                     need_rules = True           # (sysctls go by ifindex: a name changes none)
                     # ... but its sysctl directories are registered again:
                     # RTM_DELNETCONF, then RTM_NEWNETCONF, per family,
-                    # announced after this message
+                    # announced after this message (a family the device has
+                    # no configuration of keeps its mark until the device
+                    # goes: at most one read more, later)
                     self._renamed.update(((link.index, AF_INET), (link.index, AF_INET6)))
                 if before is not None and before[1] & IFF_UP and not state[1] & IFF_UP:
                     # Going down flushes the routes through the link without
@@ -464,9 +466,11 @@ class EventStream:
                 # announced before: asking about it would wait out the RTNL
                 # the kernel holds (~17 ms) to hear ENODEV. A renamed one
                 # keeps its configuration (its RTM_NEWNETCONF follows,
-                # perhaps in another batch), and one still up is under the
-                # family's minimum MTU: those are read, so no snapshot goes
-                # out without what a read finds.
+                # perhaps in another batch): read. One still up is under the
+                # family's minimum MTU, where a read finds what the message
+                # says; it is read anyway, a rare event, so that a cause not
+                # known here of a device keeping its configuration is one
+                # read, not a snapshot that lacks it.
                 known = self._links.get(msg.ifindex)
                 if (known is not None and known[1] & IFF_UP) or (msg.ifindex, msg.family) in self._renamed:
                     sysctl_links.add(msg.ifindex)

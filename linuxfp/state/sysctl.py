@@ -116,19 +116,21 @@ def _ipv6_fields(conf: DeviceConf, linkdown6_all: int) -> dict[str, bool]:
             "ipv6_accept_ra": ipv6 and ra}
 
 
+# A device without IPv6 configuration's IPv6 fields (_conf6: all off).
+_IPV6_OFF = _ipv6_fields(DeviceConf(0, ipv4=None, ipv6=None), 0)
+
+
 def without_family(sysctls: Sysctls, ifindex: int, family: int) -> Sysctls:
     """`sysctls` as a read finds them once the kernel has torn the device's
     configuration of `family` down (RTM_DELNETCONF): no IPv4 configuration,
     no entry (_interface_sysctls); no IPv6 configuration, the IPv6 fields a
     device without one gets."""
-    found = sysctls.for_ifindex(ifindex)
-    if found is None:
-        return sysctls
     if family == AF_INET:
         return without_interface(sysctls, ifindex)
-    if family != AF_INET6:
+    found = sysctls.for_ifindex(ifindex)
+    if found is None or family != AF_INET6:
         return sysctls
-    off = replace(found, **_ipv6_fields(DeviceConf(ifindex, ipv4=None, ipv6=None), 0))   # (ipv6 None: all off)
+    off = replace(found, **_IPV6_OFF)
     if off == found:
         return sysctls
     return replace(sysctls, interfaces=tuple(off if s.ifindex == ifindex else s for s in sysctls.interfaces))
