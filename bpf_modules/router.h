@@ -51,6 +51,7 @@
 	X(FIB_CACHE_HIT,          router, event, "FIB answer served from the cache (fib_cache.h)") \
 	X(FIB_CACHE_MISS,         router, event, "FIB looked up: no valid cached answer")    \
 	X(FIB_CACHE_OFF,          router, event, "FIB looked up: nothing may be cached (ip_forward_use_pmtu or fib_multipath_use_neigh set, no neighbour watch, or the controller says so: linuxfp graph)") \
+	X(FIB_CACHE_STORM,        router, event, "FIB looked up: cache not probed, a storm of misses on this CPU (fib_cache.h)") \
 	X(IPV6_OFF,               router, pass, "IPv6 not routed by the fast path here (linuxfp graph says why)") \
 	X(IPV6_DISABLED,          router, pass, "IPv6 disabled on ingress (disable_ipv6)")  \
 	X(IPV6_PROXY_NDP,         router, pass, "proxy_ndp on: the kernel may answer for the destination") \
@@ -149,6 +150,14 @@ static __always_inline enum lfp_counter lfp_fib_reason(long rc)
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:  return LFP_CNT_FIB_FRAG_NEEDED;
 	default:                            return LFP_CNT_FIB_OTHER;
 	}
+}
+
+/* Why a packet's answer is looked up rather than served: its slot held
+ * none (`probed`), a storm of misses skipped the probe, or nothing may be
+ * cached. */
+static __always_inline enum lfp_counter lfp_fib_unserved_reason(int probed, int storm)
+{
+	return probed ? LFP_CNT_FIB_CACHE_MISS : storm ? LFP_CNT_FIB_CACHE_STORM : LFP_CNT_FIB_CACHE_OFF;
 }
 
 /* The part of __fib_validate_source() that matters with rp_filter off: the
@@ -430,6 +439,8 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 		cached = lfp_fib6_cached(&probe, fib.tot_len);
 	else
 		probe.slot = NULL;
+	if (probe.slot)
+		lfp_fib_storm_note(probe.record, cached != NULL);
 	if (cached) {
 		lfp_count(pkt, LFP_CNT_FIB_CACHE_HIT);
 		fib.ifindex = cached->egress;
@@ -439,7 +450,7 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 	} else {
 		__u16 looked_up_len = fib.tot_len;     /* the lookup may overwrite it */
 
-		lfp_count(pkt, probe.slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
+		lfp_count(pkt, lfp_fib_unserved_reason(probe.slot != NULL, probe.storm));
 		rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), 0);
 		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 			return lfp_pass(pkt, lfp_fib_reason(rc));
@@ -560,6 +571,8 @@ static __always_inline enum lfp_counter lfp_fib_answer(struct lfp_pkt *pkt, stru
 		*cached = lfp_fib_cached(probe, fib->tot_len);
 	else
 		probe->slot = NULL;
+	if (probe->slot)
+		lfp_fib_storm_note(probe->record, *cached != NULL);
 	if (*cached) {
 		lfp_count(pkt, LFP_CNT_FIB_CACHE_HIT);
 		fib->ifindex = (*cached)->egress;
@@ -568,7 +581,7 @@ static __always_inline enum lfp_counter lfp_fib_answer(struct lfp_pkt *pkt, stru
 		__builtin_memcpy(fib->smac, (*cached)->smac, ETH_ALEN);
 		return LFP_CNT_MAX;
 	}
-	lfp_count(pkt, probe->slot ? LFP_CNT_FIB_CACHE_MISS : LFP_CNT_FIB_CACHE_OFF);
+	lfp_count(pkt, lfp_fib_unserved_reason(probe->slot != NULL, probe->storm));
 	rc = bpf_fib_lookup(pkt->ctx, fib, sizeof(*fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return lfp_fib_reason(rc);

@@ -28,7 +28,7 @@ from pipeline_loader import LoadedPipeline
 from fixtures.router_cases import CASES, FORWARD, NEXT_HOP_MAC, OUT_MAC, ROUTED, STALE_MAC, udp
 from test_router_datapath import VERDICTS, LoadedRouter, configure_router_ns
 
-HIT, MISS, OFF = "fib_cache_hit", "fib_cache_miss", "fib_cache_off"
+HIT, MISS, OFF, STORM = "fib_cache_hit", "fib_cache_miss", "fib_cache_off", "fib_cache_storm"
 KEY0 = struct.pack("<I", 0)
 
 
@@ -85,7 +85,7 @@ def router(request, cache_ns):
 
 
 def counted(router, frame: bytes) -> tuple[object, dict]:
-    before = {name: router.counter(name) for name in (HIT, MISS, OFF)}
+    before = {name: router.counter(name) for name in (HIT, MISS, OFF, STORM)}
     result = router.run(frame)
     return result, {name: router.counter(name) - before[name] for name in before}
 
@@ -224,9 +224,50 @@ def test_a_fresh_epoch_record_matches_no_entry_stored_before(router):
     assert _forwarded_via(router, frame)[2][HIT] == 1
     epochs = router.obj.map("lfp_fib_epochs")
     for family in (0, 1):
-        epochs.update_percpu(struct.pack("<I", family), bytes(40))
+        epochs.update_percpu(struct.pack("<I", family), bytes(epochs.value_size))
     assert _forwarded_via(router, frame)[2][MISS] == 1
     assert _forwarded_via(router, frame)[2][HIT] == 1
+
+
+# The storm's numbers (fib_cache.h): misses in a row that start one, and
+# one packet in how many probes during one.
+STORM_MISSES, STORM_SAMPLE = 64, 32
+
+
+def storm_then_calm(router, family: int, new_flow, steady: bytes, via: tuple[str, str]) -> None:
+    """From a zeroed record of `family`: STORM_MISSES frames of new keys
+    miss; the next 2 * STORM_SAMPLE skip the probe but the sampled ones
+    (the storm's 32nd and 64th); then one flow repeated ends the storm —
+    its first sampled probe keeps the answer, the next hits — and hits
+    every time after. Every frame forwarded `via`, as the lookup says."""
+    epochs = router.obj.map("lfp_fib_epochs")
+    epochs.update_percpu(struct.pack("<I", family), bytes(epochs.value_size))
+    seen = []
+    for number in range(STORM_MISSES + 2 * STORM_SAMPLE):
+        out_src, out_dst, counts = _forwarded_via(router, new_flow(number))
+        assert (out_src, out_dst) == via, (number, out_src, out_dst)
+        seen.append(counts)
+    assert all(c[MISS] == 1 for c in seen[:STORM_MISSES]), seen[:STORM_MISSES]
+    storm = seen[STORM_MISSES:]
+    probed = [n for n, c in enumerate(storm, 1) if c[MISS] == 1]
+    assert probed == [STORM_SAMPLE, 2 * STORM_SAMPLE], probed
+    assert sum(c[STORM] for c in storm) == len(storm) - 2 and not any(c[HIT] or c[OFF] for c in storm)
+    calm = [_forwarded_via(router, steady) for _ in range(2 * STORM_SAMPLE + 8)]
+    assert all(v[:2] == via for v in calm), calm
+    first_hit = next(n for n, v in enumerate(calm) if v[2][HIT])
+    assert first_hit <= 2 * STORM_SAMPLE and all(v[2][HIT] == 1 for v in calm[first_hit:]), \
+        [v[2] for v in calm]
+
+
+def test_a_storm_of_misses_skips_the_probe_until_a_hit(router):
+    """Every frame a new (source, destination), as in a scan or the bench's
+    all-new traffic: after 64 misses in a row only one packet in 32 probes
+    the cache (the rest are looked up, as the probe's slot would only have
+    cost a cache miss); a flow that hits again ends the storm."""
+    def new_flow(number: int) -> bytes:
+        return bytes(udp(dst=f"198.19.0.{1 + number % 250}", src=f"198.18.1.{10 + number // 250}"))
+
+    storm_then_calm(router, 0, new_flow, bytes(udp(dst=ROUTED)), (OUT_MAC, NEXT_HOP_MAC))
 
 
 def test_nothing_is_cached_without_the_neighbour_watch(router):
@@ -535,6 +576,14 @@ def test_every_change_that_can_alter_an_ipv6_answer_invalidates_it(router6, cach
     finally:
         sh(cache6_ns, undo)
     _cached_again(router6, frame, (OUT0_MAC6, GW0_MAC6))
+
+
+def test_a_storm_of_ipv6_misses_skips_the_probe_until_a_hit(router6):
+    """The same storm for IPv6's answers (their own record)."""
+    def new_flow(number: int) -> bytes:
+        return udp6(f"2001:db8:10:0::{number + 0x100:x}")
+
+    storm_then_calm(router6, 1, new_flow, udp6(ROUTED6), (OUT0_MAC6, GW0_MAC6))
 
 
 def test_ipv6_answers_are_cached_per_flow_label_and_up_to_1280_bytes(router6):

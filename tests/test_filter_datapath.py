@@ -264,7 +264,7 @@ def test_tcp_goes_to_the_kernel_before_routing_while_connections_are_tracked(fil
         frame("198.19.1.5", TCP(sport=40000, dport=80, flags="A"))
 
     def looked_up() -> int:
-        return sum(loaded.counter(name) for name in ("fib_cache_hit", "fib_cache_miss", "fib_cache_off"))
+        return sum(loaded.counter(name) for name in ("fib_cache_hit", "fib_cache_miss", "fib_cache_off", "fib_cache_storm"))
 
     try:
         for tcp in (allowed, blocked):

@@ -22,8 +22,8 @@
  *   7 + the FIB cache's probe: the kernel's generations through
  *       bpf_cast_to_kern_ctx(), the per-CPU epoch, the slot
  *   8 + the answer served from the cache, probe included (looked up and
- *       kept on a miss: lfp_fib_answer()) in place of rung 1's constants,
- *       hits counted
+ *       kept on a miss, the probe skipped during a storm of misses:
+ *       lfp_fib_answer()) in place of rung 1's constants, hits counted
  *   9 + transmit (neighbour state, TTL, rewrite, redirect, counted) in place
  *       of the rungs' own rewrite
  * The real pipeline then adds what no rung has: the VLAN metadata kfunc
