@@ -38,13 +38,14 @@
  * load of its slot was the program's costliest instruction (a cache miss,
  * ~70 ns on an AMD host), paid on top of the lookup and never repaid. So a
  * run of LFP_FIB_STORM_MISSES misses in a row on a CPU (no hit between: a
- * scan, a flood of new flows, more keys than slots) makes that CPU probe
- * only one packet in LFP_FIB_STORM_SAMPLE; the others are looked up as if
- * nothing could be cached, and the first hit ends the storm. Which packets
- * are served from the cache changes, never what they are served: a
- * bypassed packet gets the lookup's own answer. (A mix with any working
- * set the cache holds hits long before 64 misses in a row: at a 30 % hit
- * rate such a run comes once in ~10^10 packets.)
+ * scan, a flood of new flows, more keys than slots, or lookups that never
+ * give a cacheable answer) makes that CPU probe only one packet in 32,
+ * picked at random; the others are looked up as if nothing could be
+ * cached, and the first hit ends the storm. Which packets are served from
+ * the cache changes, never what they are served: a bypassed packet gets
+ * the lookup's own answer. (A mix whose working set the cache holds rarely
+ * starts one: at a 30 % hit rate, independent misses make such a run once
+ * in ~10^10 packets.)
  */
 #ifndef LFP_FIB_CACHE_H
 #define LFP_FIB_CACHE_H
@@ -56,7 +57,7 @@
 #define LFP_FIB_CACHE_SLOTS 16384       /* a power of two; 56 bytes each, per CPU */
 #endif
 #define LFP_FIB_STORM_MISSES 64         /* misses in a row that start a storm */
-#define LFP_FIB_STORM_SAMPLE 32         /* a power of two: one packet in it probes during one */
+#define LFP_FIB_STORM_SAMPLE_BITS 5     /* one packet in 2^5 probes during one */
 
 /* The fields read, relocated against the running kernel's BTF. */
 struct netns_ipv4___lfp_fib {
@@ -181,7 +182,7 @@ struct lfp_fib_epoch {
 	struct lfp_fib_stamp stamp;
 	__u64 epoch;
 	__u32 misses;           /* in a row, up to LFP_FIB_STORM_MISSES */
-	__u32 storm_packets;    /* seen during storms: every LFP_FIB_STORM_SAMPLE-th probes */
+	__u32 storm_draw;       /* the storms' random draws (an LCG's state) */
 };
 
 #define LFP_FIB_EPOCH_IPV4 0
@@ -216,14 +217,17 @@ static __always_inline struct lfp_fib_epoch *lfp_fib_epoch_now(__u32 family, con
 	return e;
 }
 
-/* Whether this packet skips the probe: a storm of misses is on and it is
- * not the one in LFP_FIB_STORM_SAMPLE that probes. */
+/* Whether this packet skips the probe: a storm of misses is on and the
+ * draw (an LCG's top bits, Numerical Recipes' constants) did not pick it.
+ * At random, not every 32nd: a fixed stride aliases with traffic that
+ * cycles through its keys in turn (over 10 000 keys, every 32nd packet
+ * would probe only keys never stored, for tens of thousands of packets). */
 static __always_inline int lfp_fib_storm_skips(struct lfp_fib_epoch *e)
 {
 	if (e->misses < LFP_FIB_STORM_MISSES)
 		return 0;
-	e->storm_packets++;
-	return (e->storm_packets & (LFP_FIB_STORM_SAMPLE - 1)) != 0;
+	e->storm_draw = e->storm_draw * 1664525u + 1013904223u;
+	return (e->storm_draw >> (32 - LFP_FIB_STORM_SAMPLE_BITS)) != 0;
 }
 
 /* Counts a probe's outcome toward (or out of) a storm; a hit writes only
@@ -352,14 +356,17 @@ static __always_inline int lfp_fib_same_key(const struct lfp_fib_key *a, const s
 }
 
 /* The cached answer for a packet whose lookup would carry `tot_len`, or
- * NULL. */
+ * NULL; either counted toward (or out of) a storm. */
 static __always_inline struct lfp_fib_entry *lfp_fib_cached(const struct lfp_fib_probe *probe, __u16 tot_len)
 {
 	struct lfp_fib_entry *e = probe->slot;
 
 	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib_same_key(&e->key, &probe->key) ||
-	    e->epoch != probe->epoch || tot_len > e->max_len)
+	    e->epoch != probe->epoch || tot_len > e->max_len) {
+		lfp_fib_storm_note(probe->record, 0);
 		return NULL;
+	}
+	lfp_fib_storm_note(probe->record, 1);
 	return e;
 }
 
@@ -517,8 +524,11 @@ static __always_inline struct lfp_fib6_entry *lfp_fib6_cached(const struct lfp_f
 	struct lfp_fib6_entry *e = probe->slot;
 
 	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib6_same_key(&e->key, &probe->key) ||
-	    e->epoch != probe->epoch || tot_len > e->max_len)
+	    e->epoch != probe->epoch || tot_len > e->max_len) {
+		lfp_fib_storm_note(probe->record, 0);
 		return NULL;
+	}
+	lfp_fib_storm_note(probe->record, 1);
 	return e;
 }
 

@@ -439,8 +439,6 @@ static __always_inline enum lfp_rc lfp_route_ipv6(struct lfp_pkt *pkt, struct lf
 		cached = lfp_fib6_cached(&probe, fib.tot_len);
 	else
 		probe.slot = NULL;
-	if (probe.slot)
-		lfp_fib_storm_note(probe.record, cached != NULL);
 	if (cached) {
 		lfp_count(pkt, LFP_CNT_FIB_CACHE_HIT);
 		fib.ifindex = cached->egress;
@@ -571,8 +569,6 @@ static __always_inline enum lfp_counter lfp_fib_answer(struct lfp_pkt *pkt, stru
 		*cached = lfp_fib_cached(probe, fib->tot_len);
 	else
 		probe->slot = NULL;
-	if (probe->slot)
-		lfp_fib_storm_note(probe->record, *cached != NULL);
 	if (*cached) {
 		lfp_count(pkt, LFP_CNT_FIB_CACHE_HIT);
 		fib->ifindex = (*cached)->egress;

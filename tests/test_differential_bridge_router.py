@@ -146,4 +146,7 @@ def test_bridge_and_router_forward_ipv6_as_linux(require_root, hook, source):
     assert fast >= 20, (fast, reasons(stats, ("passed",)))
     kernel = sum(o.forwarded_by_kernel for o in report.kernel[:2])
     accelerated = sum(o.forwarded_by_kernel for o in report.accelerated[:2])
-    assert accelerated < kernel / 2, (accelerated, kernel)
+    # (per step, and why the fast path passed: a CI run once saw one
+    # step's whole burst forwarded by the kernel, cause not known)
+    assert accelerated < kernel / 2, (accelerated, kernel, [o.forwarded_by_kernel for o in report.accelerated],
+                                      reasons(stats, ("passed",)))

@@ -230,33 +230,50 @@ def test_a_fresh_epoch_record_matches_no_entry_stored_before(router):
 
 
 # The storm's numbers (fib_cache.h): misses in a row that start one, and
-# one packet in how many probes during one.
-STORM_MISSES, STORM_SAMPLE = 64, 32
+# its draws, an LCG from the record's zeroed state whose top 5 bits pick
+# (when 0) the packets that probe.
+STORM_MISSES = 64
+
+
+def storm_draws(count: int, state: int = 0) -> tuple[list[int], int]:
+    """Which of the next `count` packets of a storm probe (1-based), and the
+    state after them."""
+    probing = []
+    for number in range(1, count + 1):
+        state = (state * 1664525 + 1013904223) & 0xFFFFFFFF
+        if state >> 27 == 0:
+            probing.append(number)
+    return probing, state
 
 
 def storm_then_calm(router, family: int, new_flow, steady: bytes, via: tuple[str, str]) -> None:
     """From a zeroed record of `family`: STORM_MISSES frames of new keys
-    miss; the next 2 * STORM_SAMPLE skip the probe but the sampled ones
-    (the storm's 32nd and 64th); then one flow repeated ends the storm —
-    its first sampled probe keeps the answer, the next hits — and hits
-    every time after. Every frame forwarded `via`, as the lookup says."""
+    miss; during the next 64 only those the draws pick probe (and miss);
+    then one flow repeated ends the storm — the first probe of it keeps the
+    answer, a later one hits (the next drawn, unless a generation the
+    kernel moves on its own came between) — and no packet after skips the
+    probe. Every frame forwarded `via`, as the lookup says."""
     epochs = router.obj.map("lfp_fib_epochs")
     epochs.update_percpu(struct.pack("<I", family), bytes(epochs.value_size))
     seen = []
-    for number in range(STORM_MISSES + 2 * STORM_SAMPLE):
+    for number in range(STORM_MISSES + 64):
         out_src, out_dst, counts = _forwarded_via(router, new_flow(number))
         assert (out_src, out_dst) == via, (number, out_src, out_dst)
         seen.append(counts)
     assert all(c[MISS] == 1 for c in seen[:STORM_MISSES]), seen[:STORM_MISSES]
     storm = seen[STORM_MISSES:]
+    expected, state = storm_draws(len(storm))
+    assert expected, "the draws pick no packet of the storm: a longer one is needed"
     probed = [n for n, c in enumerate(storm, 1) if c[MISS] == 1]
-    assert probed == [STORM_SAMPLE, 2 * STORM_SAMPLE], probed
-    assert sum(c[STORM] for c in storm) == len(storm) - 2 and not any(c[HIT] or c[OFF] for c in storm)
-    calm = [_forwarded_via(router, steady) for _ in range(2 * STORM_SAMPLE + 8)]
+    assert probed == expected, (probed, expected)
+    assert sum(c[STORM] for c in storm) == len(storm) - len(expected) and not any(c[HIT] or c[OFF] for c in storm)
+    drawn, _ = storm_draws(400, state)
+    calm = [_forwarded_via(router, steady) for _ in range(drawn[5] + 8)]
     assert all(v[:2] == via for v in calm), calm
-    first_hit = next(n for n, v in enumerate(calm) if v[2][HIT])
-    assert first_hit <= 2 * STORM_SAMPLE and all(v[2][HIT] == 1 for v in calm[first_hit:]), \
-        [v[2] for v in calm]
+    first_hit = next((n for n, v in enumerate(calm, 1) if v[2][HIT]), None)
+    assert first_hit in drawn[1:6], (first_hit, drawn[:6], [v[2] for v in calm])
+    after = [v[2] for v in calm[first_hit:]]
+    assert not any(c[STORM] for c in after) and sum(c[HIT] for c in after) >= len(after) - 2, after
 
 
 def test_a_storm_of_misses_skips_the_probe_until_a_hit(router):

@@ -20,7 +20,8 @@
  *   5 + IPv4 header validation (lengths, checksum, fragments) and martians
  *   6 + forwarding switches, local source (prefilter, then hash), route MTU cap
  *   7 + the FIB cache's probe: the kernel's generations through
- *       bpf_cast_to_kern_ctx(), the per-CPU epoch, the slot
+ *       bpf_cast_to_kern_ctx(), the per-CPU epoch (and the storm's
+ *       check), the slot
  *   8 + the answer served from the cache, probe included (looked up and
  *       kept on a miss, the probe skipped during a storm of misses:
  *       lfp_fib_answer()) in place of rung 1's constants, hits counted
@@ -29,8 +30,9 @@
  * The real pipeline then adds what no rung has: the VLAN metadata kfunc
  * (XDP), ports and ICMP checks, the multipath L4-hash check, GSO, hairpin
  * and source checks, priority. Rungs 7-9 need the cache on: where the
- * probe refuses they count fib_cache_off, as the router does, and hand the
- * packet to the kernel (the bench then refuses the measurement). */
+ * probe refuses they count fib_cache_off (or fib_cache_storm), as the
+ * router does, and hand the packet to the kernel (the bench then refuses
+ * the measurement). */
 #ifndef LADDER
 #error "LADDER must be defined"
 #endif
@@ -128,7 +130,7 @@ int lfp_ladder(lfp_ctx_t *ctx)
 	fib.ifindex = pkt.l3_ifindex;
 #if LADDER == 7
 	if (!lfp_fib_probe_init(&pkt, &fib, &probe)) {
-		lfp_count(&pkt, LFP_CNT_FIB_CACHE_OFF);       /* as lfp_fib_answer() counts it */
+		lfp_count(&pkt, lfp_fib_unserved_reason(0, probe.storm));      /* as lfp_fib_answer() counts it */
 		return LADDER_PASS;
 	}
 #endif
