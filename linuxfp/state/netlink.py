@@ -189,6 +189,7 @@ ScannerT = TypeVar("ScannerT", bound="DumpScanner")
 # period, 5-13 ms measured right after `iptables -D`), which a re-read right
 # after each commit would pay every time.
 _kept = threading.local()
+_receive_buffers = threading.local()
 _keep_query_sockets = False
 
 
@@ -245,13 +246,24 @@ class NetlinkSocket:
             self.sock.close()
             raise
         self._seq = 0
-        self._buffer = bytearray(RECV_BUFSIZE)
+
+    @property
+    def _buffer(self) -> bytearray:
+        # One per thread, shared by its sockets (every receive copies its
+        # datagram out at once): a megabyte zero-filled per socket was most
+        # of a short-lived socket's cost (~0.3 ms), which CLI commands and
+        # tests pay for every query.
+        buffer = getattr(_receive_buffers, "buffer", None)
+        if buffer is None:
+            buffer = _receive_buffers.buffer = bytearray(RECV_BUFSIZE)
+        return buffer
 
     def receive(self) -> bytes:
         """One datagram. socket.recv(RECV_BUFSIZE) would allocate (and give
         back) a megabyte per call: ~20 us, for every event of a burst."""
-        size = self.sock.recv_into(self._buffer)
-        return bytes(memoryview(self._buffer)[:size])
+        buffer = self._buffer
+        size = self.sock.recv_into(buffer)
+        return bytes(memoryview(buffer)[:size])
 
     def listen_all_nsid(self) -> None:
         """Also receive the subscribed groups' events of every namespace that
@@ -260,7 +272,8 @@ class NetlinkSocket:
 
     def receive_tagged(self) -> tuple[bytes, int | None]:
         """One datagram and the id of the namespace it comes from (None: ours)."""
-        size, ancdata, flags, _addr = self.sock.recvmsg_into([self._buffer], _NSID_CMSG_SPACE)
+        buffer = self._buffer
+        size, ancdata, flags, _addr = self.sock.recvmsg_into([buffer], _NSID_CMSG_SPACE)
         if flags & socket.MSG_CTRUNC:
             # its origin is unknown: as good as lost (the caller re-reads)
             raise OSError(errno.ENOBUFS, "netlink: namespace id of an event truncated")
@@ -268,7 +281,7 @@ class NetlinkSocket:
         for level, kind, data in ancdata:
             if level == SOL_NETLINK and kind == NETLINK_LISTEN_ALL_NSID and len(data) >= 4:
                 nsid = struct.unpack_from("=i", data)[0]
-        return bytes(memoryview(self._buffer)[:size]), nsid
+        return bytes(memoryview(buffer)[:size]), nsid
 
     def fileno(self) -> int:
         return self.sock.fileno()
