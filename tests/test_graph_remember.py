@@ -281,6 +281,46 @@ def test_a_new_interface_recomputes_its_own_decision_and_facts_only():
                                                                 fresh.tables)
 
 
+def test_a_rule_change_that_leaves_the_filters_presence_redoes_no_interface_decision():
+    """`iptables -A` under a ruleset: the rules' contents change (the
+    filter's tables and plan follow), but what interfaces read of the plan —
+    whether FORWARD filters, tracks, can be evaluated, reads the mark — does
+    not, so no interface's pipeline is decided again; a change of that
+    (conntrack matched for the first time) is."""
+    from linuxfp.graph.nodes.iptables_filter import filter_plan
+    from linuxfp.state.iptables import parse_save
+    from linuxfp.state.model import NetfilterState
+
+    def with_rules(snapshot, *rules: str):
+        text = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                + "".join(f"-A FORWARD {r}\n" for r in rules) + "COMMIT\n")
+        return dataclasses.replace(snapshot, netfilter=NetfilterState(
+            active=True, tables=("nft:ip filter",), detail="test", rulesets=(parse_save(text, "nft"),)))
+
+    base = router_snapshot()
+    s1 = with_rules(base, "-d 198.19.0.0/24 -p udp -j DROP")
+    g1 = build_graph(s1, "xdp")
+    assert any("filter" in p.shape.nodes for p in g1.pipelines), g1.pipelines
+    original = build._pipeline
+    decide, calls = _counting(original)
+    build._pipeline = decide
+    try:
+        s2 = with_rules(base, "-d 198.19.0.0/24 -p udp -j DROP", "-d 198.19.1.9/32 -j DROP")
+        g2 = build_graph(s2, "xdp")
+        assert calls == []
+        assert filter_plan(s2) != filter_plan(s1)
+        assert all(a is b for a, b in zip(g2.pipelines, g1.pipelines)) and len(g2.pipelines) == len(g1.pipelines)
+        s3 = with_rules(base, "-m conntrack --ctstate ESTABLISHED -j ACCEPT", "-d 198.19.0.0/24 -p udp -j DROP")
+        g3 = build_graph(s3, "xdp")
+        assert len(calls) == len(g3.pipelines) + len(g3.skipped)
+        assert any("conntrack" in p.shape.nodes for p in g3.pipelines), g3.pipelines
+    finally:
+        build._pipeline = original
+    forget()
+    fresh = build_graph(s2, "xdp")       # (the tables hold a fresh classifier generation: not compared)
+    assert (g2.pipelines, g2.skipped) == (fresh.pipelines, fresh.skipped)
+
+
 def test_another_threads_snapshot_does_not_answer_for_this_one():
     """Answers are checked once per snapshot and thread: a metrics scrape
     asking about another snapshot meanwhile gets its own."""

@@ -12,7 +12,7 @@ from linuxfp.resources import modules_dir
 from ..remember import link_at
 from . import Node, Stage, register
 from .bridge import calls_ip6tables, calls_iptables
-from .iptables_filter import FILTER, OBSTACLE, filter_plan
+from .iptables_filter import FILTER, OBSTACLE, filter_plan, filter_presence
 
 
 class BridgeFilter(Node):
@@ -25,15 +25,15 @@ class BridgeFilter(Node):
         bridge = link_at(snapshot, link.master) if link.bridge_port is not None and link.master else None
         if bridge is None or bridge.kind != "bridge":
             return False
-        plan = filter_plan(snapshot)
-        return ((plan.classifier is not None and calls_iptables(snapshot, bridge))
-                or (plan.classifier6 is not None and calls_ip6tables(snapshot, bridge)))
+        presence = filter_presence(snapshot)
+        return ((presence.ipv4 and calls_iptables(snapshot, bridge))
+                or (presence.ipv6 and calls_ip6tables(snapshot, bridge)))
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         return ("bridge",)          # only what the bridge node bridges
 
     def blocker(self, snapshot, link) -> str | None:
-        return filter_plan(snapshot).problem
+        return filter_presence(snapshot).problem
 
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
         return FILTER.hook_blocker(snapshot, link, hook)    # the same rules, the same limits

@@ -16,7 +16,7 @@ from __future__ import annotations
 from linuxfp.resources import modules_dir
 
 from . import Node, Stage, register
-from .iptables_filter import filter_plan
+from .iptables_filter import filter_presence
 
 
 class Conntrack(Node):
@@ -29,9 +29,8 @@ class Conntrack(Node):
         # reads the current generation's bits too, so a ruleset without
         # tracking passes TCP on to the nodes after it before the
         # controller has rebuilt anything.
-        plan = filter_plan(snapshot)
-        return ((plan.classifier is not None and bool(plan.tracking))
-                or (plan.classifier6 is not None and bool(plan.tracking6)))
+        presence = filter_presence(snapshot)
+        return presence.tracking or presence.tracking6
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         # Only where FORWARD is evaluated: every exit of the IP path then

@@ -53,6 +53,35 @@ class FilterPlan:
                      if p is not None)
 
 
+@dataclass(frozen=True)
+class FilterPresence:
+    """What an interface's decision reads of the plan: whether each family's
+    FORWARD filters anything (and makes the kernel track connections), why
+    the rules cannot be evaluated, and whether they read the mark. Asked by
+    answer (filter_presence): a change of the rules' contents leaves it
+    equal, and no interface's decision is then redone."""
+
+    ipv4: bool = False
+    ipv6: bool = False
+    tracking: bool = False
+    tracking6: bool = False
+    problem: str | None = None
+    reads_mark: bool = False
+
+
+def filter_presence(snapshot) -> FilterPresence:
+    return remembered("filter.presence", snapshot, _filter_presence, by_answer=True)
+
+
+def _filter_presence(snapshot) -> FilterPresence:
+    plan = filter_plan(snapshot)
+    return FilterPresence(ipv4=plan.classifier is not None, ipv6=plan.classifier6 is not None,
+                          tracking=plan.classifier is not None and bool(plan.tracking),
+                          tracking6=plan.classifier6 is not None and bool(plan.tracking6),
+                          problem=plan.problem,
+                          reads_mark=any(program.reads_mark for program, _ in plan.families))
+
+
 class Filter(Node):
     name = "filter"
     stage = Stage.FORWARD
@@ -67,8 +96,8 @@ class Filter(Node):
     watch = modules_dir() / "filter_watch.c"
 
     def applies(self, snapshot, link) -> bool:
-        plan = filter_plan(snapshot)
-        return plan.classifier is not None or plan.classifier6 is not None
+        presence = filter_presence(snapshot)
+        return presence.ipv4 or presence.ipv6
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         # FORWARD as the routed path meets it (a bridge port's frames to the
@@ -77,10 +106,10 @@ class Filter(Node):
         return ("router",)
 
     def blocker(self, snapshot, link) -> str | None:
-        return filter_plan(snapshot).problem
+        return filter_presence(snapshot).problem
 
     def hook_blocker(self, snapshot, link, hook: str) -> str | None:
-        if hook == "xdp" and any(program.reads_mark for program, _ in filter_plan(snapshot).families):
+        if hook == "xdp" and filter_presence(snapshot).reads_mark:
             # a frame from a veth peer keeps the mark its sender set, unseen
             return "iptables or ip6tables rules match the packet mark, which XDP cannot see"
         return None
