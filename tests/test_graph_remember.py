@@ -310,10 +310,19 @@ def test_a_rule_change_that_leaves_the_filters_presence_redoes_no_interface_deci
         assert calls == []
         assert filter_plan(s2) != filter_plan(s1)
         assert all(a is b for a, b in zip(g2.pipelines, g1.pipelines)) and len(g2.pipelines) == len(g1.pipelines)
+        assert g2.tables != g1.tables           # (the rules themselves do reach the datapath)
         s3 = with_rules(base, "-m conntrack --ctstate ESTABLISHED -j ACCEPT", "-d 198.19.0.0/24 -p udp -j DROP")
         g3 = build_graph(s3, "xdp")
         assert len(calls) == len(g3.pipelines) + len(g3.skipped)
         assert any("conntrack" in p.shape.nodes for p in g3.pipelines), g3.pipelines
+        # a rule reading the mark: at XDP, no interface keeps the filter
+        s4 = with_rules(base, "-m mark --mark 1 -j DROP", "-d 198.19.0.0/24 -p udp -j DROP")
+        g4 = build_graph(s4, "xdp")
+        assert not any("filter" in p.shape.nodes for p in g4.pipelines), g4.pipelines
+        assert any("mark" in s.reason for s in g4.skipped), g4.skipped
+        # no rule left in FORWARD: no filter at all
+        g5 = build_graph(with_rules(base), "xdp")
+        assert g5.pipelines and not any("filter" in p.shape.nodes for p in g5.pipelines), g5.pipelines
     finally:
         build._pipeline = original
     forget()

@@ -26,8 +26,8 @@ class BridgeFilter(Node):
         if bridge is None or bridge.kind != "bridge":
             return False
         presence = filter_presence(snapshot)
-        return ((presence.ipv4 and calls_iptables(snapshot, bridge))
-                or (presence.ipv6 and calls_ip6tables(snapshot, bridge)))
+        return ((presence.filters4 and calls_iptables(snapshot, bridge))
+                or (presence.filters6 and calls_ip6tables(snapshot, bridge)))
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         return ("bridge",)          # only what the bridge node bridges

@@ -61,8 +61,8 @@ class FilterPresence:
     answer (filter_presence): a change of the rules' contents leaves it
     equal, and no interface's decision is then redone."""
 
-    ipv4: bool = False
-    ipv6: bool = False
+    filters4: bool = False          # an IPv4 classifier (FORWARD filters something)
+    filters6: bool = False          # an IPv6 one (not FilterPlan.ipv6: whether routed IPv6 reaches the node)
     tracking: bool = False
     tracking6: bool = False
     problem: str | None = None
@@ -75,7 +75,7 @@ def filter_presence(snapshot) -> FilterPresence:
 
 def _filter_presence(snapshot) -> FilterPresence:
     plan = filter_plan(snapshot)
-    return FilterPresence(ipv4=plan.classifier is not None, ipv6=plan.classifier6 is not None,
+    return FilterPresence(filters4=plan.classifier is not None, filters6=plan.classifier6 is not None,
                           tracking=plan.classifier is not None and bool(plan.tracking),
                           tracking6=plan.classifier6 is not None and bool(plan.tracking6),
                           problem=plan.problem,
@@ -97,7 +97,7 @@ class Filter(Node):
 
     def applies(self, snapshot, link) -> bool:
         presence = filter_presence(snapshot)
-        return presence.ipv4 or presence.ipv6
+        return presence.filters4 or presence.filters6
 
     def needs(self, snapshot, link) -> tuple[str, ...]:
         # FORWARD as the routed path meets it (a bridge port's frames to the
