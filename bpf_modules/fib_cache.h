@@ -221,7 +221,7 @@ static __always_inline struct lfp_fib_epoch *lfp_fib_epoch_now(__u32 family, con
  * draw (an LCG's top bits, Numerical Recipes' constants) did not pick it.
  * At random, not every 32nd: a fixed stride aliases with traffic that
  * cycles through its keys in turn (over 10 000 keys, every 32nd packet
- * would probe only keys never stored, for tens of thousands of packets). */
+ * would probe only keys never stored, for a cycle of them or more). */
 static __always_inline int lfp_fib_storm_skips(struct lfp_fib_epoch *e)
 {
 	if (e->misses < LFP_FIB_STORM_MISSES)
