@@ -39,7 +39,8 @@
  * ~70 ns on an AMD host), paid on top of the lookup and never repaid. So a
  * run of LFP_FIB_STORM_MISSES misses in a row on a CPU (no hit between: a
  * scan, a flood of new flows, more keys than slots, or lookups that never
- * give a cacheable answer) makes that CPU probe only one packet in 32,
+ * give a cacheable answer; a slot holding the key's answer for shorter
+ * packets is no miss) makes that CPU probe only one packet in 32,
  * picked at random; the others are looked up as if nothing could be
  * cached, and the first hit ends the storm. Which packets are served from
  * the cache changes, never what they are served: a bypassed packet gets
@@ -356,18 +357,16 @@ static __always_inline int lfp_fib_same_key(const struct lfp_fib_key *a, const s
 }
 
 /* The cached answer for a packet whose lookup would carry `tot_len`, or
- * NULL; either counted toward (or out of) a storm. */
+ * NULL. The storm counts whether the slot held the key's answer at all: a
+ * packet too long for it (IPv6 past 1280 bytes, always) found its flow
+ * there, and the probe pays for that flow's shorter packets. */
 static __always_inline struct lfp_fib_entry *lfp_fib_cached(const struct lfp_fib_probe *probe, __u16 tot_len)
 {
 	struct lfp_fib_entry *e = probe->slot;
+	int held = (e->flags & LFP_FIB_VALID) && lfp_fib_same_key(&e->key, &probe->key) && e->epoch == probe->epoch;
 
-	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib_same_key(&e->key, &probe->key) ||
-	    e->epoch != probe->epoch || tot_len > e->max_len) {
-		lfp_fib_storm_note(probe->record, 0);
-		return NULL;
-	}
-	lfp_fib_storm_note(probe->record, 1);
-	return e;
+	lfp_fib_storm_note(probe->record, held);
+	return held && tot_len <= e->max_len ? e : NULL;
 }
 
 /* Keeps the successful answer of a lookup made with `tot_len`. */
@@ -522,14 +521,10 @@ static __always_inline int lfp_fib6_same_key(const struct lfp_fib6_key *a, const
 static __always_inline struct lfp_fib6_entry *lfp_fib6_cached(const struct lfp_fib6_probe *probe, __u16 tot_len)
 {
 	struct lfp_fib6_entry *e = probe->slot;
+	int held = (e->flags & LFP_FIB_VALID) && lfp_fib6_same_key(&e->key, &probe->key) && e->epoch == probe->epoch;
 
-	if (!(e->flags & LFP_FIB_VALID) || !lfp_fib6_same_key(&e->key, &probe->key) ||
-	    e->epoch != probe->epoch || tot_len > e->max_len) {
-		lfp_fib_storm_note(probe->record, 0);
-		return NULL;
-	}
-	lfp_fib_storm_note(probe->record, 1);
-	return e;
+	lfp_fib_storm_note(probe->record, held);
+	return held && tot_len <= e->max_len ? e : NULL;
 }
 
 static __always_inline void lfp_fib6_remember(struct lfp_fib6_probe *probe, const struct bpf_fib_lookup *fib,

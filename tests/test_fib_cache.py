@@ -603,6 +603,18 @@ def test_a_storm_of_ipv6_misses_skips_the_probe_until_a_hit(router6):
     storm_then_calm(router6, 1, new_flow, udp6(ROUTED6), (OUT0_MAC6, GW0_MAC6))
 
 
+def test_an_ipv6_flow_past_1280_bytes_starts_no_storm(router6):
+    """Its packets are always looked up (longer than an entry may serve),
+    but each finds its flow's answer in the slot: no storm of misses, and
+    the flow's shorter packets are served from the cache throughout."""
+    epochs = router6.obj.map("lfp_fib_epochs")
+    epochs.update_percpu(struct.pack("<I", 1), bytes(epochs.value_size))
+    big, small = udp6(ROUTED6, size=1300), udp6(ROUTED6, size=100)
+    seen = [_forwarded6(router6, big) for _ in range(STORM_MISSES + 40)]
+    assert all(v[:2] == (OUT0_MAC6, GW0_MAC6) and v[2][MISS] == 1 for v in seen), [v[2] for v in seen]
+    assert _forwarded6(router6, small)[2][HIT] == 1
+
+
 def test_ipv6_answers_are_cached_per_flow_label_and_up_to_1280_bytes(router6):
     """The flow label is in the key (the multipath hash reads it); a packet
     past 1280 bytes is always looked up (a learned path MTU may shrink in
