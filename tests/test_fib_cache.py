@@ -287,6 +287,22 @@ def test_a_storm_of_misses_skips_the_probe_until_a_hit(router):
     storm_then_calm(router, 0, new_flow, bytes(udp(dst=ROUTED)), (OUT_MAC, NEXT_HOP_MAC))
 
 
+def test_packets_too_long_for_a_kept_answer_start_no_storm(router):
+    """A flow whose answer is kept for short packets, then only packets the
+    egress MTU refuses (looked up each time: the kernel's FRAG_NEEDED): each
+    finds its flow's answer in the slot, so no storm starts, and the flow's
+    short packets are still served from the cache."""
+    from fixtures.router_cases import SMALL_MTU
+    epochs = router.obj.map("lfp_fib_epochs")
+    epochs.update_percpu(struct.pack("<I", 0), bytes(epochs.value_size))
+    short, long = bytes(udp(dst=SMALL_MTU, size=100)), bytes(udp(dst=SMALL_MTU, size=1300, flags="DF"))
+    _forwarded_via(router, short)
+    assert _forwarded_via(router, short)[2][HIT] == 1
+    seen = [_forwarded_via(router, long) for _ in range(STORM_MISSES + 40)]
+    assert all(v[0] == "passed" and v[2][MISS] == 1 for v in seen), [v[2] for v in seen]
+    assert _forwarded_via(router, short)[2][HIT] == 1
+
+
 def test_nothing_is_cached_without_the_neighbour_watch(router):
     watch = router.obj.map("lfp_neigh_watch")
     saved = watch.lookup(KEY0)
