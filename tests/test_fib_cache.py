@@ -375,7 +375,8 @@ def _churn_frames() -> list[bytes]:
     return frames
 
 
-def churn_compare(hook: str, seed: int, setup: list[str], step, frames: list[bytes]) -> tuple[list, int, int, int]:
+def churn_compare(hook: str, seed: int, setup: list[str], step, frames: list[bytes], steps: int = 120,
+                  counted: dict | None = None) -> tuple[list, int, int, int]:
     """A seeded random loop of configuration changes (`step(rng)`: one
     command) in a fresh namespace; after each, the same frames through the
     program with the cache armed (twice: filled, then served) and through
@@ -395,7 +396,7 @@ def churn_compare(hook: str, seed: int, setup: list[str], step, frames: list[byt
         differences, hits, forwarded = [], 0, 0
         try:
             with router_watch(ns, cached.obj.map("lfp_neigh_watch")):
-                for number in range(120):
+                for number in range(steps):
                     command = step(rng)
                     ns.run(["sh", "-c", command], check=False)
                     # After a link comes up, its carrier follows through
@@ -415,11 +416,44 @@ def churn_compare(hook: str, seed: int, setup: list[str], step, frames: list[byt
                                 differences.append((number, command, attempt, len(frame), a.retval, b.retval))
                         hits += cached.counter(HIT) - before
                 live_hits = live.counter(HIT)
+                for name in counted or {}:
+                    counted[name] = cached.counter(name)
         finally:
             os.sched_setaffinity(0, cpus)
             cached.close()
             live.close()
     return differences, hits, live_hits, forwarded
+
+
+def _storm_churn_step(rng) -> str:
+    """_churn_step, then the prefixes' own routes put back and the ingress's
+    forwarding left on: a link flap deletes its routes and a step may turn
+    forwarding off, and the storms to be crossed need answers to serve."""
+    while "forwarding" in (command := _churn_step(rng)):
+        pass
+    return "; ".join([command] + [f"ip route replace 198.19.{i}.0/24 via 198.18.{2 + i % 2}.1" for i in range(6)])
+
+
+def _storm_frames() -> list[bytes]:
+    """The churn's prefixes from 16 sources each, 96 keys (to .20: no step
+    makes it a local address): after every change more than 64 keys miss in
+    a row, and a storm starts."""
+    return [bytes(Ether(src="02:00:00:00:01:01", dst="02:00:00:00:01:fe")
+                  / IP(src=f"198.18.1.{10 + n}", dst=f"198.19.{i}.20", ttl=64) / UDP(sport=4000, dport=5000))
+            for i in range(6) for n in range(16)]
+
+
+@pytest.mark.parametrize("hook", ["xdp", "tc"])
+def test_cached_and_live_answers_agree_through_storms_of_misses(hook):
+    """The same churn with more keys than a run of misses allows: storms
+    start and end (probes skipped, answers served again), and every frame is
+    the live lookup's."""
+    counted = {STORM: 0}
+    differences, hits, live_hits, forwarded = churn_compare(hook, 1101, CHURN_SETUP, _storm_churn_step,
+                                                            _storm_frames(), steps=24, counted=counted)
+    assert not differences, differences[:10]
+    assert counted[STORM] > 0 and hits > 0 and live_hits == 0 and forwarded > 0, (counted, hits, live_hits,
+                                                                                   forwarded)
 
 
 @pytest.mark.parametrize("hook", ["xdp", "tc"])
