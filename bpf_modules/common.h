@@ -165,11 +165,13 @@ struct lfp_iface {
 	 * no cap: ip_forward() honours route MTU metrics that bpf_fib_lookup()
 	 * ignores unless they are locked. */
 	__u16 fwd_len_cap;
-	/* Longest IPv4 packet the fast path may send out of this egress, 0 for
-	 * no cap: an encapsulating device (VXLAN), whose outer packet could meet
-	 * a smaller path MTU — Linux then lowers the inner route's path MTU as
-	 * it sends, which a redirected packet, carrying no route, would not.
-	 * Only egresses a TC redirect alone reaches carry one. */
+	/* Longest IPv4 packet the fast path may send out of this egress
+	 * without asking more, 0 for no cap: an encapsulating device (VXLAN),
+	 * whose outer packet could meet a smaller path MTU — Linux then lowers
+	 * the inner route's path MTU as it sends, which a redirected packet,
+	 * carrying no route, would not. A longer packet asks its remote's
+	 * outer route (transmit.h, lfp_vteps). Only egresses a TC redirect
+	 * alone reaches carry one. */
 	__u16 tx_len_cap;
 	/* Longest IPv6 packet the fast path may forward from this ingress, 0
 	 * for no cap: the output path after ip6_forward() fragments by route
@@ -785,8 +787,9 @@ static __always_inline int lfp_upgrade_to_peer(struct lfp_pkt *pkt, __u32 egress
 }
 
 /* Whether the packet is longer than the fast path may send out of `egress`
- * (lfp_iface.tx_len_cap; a GSO packet is, where there is a cap). No XDP
- * redirect target has a cap, so XDP builds drop the check. */
+ * without asking the outer route (lfp_iface.tx_len_cap; a GSO packet is,
+ * where there is a cap). No XDP redirect target has a cap, so XDP builds
+ * drop the check, and the outer route's with it. */
 static __always_inline int lfp_tx_too_long(struct lfp_pkt *pkt, __u32 egress)
 {
 #ifdef LFP_HOOK_TC

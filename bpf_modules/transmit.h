@@ -11,6 +11,10 @@
 #include "hint.h"
 #include "nat_rewrite.h"
 
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+
 #define LFP_COUNTERS_TRANSMIT(X)                                                          \
 	X(FORWARDED,              transmit, fast, "forwarded by the fast path")             \
 	X(NO_DECISION,            transmit, pass, "no node decided where the packet goes")  \
@@ -125,6 +129,65 @@ static __always_inline enum lfp_counter lfp_transmit_into_peer(struct lfp_pkt *p
 	return lfp_upgrade_to_peer(pkt, egress) ? LFP_CNT_INTO_PEER : LFP_CNT_FORWARDED;
 }
 
+/* The remote VTEP each MAC of a VXLAN egress is encapsulated to, for the
+ * packets longer than the egress's tx_len_cap: Linux holds the
+ * encapsulated packet to the outer route's MTU and, past it, lowers the
+ * inner route's path MTU as it sends (skb_tunnel_check_pmtu()), which a
+ * redirected packet, carrying no route, would not do. So such a packet is
+ * sent only when the outer route, asked as the device's transmit asks it,
+ * has room. The controller writes an entry only where the two lookups
+ * cannot part (graph/nodes/transmit.py, tunnel_paths); a MAC without one
+ * goes to the kernel. */
+struct lfp_vtep_key {
+	__u32 ifindex;
+	__u8 mac[ETH_ALEN];
+	__u16 pad;
+};
+
+struct lfp_vtep {
+	__be32 remote;
+	__be32 local;          /* the device's source address, 0 for none */
+	__u32 oif;             /* its underlay */
+	__u16 overhead;        /* what the encapsulation adds to the inner IP packet */
+	__u16 max_len;         /* longest inner IP packet under every route's MTU metric */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct lfp_vtep_key);
+	__type(value, struct lfp_vtep);
+} lfp_vteps SEC(".maps");
+
+/* Whether the packet, to `dmac` out of the VXLAN device `egress`, fits the
+ * outer route's MTU once encapsulated (never a GSO packet: each segment
+ * would need the check). The inner length is taken from the frame, which
+ * is never shorter than its IP packet. */
+static __always_inline int lfp_tunnel_path_fits(struct lfp_pkt *pkt, __u32 egress, const __u8 *dmac)
+{
+	struct lfp_vtep_key key = { .ifindex = egress };
+	struct bpf_fib_lookup fib = {};
+	struct lfp_vtep *vtep;
+	__u32 inner;
+	long rc;
+
+	if (lfp_is_gso(pkt) || pkt->len < sizeof(struct ethhdr))
+		return 0;
+	__builtin_memcpy(key.mac, dmac, ETH_ALEN);
+	vtep = bpf_map_lookup_elem(&lfp_vteps, &key);
+	inner = pkt->len - sizeof(struct ethhdr);
+	if (!vtep || inner > vtep->max_len)
+		return 0;
+	fib.family = AF_INET;
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.ipv4_src = vtep->local;
+	fib.ipv4_dst = vtep->remote;
+	fib.ifindex = vtep->oif;
+	fib.tot_len = inner + vtep->overhead;
+	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT | BPF_FIB_LOOKUP_SKIP_NEIGH);
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
+}
+
 static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
 {
 	__u32 check = ip->check;
@@ -164,7 +227,8 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	}
 	/* (a bridge keeps the routed packet's route for its port: a VXLAN port
 	 * would lower that route's path MTU just the same) */
-	if (lfp_tx_too_long(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress))
+	if (lfp_tx_too_long(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress) &&
+	    !lfp_tunnel_path_fits(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac))
 		return lfp_pass(pkt, LFP_CNT_TX_TOO_LONG);
 	/* Last decision before the rewrite: a pass after it would hand the
 	 * kernel a modified packet. */

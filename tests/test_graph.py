@@ -4,8 +4,8 @@ from dataclasses import replace
 import pytest
 
 from linuxfp.graph import build_graph, flag_names, to_dot, to_text
-from linuxfp.state.model import (BridgeOptions, BridgePort, NetfilterState, NftChain, NftNative, Rule, Sysctls,
-                                 VxlanOptions)
+from linuxfp.state.model import (BridgeOptions, BridgePort, NetfilterState, NextHop, NftChain, NftNative, Rule,
+                                 Sysctls, VtepRemote, VxlanOptions)
 from linuxfp.graph import Shape
 from linuxfp.graph.nodes.router import local_source_addresses
 from linuxfp.graph.nodes.transmit import neighbour_states
@@ -153,6 +153,60 @@ def test_a_vxlan_device_with_a_fixed_vni_routes_at_tc_in_both_directions():
     assert "no room" in reason(sysctls=replace(snap.sysctls, route_min_pmtu=100))
     assert "options unknown" in {s.ifname: s.reason for s in build_graph(replace(
         snap, links=snap.links + (replace(flannel, vxlan=None),))).skipped}["flannel.1"]
+
+
+def test_a_vxlan_egress_checks_longer_packets_against_each_remote_s_outer_route():
+    """Past tx_len_cap, a packet into a VXLAN device is sent when the outer
+    route to its MAC's remote VTEP has room (transmit.h asks the FIB as
+    vxlan_get_route() does): lfp_vteps holds each MAC's one remote, the
+    device's local address and underlay, and the longest inner packet
+    under every route MTU metric. Wherever the fast path's lookup could
+    part from the device's, the table holds nothing and the cap alone
+    decides."""
+    import socket
+    import struct
+
+    snap = router_snapshot()
+    snap = replace(snap, sysctls=replace(snap.sysctls, interfaces=snap.sysctls.interfaces + (sysctl(6),)))
+    flannel = replace(link(6, "flannel.1", kind="vxlan", mtu=1450, xdp=0),
+                      vxlan=VxlanOptions(vni=1, lower=3, port=8472, local="192.0.2.1"))
+    remotes = (VtepRemote(6, "02:00:00:00:00:02", "192.0.2.2"), VtepRemote(6, "02:00:00:00:00:03", "192.0.2.3"),
+               VtepRemote(6, "01:00:5e:00:00:04", "192.0.2.4"), VtepRemote(6, "01:00:5e:00:00:04", "192.0.2.5"),
+               VtepRemote(6, "00:00:00:00:00:00", "192.0.2.9"), VtepRemote(6, "02:00:00:00:00:06", "224.0.0.7"),
+               VtepRemote(6, "02:00:00:00:00:07", "192.0.2.7", via=4))
+    base = replace(snap, links=snap.links + (flannel,), vteps=remotes)
+
+    def vteps(snapshot=base, **options):
+        if options:
+            vx = replace(flannel, vxlan=replace(flannel.vxlan, **options))
+            snapshot = replace(snapshot, links=snap.links + (vx,))
+        entries = dict(build_graph(snapshot).table("lfp_vteps").entries)
+        out = {}
+        for key, value in entries.items():
+            ifindex, mac, _ = struct.unpack("<I6sH", key)
+            remote, local, oif, overhead, max_len = struct.unpack("<4s4sIHH", value)
+            out[mac.hex(":")] = (ifindex, socket.inet_ntoa(remote), socket.inet_ntoa(local), oif, overhead, max_len)
+        return out
+
+    # a unicast MAC's remote each; the default entry and a multicast MAC
+    # (a remote per append, each sent a copy) and a multicast remote are
+    # left out; an entry's own underlay is its oif
+    assert vteps() == {"02:00:00:00:00:02": (6, "192.0.2.2", "192.0.2.1", 3, 50, 0xFFFF - 50),
+                       "02:00:00:00:00:03": (6, "192.0.2.3", "192.0.2.1", 3, 50, 0xFFFF - 50),
+                       "02:00:00:00:00:07": (6, "192.0.2.7", "192.0.2.1", 4, 50, 0xFFFF - 50)}
+    metric = replace(route("198.19.9.0/24", oif=3), mtu=1000)
+    assert {v[5] for v in vteps(replace(base, routes=snap.routes + (metric,))).values()} == {950}
+    assert vteps(local="")["02:00:00:00:00:02"][2] == "0.0.0.0"
+    # where the device's lookup and the fast path's could part: nothing
+    multipath = replace(route("198.19.8.0/24"), nexthops=(NextHop("198.18.1.2", 3), NextHop("198.18.2.2", 4)))
+    rule = Rule(family=2, priority=100, table=100, action="to_tbl", src="192.0.2.1/32")
+    assert vteps(replace(base, routes=snap.routes + (multipath,))) == {}
+    assert vteps(replace(base, routes=snap.routes + (replace(route("198.19.8.0/24", oif=3), nh_id=7),))) == {}
+    assert vteps(replace(base, rules=snap.rules + (rule,))) == {}
+    assert vteps(replace(base, sysctls=replace(base.sysctls, forward_use_pmtu=True))) == {}
+    assert vteps(tos=1) == {} and vteps(ipv6=True) == {} and vteps(collect_metadata=True) == {}
+    assert set(vteps(lower=0)) == {"02:00:00:00:00:07"}
+    assert vteps(replace(base, vteps=())) == {}
 
 
 def test_dot_output_escapes_what_the_reasons_contain():

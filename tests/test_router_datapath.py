@@ -191,6 +191,61 @@ def test_an_egress_length_cap_passes_longer_packets_at_tc(router, router_ns):
         ifaces.update(key, original)
 
 
+def test_a_longer_packet_into_a_vxlan_egress_is_sent_when_its_remote_s_outer_route_has_room(router, router_ns):
+    """Past an egress's tx_len_cap, the packet's remote VTEP (lfp_vteps, by
+    egress and destination MAC) decides: its outer route, asked as the
+    device's transmit asks it, must hold the packet plus the encapsulation
+    (an MTU the lookup honours: a locked metric here, a learned path MTU on
+    a Flannel node: test_lab_flannel.py). No entry, an entry's own limit
+    (the route MTU metrics) or no room: the kernel's, as with the cap
+    alone. (XDP egresses carry no cap.)"""
+    from dataclasses import replace
+
+    from fixtures.router_cases import routed, udp
+    from linuxfp.graph.interfaces import unpack_iface
+    from linuxfp.graph.nodes.transmit import VTEP, VTEP_KEY
+    ifaces, vteps = router.obj.map("lfp_ifaces"), router.obj.map("lfp_vteps")
+    with entered(router_ns):
+        out = socket.if_nametoindex("out0")
+    key = struct.pack("<I", out)
+    original = ifaces.lookup(key)
+    ifaces.update(key, pack_iface(replace(unpack_iface(out, original), tx_len_cap=500)))
+    vtep = VTEP_KEY.pack(out, bytes.fromhex(NEXT_HOP_MAC.replace(":", "")), 0)
+    long = bytes(udp(size=600))
+    try:
+        def verdict(entry=None):
+            if entry is None:
+                vteps.delete(vtep)
+            else:
+                vteps.update(vtep, VTEP.pack(socket.inet_aton("198.18.2.9"), socket.inet_aton("198.18.2.254"),
+                                             out, 50, entry))
+            before = router.counter("tx_too_long")
+            result = router.run(long)
+            if result.retval == VERDICTS[router.hook][FORWARD]:
+                assert result.data_out == routed(long)
+            return result.retval == VERDICTS[router.hook][FORWARD], router.counter("tx_too_long") - before
+
+        if router.hook == "xdp":
+            assert verdict(0xFFFF - 50) == (True, 0)
+            return
+        assert verdict() == (False, 1)
+        assert verdict(0xFFFF - 50) == (True, 0)
+        assert verdict(len(long) - 14 - 1) == (False, 1)       # the entry's limit: one byte short
+        assert verdict(len(long) - 14) == (True, 0)
+        router_ns.run(["ip", "route", "add", "198.18.2.9/32", "dev", "out0", "mtu", "lock", str(len(long) - 14 + 49)])
+        try:
+            assert verdict(0xFFFF - 50) == (False, 1)          # the outer route: one byte short
+            router_ns.run(["ip", "route", "change", "198.18.2.9/32", "dev", "out0", "mtu", "lock",
+                           str(len(long) - 14 + 50)])
+            assert verdict(0xFFFF - 50) == (True, 0)
+        finally:
+            router_ns.run(["ip", "route", "del", "198.18.2.9/32"])
+    finally:
+        ifaces.update(key, original)
+        with contextlib.suppress(Exception):
+            vteps.delete(vtep)
+
+
 def test_truncated_ipv4_header_passes(router_ns):
     """XDP only: BPF_PROG_TEST_RUN refuses to build an skb from a frame whose
     IPv4 header is cut short, so TC cannot be fed this one."""

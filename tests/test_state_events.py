@@ -184,6 +184,41 @@ def test_bridge_changes_are_seen_and_apply_exactly(netns):
         assert any(e.local and e.port == a1.index for e in snap.fdb_of(br0.index))
 
 
+def test_vxlan_remotes_are_seen_and_apply_exactly(netns):
+    """A VXLAN device's own FDB (NTF_SELF remotes, which the fast path
+    checks long packets' outer routes against): a unicast MAC's remote
+    replaced (announced as the new remote alone), the default entry's
+    remotes appended one by one, each removal, the device's removal —
+    each folds into what a fresh read returns."""
+    basic_topology()
+    sh("ip link add vx0 type vxlan id 1 local 198.18.1.1 dev a1 dstport 8472 nolearning")
+    with EventStream() as stream:
+        snap = read_snapshot()
+        assert snap.link_by_name("vx0").vxlan.local == "198.18.1.1"
+        expectations = [
+            "bridge fdb add 02:00:00:00:00:bb dev vx0 dst 198.18.1.2",
+            "bridge fdb replace 02:00:00:00:00:bb dev vx0 dst 198.18.1.3",
+            "bridge fdb append 00:00:00:00:00:00 dev vx0 dst 198.18.1.4",
+            "bridge fdb append 00:00:00:00:00:00 dev vx0 dst 198.18.1.5 port 4789 vni 7",
+            "bridge fdb del 00:00:00:00:00:00 dev vx0 dst 198.18.1.4",
+            "bridge fdb add 02:00:00:00:00:cc dev vx0 dst 198.18.1.6 via b1",
+        ]
+        for command in expectations:
+            snap, kinds = step(stream, snap, command)
+            assert "vtep" in kinds, (command, kinds)
+            snap = assert_converges(stream, snap)
+        vx0 = snap.link_by_name("vx0").index
+        remotes = {(r.mac, r.dst, r.port, r.vni, r.via) for r in snap.vteps}
+        assert remotes == {("02:00:00:00:00:bb", "198.18.1.3", 0, 0, 0),
+                           ("00:00:00:00:00:00", "198.18.1.5", 4789, 7, 0),
+                           ("02:00:00:00:00:cc", "198.18.1.6", 0, 0, snap.link_by_name("b1").index)}
+        assert {r.device for r in snap.vteps} == {vx0}
+        snap, _ = step(stream, snap, "bridge fdb del 02:00:00:00:00:bb dev vx0")
+        snap, _ = step(stream, snap, "ip link del vx0")
+        snap = assert_converges(stream, snap)
+        assert snap.vteps == ()
+
+
 def test_link_down_is_reported_with_current_routes(netns):
     basic_topology()
     sh("ip route add 192.0.2.0/24 via 198.18.1.2 mtu 1400")

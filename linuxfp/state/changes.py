@@ -25,6 +25,7 @@ from .model import (
     Snapshot,
     Sysctls,
     VethPeer,
+    VtepRemote,
     XfrmState,
     address_order,
     fdb_order,
@@ -34,6 +35,7 @@ from .model import (
     peer_order,
     route_order,
     rule_order,
+    vtep_order,
 )
 from .sysctl import without_family, without_interface
 
@@ -148,6 +150,18 @@ class FdbUpdate:
 class FdbRemoved:
     entry: FdbEntry
     kind = "fdb"
+
+
+@dataclass(frozen=True, slots=True)
+class VtepUpdate:
+    remote: VtepRemote
+    kind = "vtep"
+
+
+@dataclass(frozen=True, slots=True)
+class VtepRemoved:
+    remote: VtepRemote
+    kind = "vtep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +368,8 @@ Message = (
     | TcIngressUpdate | TcxUpdate | QdiscChanged | NexthopChanged | NetconfChanged | NetconfRemoved | NftablesChanged
     | RoutesReplaced
     | RoutesMayBeFlushed | Routes6MayExpire | Routes6Replaced | RulesReplaced | SysctlsReplaced | SysctlsPatched
-    | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | BridgePortChanged
+    | NetfilterReplaced | XfrmChanged | XfrmReplaced | FdbUpdate | FdbRemoved | VtepUpdate | VtepRemoved
+    | BridgePortChanged
     | PeerLinkUpdate | PeerLinkRemoved
 )
 
@@ -542,6 +557,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     rules = _SortedEdit(snapshot.rules, rule_order)
     neighbours = _SortedEdit(snapshot.neighbours, neighbour_order)
     fdb = _SortedEdit(snapshot.fdb, fdb_order)
+    vteps = _SortedEdit(snapshot.vteps, vtep_order)
     peers = _SortedEdit(snapshot.peers, peer_order)
     peers_touched = False       # by a peer or link message: prune to our veths' peers
     sysctls = snapshot.sysctls
@@ -601,6 +617,10 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             fdb.upsert(msg.entry)
         elif isinstance(msg, FdbRemoved):
             fdb.remove_key(fdb_order(msg.entry))
+        elif isinstance(msg, VtepUpdate):
+            vteps.upsert(msg.remote)
+        elif isinstance(msg, VtepRemoved):
+            vteps.remove_key(vtep_order(msg.remote))
         elif isinstance(msg, PeerLinkUpdate):
             peers.upsert(msg.peer)
             peers_touched = True
@@ -626,6 +646,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
             addresses.remove_where(_on_link(index))
             neighbours.remove_where(_neighbour_on_link(index))
             fdb.remove_where(lambda e: e.port == index or e.master == index)
+            vteps.remove_where(lambda e: e.device == index)
             sysctls = without_interface(sysctls, index)
         elif isinstance(msg, XdpFeaturesUpdate):
             lo, hi = links.span(msg.ifindex, link_order)
@@ -678,6 +699,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
     new_rules = rules.result()
     new_neighbours = neighbours.result()
     new_fdb = fdb.result()
+    new_vteps = vteps.result()
     if peers_touched:
         # Every link event of every namespace with an id arrives; only our
         # veths' far ends are kept.
@@ -699,7 +721,7 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         xfrm = snapshot.xfrm
     if (new_links is snapshot.links and new_addresses is snapshot.addresses
             and new_routes is snapshot.routes and new_rules is snapshot.rules
-            and new_neighbours is snapshot.neighbours and new_fdb is snapshot.fdb
+            and new_neighbours is snapshot.neighbours and new_fdb is snapshot.fdb and new_vteps is snapshot.vteps
             and new_peers is snapshot.peers and new_route_mtus6 is snapshot.route_mtus6
             and new_routes6_uncached is snapshot.routes6_uncached
             and sysctls is snapshot.sysctls
@@ -711,5 +733,5 @@ def apply_messages(snapshot: Snapshot, messages: Iterable[Message]) -> Snapshot:
         links=new_links, addresses=new_addresses, routes=new_routes, rules=new_rules,
         neighbours=new_neighbours, sysctls=sysctls, netfilter=netfilter, xfrm=xfrm,
         netns_inode=snapshot.netns_inode, fdb=new_fdb, peers=new_peers, route_mtus6=new_route_mtus6,
-        routes6_uncached=new_routes6_uncached,
+        routes6_uncached=new_routes6_uncached, vteps=new_vteps,
     ).inherit_hashes(snapshot)

@@ -16,6 +16,8 @@ from .changes import (
     BridgePortChanged,
     FdbRemoved,
     FdbUpdate,
+    VtepRemoved,
+    VtepUpdate,
     LinkRemoved,
     LinkUpdate,
     Message,
@@ -56,6 +58,7 @@ from .model import (
     BridgePort,
     DeviceConf,
     FdbEntry,
+    VtepRemote,
     Link,
     Neighbour,
     NextHop,
@@ -127,6 +130,8 @@ FRA_SPORT_RANGE, FRA_DPORT_RANGE = 23, 24
 
 # NDA_*
 NDA_DST, NDA_LLADDR, NDA_VLAN, NDA_MASTER, NDA_FLAGS_EXT = 1, 2, 5, 9, 15
+NDA_PORT, NDA_VNI, NDA_IFINDEX = 6, 7, 8
+NTF_SELF = 0x02
 NTF_PROXY = 0x08
 AF_BRIDGE = 7
 
@@ -254,7 +259,7 @@ def _link(header: tuple, a: dict[int, bytes]) -> Link:
 
 
 # enum ifla_vxlan_info (include/uapi/linux/if_link.h)
-IFLA_VXLAN_ID, IFLA_VXLAN_GROUP, IFLA_VXLAN_LINK, IFLA_VXLAN_LOCAL = 1, 2, 3, 4
+IFLA_VXLAN_ID, IFLA_VXLAN_GROUP, IFLA_VXLAN_LINK, IFLA_VXLAN_LOCAL, IFLA_VXLAN_TOS = 1, 2, 3, 4, 6
 IFLA_VXLAN_PORT, IFLA_VXLAN_GROUP6, IFLA_VXLAN_LOCAL6 = 15, 16, 17
 IFLA_VXLAN_COLLECT_METADATA, IFLA_VXLAN_VNIFILTER = 25, 30
 
@@ -270,6 +275,8 @@ def decode_vxlan_options(data: bytes) -> VxlanOptions:
         ipv6=IFLA_VXLAN_LOCAL6 in a or IFLA_VXLAN_GROUP6 in a,
         # network byte order on the wire (nla_put_be16)
         port=struct.unpack("!H", a[IFLA_VXLAN_PORT][:2])[0] if IFLA_VXLAN_PORT in a else 0,
+        local=ip_str(AF_INET, a[IFLA_VXLAN_LOCAL]) if len(a.get(IFLA_VXLAN_LOCAL, b"")) == 4 else "",
+        tos=nl.u8(a[IFLA_VXLAN_TOS]) if IFLA_VXLAN_TOS in a else 0,
     )
 
 
@@ -825,6 +832,28 @@ def decode_fdb(payload: bytes) -> FdbEntry | None:
     )
 
 
+def decode_vtep(payload: bytes) -> VtepRemote | None:
+    """An AF_BRIDGE neighbour message of a VXLAN device's own FDB (NTF_SELF,
+    a remote address in NDA_DST: vxlan_fdb_info()); None for anything else
+    (a bridge's FDB, a device's own address lists, a remote given as a
+    nexthop group)."""
+    family, ifindex, _state, flags, _type = _NDMSG.unpack_from(payload)
+    if family != AF_BRIDGE or not flags & NTF_SELF:
+        return None
+    a = nl.parse_attrs(payload, _NDMSG.size)
+    if NDA_MASTER in a or NDA_DST not in a or len(a.get(NDA_LLADDR, b"")) != 6 or len(a[NDA_DST]) not in (4, 16):
+        return None
+    return VtepRemote(
+        device=ifindex,
+        mac=mac_str(a[NDA_LLADDR]),
+        dst=ip_str(AF_INET if len(a[NDA_DST]) == 4 else AF_INET6, a[NDA_DST]),
+        # network byte order on the wire (nla_put_be16)
+        port=struct.unpack("!H", a[NDA_PORT][:2])[0] if NDA_PORT in a else 0,
+        vni=nl.u32(a[NDA_VNI]) if NDA_VNI in a else 0,
+        via=nl.u32(a[NDA_IFINDEX]) if NDA_IFINDEX in a else 0,
+    )
+
+
 # --- qdiscs -------------------------------------------------------------------
 
 TCA_KIND = 1
@@ -944,9 +973,12 @@ def decode_rtnl_event(msg: nl.RawMessage) -> Message | None:
         return LinkRemoved(index) if family == AF_UNSPEC else None
     if (t == RTM_NEWNEIGH or t == RTM_DELNEIGH) and msg.payload[0] == AF_BRIDGE:
         entry = decode_fdb(msg.payload)
-        if entry is None:
+        if entry is not None:
+            return FdbUpdate(entry) if t == RTM_NEWNEIGH else FdbRemoved(entry)
+        remote = decode_vtep(msg.payload)
+        if remote is None:
             return None
-        return FdbUpdate(entry) if t == RTM_NEWNEIGH else FdbRemoved(entry)
+        return VtepUpdate(remote) if t == RTM_NEWNEIGH else VtepRemoved(remote)
     if t == RTM_NEWNEIGH or t == RTM_DELNEIGH:
         neighbour = decode_neighbour(msg.payload)
         if neighbour is None:

@@ -218,6 +218,8 @@ class VxlanOptions(_JsonMixin):
     lower: int = 0                  # IFLA_VXLAN_LINK: the underlay device (`dev`), 0 when none
     ipv6: bool = False              # local or group address is IPv6: 70 bytes of headers, not 50
     port: int = 0                   # destination UDP port
+    local: str = ""                 # IFLA_VXLAN_LOCAL (IPv4): the outer packets' source, "" when none
+    tos: int = 0                    # IFLA_VXLAN_TOS: the outer packets' TOS, 1 to inherit the inner's
 
     @property
     def overhead(self) -> int:
@@ -283,6 +285,28 @@ class FdbEntry(_JsonMixin):
     @property
     def locked(self) -> bool:
         return bool(self.ext_flags & NTF_EXT_LOCKED)
+
+
+@dataclass(frozen=True, slots=True)
+class VtepRemote(_JsonMixin):
+    """One remote of a VXLAN device's own forwarding database (an AF_BRIDGE
+    neighbour with NTF_SELF and NDA_DST on the device): frames to `mac`
+    are encapsulated to `dst`. `port`, `vni` and `via` (NDA_IFINDEX, the
+    underlay) are 0 unless the entry overrides the device's own. The
+    default entry and a multicast MAC may have several remotes, each of
+    which gets a copy (`bridge fdb append`); a unicast MAC has one."""
+
+    device: int          # the VXLAN device's ifindex
+    mac: str             # lowercase; all zeros for the default entry
+    dst: str             # the remote VTEP's address
+    port: int = 0
+    vni: int = 0
+    via: int = 0
+
+    @property
+    def several(self) -> bool:
+        """The MAC may have several remotes: the default or a multicast one."""
+        return self.mac == "00:00:00:00:00:00" or bool(int(self.mac[:2], 16) & 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -698,6 +722,14 @@ def fdb_order(e: FdbEntry) -> tuple:
     return (e.master, e.vlan, e.mac)
 
 
+def vtep_order(e: VtepRemote) -> tuple:
+    """A VXLAN FDB remote's identity. A unicast MAC has one remote, which a
+    replace changes (announced as the new remote alone: vxlan_fdb_replace());
+    the default (all zeros) and multicast MACs have a remote per append,
+    each announced on its own (vxlan_fdb_append())."""
+    return (e.device, e.mac, e.dst if e.several else "")
+
+
 @dataclass(frozen=True)
 class Snapshot(_JsonMixin):
     """Everything the graph stage needs, read from one network namespace."""
@@ -723,11 +755,12 @@ class Snapshot(_JsonMixin):
     # IPv6 routes whose answers no generation versions, as (Route.identity,
     # why), sorted: the FIB-answer cache is off for IPv6 while any exists.
     routes6_uncached: tuple[tuple[tuple, str], ...] = ()
+    vteps: tuple[VtepRemote, ...] = ()  # every VXLAN device's FDB remotes, in vtep_order
     _field_hashes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     _FIELDS = ("links", "addresses", "routes", "rules", "neighbours", "sysctls",
                "netfilter", "netns_inode", "xfrm", "fdb", "peers", "route_mtus6",
-               "routes6_uncached")
+               "routes6_uncached", "vteps")
 
     def __hash__(self) -> int:
         # Hashing 10k routes costs milliseconds, so each field's hash is
@@ -827,6 +860,7 @@ class Snapshot(_JsonMixin):
             "netfilter": self.netfilter.to_dict(),
             "xfrm": self.xfrm.to_dict(),
             "fdb": [x.to_dict() for x in self.fdb],
+            "vteps": [x.to_dict() for x in self.vteps],
             "route_mtus6": [{"table": i[1], "dst": i[2], "from": i[5], "metric": i[4], "mtu": mtu}
                             for i, mtu in self.route_mtus6],
             "routes6_uncached": [{"table": i[1], "dst": i[2], "from": i[5], "metric": i[4], "why": why}

@@ -30,6 +30,7 @@ from .model import (
     peer_order,
     route_order,
     rule_order,
+    vtep_order,
 )
 from .netfilter import read_netfilter
 from .xfrm import read_xfrm
@@ -194,12 +195,15 @@ def dump_rules(sock: nl.NetlinkSocket) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-def dump_fdb(sock: nl.NetlinkSocket) -> tuple:
-    """Every bridge's FDB entries (AF_BRIDGE neighbour dump)."""
-    entries = _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request(decode.AF_BRIDGE)),
-                       decode.decode_fdb)
+def dump_fdb(sock: nl.NetlinkSocket) -> tuple[tuple, tuple]:
+    """Every bridge's FDB entries and every VXLAN device's remotes (one
+    AF_BRIDGE neighbour dump)."""
+    messages = list(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request(decode.AF_BRIDGE)))
+    entries = _decoded(messages, decode.decode_fdb)
     entries.sort(key=fdb_order)
-    return tuple(entries)
+    remotes = _decoded(messages, decode.decode_vtep)
+    remotes.sort(key=vtep_order)
+    return tuple(entries), tuple(remotes)
 
 
 def read_snapshot() -> Snapshot:
@@ -216,7 +220,7 @@ def read_snapshot() -> Snapshot:
         neighbours = [n for n in _decoded(sock.dump(decode.RTM_GETNEIGH, decode.neighbour_dump_request()),
                                           decode.decode_neighbour)
                       if decode.neighbour_is_tracked(n)]
-        fdb = dump_fdb(sock)
+        fdb, vteps = dump_fdb(sock)
         peers = read_peers(sock, links)
     with NetdevFamily() as netdev:
         features = netdev.dump_xdp_features()
@@ -241,6 +245,7 @@ def read_snapshot() -> Snapshot:
         peers=peers,
         route_mtus6=route_mtus6,
         routes6_uncached=routes6_uncached,
+        vteps=vteps,
     )
 
 

@@ -3,6 +3,7 @@ deciding node left in pkt->fwd; it owns the next hops' neighbour states and
 the veth peers it may deliver into directly."""
 from __future__ import annotations
 
+import ipaddress
 import socket
 import struct
 
@@ -10,16 +11,21 @@ from linuxfp.resources import modules_dir
 
 from ..filtering.scope import egress_chain
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
-from ..interfaces import NO_QDISC, mac_bytes, transmit_skips
+from ..interfaces import NO_QDISC, mac_bytes, transmit_skips, vxlan_blocker
 from ..remember import remembered
 from ..tables import ARRAY, HASH, U8, U32, CType, Table, be32, hint_table, u32
 from . import Node, Stage, register
 
 NEIGH, NEIGH6, NEIGH_HINT, PEERS = "lfp_neigh", "lfp_neigh6", "lfp_neigh_hint", "lfp_peers"
+VTEPS = "lfp_vteps"
 NEIGH_KEY = CType("struct lfp_neigh_key", (("ifindex", "I"), ("addr", "4s")))
 NEIGH6_KEY = CType("struct lfp_neigh6_key", (("ifindex", "I"), ("addr", "16s")))
 PEER = CType("struct lfp_peer", (("mac", "6s"), ("pad", "H"), ("mtu", "I")))
+VTEP_KEY = CType("struct lfp_vtep_key", (("ifindex", "I"), ("mac", "6s"), ("pad", "H")))
+VTEP = CType("struct lfp_vtep", (("remote", "4s"), ("local", "4s"), ("oif", "I"), ("overhead", "H"),
+                                 ("max_len", "H")))
 
+_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 _NUD_CONFIRMED = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
 _NUD_STALE = 0x04
 _NUD_PROBING = 0x08 | 0x10              # DELAY, PROBE
@@ -34,7 +40,8 @@ class Transmit(Node):
         # Up to 65 536 neighbours: their tables are rebuilt only when the
         # neighbours change, not on every link event (which peers follows).
         return (remembered("transmit.neighbour_tables", snapshot, self._neighbour_tables)
-                + (remembered("transmit.peers_table", snapshot, self._peers_table),))
+                + (remembered("transmit.peers_table", snapshot, self._peers_table),
+                   remembered("transmit.vteps_table", snapshot, self._vteps_table)))
 
     def notes(self, snapshot) -> tuple[str, ...]:
         return tuple(f"{link.name}: nothing the fast path sends leaves here: {why}" for link in snapshot.links
@@ -63,6 +70,15 @@ class Transmit(Node):
                                for link, peer in deliverable_peers(snapshot)),
                      kind=ARRAY, by_ifindex=True,
                      describe="veths whose peer (another namespace) takes frames straight: its MAC and MTU")
+
+    def _vteps_table(self, snapshot) -> Table:
+        return Table(VTEPS, self.name, VTEP_KEY, VTEP,
+                     frozenset((VTEP_KEY.pack(device, mac_bytes(mac), 0),
+                                VTEP.pack(socket.inet_aton(remote), socket.inet_aton(local), oif, overhead, max_len))
+                               for device, mac, remote, local, oif, overhead, max_len in tunnel_paths(snapshot)),
+                     kind=HASH,
+                     describe="VXLAN egresses' remote VTEP per MAC, whose outer route a packet longer "
+                              "than tx_len_cap is checked against")
 
     def refreshed(self, table: str, messages) -> frozenset[bytes]:
         # The datapath advances STALE to PROBING itself; a STALE the kernel
@@ -129,3 +145,50 @@ def neighbour_states(neighbours) -> frozenset[NeighbourFacts]:
             continue
         out.add(NeighbourFacts(n.ifindex, n.dst, state, n.lladdr))
     return frozenset(out)
+
+
+def tunnel_paths(snapshot):
+    """(device, MAC, remote, local, underlay, overhead, longest inner packet)
+    for each VXLAN egress's MAC whose outer route the fast path may ask
+    bpf_fib_lookup() about as the device's transmit asks the FIB
+    (vxlan_get_route(): an output lookup from the device's local address
+    to the remote, out of its underlay, with its TOS and the packet's
+    mark). The MTU that lookup answers (ip_mtu_from_fib_result(): the
+    path MTU ICMP taught, else the device's) is the one
+    skb_tunnel_check_pmtu() holds the encapsulated packet to (ipv4_mtu():
+    the same exception first, then the route's MTU metric, which the
+    lookup ignores unless locked: the longest inner packet stays under
+    every IPv4 route's metric). Where the two lookups could part, nothing
+    is written and longer packets stay the kernel's (tx_too_long): policy
+    rules beyond the default three (the mark, the ports and the address
+    could choose another table), several paths (a multipath route or a
+    nexthop object: the outer flow's hash picks), ip_forward_use_pmtu
+    (the lookup then prefers a metric to a learned path MTU), an IPv6
+    underlay, a TOS (a route's TOS selector could tell; 1 inherits each
+    inner packet's), a device without an underlay (the lookup needs one),
+    and the default and multicast MACs (several remotes, each getting a
+    copy). A MAC without an entry of its own goes to the kernel too."""
+    if not snapshot.vteps:
+        return
+    routes4 = [r for r in snapshot.routes if r.family == socket.AF_INET]
+    if (not snapshot.default_rules or snapshot.sysctls.forward_use_pmtu
+            or any(len(r.nexthops) > 1 or r.nh_id for r in routes4)):
+        return
+    metric_floor = min((r.mtu for r in routes4 if r.mtu), default=0xFFFF)
+    for remote in snapshot.vteps:
+        device, mac = remote.device, remote.mac
+        link = snapshot.link(device)
+        options = link.vxlan if link is not None else None
+        if (options is None or options.ipv6 or options.tos or vxlan_blocker(link, snapshot) is not None
+                or remote.several):
+            continue
+        oif = remote.via or options.lower
+        try:
+            address = ipaddress.IPv4Address(remote.dst)
+        except ValueError:
+            continue
+        if not oif or address.is_multicast or address.is_unspecified or address == _BROADCAST:
+            continue
+        max_len = min(metric_floor, 0xFFFF + options.overhead) - options.overhead
+        if max_len > 0:
+            yield device, mac, remote.dst, options.local or "0.0.0.0", oif, options.overhead, max_len
