@@ -19,6 +19,13 @@
 #include <bpf/bpf_core_read.h>
 
 #include "counters.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
 #include "lease.h"
 #include "netns.h"
 

@@ -60,12 +60,6 @@
 	X(L4_HASH,                router, pass, "fib_multipath_hash_policy=1 would hash the skb's own L4 hash") \
 	X(IPV6_GSO_UNKNOWN,       router, pass, "IPv6 GSO packet of a kind whose segment length is not read")
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
 #define LFP_IPV6_FLOWINFO_MASK 0x0fffffff   /* traffic class and flow label */
 #define LFP_IP_MF 0x2000
 #define LFP_IP_OFFSET 0x1fff

@@ -11,10 +11,6 @@
 #include "hint.h"
 #include "nat_rewrite.h"
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-
 #define LFP_COUNTERS_TRANSMIT(X)                                                          \
 	X(FORWARDED,              transmit, fast, "forwarded by the fast path")             \
 	X(NO_DECISION,            transmit, pass, "no node decided where the packet goes")  \
@@ -147,7 +143,7 @@ struct lfp_vtep_key {
 struct lfp_vtep {
 	__be32 remote;
 	__be32 local;          /* the device's source address, 0 for none */
-	__u32 oif;             /* its underlay */
+	__u32 oif;             /* the entry's own underlay (`via`), 0 for none */
 	__u16 overhead;        /* what the encapsulation adds to the inner IP packet */
 	__u16 max_len;         /* longest inner IP packet under every route's MTU metric */
 };
@@ -182,9 +178,14 @@ static __always_inline int lfp_tunnel_path_fits(struct lfp_pkt *pkt, __u32 egres
 	fib.l4_protocol = IPPROTO_UDP;
 	fib.ipv4_src = vtep->local;
 	fib.ipv4_dst = vtep->remote;
-	fib.ifindex = vtep->oif;
 	fib.tot_len = inner + vtep->overhead;
-	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT | BPF_FIB_LOOKUP_SKIP_NEIGH);
+	/* The device asks with the entry's underlay as the output interface,
+	 * or with none (its `dev` names the default remote's only); a lookup
+	 * with none needs an interface with forwarding on as its input, which
+	 * the egress is. */
+	fib.ifindex = vtep->oif ? vtep->oif : egress;
+	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib),
+			    BPF_FIB_LOOKUP_SKIP_NEIGH | (vtep->oif ? BPF_FIB_LOOKUP_OUTPUT : 0));
 	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
 }
 
@@ -203,9 +204,11 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	struct ipv6hdr *ip6 = NULL;
 	struct iphdr *ip = NULL;
 	struct ethhdr *eth;
+	__u32 out;             /* the device it leaves: a bridge's port, if it names one */
 
 	if (!pkt->fwd.egress)
 		return lfp_pass(pkt, LFP_CNT_NO_DECISION);
+	out = pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress;
 	/* A bridged frame leaves as it came: no next hop, nothing rewritten. */
 	if (pkt->fwd.flags & LFP_FWD_BRIDGED) {
 		if (!lfp_arm_bridged_redirect(pkt, pkt->fwd.egress))
@@ -227,8 +230,7 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	}
 	/* (a bridge keeps the routed packet's route for its port: a VXLAN port
 	 * would lower that route's path MTU just the same) */
-	if (lfp_tx_too_long(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress) &&
-	    !lfp_tunnel_path_fits(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac))
+	if (lfp_tx_too_long(pkt, out) && !lfp_tunnel_path_fits(pkt, out, pkt->fwd.dmac))
 		return lfp_pass(pkt, LFP_CNT_TX_TOO_LONG);
 	/* Last decision before the rewrite: a pass after it would hand the
 	 * kernel a modified packet. */
@@ -245,7 +247,7 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 			return lfp_pass(pkt, LFP_CNT_PARSE_SHORT);
 	}
 	/* Out of a bridge egress through the port its FDB names (bridge_tx.h). */
-	if (pkt->fwd.port ? !lfp_arm_bridged_redirect(pkt, pkt->fwd.port) :
+	if (pkt->fwd.port ? !lfp_arm_bridged_redirect(pkt, out) :
 	    ip6 ? !lfp_arm_redirect6(pkt, pkt->fwd.egress) : !lfp_arm_redirect(pkt, pkt->fwd.egress))
 		return lfp_pass(pkt, LFP_CNT_EGRESS_UNSUPPORTED);
 
@@ -269,7 +271,7 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	 * nf_nat_manip_pkt() drops it. */
 	if (LFP_NODE_CONNTRACK && pkt->ct.manip && lfp_nat_write(pkt))
 		return lfp_drop(pkt, LFP_CNT_NAT_UNWRITABLE);
-	lfp_count(pkt, lfp_transmit_into_peer(pkt, pkt->fwd.port ? pkt->fwd.port : pkt->fwd.egress, pkt->fwd.dmac));
+	lfp_count(pkt, lfp_transmit_into_peer(pkt, out, pkt->fwd.dmac));
 	return LFP_REDIRECT;
 }
 

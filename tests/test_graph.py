@@ -190,10 +190,12 @@ def test_a_vxlan_egress_checks_longer_packets_against_each_remote_s_outer_route(
 
     # a unicast MAC's remote each; the default entry and a multicast MAC
     # (a remote per append, each sent a copy) and a multicast remote are
-    # left out; an entry's own underlay is its oif
-    assert vteps() == {"02:00:00:00:00:02": (6, "192.0.2.2", "192.0.2.1", 3, 50, 0xFFFF - 50),
-                       "02:00:00:00:00:03": (6, "192.0.2.3", "192.0.2.1", 3, 50, 0xFFFF - 50),
+    # left out; only an entry's own underlay is an output interface (the
+    # device's `dev` serves its default remote only)
+    assert vteps() == {"02:00:00:00:00:02": (6, "192.0.2.2", "192.0.2.1", 0, 50, 0xFFFF - 50),
+                       "02:00:00:00:00:03": (6, "192.0.2.3", "192.0.2.1", 0, 50, 0xFFFF - 50),
                        "02:00:00:00:00:07": (6, "192.0.2.7", "192.0.2.1", 4, 50, 0xFFFF - 50)}
+    assert vteps(lower=0) == vteps()
     metric = replace(route("198.19.9.0/24", oif=3), mtu=1000)
     assert {v[5] for v in vteps(replace(base, routes=snap.routes + (metric,))).values()} == {950}
     assert vteps(local="")["02:00:00:00:00:02"][2] == "0.0.0.0"
@@ -205,7 +207,17 @@ def test_a_vxlan_egress_checks_longer_packets_against_each_remote_s_outer_route(
     assert vteps(replace(base, rules=snap.rules + (rule,))) == {}
     assert vteps(replace(base, sysctls=replace(base.sysctls, forward_use_pmtu=True))) == {}
     assert vteps(tos=1) == {} and vteps(ipv6=True) == {} and vteps(collect_metadata=True) == {}
-    assert set(vteps(lower=0)) == {"02:00:00:00:00:07"}
+    assert vteps(route_short_circuit=True) == {}
+    # two default routes in a table: an output lookup may pick the second
+    # (fib_select_default); one each in two tables is no choice
+    default = route("0.0.0.0/0", gateway="198.18.1.1", oif=2)
+    assert len(vteps(replace(base, routes=snap.routes + (default,)))) == 3
+    assert vteps(replace(base, routes=snap.routes + (default, replace(default, priority=10)))) == {}
+    assert len(vteps(replace(base, routes=snap.routes + (default, replace(default, table=100))))) == 3
+    # the underlay in a VRF: the device's socket is bound to it
+    vrf = link(9, "vrf0", kind="vrf")
+    enslaved = tuple(replace(x, master=9) if x.index == 3 else x for x in base.links) + (vrf,)
+    assert vteps(replace(base, links=enslaved)) == {}
     assert vteps(replace(base, vteps=())) == {}
 
 

@@ -194,11 +194,13 @@ def test_an_egress_length_cap_passes_longer_packets_at_tc(router, router_ns):
 def test_a_longer_packet_into_a_vxlan_egress_is_sent_when_its_remote_s_outer_route_has_room(router, router_ns):
     """Past an egress's tx_len_cap, the packet's remote VTEP (lfp_vteps, by
     egress and destination MAC) decides: its outer route, asked as the
-    device's transmit asks it, must hold the packet plus the encapsulation
-    (an MTU the lookup honours: a locked metric here, a learned path MTU on
-    a Flannel node: test_lab_flannel.py). No entry, an entry's own limit
-    (the route MTU metrics) or no room: the kernel's, as with the cap
-    alone. (XDP egresses carry no cap.)"""
+    device's transmit asks it — out of the entry's own underlay, or, as
+    for Flannel's entries, out of whichever the routes choose — must hold
+    the packet plus the encapsulation (an MTU the lookup honours: a locked
+    metric or a smaller device here, a learned path MTU on a Flannel node:
+    test_lab_flannel.py). No entry, an entry's own limit (the route MTU
+    metrics) or no room: the kernel's, as with the cap alone. (XDP
+    egresses carry no cap.)"""
     from dataclasses import replace
 
     from fixtures.router_cases import routed, udp
@@ -206,23 +208,24 @@ def test_a_longer_packet_into_a_vxlan_egress_is_sent_when_its_remote_s_outer_rou
     from linuxfp.graph.nodes.transmit import VTEP, VTEP_KEY
     ifaces, vteps = router.obj.map("lfp_ifaces"), router.obj.map("lfp_vteps")
     with entered(router_ns):
-        out = socket.if_nametoindex("out0")
+        out, small = socket.if_nametoindex("out0"), socket.if_nametoindex("small0")
     key = struct.pack("<I", out)
     original = ifaces.lookup(key)
     ifaces.update(key, pack_iface(replace(unpack_iface(out, original), tx_len_cap=500)))
     vtep = VTEP_KEY.pack(out, bytes.fromhex(NEXT_HOP_MAC.replace(":", "")), 0)
     long = bytes(udp(size=600))
+    inner = len(long) - 14
     try:
-        def verdict(entry=None):
+        def verdict(entry=None, remote="198.18.2.9", oif=0, frame=long):
             if entry is None:
                 vteps.delete(vtep)
             else:
-                vteps.update(vtep, VTEP.pack(socket.inet_aton("198.18.2.9"), socket.inet_aton("198.18.2.254"),
-                                             out, 50, entry))
+                vteps.update(vtep, VTEP.pack(socket.inet_aton(remote), socket.inet_aton("198.18.2.254"), oif, 50,
+                                             entry))
             before = router.counter("tx_too_long")
-            result = router.run(long)
+            result = router.run(frame)
             if result.retval == VERDICTS[router.hook][FORWARD]:
-                assert result.data_out == routed(long)
+                assert result.data_out == routed(frame)
             return result.retval == VERDICTS[router.hook][FORWARD], router.counter("tx_too_long") - before
 
         if router.hook == "xdp":
@@ -230,13 +233,19 @@ def test_a_longer_packet_into_a_vxlan_egress_is_sent_when_its_remote_s_outer_rou
             return
         assert verdict() == (False, 1)
         assert verdict(0xFFFF - 50) == (True, 0)
-        assert verdict(len(long) - 14 - 1) == (False, 1)       # the entry's limit: one byte short
-        assert verdict(len(long) - 14) == (True, 0)
-        router_ns.run(["ip", "route", "add", "198.18.2.9/32", "dev", "out0", "mtu", "lock", str(len(long) - 14 + 49)])
+        assert verdict(0xFFFF - 50, oif=out) == (True, 0)       # the entry's own underlay
+        assert verdict(0xFFFF - 50, oif=small) == (False, 1)    # ... which has no route to the remote
+        assert verdict(inner - 1) == (False, 1)                 # the entry's limit: one byte short
+        assert verdict(inner) == (True, 0)
+        # the remote's route leaves through small0 (MTU 1200), not the egress's underlay
+        assert verdict(0xFFFF - 50, remote="192.0.2.9") == (True, 0)
+        longer = bytes(udp(size=1200 - 50 + 14 + 1))
+        assert verdict(0xFFFF - 50, remote="192.0.2.9", frame=longer) == (False, 1)
+        assert verdict(0xFFFF - 50, frame=longer) == (True, 0)
+        router_ns.run(["ip", "route", "add", "198.18.2.9/32", "dev", "out0", "mtu", "lock", str(inner + 49)])
         try:
             assert verdict(0xFFFF - 50) == (False, 1)          # the outer route: one byte short
-            router_ns.run(["ip", "route", "change", "198.18.2.9/32", "dev", "out0", "mtu", "lock",
-                           str(len(long) - 14 + 50)])
+            router_ns.run(["ip", "route", "change", "198.18.2.9/32", "dev", "out0", "mtu", "lock", str(inner + 50)])
             assert verdict(0xFFFF - 50) == (True, 0)
         finally:
             router_ns.run(["ip", "route", "del", "198.18.2.9/32"])

@@ -87,6 +87,11 @@ def test_each_change_is_seen_and_applies_exactly(netns):
             ("ip route add 203.0.113.0/24 nexthop via 198.18.0.2 nexthop via 198.18.1.2 weight 2", "route"),
             ("ip route add blackhole 198.51.100.0/24", "route"),
             ("ip route add 192.0.2.0/24 via 198.18.0.2 table 100 mtu 1400", "route"),
+            # IPv4 default routes are kept: several in a table are a choice
+            ("ip route add default via 198.18.0.2", "route"),
+            ("ip route append default via 198.18.1.2", "route"),
+            ("ip route replace default via 198.18.1.3", "route"),
+            ("ip route del default via 198.18.1.2", "route"),
             # Plain routes (Route.plain) are left to the live FIB: no message.
             ("ip route add 198.51.100.128/25 via 198.18.0.2", None),
             ("ip route replace 198.51.100.128/25 via 198.18.0.3", "route"),

@@ -85,8 +85,10 @@ def test_links_addresses_routes_rules_neighbours(netns):
     assert prohibit.type == "prohibit" and prohibit.priority == 7 and prohibit.nexthops == ()
     custom = by_dst[(100, "192.0.2.0/24")]
     assert custom.mtu == 1400 and custom.realm == 5
-    # Plain unicast routes are answered by the live FIB and not kept.
-    assert (RT_TABLE_MAIN, "0.0.0.0/0") not in by_dst
+    # Plain unicast routes are answered by the live FIB and not kept; an
+    # IPv4 default route is kept (several in a table make output lookups
+    # pick among them, which the transmit node must know).
+    assert by_dst[(RT_TABLE_MAIN, "0.0.0.0/0")].nexthops[0].gateway is not None
     assert (RT_TABLE_MAIN, "198.18.0.0/24") not in by_dst
     # The local table is part of the dump too (pyroute2 would filter it out).
     assert by_dst[(RT_TABLE_LOCAL, "198.18.0.1/32")].type == "local"

@@ -260,6 +260,7 @@ def _link(header: tuple, a: dict[int, bytes]) -> Link:
 
 # enum ifla_vxlan_info (include/uapi/linux/if_link.h)
 IFLA_VXLAN_ID, IFLA_VXLAN_GROUP, IFLA_VXLAN_LINK, IFLA_VXLAN_LOCAL, IFLA_VXLAN_TOS = 1, 2, 3, 4, 6
+IFLA_VXLAN_RSC = 12
 IFLA_VXLAN_PORT, IFLA_VXLAN_GROUP6, IFLA_VXLAN_LOCAL6 = 15, 16, 17
 IFLA_VXLAN_COLLECT_METADATA, IFLA_VXLAN_VNIFILTER = 25, 30
 
@@ -277,6 +278,7 @@ def decode_vxlan_options(data: bytes) -> VxlanOptions:
         port=struct.unpack("!H", a[IFLA_VXLAN_PORT][:2])[0] if IFLA_VXLAN_PORT in a else 0,
         local=ip_str(AF_INET, a[IFLA_VXLAN_LOCAL]) if len(a.get(IFLA_VXLAN_LOCAL, b"")) == 4 else "",
         tos=nl.u8(a[IFLA_VXLAN_TOS]) if IFLA_VXLAN_TOS in a else 0,
+        route_short_circuit=bool(nl.u8(a[IFLA_VXLAN_RSC])) if IFLA_VXLAN_RSC in a else False,
     )
 
 
@@ -558,7 +560,9 @@ def _route_walk(payload: bytes) -> tuple[tuple, str | None, int | None, bool]:
             kept = True
         offset += (length + 3) & ~3
     identity = (family, table, f"{ip_str(family, dst)}/{dst_len}", tos, priority)
-    return identity, gateway, oif, kept or table == RT_TABLE_LOCAL
+    # (IPv4 default routes too: several in one table make output lookups pick
+    # among them, fib_select_default(), which bpf_fib_lookup() never does)
+    return identity, gateway, oif, kept or table == RT_TABLE_LOCAL or (family == AF_INET and dst_len == 0)
 
 
 def route_identity(payload: bytes) -> tuple:
@@ -599,7 +603,7 @@ class RouteDumpScan:
         starts: list[int] = []
         offset = 0
         while offset + 28 <= end:
-            (length, mtype, flags, seq, _pid, family, _dst_len, _src_len, _tos, table, _protocol,
+            (length, mtype, flags, seq, _pid, family, dst_len, _src_len, _tos, table, _protocol,
              _scope, rtype, rtm_flags) = unpack(data, offset)
             if mtype != RTM_NEWROUTE or flags != nl.NLM_F_MULTI or seq != want or length < 28:
                 break                  # not a plain dump message: the slow path below
@@ -609,7 +613,7 @@ class RouteDumpScan:
                 next_hint = hints[h]
             if rtm_flags & RTM_F_CLONED:
                 pass                   # a cached exception, not a route
-            elif (rtype != _RTN_UNICAST or table == RT_TABLE_LOCAL or family != AF_INET
+            elif (rtype != _RTN_UNICAST or table == RT_TABLE_LOCAL or family != AF_INET or not dst_len
                     or next_hint < following):
                 self._collect(data, offset, starts)
             elif self._run is not None:

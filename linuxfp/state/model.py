@@ -220,6 +220,7 @@ class VxlanOptions(_JsonMixin):
     port: int = 0                   # destination UDP port
     local: str = ""                 # IFLA_VXLAN_LOCAL (IPv4): the outer packets' source, "" when none
     tos: int = 0                    # IFLA_VXLAN_TOS: the outer packets' TOS, 1 to inherit the inner's
+    route_short_circuit: bool = False  # IFLA_VXLAN_RSC: a router entry's frames re-addressed by the neighbours
 
     @property
     def overhead(self) -> int:
@@ -371,12 +372,14 @@ class Route(_JsonMixin):
     @property
     def plain(self) -> bool:
         """A route only the live FIB needs to know: unicast, outside the local
-        table, one nexthop that is not a nexthop object, no MTU metric. The
-        datapath asks bpf_fib_lookup() about these and no node reads them, so
-        the snapshot does not keep them (a BGP full table is 800 000 of
-        them); see Snapshot.routes."""
+        table, one nexthop that is not a nexthop object, no MTU metric, not
+        an IPv4 default route. The datapath asks bpf_fib_lookup() about
+        these and no node reads them, so the snapshot does not keep them (a
+        BGP full table is 800 000 of them); see Snapshot.routes. (Several
+        IPv4 default routes in one table make output lookups pick among
+        them, fib_select_default(): the transmit node reads them.)"""
         return (self.type == "unicast" and self.table != RT_TABLE_LOCAL and len(self.nexthops) <= 1
-                and not self.nh_id and not self.mtu)
+                and not self.nh_id and not self.mtu and not (self.family == AF_INET and self.dst == "0.0.0.0/0"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -726,8 +729,9 @@ def vtep_order(e: VtepRemote) -> tuple:
     """A VXLAN FDB remote's identity. A unicast MAC has one remote, which a
     replace changes (announced as the new remote alone: vxlan_fdb_replace());
     the default (all zeros) and multicast MACs have a remote per append,
-    each announced on its own (vxlan_fdb_append())."""
-    return (e.device, e.mac, e.dst if e.several else "")
+    each announced on its own (vxlan_fdb_append()) and told apart by
+    address, port, VNI and underlay (vxlan_fdb_find_rdst())."""
+    return (e.device, e.mac) + ((e.dst, e.port, e.vni, e.via) if e.several else ())
 
 
 @dataclass(frozen=True)

@@ -151,44 +151,57 @@ def tunnel_paths(snapshot):
     """(device, MAC, remote, local, underlay, overhead, longest inner packet)
     for each VXLAN egress's MAC whose outer route the fast path may ask
     bpf_fib_lookup() about as the device's transmit asks the FIB
-    (vxlan_get_route(): an output lookup from the device's local address
-    to the remote, out of its underlay, with its TOS and the packet's
-    mark). The MTU that lookup answers (ip_mtu_from_fib_result(): the
-    path MTU ICMP taught, else the device's) is the one
-    skb_tunnel_check_pmtu() holds the encapsulated packet to (ipv4_mtu():
-    the same exception first, then the route's MTU metric, which the
-    lookup ignores unless locked: the longest inner packet stays under
-    every IPv4 route's metric). Where the two lookups could part, nothing
-    is written and longer packets stay the kernel's (tx_too_long): policy
-    rules beyond the default three (the mark, the ports and the address
-    could choose another table), several paths (a multipath route or a
-    nexthop object: the outer flow's hash picks), ip_forward_use_pmtu
-    (the lookup then prefers a metric to a learned path MTU), an IPv6
-    underlay, a TOS (a route's TOS selector could tell; 1 inherits each
-    inner packet's), a device without an underlay (the lookup needs one),
-    and the default and multicast MACs (several remotes, each getting a
-    copy). A MAC without an entry of its own goes to the kernel too."""
+    (vxlan_xmit_one(), udp_tunnel_dst_lookup(): from the device's local
+    address to the remote, out of the entry's own underlay — `via`, 0
+    when it names none: the device's `dev` serves its default remote only
+    — with its TOS and the packet's mark). The MTU that lookup answers
+    (ip_mtu_from_fib_result(): the path MTU ICMP taught, else the
+    device's) is the one skb_tunnel_check_pmtu() holds the encapsulated
+    packet to (ipv4_mtu(): the same exception first, then the route's MTU
+    metric, which the lookup ignores unless locked: the longest inner
+    packet stays under every IPv4 route's metric). Where the two lookups
+    could part, nothing is written and longer packets stay the kernel's
+    (tx_too_long): policy rules beyond the default three (the mark, the
+    ports and the address could choose another table), several paths (a
+    multipath route or a nexthop object: the outer flow's hash picks;
+    several IPv4 default routes in a table: fib_select_default() picks
+    for an output lookup), ip_forward_use_pmtu (the lookup then prefers a
+    metric to a learned path MTU), an IPv6 underlay, a TOS (a route's TOS
+    selector could tell; 1 inherits each inner packet's), route short
+    circuit (a router entry's frames are re-addressed by the neighbour
+    table and sent by another entry), a `dev` in a VRF (the device's
+    socket is bound to it), and the default and multicast MACs (several
+    remotes, each getting a copy). A MAC without an entry of its own goes
+    to the kernel too."""
     if not snapshot.vteps:
         return
     routes4 = [r for r in snapshot.routes if r.family == socket.AF_INET]
+    defaults = [r.table for r in routes4 if r.dst == "0.0.0.0/0" and r.type == "unicast"]
     if (not snapshot.default_rules or snapshot.sysctls.forward_use_pmtu
-            or any(len(r.nexthops) > 1 or r.nh_id for r in routes4)):
+            or any(len(r.nexthops) > 1 or r.nh_id for r in routes4) or len(defaults) != len(set(defaults))):
         return
     metric_floor = min((r.mtu for r in routes4 if r.mtu), default=0xFFFF)
     for remote in snapshot.vteps:
-        device, mac = remote.device, remote.mac
-        link = snapshot.link(device)
+        link = snapshot.link(remote.device)
         options = link.vxlan if link is not None else None
-        if (options is None or options.ipv6 or options.tos or vxlan_blocker(link, snapshot) is not None
-                or remote.several):
+        if (options is None or options.ipv6 or options.tos or options.route_short_circuit or remote.several
+                or vxlan_blocker(link, snapshot) is not None or _in_vrf(snapshot, options.lower)):
             continue
-        oif = remote.via or options.lower
         try:
             address = ipaddress.IPv4Address(remote.dst)
         except ValueError:
             continue
-        if not oif or address.is_multicast or address.is_unspecified or address == _BROADCAST:
+        if address.is_multicast or address.is_unspecified or address == _BROADCAST:
             continue
         max_len = min(metric_floor, 0xFFFF + options.overhead) - options.overhead
         if max_len > 0:
-            yield device, mac, remote.dst, options.local or "0.0.0.0", oif, options.overhead, max_len
+            yield (remote.device, remote.mac, remote.dst, options.local or "0.0.0.0", remote.via, options.overhead,
+                   max_len)
+
+
+def _in_vrf(snapshot, index: int) -> bool:
+    """Whether device `index` is enslaved to a VRF (a VXLAN device's socket
+    is then bound to that VRF: __vxlan_sock_add())."""
+    device = snapshot.link(index) if index else None
+    master = snapshot.link(device.master) if device is not None and device.master else None
+    return master is not None and master.kind == "vrf"
