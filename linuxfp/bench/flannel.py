@@ -51,6 +51,9 @@ ECHO_PORT = 7007
 IPERF_PORT = 5201
 WARMUP_MS = 2600      # > conntrack's 2 s stream mark, so the measured part can be fast-pathed
 UDP_PAYLOAD = 18      # 64-byte frames: 14 Ethernet + 20 IPv4 + 8 UDP + 18 (+ 4 FCS on a wire)
+# 1 228-byte inner packets: past what a VXLAN egress sends without asking its
+# remote's outer route (502 by default), under flannel.1's MTU (1 450)
+UDP_LARGE_PAYLOAD = 1200
 QUICK_WARMUP_MS = 300  # --quick proves the harness only: its flows stay with the kernel
 
 
@@ -76,6 +79,7 @@ def run(options: Options, look=None) -> dict:
     raw: list[dict] = []
     bulk_raw: list[dict] = []
     udp_raw: list[dict] = []
+    udp_large_raw: list[dict] = []
     udp_seconds = 1 if options.quick else 3
     udp_omit = (warmup_ms + 999) // 1000
     errors: dict[str, str] = {}
@@ -119,6 +123,18 @@ def run(options: Options, look=None) -> dict:
                     progress(f"flannel [{index + 1}/{repetitions}] {name}, {placement}, 64 B UDP: "
                              f"{result['pps'] / 1e3:.0f} kpps received, "
                              f"{result['per_cpu_second'] / 1e3:.0f} k per CPU-second")
+                # long datagrams cross flannel.1 inter-node only (a bridge has no cap)
+                before = [ip_forw_datagrams(node) for node in nodes]
+                result = _udp_flood(lab.namespace(client.name), SimpleNamespace(
+                    ip=remote_server.ip, namespace=lab.namespace(remote_server.name)), udp_seconds, udp_omit,
+                    UDP_LARGE_PAYLOAD)
+                forwarded = sum(ip_forw_datagrams(node) - b for node, b in zip(nodes, before))
+                udp_large_raw.append({"repetition": index, "system": name, "placement": "inter-node",
+                                      "kernel_forwarded": forwarded, **result})
+                progress(f"flannel [{index + 1}/{repetitions}] {name}, inter-node, {UDP_LARGE_PAYLOAD} B UDP: "
+                         f"{result['pps'] / 1e3:.0f} kpps received, "
+                         f"{result['per_cpu_second'] / 1e3:.0f} k per CPU-second, "
+                         f"{forwarded} packets forwarded by the kernels")
 
         try:
             for pod in servers.values():
@@ -161,19 +177,8 @@ def run(options: Options, look=None) -> dict:
             if {"linux", "linuxfp"} <= set(entry) and entry["linux"]["gbit_s"]:
                 gains[f"{placement}, {streams} stream(s)"] = round(
                     entry["linuxfp"]["gbit_s"] / entry["linux"]["gbit_s"] - 1, 3)
-    udp: dict[str, dict] = {}
-    udp_gains: dict[str, float] = {}
-    for placement in PLACEMENTS:
-        entry = {}
-        for name in SYSTEM_NAMES:
-            runs = [r for r in udp_raw if r["system"] == name and r["placement"] == placement]
-            if runs:
-                entry[name] = {key: round(statistics.median(r[key] for r in runs), 1)
-                               for key in ("pps", "per_cpu_second", "cpu_seconds", "sent_pps")}
-                entry[name]["repetitions"] = len(runs)
-        udp[placement] = entry
-        if {"linux", "linuxfp"} <= set(entry) and entry["linux"]["per_cpu_second"]:
-            udp_gains[placement] = round(entry["linuxfp"]["per_cpu_second"] / entry["linux"]["per_cpu_second"] - 1, 3)
+    udp, udp_gains = _udp_summary(udp_raw, PLACEMENTS)
+    udp_large, udp_large_gains = _udp_summary(udp_large_raw, ("inter-node",))
     return {
         "scenario": "flannel",
         "supported": True,
@@ -197,6 +202,9 @@ def run(options: Options, look=None) -> dict:
                      "measured window; per_cpu_second: those per second of the machine's busy CPU time "
                      "(/proc/stat user+nice+system+irq+softirq, every CPU) over the same window; sent_pps: "
                      "iperf3's own count; medians over repetitions",
+            "udp_large": f"the same with -l {UDP_LARGE_PAYLOAD} (1 228-byte inner packets, past a VXLAN egress's "
+                         "cap: each asks its remote's outer route), inter-node only; kernel_forwarded: IPv4 "
+                         "packets the nodes' kernels forwarded during the run",
             "warmup_ms": warmup_ms,
             "duration_ms": duration_ms,
             "repetitions": repetitions,
@@ -215,7 +223,31 @@ def run(options: Options, look=None) -> dict:
         "udp64": udp,
         "udp64_gains": udp_gains,
         "udp64_runs": udp_raw,
+        "udp_large": udp_large,
+        "udp_large_gains": udp_large_gains,
+        "udp_large_runs": udp_large_raw,
     }
+
+
+def _udp_summary(runs_raw: list[dict], placements) -> tuple[dict, dict]:
+    """Per placement and system, the medians of the UDP runs; LinuxFP's gain
+    per CPU-second over Linux's."""
+    summary: dict[str, dict] = {}
+    gains: dict[str, float] = {}
+    for placement in placements:
+        entry = {}
+        for name in SYSTEM_NAMES:
+            runs = [r for r in runs_raw if r["system"] == name and r["placement"] == placement]
+            if runs:
+                entry[name] = {key: round(statistics.median(r[key] for r in runs), 1)
+                               for key in ("pps", "per_cpu_second", "cpu_seconds", "sent_pps")}
+                if all("kernel_forwarded" in r for r in runs):
+                    entry[name]["kernel_forwarded"] = int(statistics.median(r["kernel_forwarded"] for r in runs))
+                entry[name]["repetitions"] = len(runs)
+        summary[placement] = entry
+        if {"linux", "linuxfp"} <= set(entry) and entry["linux"]["per_cpu_second"]:
+            gains[placement] = round(entry["linuxfp"]["per_cpu_second"] / entry["linux"]["per_cpu_second"] - 1, 3)
+    return summary, gains
 
 
 def _start_iperf_server(pod) -> subprocess.Popen:
@@ -246,8 +278,8 @@ def _tcp_bulk(pod, address: str, streams: int, seconds: int) -> dict:
             "retransmits": end["sum_sent"].get("retransmits", 0)}
 
 
-def _udp_flood(pod, server, seconds: int, omit: int) -> dict:
-    """iperf3 -u at full speed with 64-byte frames from `pod` to the
+def _udp_flood(pod, server, seconds: int, omit: int, payload: int = UDP_PAYLOAD) -> dict:
+    """iperf3 -u at full speed with `payload`-byte datagrams (18: 64-byte frames) from `pod` to the
     `server` pod: what the server's sockets received per second over the
     measured seconds, and per second of the machine's busy CPU time over the
     same window. Both counted on the receiving side (UDP InDatagrams in the
@@ -255,7 +287,7 @@ def _udp_flood(pod, server, seconds: int, omit: int) -> dict:
     (3.12) reports a loss that includes the omitted seconds."""
     from linuxfp.lab.counters import snmp
 
-    argv = ["iperf3", "-c", server.ip, "-p", str(IPERF_PORT), "-u", "-b", "0", "-l", str(UDP_PAYLOAD),
+    argv = ["iperf3", "-c", server.ip, "-p", str(IPERF_PORT), "-u", "-b", "0", "-l", str(payload),
             "-t", str(seconds), "-O", str(omit), "-J"]
     proc = subprocess.Popen(pod.exec_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(omit)            # (the omitted seconds are not measured)
@@ -276,7 +308,7 @@ def _udp_flood(pod, server, seconds: int, omit: int) -> dict:
         raise RuntimeError(f"iperf3 -u to {server.ip} failed: {report.get('error', proc.returncode)}")
     wall, busy, received = (b - a for a, b in zip(start, end))
     if wall <= 0 or busy <= 0:
-        raise RuntimeError("64 B UDP: no time measured")
+        raise RuntimeError(f"{payload} B UDP: no time measured")
     return {"pps": received / wall, "per_cpu_second": received / busy, "cpu_seconds": busy,
             "sent_pps": report["end"]["sum"]["packets"] / max(report["end"]["sum"]["seconds"], 1e-9),
             "iperf3": report.get("start", {}).get("version", "")}
@@ -327,8 +359,11 @@ def summary_line(result: dict) -> str:
             for placement, by_streams in result.get("tcp_bulk", {}).items() for streams, entry in by_streams.items()]
     udp = [f"{placement}: " + " / ".join(f"{name} {e['per_cpu_second'] / 1e3:.0f}" for name, e in entry.items())
            for placement, entry in result.get("udp64", {}).items()]
+    large = [f"{placement}: " + " / ".join(f"{name} {e['per_cpu_second'] / 1e3:.0f}" for name, e in entry.items())
+             for placement, entry in result.get("udp_large", {}).items()]
     return (text + ("; TCP bulk Gbit/s: " + " | ".join(bulk) if bulk else "")
-            + ("; 64 B UDP k per CPU-second: " + " | ".join(udp) if udp else ""))
+            + ("; 64 B UDP k per CPU-second: " + " | ".join(udp) if udp else "")
+            + (f"; {UDP_LARGE_PAYLOAD} B UDP k per CPU-second: " + " | ".join(large) if large else ""))
 
 
 def markdown(result: dict) -> str:
@@ -359,6 +394,15 @@ def markdown(result: dict) -> str:
           f"{e['sent_pps'] / 1e3:.0f}"]
          for placement, entry in result.get("udp64", {}).items() for name, e in entry.items()],
         result.get("udp64_gains"))
+    lines += _section(
+        f"{UDP_LARGE_PAYLOAD} B UDP (iperf3 -u -l {UDP_LARGE_PAYLOAD} at full speed), pod to pod across flannel.1",
+        f"{UDP_LARGE_PAYLOAD} B UDP per CPU-second",
+        ["placement", "system", "kpps received", "k per CPU-second", "busy CPU-s", "kpps sent",
+         "kernel-forwarded packets"],
+        [[placement, name, f"{e['pps'] / 1e3:.0f}", f"{e['per_cpu_second'] / 1e3:.0f}", f"{e['cpu_seconds']:.2f}",
+          f"{e['sent_pps'] / 1e3:.0f}", str(e.get("kernel_forwarded", ""))]
+         for placement, entry in result.get("udp_large", {}).items() for name, e in entry.items()],
+        result.get("udp_large_gains"))
     return "".join(lines)
 
 
