@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import tomllib
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 
 # pyproject.toml of a checkout: this file is controller/version.py in it.
@@ -27,6 +26,10 @@ def version() -> str:
             return str(project["version"])
     except (OSError, tomllib.TOMLDecodeError):
         pass
+    # (imported here: importlib.metadata costs every command ~25 ms to import,
+    # and a checkout, where the tests and most runs are, never needs it)
+    from importlib import metadata
+
     try:
         return metadata.version("linuxfp")
     except metadata.PackageNotFoundError:

@@ -28,7 +28,7 @@ def test_version_without_a_checkout(monkeypatch, tmp_path):
     """Installed from a wheel (no pyproject.toml beside the code): the
     package metadata; neither: a version that says it is unknown."""
     monkeypatch.setattr(version_module, "_PYPROJECT", tmp_path / "pyproject.toml")
-    monkeypatch.setattr(version_module.metadata, "version", lambda name: "9.8.7")
+    monkeypatch.setattr(metadata, "version", lambda name: "9.8.7")
     version_module.version.cache_clear()
     try:
         assert version_module.version() == "9.8.7"
@@ -36,7 +36,7 @@ def test_version_without_a_checkout(monkeypatch, tmp_path):
 
         def missing(name):
             raise metadata.PackageNotFoundError(name)
-        monkeypatch.setattr(version_module.metadata, "version", missing)
+        monkeypatch.setattr(metadata, "version", missing)
         assert version_module.version() == version_module.UNKNOWN
     finally:
         version_module.version.cache_clear()
