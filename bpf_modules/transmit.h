@@ -181,8 +181,8 @@ static __always_inline int lfp_tunnel_path_fits(struct lfp_pkt *pkt, __u32 egres
 	fib.tot_len = inner + vtep->overhead;
 	/* The device asks with the entry's underlay as the output interface,
 	 * or with none (its `dev` names the default remote's only); a lookup
-	 * with none needs an interface with forwarding on as its input, which
-	 * the egress is. */
+	 * with none takes the egress as its input interface, which needs IPv4
+	 * forwarding on (the controller writes no entry where it is off). */
 	fib.ifindex = vtep->oif ? vtep->oif : egress;
 	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib),
 			    BPF_FIB_LOOKUP_SKIP_NEIGH | (vtep->oif ? BPF_FIB_LOOKUP_OUTPUT : 0));

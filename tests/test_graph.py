@@ -214,10 +214,16 @@ def test_a_vxlan_egress_checks_longer_packets_against_each_remote_s_outer_route(
     assert len(vteps(replace(base, routes=snap.routes + (default,)))) == 3
     assert vteps(replace(base, routes=snap.routes + (default, replace(default, priority=10)))) == {}
     assert len(vteps(replace(base, routes=snap.routes + (default, replace(default, table=100))))) == 3
-    # the underlay in a VRF: the device's socket is bound to it
-    vrf = link(9, "vrf0", kind="vrf")
+    # the underlay in a VRF, directly or under a bond: the device's socket is bound to it
+    vrf, bond = link(9, "vrf0", kind="vrf"), replace(link(8, "bond0", kind="bond"), master=9)
     enslaved = tuple(replace(x, master=9) if x.index == 3 else x for x in base.links) + (vrf,)
     assert vteps(replace(base, links=enslaved)) == {}
+    nested = tuple(replace(x, master=8) if x.index == 3 else x for x in base.links) + (bond, vrf)
+    assert vteps(replace(base, links=nested)) == {}
+    assert len(vteps(replace(base, links=nested[:-2] + (replace(bond, master=None),)))) == 3
+    # IPv4 forwarding off on the device: the lookup would refuse it as its input
+    off = tuple(replace(c, forwarding=False) if c.ifindex == 6 else c for c in base.sysctls.interfaces)
+    assert vteps(replace(base, sysctls=replace(base.sysctls, interfaces=off))) == {}
     assert vteps(replace(base, vteps=())) == {}
 
 

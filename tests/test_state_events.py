@@ -205,6 +205,9 @@ def test_vxlan_remotes_are_seen_and_apply_exactly(netns):
             "bridge fdb replace 02:00:00:00:00:bb dev vx0 dst 198.18.1.3",
             "bridge fdb append 00:00:00:00:00:00 dev vx0 dst 198.18.1.4",
             "bridge fdb append 00:00:00:00:00:00 dev vx0 dst 198.18.1.5 port 4789 vni 7",
+            # the same address again, another VNI: another remote
+            "bridge fdb append 00:00:00:00:00:00 dev vx0 dst 198.18.1.5 port 4789 vni 8",
+            "bridge fdb del 00:00:00:00:00:00 dev vx0 dst 198.18.1.5 port 4789 vni 8",
             "bridge fdb del 00:00:00:00:00:00 dev vx0 dst 198.18.1.4",
             "bridge fdb add 02:00:00:00:00:cc dev vx0 dst 198.18.1.6 via b1",
         ]

@@ -268,10 +268,14 @@ def test_vxlan_options_are_read(netns):
     sh("ip link add vx0 type vxlan id 42 local 192.0.2.1 dev a0 dstport 8472 nolearning")
     sh("ip link add vx1 type vxlan external dstport 4789")
     sh("ip link add vx6 type vxlan id 7 local 2001:db8::1 dstport 4789")
+    sh("ip link add vx2 type vxlan id 3 dstport 4789 rsc tos 0x10")
     snap = read_snapshot()
+    vx2 = snap.link_by_name("vx2").vxlan
+    assert vx2.route_short_circuit and vx2.tos == 0x10 and vx2.local == ""
     a0 = snap.link_by_name("a0")
     vx0 = snap.link_by_name("vx0").vxlan
     assert (vx0.vni, vx0.lower, vx0.port, vx0.collect_metadata, vx0.ipv6) == (42, a0.index, 8472, False, False)
+    assert (vx0.local, vx0.route_short_circuit, vx0.tos) == ("192.0.2.1", False, 0)
     assert vx0.overhead == 50 and snap.link_by_name("vx6").vxlan.overhead == 70
     assert snap.link_by_name("vx1").vxlan.collect_metadata and snap.link_by_name("vx1").vxlan.lower == 0
     assert snap.link_by_name("a0").vxlan is None

@@ -528,9 +528,9 @@ class IdentityTooLong(RuntimeError):
 
 def _route_walk(payload: bytes) -> tuple[tuple, str | None, int | None, bool]:
     """One attribute walk of a route message: its Route.identity (family,
-    table, "dst/len", tos, priority), gateway, oif, and whether an attribute
-    makes it not plain (RTAX_MTU, RTA_MULTIPATH, RTA_NH_ID, RTA_VIA, the
-    local table)."""
+    table, "dst/len", tos, priority), gateway, oif, and whether it is not
+    plain (RTAX_MTU, RTA_MULTIPATH, RTA_NH_ID, RTA_VIA, the local table, an
+    IPv4 default route)."""
     family, dst_len, _src_len, tos, table = _RTMSG.unpack_from(payload)[:5]
     dst = b"\0\0\0\0"
     priority = 0

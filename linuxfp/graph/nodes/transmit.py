@@ -172,7 +172,9 @@ def tunnel_paths(snapshot):
     table and sent by another entry), a `dev` in a VRF (the device's
     socket is bound to it), and the default and multicast MACs (several
     remotes, each getting a copy). A MAC without an entry of its own goes
-    to the kernel too."""
+    to the kernel too, and so does every long packet of a device with
+    IPv4 forwarding off (the lookup without an underlay takes the device
+    as its input, and refuses one that does not forward)."""
     if not snapshot.vteps:
         return
     routes4 = [r for r in snapshot.routes if r.family == socket.AF_INET]
@@ -184,8 +186,10 @@ def tunnel_paths(snapshot):
     for remote in snapshot.vteps:
         link = snapshot.link(remote.device)
         options = link.vxlan if link is not None else None
+        conf = snapshot.sysctls.for_ifindex(remote.device)
         if (options is None or options.ipv6 or options.tos or options.route_short_circuit or remote.several
-                or vxlan_blocker(link, snapshot) is not None or _in_vrf(snapshot, options.lower)):
+                or vxlan_blocker(link, snapshot) is not None or _in_vrf(snapshot, options.lower)
+                or conf is None or not conf.forwarding):
             continue
         try:
             address = ipaddress.IPv4Address(remote.dst)
@@ -200,8 +204,15 @@ def tunnel_paths(snapshot):
 
 
 def _in_vrf(snapshot, index: int) -> bool:
-    """Whether device `index` is enslaved to a VRF (a VXLAN device's socket
-    is then bound to that VRF: __vxlan_sock_add())."""
+    """Whether device `index` is under a VRF, directly or through the
+    masters above it (a bond's port, a bridge's): a VXLAN device's socket is
+    then bound to that VRF (__vxlan_sock_add(),
+    l3mdev_master_upper_ifindex_by_index())."""
     device = snapshot.link(index) if index else None
-    master = snapshot.link(device.master) if device is not None and device.master else None
-    return master is not None and master.kind == "vrf"
+    for _ in range(8):          # (masters nest a few levels at most)
+        if device is None or not device.master:
+            return False
+        device = snapshot.link(device.master)
+        if device is not None and device.kind == "vrf":
+            return True
+    return True                 # deeper than any real stack: assume the worst
