@@ -284,6 +284,10 @@ struct sk_buff___lfp {
 	__u8 l4_hash:1;
 	__u8 encapsulation:1;
 	struct net_device___lfp *dev;
+	unsigned char *head;
+	unsigned char *data;
+	__u16 csum_start;       /* CHECKSUM_PARTIAL: from head */
+	__u16 csum_offset;
 } __attribute__((preserve_access_index));
 #else
 struct xdp_rxq_info___lfp {
@@ -488,6 +492,84 @@ static __always_inline int lfp_is_encapsulated(struct lfp_pkt *pkt)
 #else
 	(void)pkt;
 	return 0;
+#endif
+}
+
+/* Where a CHECKSUM_PARTIAL skb's transport checksum, which the sender left
+ * to be filled, covers from: an offset into the frame (skb->csum_start),
+ * with the field's own offset from there in *field; -1 when the packet is
+ * not CHECKSUM_PARTIAL (at XDP: never). */
+static __always_inline int lfp_csum_partial_from(struct lfp_pkt *pkt, __u16 *field)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	if (BPF_CORE_READ_BITFIELD(skb, ip_summed) != LFP_CHECKSUM_PARTIAL)
+		return -1;
+	*field = skb->csum_offset;
+	return (int)skb->csum_start - (int)(skb->data - skb->head);
+#else
+	(void)pkt;
+	(void)field;
+	return -1;
+#endif
+}
+
+/* The skb's flow hash as the stack's own transmit reads it (skb_get_hash():
+ * the one it carries, else the flow dissector's, which is then kept); 0
+ * when there is none, and at XDP (no skb yet). */
+static __always_inline __u32 lfp_flow_hash(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	return bpf_get_hash_recalc(pkt->ctx);
+#else
+	(void)pkt;
+	return 0;
+#endif
+}
+
+/* A tunnel's transmit leaves the outer packet only an L4 hash
+ * (skb_clear_hash_if_not_l4() in iptunnel_xmit()). */
+static __always_inline void lfp_clear_hash_unless_l4(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	if (!BPF_CORE_READ_BITFIELD(skb, l4_hash))
+		bpf_set_hash_invalid(pkt->ctx);
+#else
+	(void)pkt;
+#endif
+}
+
+/* Whether this hook can put a tunnel's headers in front of a packet and
+ * send it as the tunnel device would (vxlan_tx.h): TC, whose skb carries
+ * the hash, checksum state and offload marks that transmit reads and
+ * keeps. A constant, like LFP_HOOK_ENTERS_PEERS. */
+#ifdef LFP_HOOK_TC
+#define LFP_HOOK_ENCAPSULATES 1
+#else
+#define LFP_HOOK_ENCAPSULATES 0
+#endif
+
+/* `len` bytes of room right after the Ethernet header, for a tunnel's
+ * headers (bpf_skb_adjust_room() with the encapsulation `flags`, which
+ * mark the skb as a tunnel's the way the tunnel's transmit marks it); 0,
+ * or < 0 when there is no room (memory) or at XDP. Packet pointers are
+ * derived again. */
+static __always_inline long lfp_room_after_mac(struct lfp_pkt *pkt, __u32 len, __u64 flags)
+{
+#ifdef LFP_HOOK_TC
+	long err = bpf_skb_adjust_room(pkt->ctx, len, BPF_ADJ_ROOM_MAC, flags);
+
+	lfp_reload(pkt);
+	pkt->len = pkt->ctx->len;
+	return err;
+#else
+	(void)pkt;
+	(void)len;
+	(void)flags;
+	return -1;
 #endif
 }
 

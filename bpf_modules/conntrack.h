@@ -524,6 +524,45 @@ state:
 	return LFP_CT_STATE;
 }
 
+#define LFP_UDP_CT_UNREPLIED 0
+
+/* The connection of a UDP packet the host sends (a tunnel's outer packet,
+ * `tuple` its addresses and ports), looked up and refreshed as conntrack
+ * at OUTPUT would: taken only when that refresh is all the packet does to
+ * it — a confirmed entry that has never seen a reply (udp_packet() then
+ * refreshes it to the namespace's "unreplied" timeout, nothing else), none
+ * of LFP_CT_AVOID's bits (no NAT: nat's hooks translate such a packet by
+ * the entry's binding), no extension, and a reply tuple that is the
+ * original reversed. LFP_CT_NONE when there is no entry. */
+static __always_inline enum lfp_ct_result lfp_ct_take_sent(struct lfp_pkt *pkt, struct bpf_sock_tuple *tuple)
+{
+	struct bpf_ct_opts opts = { .netns_id = -1, .l4proto = IPPROTO_UDP };
+	struct nf_conn___lfp *conn;
+	struct nf_conn *ct;
+	unsigned long status;
+	__u32 extra, expires;
+	__u64 now;
+
+	ct = lfp_ct_lookup(pkt, tuple, sizeof(tuple->ipv4), &opts);
+	if (!ct)
+		return opts.error == -2 /* -ENOENT */ ? LFP_CT_NONE : LFP_CT_ERROR;
+	conn = (void *)ct;
+	status = conn->status;
+	if (!(status & (1ul << IPS_CONFIRMED_BIT)) || (status & ((1ul << IPS_SEEN_REPLY_BIT) | LFP_CT_AVOID)) ||
+	    !CONFIG_HZ || lfp_ct_extended(conn) || !lfp_ct_untranslated(conn, 0)) {
+		bpf_ct_release(ct);
+		return LFP_CT_STATE;
+	}
+	now = bpf_jiffies64();
+	extra = conn->ct_net.net->ct.nf_ct_proto.udp.timeouts[LFP_UDP_CT_UNREPLIED];
+	expires = (__u32)now + extra;
+	/* (at most once per jiffy: the timeout already there otherwise) */
+	if (conn->timeout != expires)
+		bpf_ct_change_timeout(ct, (__u32)((__u64)extra * 1000 / CONFIG_HZ));
+	bpf_ct_release(ct);
+	return LFP_CT_TAKEN;
+}
+
 /* Whether the conntrack node took the packet's connection and left its
  * refresh owed (only that node does). */
 static __always_inline int lfp_ct_owed(struct lfp_pkt *pkt)

@@ -18,7 +18,9 @@
 	X(NEIGH_STALE,            transmit, pass, "first packet to a STALE neighbour (Linux starts probing)") \
 	X(EGRESS_UNSUPPORTED,     transmit, pass, "egress cannot take a redirect from this hook, or does not forward") \
 	X(TX_TOO_LONG,            transmit, pass, "longer than an encapsulating egress sends without Linux learning a path MTU") \
-	X(INTO_PEER,              transmit, fast, "forwarded straight into a veth peer's namespace (redirect_peer)")
+	X(INTO_PEER,              transmit, fast, "forwarded straight into a veth peer's namespace (redirect_peer)") \
+	X(ENCAPSULATED,           transmit, fast, "encapsulated as its VXLAN egress would and sent out of the underlay") \
+	X(ENCAP_UNWRITABLE,       transmit, drop, "no room to encapsulate (Linux drops it too)")
 
 /* Neighbour state of next hops, as far as it changes what Linux does with a
  * packet. bpf_fib_lookup() accepts any valid entry, but the first packet
@@ -125,69 +127,8 @@ static __always_inline enum lfp_counter lfp_transmit_into_peer(struct lfp_pkt *p
 	return lfp_upgrade_to_peer(pkt, egress) ? LFP_CNT_INTO_PEER : LFP_CNT_FORWARDED;
 }
 
-/* The remote VTEP each MAC of a VXLAN egress is encapsulated to, for the
- * packets longer than the egress's tx_len_cap: Linux holds the
- * encapsulated packet to the outer route's MTU and, past it, lowers the
- * inner route's path MTU as it sends (skb_tunnel_check_pmtu()), which a
- * redirected packet, carrying no route, would not do. So such a packet is
- * sent only when the outer route, asked as the device's transmit asks it,
- * has room. The controller writes an entry only where the two lookups
- * cannot part (graph/nodes/transmit.py, tunnel_paths); a MAC without one
- * goes to the kernel. */
-struct lfp_vtep_key {
-	__u32 ifindex;
-	__u8 mac[ETH_ALEN];
-	__u16 pad;
-};
-
-struct lfp_vtep {
-	__be32 remote;
-	__be32 local;          /* the device's source address, 0 for none */
-	__u32 oif;             /* the entry's own underlay (`via`), 0 for none */
-	__u16 overhead;        /* what the encapsulation adds to the inner IP packet */
-	__u16 max_len;         /* longest inner IP packet under every route's MTU metric */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct lfp_vtep_key);
-	__type(value, struct lfp_vtep);
-} lfp_vteps SEC(".maps");
-
-/* Whether the packet, to `dmac` out of the VXLAN device `egress`, fits the
- * outer route's MTU once encapsulated (never a GSO packet: each segment
- * would need the check). The inner length is taken from the frame, which
- * is never shorter than its IP packet. */
-static __always_inline int lfp_tunnel_path_fits(struct lfp_pkt *pkt, __u32 egress, const __u8 *dmac)
-{
-	struct lfp_vtep_key key = { .ifindex = egress };
-	struct bpf_fib_lookup fib = {};
-	struct lfp_vtep *vtep;
-	__u32 inner;
-	long rc;
-
-	if (lfp_is_gso(pkt) || pkt->len < sizeof(struct ethhdr))
-		return 0;
-	__builtin_memcpy(key.mac, dmac, ETH_ALEN);
-	vtep = bpf_map_lookup_elem(&lfp_vteps, &key);
-	inner = pkt->len - sizeof(struct ethhdr);
-	if (!vtep || inner > vtep->max_len)
-		return 0;
-	fib.family = AF_INET;
-	fib.l4_protocol = IPPROTO_UDP;
-	fib.ipv4_src = vtep->local;
-	fib.ipv4_dst = vtep->remote;
-	fib.tot_len = inner + vtep->overhead;
-	/* The device asks with the entry's underlay as the output interface,
-	 * or with none (its `dev` names the default remote's only); a lookup
-	 * with none takes the egress as its input interface, which needs IPv4
-	 * forwarding on (the controller writes no entry where it is off). */
-	fib.ifindex = vtep->oif ? vtep->oif : egress;
-	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib),
-			    BPF_FIB_LOOKUP_SKIP_NEIGH | (vtep->oif ? BPF_FIB_LOOKUP_OUTPUT : 0));
-	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
-}
+/* (after the neighbour states, which its outer next hops are asked about) */
+#include "vxlan_tx.h"
 
 static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
 {
@@ -200,8 +141,10 @@ static __always_inline void lfp_ipv4_decrease_ttl(struct iphdr *ip)
 
 static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 {
+	struct lfp_vxlan_plan plan;
 	__u8 *neigh_state = NULL;
 	struct ipv6hdr *ip6 = NULL;
+	int encapsulate;
 	struct iphdr *ip = NULL;
 	struct ethhdr *eth;
 	__u32 out;             /* the device it leaves: a bridge's port, if it names one */
@@ -232,6 +175,9 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	 * would lower that route's path MTU just the same) */
 	if (lfp_tx_too_long(pkt, out) && !lfp_tunnel_path_fits(pkt, out, pkt->fwd.dmac))
 		return lfp_pass(pkt, LFP_CNT_TX_TOO_LONG);
+	/* Into a VXLAN device, encapsulated by the fast path itself where it
+	 * builds what the device would; else into the device. */
+	encapsulate = lfp_vxlan_plan(pkt, out, &plan);
 	/* Last decision before the rewrite: a pass after it would hand the
 	 * kernel a modified packet. */
 	eth = lfp_eth(pkt);
@@ -271,6 +217,12 @@ static __always_inline enum lfp_rc transmit_node(struct lfp_pkt *pkt)
 	 * nf_nat_manip_pkt() drops it. */
 	if (LFP_NODE_CONNTRACK && pkt->ct.manip && lfp_nat_write(pkt))
 		return lfp_drop(pkt, LFP_CNT_NAT_UNWRITABLE);
+	if (encapsulate) {
+		if (lfp_vxlan_encapsulate(pkt, &plan))
+			return lfp_drop(pkt, LFP_CNT_ENCAP_UNWRITABLE);
+		lfp_count(pkt, LFP_CNT_ENCAPSULATED);
+		return LFP_REDIRECT;
+	}
 	lfp_count(pkt, lfp_transmit_into_peer(pkt, out, pkt->fwd.dmac));
 	return LFP_REDIRECT;
 }

@@ -437,9 +437,10 @@ def windows(watch_attached: bool, keep: bool, nft_watched: bool = False,
                                             "again before the datapath acts)"
         if "filter" in node_watches else "<= 1 s (polled)",
         "bridge port states and flags, bridge options": "the response time (linuxfp stats)",
-        "VXLAN devices' remotes (a long packet's outer route is checked against its MAC's)":
-            "the response time (linuxfp stats; the packet still goes to the device, which encapsulates to the "
-            "current remote: only the path MTU it would learn is at stake)",
+        "VXLAN devices' remotes (a long packet's outer route is checked against its MAC's; the fast path "
+        "encapsulates to it)":
+            "the response time (linuxfp stats; a packet the fast path encapsulates goes to the remote it knew, "
+            "one the device encapsulates to the current remote)",
         "a device moved to another namespace with its programs": "none (each packet's device is checked "
                                                                   "against this namespace's cookie)",
         "accept_redirects, bridge-nf-call-* and other sysctls without events":

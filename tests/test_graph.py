@@ -8,7 +8,7 @@ from linuxfp.state.model import (BridgeOptions, BridgePort, NetfilterState, Next
                                  Sysctls, VtepRemote, VxlanOptions)
 from linuxfp.graph import Shape
 from linuxfp.graph.nodes.router import local_source_addresses
-from linuxfp.graph.nodes.transmit import neighbour_states
+from linuxfp.graph.nodes.transmit import VTEP, neighbour_states
 
 from snapshot_fixtures import XDP_ALL, bridged_router_snapshot, link, route, router_snapshot, sysctl, with_pods
 
@@ -184,7 +184,7 @@ def test_a_vxlan_egress_checks_longer_packets_against_each_remote_s_outer_route(
         out = {}
         for key, value in entries.items():
             ifindex, mac, _ = struct.unpack("<I6sH", key)
-            remote, local, oif, overhead, max_len = struct.unpack("<4s4sIHH", value)
+            remote, local, oif, overhead, max_len = VTEP.unpack(value)[:5]
             out[mac.hex(":")] = (ifindex, socket.inet_ntoa(remote), socket.inet_ntoa(local), oif, overhead, max_len)
         return out
 
@@ -225,6 +225,72 @@ def test_a_vxlan_egress_checks_longer_packets_against_each_remote_s_outer_route(
     off = tuple(replace(c, forwarding=False) if c.ifindex == 6 else c for c in base.sysctls.interfaces)
     assert vteps(replace(base, sysctls=replace(base.sysctls, interfaces=off))) == {}
     assert vteps(replace(base, vteps=())) == {}
+
+
+def test_a_vxlan_egress_s_remotes_are_encapsulated_by_the_fast_path_only_as_the_device_would():
+    """lfp_vteps says, per remote, how the device's transmit would
+    encapsulate (VNI, destination port, source port range, TTL, whether it
+    sums its UDP) and whether the fast path may do so itself
+    (VTEP_ENCAP): only where it builds exactly those headers and the
+    kernel's output path leaves them as they are; where connections are
+    tracked, the outer connection must exist (VTEP_TRACKED). Anywhere else
+    the device encapsulates, and graph's notes say why."""
+    from linuxfp.graph.nodes.transmit import VTEP_ENCAP, VTEP_TRACKED, VTEP_UDP_CSUM
+    from linuxfp.state.iptables import parse_save
+    from linuxfp.state.model import NetfilterState
+
+    snap = router_snapshot()
+    snap = replace(snap, sysctls=replace(snap.sysctls, interfaces=snap.sysctls.interfaces + (sysctl(6),)))
+    flannel = replace(link(6, "flannel.1", kind="vxlan", mtu=1450, xdp=0, qdisc="noqueue"),
+                      vxlan=VxlanOptions(vni=1, lower=3, port=8472, local="192.0.2.1"))
+    remotes = (VtepRemote(6, "02:00:00:00:00:02", "192.0.2.2"),
+               VtepRemote(6, "02:00:00:00:00:03", "192.0.2.3", port=4789, vni=7))
+    base = replace(snap, links=snap.links + (flannel,), vteps=remotes)
+
+    def encap(snapshot=base, **options):
+        if options:
+            vx = replace(flannel, **options.pop("link", {}), vxlan=replace(flannel.vxlan, **options))
+            snapshot = replace(snapshot, links=snap.links + (vx,))
+        graph = build_graph(snapshot)
+        out = {}
+        for key, value in graph.table("lfp_vteps").entries:
+            mac = key[4:10].hex(":")
+            vni, port_min, port_max, port, ttl, flags = VTEP.unpack(value)[5:]
+            out[mac] = (int.from_bytes(vni, "big") >> 8, (port_min, port_max), int.from_bytes(port, "big"), ttl,
+                        flags)
+        return out, " ".join(line for _, lines in graph.notes for line in lines)
+
+    both = VTEP_ENCAP | VTEP_UDP_CSUM
+    assert encap()[0] == {"02:00:00:00:00:02": (1, (32768, 60999), 8472, 64, both),
+                          "02:00:00:00:00:03": (7, (32768, 60999), 4789, 64, both)}
+    assert encap()[1] == ""
+    # the device's own TTL and source ports, else the namespace's
+    assert encap(ttl=9, port_range=(1000, 2000))[0]["02:00:00:00:00:02"][:4] == (1, (1000, 2000), 8472, 9)
+    sysctls = replace(base.sysctls, default_ttl=70, local_port_range=(40000, 50000))
+    assert encap(replace(base, sysctls=sysctls))[0]["02:00:00:00:00:02"][1:4] == ((40000, 50000), 8472, 70)
+    assert encap(udp_csum=False)[0]["02:00:00:00:00:02"][4] == VTEP_ENCAP
+    # what the fast path does not build, or the device's transmit does beyond it
+    for options, why in (({"ttl_inherit": True}, "ttl inherit"), ({"df": 1}, "DF"), ({"extensions": True}, "GBP"),
+                         ({"local": ""}, "no local address"), ({"link": {"qdisc": "htb"}}, "its qdisc")):
+        entries, notes = encap(**options)
+        assert {v[4] & VTEP_ENCAP for v in entries.values()} == {0} and why in notes, options
+        assert "flannel.1 to 192.0.2.2" in notes
+    hop = replace(route("198.19.9.0/24", oif=3), hoplimit=5)
+    entries, notes = encap(replace(base, routes=base.routes + (hop,)))
+    assert {v[4] for v in entries.values()} == {0} and "hop limit" in notes
+    # netfilter: a rule on the outer packets' way out keeps them the device's;
+    # a tracked namespace needs the outer connection
+    def with_rules(*rules):
+        text = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" + "".join(
+            r + "\n" for r in rules) + "COMMIT\n"
+        ruleset = parse_save(text, "nft")
+        return replace(base, netfilter=NetfilterState(active=True, tables=("nft:ip filter",), detail="test",
+                                                      rulesets=(ruleset,)))
+    entries, notes = encap(with_rules("-A OUTPUT -d 192.0.2.2/32 -p udp -m udp --dport 8472 -j DROP"))
+    assert entries["02:00:00:00:00:02"][4] == 0 and "OUTPUT #1" in notes
+    assert entries["02:00:00:00:00:03"][4] == both
+    entries, _ = encap(with_rules("-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT"))
+    assert {v[4] for v in entries.values()} == {both | VTEP_TRACKED}
 
 
 def test_dot_output_escapes_what_the_reasons_contain():

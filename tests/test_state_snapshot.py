@@ -280,6 +280,27 @@ def test_vxlan_options_are_read(netns):
     assert snap.link_by_name("vx1").vxlan.collect_metadata and snap.link_by_name("vx1").vxlan.lower == 0
     assert snap.link_by_name("a0").vxlan is None
     assert json.loads(json.dumps(snap.to_dict()))["links"]
+    # what the outer headers are built from: the defaults, then each option set
+    assert (vx0.ttl, vx0.ttl_inherit, vx0.df, vx0.udp_csum, vx0.port_range, vx0.extensions) == (
+        0, False, 0, True, (0, 0), False)
+    sh("ip link add vx3 type vxlan id 4 dstport 4789 ttl 9 srcport 1000 2000 noudpcsum df set gbp")
+    sh("ip link add vx4 type vxlan id 5 dstport 4789 ttl inherit remcsumtx")
+    snap = read_snapshot()
+    vx3, vx4 = snap.link_by_name("vx3").vxlan, snap.link_by_name("vx4").vxlan
+    assert (vx3.ttl, vx3.ttl_inherit, vx3.df, vx3.udp_csum, vx3.port_range, vx3.extensions) == (
+        9, False, 1, False, (1000, 2000), True)
+    assert (vx4.ttl_inherit, vx4.extensions) == (True, True)
+
+
+def test_what_the_host_sends_with_is_read(netns):
+    """A route's hop limit (kept, where a plain route is not), the default
+    TTL and the local port range: what a VXLAN device's outer packets carry."""
+    basic_topology()
+    sh("ip route add 198.19.7.0/24 via 198.18.0.2 hoplimit 7")
+    sh("sysctl -qw net.ipv4.ip_default_ttl=70 net.ipv4.ip_local_port_range='40000 50000'")
+    snap = read_snapshot()
+    assert {r.dst: r.hoplimit for r in snap.routes if r.hoplimit} == {"198.19.7.0/24": 7}
+    assert (snap.sysctls.default_ttl, snap.sysctls.local_port_range) == (70, (40000, 50000))
 
 
 def test_netfilter_nft(netns):

@@ -150,3 +150,31 @@ def hexdump(frame: bytes, highlight: Collection[int] = ()) -> str:
 def differing_offsets(a: bytes, b: bytes) -> tuple[int, ...]:
     common = [i for i in range(min(len(a), len(b))) if a[i] != b[i]]
     return tuple(common + list(range(min(len(a), len(b)), max(len(a), len(b)))))
+
+
+def _udp_filled(src: bytes, dst: bytes, udp: bytes) -> int:
+    """The UDP checksum its sender fills in: over the pseudo-header and the
+    datagram, its checksum field zero; a sum of 0 sent as 0xFFFF."""
+    datagram = udp[:6] + b"\0\0" + udp[8:]
+    return internet_checksum(src + dst + struct.pack("!BBH", 0, 17, len(udp)) + datagram) or 0xFFFF
+
+
+def vxlan_checksum_holds(frame: bytes) -> bool:
+    """Whether the outer UDP checksum of a VXLAN frame (Ethernet, IPv4
+    without options, UDP, VXLAN, an inner Ethernet frame carrying IPv4 and
+    UDP) is right for the packet as it will read once its inner UDP
+    checksum, left to the device (CHECKSUM_PARTIAL: the field holds the
+    pseudo-header's sum), is filled in: what a tunnel's transmit sums by
+    local checksum offload (lco_csum()). A zero outer checksum (none) holds."""
+    ip_end = 14 + 20
+    outer = frame[ip_end: 14 + struct.unpack_from("!H", frame, 16)[0]]
+    if outer[6:8] == b"\0\0":
+        return True
+    inner_ip = 8 + 8 + 14
+    inner_udp = inner_ip + 20
+    if len(outer) < inner_udp + 8 or outer[inner_ip + 9] != 17:
+        return False
+    segment = outer[inner_udp: inner_udp + struct.unpack_from("!H", outer, inner_udp + 4)[0]]
+    filled = internet_checksum(segment) or 0xFFFF
+    completed = outer[: inner_udp + 6] + struct.pack("!H", filled) + outer[inner_udp + 8:]
+    return struct.unpack_from("!H", outer, 6)[0] == _udp_filled(frame[26:30], frame[30:34], completed)

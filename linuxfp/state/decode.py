@@ -118,6 +118,7 @@ RTA_METRICS, RTA_MULTIPATH, RTA_FLOW, RTA_TABLE, RTA_VIA, RTA_NH_ID = 8, 9, 11, 
 RTA_ENCAP_TYPE, RTA_ENCAP = 21, 22
 RTA_CACHEINFO = 12
 RTAX_MTU = 2
+RTAX_HOPLIMIT = 10
 RTM_F_CLONED = 0x200
 RTNH_FLAGS_MASK = 0xFF  # rtm_flags low byte mirrors rtnh_flags for one nexthop
 
@@ -259,10 +260,12 @@ def _link(header: tuple, a: dict[int, bytes]) -> Link:
 
 
 # enum ifla_vxlan_info (include/uapi/linux/if_link.h)
-IFLA_VXLAN_ID, IFLA_VXLAN_GROUP, IFLA_VXLAN_LINK, IFLA_VXLAN_LOCAL, IFLA_VXLAN_TOS = 1, 2, 3, 4, 6
-IFLA_VXLAN_RSC = 12
-IFLA_VXLAN_PORT, IFLA_VXLAN_GROUP6, IFLA_VXLAN_LOCAL6 = 15, 16, 17
-IFLA_VXLAN_COLLECT_METADATA, IFLA_VXLAN_VNIFILTER = 25, 30
+IFLA_VXLAN_ID, IFLA_VXLAN_GROUP, IFLA_VXLAN_LINK, IFLA_VXLAN_LOCAL, IFLA_VXLAN_TTL, IFLA_VXLAN_TOS = 1, 2, 3, 4, 5, 6
+IFLA_VXLAN_PORT_RANGE, IFLA_VXLAN_RSC = 10, 12
+IFLA_VXLAN_PORT, IFLA_VXLAN_GROUP6, IFLA_VXLAN_LOCAL6, IFLA_VXLAN_UDP_CSUM = 15, 16, 17, 18
+IFLA_VXLAN_REMCSUM_TX, IFLA_VXLAN_GBP = 21, 23
+IFLA_VXLAN_COLLECT_METADATA, IFLA_VXLAN_GPE, IFLA_VXLAN_TTL_INHERIT, IFLA_VXLAN_DF = 25, 27, 28, 29
+IFLA_VXLAN_VNIFILTER = 30
 
 
 def decode_vxlan_options(data: bytes) -> VxlanOptions:
@@ -279,6 +282,16 @@ def decode_vxlan_options(data: bytes) -> VxlanOptions:
         local=ip_str(AF_INET, a[IFLA_VXLAN_LOCAL]) if len(a.get(IFLA_VXLAN_LOCAL, b"")) == 4 else "",
         tos=nl.u8(a[IFLA_VXLAN_TOS]) if IFLA_VXLAN_TOS in a else 0,
         route_short_circuit=bool(nl.u8(a[IFLA_VXLAN_RSC])) if IFLA_VXLAN_RSC in a else False,
+        ttl=nl.u8(a[IFLA_VXLAN_TTL]) if IFLA_VXLAN_TTL in a else 0,
+        ttl_inherit=bool(nl.u8(a[IFLA_VXLAN_TTL_INHERIT])) if IFLA_VXLAN_TTL_INHERIT in a else False,
+        df=nl.u8(a[IFLA_VXLAN_DF]) if IFLA_VXLAN_DF in a else 0,
+        # (every kernel dumps it; absent, the default: summed)
+        udp_csum=bool(nl.u8(a[IFLA_VXLAN_UDP_CSUM])) if IFLA_VXLAN_UDP_CSUM in a else True,
+        # (struct ifla_vxlan_port_range: two __be16)
+        port_range=struct.unpack("!HH", a[IFLA_VXLAN_PORT_RANGE][:4]) if len(a.get(IFLA_VXLAN_PORT_RANGE, b"")) >= 4
+        else (0, 0),
+        extensions=(IFLA_VXLAN_GBP in a or IFLA_VXLAN_GPE in a      # (flags)
+                    or (IFLA_VXLAN_REMCSUM_TX in a and bool(nl.u8(a[IFLA_VXLAN_REMCSUM_TX])))),
     )
 
 
@@ -435,11 +448,13 @@ def decode_route(payload: bytes) -> Route | None:
         else:
             nexthops = (NextHop(gateway=gateway, oif=oif, weight=1,
                                 flags=flags & RTNH_FLAGS_MASK & ~RTNH_F_KERNEL_STATE),)
-    mtu = 0
+    mtu = hoplimit = 0
     if RTA_METRICS in a:
         metrics = nl.parse_attrs(a[RTA_METRICS])
         if RTAX_MTU in metrics:
             mtu = nl.u32(metrics[RTAX_MTU])
+        if RTAX_HOPLIMIT in metrics:
+            hoplimit = nl.u32(metrics[RTAX_HOPLIMIT])
     return Route(
         family=family,
         table=table,
@@ -454,6 +469,7 @@ def decode_route(payload: bytes) -> Route | None:
         realm=nl.u32(a[RTA_FLOW]) if RTA_FLOW in a else 0,
         prefsrc=ip_str(family, a[RTA_PREFSRC]) if RTA_PREFSRC in a else None,
         nh_id=nl.u32(a[RTA_NH_ID]) if RTA_NH_ID in a else 0,
+        hoplimit=hoplimit,
         metrics=a[RTA_METRICS].hex() if RTA_METRICS in a else "",
         encap=(a.get(RTA_ENCAP_TYPE, b"") + a.get(RTA_ENCAP, b"")).hex(),
     )
@@ -491,14 +507,16 @@ def _decode_multipath(family: int, data: bytes) -> tuple[NextHop, ...]:
 _NLMSG_RTMSG = struct.Struct("=IHHII" "BBBBBBBBI")   # nlmsghdr, then struct rtmsg
 _RTN_UNICAST = 1
 # Attribute headers (u16 length, u16 type) of RTA_NH_ID and of the RTAX_MTU
-# metric nested in RTA_METRICS (both u32: length 8), and of RTA_MULTIPATH
-# (length >= 12). RTAX_MTU's header equals RTA_SRC's, which IPv4 never sends.
+# and RTAX_HOPLIMIT metrics nested in RTA_METRICS (all u32: length 8), and of
+# RTA_MULTIPATH (length >= 12). RTAX_MTU's header equals RTA_SRC's, which
+# IPv4 never sends, and RTAX_HOPLIMIT's RTA_PROTOINFO's, which no route has.
 # bytes.find (memmem) runs at memory speed where a regular expression here
 # does not: the u32 headers of the RTAX_MTU metric and of RTA_NH_ID are found
 # directly, RTA_MULTIPATH (any length) by its type among the u16s at offsets
 # 2 mod 4, where every aligned attribute keeps its type. Hits off alignment
 # are payload bytes and are skipped.
 _MTU_METRIC_HEADER = struct.pack("=HH", 8, RTAX_MTU)
+_HOPLIMIT_METRIC_HEADER = struct.pack("=HH", 8, RTAX_HOPLIMIT)
 _NH_ID_HEADER = struct.pack("=HH", 8, RTA_NH_ID)
 _MULTIPATH_TYPE = struct.pack("=H", RTA_MULTIPATH)
 
@@ -506,7 +524,7 @@ _MULTIPATH_TYPE = struct.pack("=H", RTA_MULTIPATH)
 def _aligned_hints(data: bytes) -> list[int]:
     """Aligned offsets in a datagram where a kept-route attribute may start."""
     hints = []
-    for header in (_MTU_METRIC_HEADER, _NH_ID_HEADER):
+    for header in (_MTU_METRIC_HEADER, _HOPLIMIT_METRIC_HEADER, _NH_ID_HEADER):
         at = data.find(header)
         while at >= 0:
             if not at & 3:
@@ -529,7 +547,7 @@ class IdentityTooLong(RuntimeError):
 def _route_walk(payload: bytes) -> tuple[tuple, str | None, int | None, bool]:
     """One attribute walk of a route message: its Route.identity (family,
     table, "dst/len", tos, priority), gateway, oif, and whether it is not
-    plain (RTAX_MTU, RTA_MULTIPATH, RTA_NH_ID, RTA_VIA, the local table, an
+    plain (RTAX_MTU, RTAX_HOPLIMIT, RTA_MULTIPATH, RTA_NH_ID, RTA_VIA, the local table, an
     IPv4 default route)."""
     family, dst_len, _src_len, tos, table = _RTMSG.unpack_from(payload)[:5]
     dst = b"\0\0\0\0"
@@ -556,7 +574,7 @@ def _route_walk(payload: bytes) -> tuple[tuple, str | None, int | None, bool]:
             gateway = ip_str(family, value)
         elif atype == RTA_MULTIPATH or atype == RTA_NH_ID or atype == RTA_VIA:
             kept = True
-        elif atype == RTA_METRICS and RTAX_MTU in nl.parse_attrs(value):
+        elif atype == RTA_METRICS and not nl.parse_attrs(value).keys().isdisjoint((RTAX_MTU, RTAX_HOPLIMIT)):
             kept = True
         offset += (length + 3) & ~3
     identity = (family, table, f"{ip_str(family, dst)}/{dst_len}", tos, priority)
@@ -898,11 +916,13 @@ def route6_mtu(payload: bytes) -> tuple[tuple, int, str] | None:
     if family != AF_INET6 or flags & RTM_F_CLONED:
         return None
     a = nl.parse_attrs(payload, _RTMSG.size)
-    mtu = 0
+    mtu = hoplimit = 0
     if RTA_METRICS in a:
         metrics = nl.parse_attrs(a[RTA_METRICS])
         if RTAX_MTU in metrics:
             mtu = nl.u32(metrics[RTAX_MTU])
+        if RTAX_HOPLIMIT in metrics:
+            hoplimit = nl.u32(metrics[RTAX_HOPLIMIT])
     # as Route.identity, with the source prefix IPv6 routes may also have
     identity = (family, nl.u32(a[RTA_TABLE]) if RTA_TABLE in a else table,
                 f"{ip_str(family, a.get(RTA_DST, bytes(16)))}/{dst_len}", tos,

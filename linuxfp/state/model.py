@@ -221,6 +221,16 @@ class VxlanOptions(_JsonMixin):
     local: str = ""                 # IFLA_VXLAN_LOCAL (IPv4): the outer packets' source, "" when none
     tos: int = 0                    # IFLA_VXLAN_TOS: the outer packets' TOS, 1 to inherit the inner's
     route_short_circuit: bool = False  # IFLA_VXLAN_RSC: a router entry's frames re-addressed by the neighbours
+    # What its transmit writes into the outer headers, where the fast path
+    # encapsulates itself (graph/nodes/transmit.py, encapsulation_blocker):
+    ttl: int = 0                    # IFLA_VXLAN_TTL: 0 takes the route's hop limit
+    ttl_inherit: bool = False       # IFLA_VXLAN_TTL_INHERIT: the inner packet's TTL
+    df: int = 0                     # IFLA_VXLAN_DF: 0 unset, 1 set, 2 inherit
+    udp_csum: bool = True           # IFLA_VXLAN_UDP_CSUM: the outer UDP checksum is summed
+    port_range: tuple[int, int] = (0, 0)  # IFLA_VXLAN_PORT_RANGE: source ports; (0, 0): ip_local_port_range's
+    # options that change the header or what is sent: GBP (the mark as a
+    # group policy), GPE, remote checksum offload
+    extensions: bool = False
 
     @property
     def overhead(self) -> int:
@@ -354,6 +364,7 @@ class Route(_JsonMixin):
     realm: int = 0  # RTA_FLOW
     prefsrc: str | None = None
     nh_id: int = 0  # RTA_NH_ID: route uses a nexthop object (not modelled)
+    hoplimit: int = 0  # RTAX_HOPLIMIT metric: the TTL of packets the host sends by it, 0 when unset
     # Attributes no node reads, kept so that two routes of one identity that
     # differ only there stay two routes: RTA_METRICS (advmss, lock, ...) and
     # RTA_ENCAP_TYPE + RTA_ENCAP, as hex.
@@ -372,14 +383,16 @@ class Route(_JsonMixin):
     @property
     def plain(self) -> bool:
         """A route only the live FIB needs to know: unicast, outside the local
-        table, one nexthop that is not a nexthop object, no MTU metric, not
+        table, one nexthop that is not a nexthop object, no MTU or hop-limit
+        metric, not
         an IPv4 default route. The datapath asks bpf_fib_lookup() about
         these and no node reads them, so the snapshot does not keep them (a
         BGP full table is 800 000 of them); see Snapshot.routes. (Several
         IPv4 default routes in one table make output lookups pick among
         them, fib_select_default(): the transmit node reads them.)"""
         return (self.type == "unicast" and self.table != RT_TABLE_LOCAL and len(self.nexthops) <= 1
-                and not self.nh_id and not self.mtu and not (self.family == AF_INET and self.dst == "0.0.0.0/0"))
+                and not self.nh_id and not self.mtu and not self.hoplimit
+                and not (self.family == AF_INET and self.dst == "0.0.0.0/0"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,6 +531,8 @@ class Sysctls(_JsonMixin):
     multipath_hash_policy: int = 0        # fib_multipath_hash_policy
     forward_update_priority: bool = True  # ip_forward_update_priority
     route_min_pmtu: int = 552             # route/min_pmtu: no learned IPv4 path MTU is lower
+    default_ttl: int = 64                 # ip_default_ttl: what the host sends with, short of a route's hop limit
+    local_port_range: tuple[int, int] = (32768, 60999)   # ip_local_port_range
     ipv6_multipath_hash_policy: int = 0   # net.ipv6.fib_multipath_hash_policy
     # br_netfilter (net.bridge.bridge-nf-call-*): bridged IPv4 / IPv6 / ARP
     # frames pass the iptables / ip6tables / arptables hooks. Absent (False)

@@ -47,6 +47,7 @@ _NAMESPACE_KEYS = {
     "multipath_hash_policy": ("/proc/sys/net/ipv4/fib_multipath_hash_policy", 0),
     "forward_update_priority": ("/proc/sys/net/ipv4/ip_forward_update_priority", 1),
     "route_min_pmtu": ("/proc/sys/net/ipv4/route/min_pmtu", 552),
+    "default_ttl": ("/proc/sys/net/ipv4/ip_default_ttl", 64),
     "ipv6_multipath_hash_policy": ("/proc/sys/net/ipv6/fib_multipath_hash_policy", 0),
     # br_netfilter's switches; the directory exists only with br_netfilter.
     "bridge_nf_call_iptables": ("/proc/sys/net/bridge/bridge-nf-call-iptables", 0),
@@ -61,6 +62,16 @@ def _read_int(path: str) -> int | None:
             return int(f.read().split()[0])
     except (FileNotFoundError, NotADirectoryError, IndexError, ValueError):
         return None
+
+
+def _read_port_range() -> tuple[int, int]:
+    """ip_local_port_range: "low<TAB>high" (the default where unreadable)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", "rb", buffering=0) as f:
+            low, high = (int(word) for word in f.read().split()[:2])
+        return low, high
+    except (FileNotFoundError, ValueError):
+        return 32768, 60999
 
 
 def _read_conf(dev: str) -> dict[str, int] | None:
@@ -198,6 +209,8 @@ def read_sysctls(confs: Iterable[DeviceConf], every_device: bool = True) -> Sysc
                    multipath_hash_policy=namespace["multipath_hash_policy"],
                    forward_update_priority=bool(namespace["forward_update_priority"]),
                    route_min_pmtu=namespace["route_min_pmtu"],
+                   default_ttl=namespace["default_ttl"],
+                   local_port_range=_read_port_range(),
                    ipv6_multipath_hash_policy=namespace["ipv6_multipath_hash_policy"],
                    bridge_nf_call_iptables=bool(namespace["bridge_nf_call_iptables"]),
                    bridge_nf_call_ip6tables=bool(namespace["bridge_nf_call_ip6tables"]),

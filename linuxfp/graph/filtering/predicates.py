@@ -105,9 +105,23 @@ _MODULES = frozenset({"comment", "tcp", "udp", "multiport", "icmp", "icmp6", "ma
 # connections are tracked: ctstate ESTABLISHED (its entry has seen a reply),
 # status CONFIRMED|SEEN_REPLY|ASSURED; SNAT and DNAT per packet (ctnat).
 CT_STATES = frozenset({"NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED", "SNAT", "DNAT"})
-FAST_PATH_CTSTATES = frozenset({"ESTABLISHED"})
 CT_STATUSES = frozenset({"NONE", "EXPECTED", "SEEN_REPLY", "ASSURED", "CONFIRMED"})
-FAST_PATH_CTSTATUS = frozenset({"SEEN_REPLY", "ASSURED", "CONFIRMED"})
+
+
+@dataclass(frozen=True)
+class Connection:
+    """What conntrack says of every packet a rule is asked about: its
+    --ctstate (SNAT and DNAT aside: the ctnat field) and --ctstatus bits."""
+
+    states: frozenset[str]
+    statuses: frozenset[str]
+
+
+# The packets the filter node classifies: of an established connection.
+ESTABLISHED = Connection(frozenset({"ESTABLISHED"}), frozenset({"SEEN_REPLY", "ASSURED", "CONFIRMED"}))
+# The packets a tunnel sends to its remote, whose connection never sees a
+# reply (the remote answers from a port of its own: local_out.py).
+UNREPLIED = Connection(frozenset({"NEW"}), frozenset({"CONFIRMED"}))
 ICMP_TYPES = {"echo-reply": (0, None), "destination-unreachable": (3, None), "network-unreachable": (3, 0),
               "host-unreachable": (3, 1), "protocol-unreachable": (3, 2), "port-unreachable": (3, 3),
               "fragmentation-needed": (3, 4), "source-quench": (4, None), "redirect": (5, None),
@@ -297,11 +311,14 @@ def _port_prefixes(proto: int, ranges: list[tuple[int, int]]) -> frozenset[Prefi
     return frozenset((base + value, 8 + length) for lo, hi in ranges for value, length in range_prefixes(lo, hi, 16))
 
 
-def rule_meaning(rule, links, sets=None, family: Family = IPV4, addrtypes=None) -> RuleMeaning:
+def rule_meaning(rule, links, sets=None, family: Family = IPV4, addrtypes=None,
+                 connection: Connection | None = ESTABLISHED) -> RuleMeaning:
     """The boxes of one rule of `family`'s tables, given the namespace's
     links (for -i/-o), the ipsets it may match (name -> IpSet, as
-    state/ipset.py reads them) and its address types (addrtypes.py; read
-    only where a rule has -m addrtype)."""
+    state/ipset.py reads them), its address types (addrtypes.py; read
+    only where a rule has -m addrtype) and what conntrack says of the
+    packets asked about (None: not known, and its matches are not
+    evaluated)."""
     parts: list[tuple[Box, ...]] = []
     unsupported: list[str] = []
     unsure: list[tuple[int, tuple[Box, ...], str]] = []     # part, its unsure boxes, why
@@ -339,7 +356,7 @@ def rule_meaning(rule, links, sets=None, family: Family = IPV4, addrtypes=None) 
             parts.append(exact)
             continue
         try:
-            boxes = _match_boxes(match, proto, links, sets or {}, family)
+            boxes = _match_boxes(match, proto, links, sets or {}, family, connection)
         except Unsupported as exc:
             unsupported.append(f"{match} ({exc})" if str(exc) else str(match))
             continue
@@ -387,7 +404,8 @@ def _some_prefixes(prefixes) -> str:
     return text + (f" and {len(prefixes) - 3} more" if len(prefixes) > 3 else "")
 
 
-def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple[Box, ...] | None:
+def _match_boxes(match, proto: int | None, links, sets, family: Family,
+                 connection: Connection | None = ESTABLISHED) -> tuple[Box, ...] | None:
     """None: no constraint (or already handled)."""
     m, opt, values, neg = match.module, match.option, match.values, match.negated
     if m == UNKNOWN_MODULE:         # where a native rule stops being known (nft_rules.decode_native_rule)
@@ -458,7 +476,9 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
         states = {word.upper() for word in values[0].split(",")}
         if not states <= CT_STATES or (m == "state" and states & {"SNAT", "DNAT"}):
             raise Unsupported(f"state {values[0]!r}")      # (xt_state knows no SNAT, DNAT)
-        if states & FAST_PATH_CTSTATES:
+        if connection is None:
+            raise Unsupported("the connection is not known here")
+        if states & connection.states:
             return NOTHING if neg else EVERYTHING
         # (any listed state holds: xt_conntrack's mask)
         nat = [v for v in range(1 << WIDTH["ctnat"])
@@ -474,7 +494,9 @@ def _match_boxes(match, proto: int | None, links, sets, family: Family) -> tuple
         statuses = {word.upper() for word in values[0].split(",")}
         if not statuses <= CT_STATUSES:
             raise Unsupported(f"status {values[0]!r}")
-        if statuses & FAST_PATH_CTSTATUS:
+        if connection is None:
+            raise Unsupported("the connection is not known here")
+        if statuses & connection.statuses:
             return NOTHING if neg else EVERYTHING
         if "EXPECTED" in statuses:
             raise Unsupported("whether the connection was expected")

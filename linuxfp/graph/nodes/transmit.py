@@ -6,10 +6,13 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from dataclasses import dataclass, replace
 
 from linuxfp.resources import modules_dir
 
-from ..filtering.scope import egress_chain
+from ..filtering.addrtypes import address_types
+from ..filtering.local_out import SentFlow, sent_untouched
+from ..filtering.scope import egress_chain, filter_scope
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
 from ..interfaces import NO_QDISC, mac_bytes, transmit_skips, vxlan_blocker
 from ..remember import remembered
@@ -23,7 +26,10 @@ NEIGH6_KEY = CType("struct lfp_neigh6_key", (("ifindex", "I"), ("addr", "16s")))
 PEER = CType("struct lfp_peer", (("mac", "6s"), ("pad", "H"), ("mtu", "I")))
 VTEP_KEY = CType("struct lfp_vtep_key", (("ifindex", "I"), ("mac", "6s"), ("pad", "H")))
 VTEP = CType("struct lfp_vtep", (("remote", "4s"), ("local", "4s"), ("oif", "I"), ("overhead", "H"),
-                                 ("max_len", "H")))
+                                 ("max_len", "H"), ("vni", "4s"), ("port_min", "H"), ("port_max", "H"),
+                                 ("port", "2s"), ("ttl", "B"), ("flags", "B")))
+# struct lfp_vtep's flags (vxlan_tx.h)
+VTEP_ENCAP, VTEP_TRACKED, VTEP_UDP_CSUM = 1, 2, 4
 
 _BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 _NUD_CONFIRMED = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
@@ -45,7 +51,10 @@ class Transmit(Node):
 
     def notes(self, snapshot) -> tuple[str, ...]:
         return tuple(f"{link.name}: nothing the fast path sends leaves here: {why}" for link in snapshot.links
-                     if (why := egress_chain(snapshot, link.name)))
+                     if (why := egress_chain(snapshot, link.name))) + tuple(
+            f"{snapshot.link(path.device).name} to {path.remote}: the device encapsulates what the fast path "
+            f"routes there: {path.not_encapsulated}"
+            for path in remembered("transmit.tunnel_paths", snapshot, _tunnel_paths) if path.not_encapsulated)
 
     def _neighbour_tables(self, snapshot) -> tuple[Table, ...]:
         states = neighbour_states(snapshot.neighbours)
@@ -73,12 +82,14 @@ class Transmit(Node):
 
     def _vteps_table(self, snapshot) -> Table:
         return Table(VTEPS, self.name, VTEP_KEY, VTEP,
-                     frozenset((VTEP_KEY.pack(device, mac_bytes(mac), 0),
-                                VTEP.pack(socket.inet_aton(remote), socket.inet_aton(local), oif, overhead, max_len))
-                               for device, mac, remote, local, oif, overhead, max_len in tunnel_paths(snapshot)),
+                     frozenset((VTEP_KEY.pack(p.device, mac_bytes(p.mac), 0),
+                                VTEP.pack(socket.inet_aton(p.remote), socket.inet_aton(p.local), p.oif, p.overhead,
+                                          p.max_len, (p.vni << 8).to_bytes(4, "big"), p.ports[0], p.ports[1],
+                                          p.port.to_bytes(2, "big"), p.ttl, p.flags))
+                               for p in remembered("transmit.tunnel_paths", snapshot, _tunnel_paths)),
                      kind=HASH,
-                     describe="VXLAN egresses' remote VTEP per MAC, whose outer route a packet longer "
-                              "than tx_len_cap is checked against")
+                     describe="VXLAN egresses' remote VTEP per MAC: the outer route a packet longer than "
+                              "tx_len_cap is checked against, and what the fast path encapsulates with")
 
     def refreshed(self, table: str, messages) -> frozenset[bytes]:
         # The datapath advances STALE to PROBING itself; a STALE the kernel
@@ -147,9 +158,33 @@ def neighbour_states(neighbours) -> frozenset[NeighbourFacts]:
     return frozenset(out)
 
 
+@dataclass(frozen=True)
+class TunnelPath:
+    """One VXLAN egress's MAC whose outer route the fast path may ask about
+    (tunnel_paths), and how it may encapsulate to that MAC's remote itself
+    (`flags` VTEP_ENCAP; else why not: `not_encapsulated`)."""
+
+    device: int
+    mac: str
+    remote: str
+    local: str
+    oif: int                    # the entry's own underlay, 0 for none
+    overhead: int
+    max_len: int                # longest inner IP packet under every route MTU metric
+    vni: int = 0
+    port: int = 0               # destination port
+    ports: tuple[int, int] = (0, 0)     # [min, max) as udp_flow_src_port() draws from it
+    ttl: int = 0
+    flags: int = 0
+    not_encapsulated: str = ""
+
+
+def _tunnel_paths(snapshot) -> tuple[TunnelPath, ...]:
+    return tuple(tunnel_paths(snapshot))
+
+
 def tunnel_paths(snapshot):
-    """(device, MAC, remote, local, underlay, overhead, longest inner packet)
-    for each VXLAN egress's MAC whose outer route the fast path may ask
+    """A TunnelPath for each VXLAN egress's MAC whose outer route the fast path may ask
     bpf_fib_lookup() about as the device's transmit asks the FIB
     (vxlan_xmit_one(), udp_tunnel_dst_lookup(): from the device's local
     address to the remote, out of the entry's own underlay — `via`, 0
@@ -199,8 +234,55 @@ def tunnel_paths(snapshot):
             continue
         max_len = min(metric_floor, 0xFFFF + options.overhead) - options.overhead
         if max_len > 0:
-            yield (remote.device, remote.mac, remote.dst, options.local or "0.0.0.0", remote.via, options.overhead,
-                   max_len)
+            path = TunnelPath(remote.device, remote.mac, remote.dst, options.local or "0.0.0.0", remote.via,
+                              options.overhead, max_len)
+            yield _encapsulated(snapshot, link, remote, path)
+
+
+def _encapsulated(snapshot, link, remote, path: TunnelPath) -> TunnelPath:
+    """`path` with what the fast path encapsulates with, where it builds the
+    outer packet exactly as the device's transmit would (vxlan_xmit_one(),
+    udp_tunnel_xmit_skb(), iptunnel_xmit(): vxlan_tx.h) and the kernel's
+    output path would leave it as it is (local_out.py); else with why not.
+    The outer TTL is the device's, or the route's hop limit, which no route
+    may then carry (none is known here: the lookup does not tell it), the
+    namespace's default; source ports come from the device's range or the
+    namespace's ip_local_port_range."""
+    options = link.vxlan
+    sysctls = snapshot.sysctls
+    low, high = options.port_range if options.port_range[0] < options.port_range[1] else sysctls.local_port_range
+    path = replace(path, vni=remote.vni or options.vni, port=remote.port or options.port,
+                   ports=(low, max(low, high)), ttl=options.ttl or sysctls.default_ttl)
+    why = _encapsulation_blocker(snapshot, link, path)
+    if why is not None:
+        return replace(path, not_encapsulated=why)
+    tracked = bool(filter_scope(snapshot.netfilter).stateful)
+    return replace(path, flags=VTEP_ENCAP | (VTEP_TRACKED if tracked else 0)
+                   | (VTEP_UDP_CSUM if options.udp_csum else 0))
+
+
+def _encapsulation_blocker(snapshot, link, path: TunnelPath) -> str | None:
+    options = link.vxlan
+    if options.ttl_inherit:
+        return "its outer TTL is each inner packet's (ttl inherit)"
+    if options.df:
+        return "it sets or inherits DF on its outer packets"
+    if options.extensions:
+        return "it writes group policy (GBP), GPE or remote checksum offload into its headers"
+    if not options.local:
+        return "it has no local address (the outer route chooses the source)"
+    if not path.port or not 0 < path.ttl < 256:
+        return "its destination port or TTL is not known"
+    skipped = transmit_skips(link, snapshot, NO_QDISC)
+    if skipped is not None:
+        return f"its own transmit does more than encapsulate: {skipped}"
+    if any(r.hoplimit for r in snapshot.routes if r.family == socket.AF_INET):
+        return "an IPv4 route has a hop limit, which the outer packet's TTL may take"
+    low, high = path.ports
+    flow = SentFlow(options.local, path.remote, (low, high - 1 if high > low else low), path.port)
+    tracked = bool(filter_scope(snapshot.netfilter).stateful)
+    why = sent_untouched(snapshot.netfilter, snapshot.links, address_types(snapshot.routes), flow, tracked)
+    return None if why is None else f"netfilter on its outer packets' way out: {why}"
 
 
 def _in_vrf(snapshot, index: int) -> bool:
