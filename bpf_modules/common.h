@@ -163,6 +163,7 @@ struct lfp_pkt {
 #define LFP_IF_BRIDGE_TX       (1u << 8)  /* a bridge port in forwarding state (bridged frames) */
 #define LFP_IF_IPV6            (1u << 9)  /* IPv6 arriving here may be routed by the fast path */
 #define LFP_IF_IPV6_TX         (1u << 10) /* routed IPv6 may leave here (up, IPv6 on, takes no redirects) */
+#define LFP_IF_ENCAP_TX        (1u << 11) /* a tunnel's outer packet the fast path builds may leave here */
 
 struct lfp_iface {
 	__u32 flags;
@@ -282,6 +283,7 @@ struct net_device___lfp {
 struct sk_buff___lfp {
 	__u8 ip_summed:2;
 	__u8 l4_hash:1;
+	__u8 sw_hash:1;
 	__u8 encapsulation:1;
 	struct net_device___lfp *dev;
 	unsigned char *head;
@@ -522,6 +524,21 @@ static __always_inline __u32 lfp_flow_hash(struct lfp_pkt *pkt)
 {
 #ifdef LFP_HOOK_TC
 	return bpf_get_hash_recalc(pkt->ctx);
+#else
+	(void)pkt;
+	return 0;
+#endif
+}
+
+/* Whether the skb carries a flow hash already (a socket's, the NIC's, or
+ * one computed before), which skb_get_hash() returns as it is rather than
+ * computing one from the headers as they are then. XDP: no skb yet. */
+static __always_inline int lfp_has_flow_hash(struct lfp_pkt *pkt)
+{
+#ifdef LFP_HOOK_TC
+	struct sk_buff___lfp *skb = bpf_cast_to_kern_ctx(pkt->ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, l4_hash) || BPF_CORE_READ_BITFIELD(skb, sw_hash);
 #else
 	(void)pkt;
 	return 0;

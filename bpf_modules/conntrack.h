@@ -529,12 +529,16 @@ state:
 /* The connection of a UDP packet the host sends (a tunnel's outer packet,
  * `tuple` its addresses and ports), looked up and refreshed as conntrack
  * at OUTPUT would: taken only when that refresh is all the packet does to
- * it — a confirmed entry that has never seen a reply (udp_packet() then
- * refreshes it to the namespace's "unreplied" timeout, nothing else), none
- * of LFP_CT_AVOID's bits (no NAT: nat's hooks translate such a packet by
- * the entry's binding), no extension, and a reply tuple that is the
- * original reversed. LFP_CT_NONE when there is no entry. */
-static __always_inline enum lfp_ct_result lfp_ct_take_sent(struct lfp_pkt *pkt, struct bpf_sock_tuple *tuple)
+ * it — the tuple the entry's original direction, a confirmed entry that
+ * has never seen a reply (udp_packet() then refreshes it to the
+ * namespace's "unreplied" timeout, nothing else), none of LFP_CT_AVOID's
+ * bits (no NAT: nat's hooks translate such a packet by the entry's
+ * binding), every bit of `need` (where nat's hooks are registered, both
+ * NAT_DONE bits: an entry without them runs the nat chains again for each
+ * packet), no extension, and a reply tuple that is the original reversed.
+ * LFP_CT_NONE when there is no entry. */
+static __always_inline enum lfp_ct_result lfp_ct_take_sent(struct lfp_pkt *pkt, struct bpf_sock_tuple *tuple,
+							    unsigned long need)
 {
 	struct bpf_ct_opts opts = { .netns_id = -1, .l4proto = IPPROTO_UDP };
 	struct nf_conn___lfp *conn;
@@ -548,8 +552,10 @@ static __always_inline enum lfp_ct_result lfp_ct_take_sent(struct lfp_pkt *pkt, 
 		return opts.error == -2 /* -ENOENT */ ? LFP_CT_NONE : LFP_CT_ERROR;
 	conn = (void *)ct;
 	status = conn->status;
-	if (!(status & (1ul << IPS_CONFIRMED_BIT)) || (status & ((1ul << IPS_SEEN_REPLY_BIT) | LFP_CT_AVOID)) ||
-	    !CONFIG_HZ || lfp_ct_extended(conn) || !lfp_ct_untranslated(conn, 0)) {
+	need |= 1ul << IPS_CONFIRMED_BIT;
+	if (opts.dir != 0 /* IP_CT_DIR_ORIGINAL */ || (status & need) != need ||
+	    (status & ((1ul << IPS_SEEN_REPLY_BIT) | LFP_CT_AVOID)) || !CONFIG_HZ || lfp_ct_extended(conn) ||
+	    !lfp_ct_untranslated(conn, 0)) {
 		bpf_ct_release(ct);
 		return LFP_CT_STATE;
 	}

@@ -38,6 +38,7 @@ struct lfp_vtep_key {
 #define LFP_VTEP_ENCAP    (1u << 0)  /* the fast path may encapsulate itself */
 #define LFP_VTEP_TRACKED  (1u << 1)  /* the kernel tracks connections: the outer one must exist */
 #define LFP_VTEP_UDP_CSUM (1u << 2)  /* the device sums its outer UDP (udpcsum) */
+#define LFP_VTEP_NAT_HOOKS (1u << 3) /* nat's hooks are registered: they have bound the outer connection */
 
 struct lfp_vtep {
 	__be32 remote;
@@ -68,6 +69,24 @@ static __always_inline struct lfp_vtep *lfp_vtep_of(__u32 egress, const __u8 *dm
 	return bpf_map_lookup_elem(&lfp_vteps, &key);
 }
 
+/* The outer route to the remote, asked as the device's transmit asks it,
+ * for an inner IP packet of `inner` bytes: out of the entry's underlay,
+ * or with none (its `dev` names the default remote's only) — a lookup
+ * with none takes the egress as its input interface, which needs IPv4
+ * forwarding on (the controller writes no entry where it is off). */
+static __always_inline long lfp_vtep_route(struct lfp_pkt *pkt, const struct lfp_vtep *vtep, __u32 egress,
+					   __u32 inner, struct bpf_fib_lookup *fib, __u32 flags)
+{
+	fib->family = AF_INET;
+	fib->l4_protocol = IPPROTO_UDP;
+	fib->dport = vtep->port;
+	fib->ipv4_src = vtep->local;
+	fib->ipv4_dst = vtep->remote;
+	fib->tot_len = inner + vtep->overhead;
+	fib->ifindex = vtep->oif ? vtep->oif : egress;
+	return bpf_fib_lookup(pkt->ctx, fib, sizeof(*fib), flags | (vtep->oif ? BPF_FIB_LOOKUP_OUTPUT : 0));
+}
+
 /* Whether the packet, to `dmac` out of the VXLAN device `egress`, fits the
  * outer route's MTU once encapsulated (never a GSO packet: each segment
  * would need the check). The inner length is taken from the frame, which
@@ -85,18 +104,7 @@ static __always_inline int lfp_tunnel_path_fits(struct lfp_pkt *pkt, __u32 egres
 	inner = pkt->len - sizeof(struct ethhdr);
 	if (!vtep || inner > vtep->max_len)
 		return 0;
-	fib.family = AF_INET;
-	fib.l4_protocol = IPPROTO_UDP;
-	fib.ipv4_src = vtep->local;
-	fib.ipv4_dst = vtep->remote;
-	fib.tot_len = inner + vtep->overhead;
-	/* The device asks with the entry's underlay as the output interface,
-	 * or with none (its `dev` names the default remote's only); a lookup
-	 * with none takes the egress as its input interface, which needs IPv4
-	 * forwarding on (the controller writes no entry where it is off). */
-	fib.ifindex = vtep->oif ? vtep->oif : egress;
-	rc = bpf_fib_lookup(pkt->ctx, &fib, sizeof(fib),
-			    BPF_FIB_LOOKUP_SKIP_NEIGH | (vtep->oif ? BPF_FIB_LOOKUP_OUTPUT : 0));
+	rc = lfp_vtep_route(pkt, vtep, egress, inner, &fib, BPF_FIB_LOOKUP_SKIP_NEIGH);
 	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
 }
 
@@ -115,6 +123,11 @@ struct lfp_vxlan_headers {
 /* from the outer UDP header to the inner IP header, in 16-bit words */
 #define LFP_VXLAN_UDP_WORDS ((sizeof(struct udphdr) + 8 + sizeof(struct ethhdr)) / 2)
 
+/* What the outer packet's egress must be: one a redirect may use, with
+ * nothing on its transmit path that reads the skb beyond its bytes (the
+ * fast path's is not the kernel's own: no route, the ingress's queue). */
+#define LFP_VXLAN_UNDERLAY (LFP_IF_TC_TX | LFP_IF_ENCAP_TX)
+
 /* What lfp_vxlan_plan found, for lfp_vxlan_encapsulate to write. */
 struct lfp_vxlan_plan {
 	struct lfp_vtep *vtep;
@@ -132,7 +145,8 @@ struct lfp_vxlan_plan {
  * `plan->underlay`. 0: the device encapsulates (a redirect into it, as
  * before), which is always exact. Taken only:
  * - at TC (LFP_HOOK_ENCAPSULATES), never a GSO packet or one already a
- *   tunnel's, an IPv4 packet without options or padding;
+ *   tunnel's, an IPv4 packet without options or padding (of a connection
+ *   the conntrack node translates, only one that carries a flow hash);
  * - whose transport checksum the sender left to fill (CHECKSUM_PARTIAL, a
  *   socket's on a veth): the device sums its outer UDP over it as that
  *   checksum will read (lco_csum()) and leaves the skb as it is; any other
@@ -140,11 +154,10 @@ struct lfp_vxlan_plan {
  *   an skb;
  * - with a flow hash: the device's source port is drawn from the skb's
  *   (udp_flow_src_port(); without one it hashes the MACs);
- * - when the outer route, asked as the device asks (see
- *   lfp_tunnel_path_fits), has room, leaves through another device that a
- *   redirect may use (LFP_IF_TC_TX), toward a next hop whose neighbour
- *   entry is usable as it is (a STALE one: the kernel's transmit starts
- *   probing);
+ * - when the outer route, asked as the device asks (lfp_vtep_route), has
+ *   room, leaves through another device the outer packet may leave by
+ *   (LFP_VXLAN_UNDERLAY), toward a next hop whose neighbour entry is
+ *   usable as it is (a STALE one: the kernel's transmit starts probing);
  * - and, where connections are tracked, when the outer connection exists
  *   and the packet would only refresh it (lfp_ct_take_sent): its first
  *   packet is the kernel's, which creates it. */
@@ -157,14 +170,18 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 	} ask = {};
 	struct bpf_fib_lookup *fib = &ask.fib;
 	struct lfp_iface *underlay;
-	enum lfp_ct_result ct;
 	struct lfp_vtep *vtep;
 	struct iphdr *ip;
 	__u32 hash, inner;
 	int from;
 	long rc;
 
-	if (!LFP_HOOK_ENCAPSULATES || !(pkt->fwd.flags & LFP_FWD_DEC_TTL) || pkt->fwd.port)
+	/* (a connection the conntrack node translates, on an skb without a
+	 * hash: the device would draw the source port from the translated
+	 * packet's, which is not computed before the rewrite — nor may it be,
+	 * the skb keeping it) */
+	if (!LFP_HOOK_ENCAPSULATES || !(pkt->fwd.flags & LFP_FWD_DEC_TTL) || pkt->fwd.port ||
+	    (pkt->ct.manip && !lfp_has_flow_hash(pkt)))
 		return 0;
 	vtep = lfp_vtep_of(egress, pkt->fwd.dmac);
 	if (!vtep || !(vtep->flags & LFP_VTEP_ENCAP) || lfp_is_gso(pkt) || lfp_is_encapsulated(pkt))
@@ -178,6 +195,9 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 	    !((ip->protocol == IPPROTO_UDP && plan->csum_field == offsetof(struct udphdr, check)) ||
 	      (ip->protocol == IPPROTO_TCP && plan->csum_field == 16 /* offsetof(struct tcphdr, check) */)))
 		return 0;
+	/* (the checksum field, which the outer checksum reads, in the linear part) */
+	if ((void *)(ip + 1) + plan->csum_field + sizeof(__u16) > pkt->data_end)
+		return 0;
 	hash = lfp_flow_hash(pkt);
 	if (!hash)
 		return 0;
@@ -186,19 +206,12 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 	plan->sport = bpf_htons((__u16)((((__u64)hash * (__u32)(vtep->port_max - vtep->port_min)) >> 32) +
 					vtep->port_min));
 
-	fib->family = AF_INET;
-	fib->l4_protocol = IPPROTO_UDP;
 	fib->sport = plan->sport;
-	fib->dport = vtep->port;
-	fib->ipv4_src = vtep->local;
-	fib->ipv4_dst = vtep->remote;
-	fib->tot_len = inner + vtep->overhead;
-	fib->ifindex = vtep->oif ? vtep->oif : egress;
-	rc = bpf_fib_lookup(pkt->ctx, fib, sizeof(*fib), vtep->oif ? BPF_FIB_LOOKUP_OUTPUT : 0);
+	rc = lfp_vtep_route(pkt, vtep, egress, inner, fib, 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS || fib->ifindex == egress)
 		return 0;
 	underlay = bpf_map_lookup_elem(&lfp_ifaces, &fib->ifindex);
-	if (!underlay || !(underlay->flags & LFP_IF_TC_TX))
+	if (!underlay || (underlay->flags & LFP_VXLAN_UNDERLAY) != LFP_VXLAN_UNDERLAY)
 		return 0;
 	/* the outer next hop (the lookup left it in ipv4_dst), as transmit_node
 	 * asks of a routed packet's: a STALE one takes this packet through the
@@ -218,15 +231,15 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 	__builtin_memcpy(plan->dmac, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(plan->smac, fib->smac, ETH_ALEN);
 	plan->underlay = fib->ifindex;
+	if (!(vtep->flags & LFP_VTEP_TRACKED))
+		return 1;
 	__builtin_memset(&ask, 0, sizeof(ask));
 	ask.tuple.ipv4.saddr = vtep->local;
 	ask.tuple.ipv4.daddr = vtep->remote;
 	ask.tuple.ipv4.sport = plan->sport;
 	ask.tuple.ipv4.dport = vtep->port;
-	ct = lfp_ct_take_sent(pkt, &ask.tuple);
-	if (ct != LFP_CT_TAKEN && (ct != LFP_CT_NONE || (vtep->flags & LFP_VTEP_TRACKED)))
-		return 0;
-	return 1;
+	return lfp_ct_take_sent(pkt, &ask.tuple, vtep->flags & LFP_VTEP_NAT_HOOKS ?
+				(1ul << IPS_SRC_NAT_DONE_BIT) | (1ul << IPS_DST_NAT_DONE_BIT) : 0) == LFP_CT_TAKEN;
 }
 
 /* Put the device's headers in front of the packet, rewritten as it leaves
@@ -310,7 +323,7 @@ static __always_inline int lfp_vxlan_encapsulate(struct lfp_pkt *pkt, struct lfp
 		hdr->udp.check = lfp_kcsum_fold(sum) ?: 0xffff;   /* CSUM_MANGLED_0 */
 	}
 	lfp_clear_hash_unless_l4(pkt);
-	return lfp_arm_redirect_to(pkt, plan->underlay, LFP_IF_TC_TX) ? 0 : -1;
+	return lfp_arm_redirect_to(pkt, plan->underlay, LFP_VXLAN_UNDERLAY) ? 0 : -1;
 }
 
 #endif

@@ -10,7 +10,7 @@ from linuxfp.graph import Shape
 from linuxfp.graph.nodes.router import local_source_addresses
 from linuxfp.graph.nodes.transmit import VTEP, neighbour_states
 
-from snapshot_fixtures import XDP_ALL, bridged_router_snapshot, link, route, router_snapshot, sysctl, with_pods
+from snapshot_fixtures import XDP_ALL, addr, bridged_router_snapshot, link, route, router_snapshot, sysctl, with_pods
 
 
 def facts(graph, ifindex):
@@ -235,7 +235,7 @@ def test_a_vxlan_egress_s_remotes_are_encapsulated_by_the_fast_path_only_as_the_
     kernel's output path leaves them as they are; where connections are
     tracked, the outer connection must exist (VTEP_TRACKED). Anywhere else
     the device encapsulates, and graph's notes say why."""
-    from linuxfp.graph.nodes.transmit import VTEP_ENCAP, VTEP_TRACKED, VTEP_UDP_CSUM
+    from linuxfp.graph.nodes.transmit import VTEP_ENCAP, VTEP_NAT_HOOKS, VTEP_TRACKED, VTEP_UDP_CSUM
     from linuxfp.state.iptables import parse_save
     from linuxfp.state.model import NetfilterState
 
@@ -245,7 +245,7 @@ def test_a_vxlan_egress_s_remotes_are_encapsulated_by_the_fast_path_only_as_the_
                       vxlan=VxlanOptions(vni=1, lower=3, port=8472, local="192.0.2.1"))
     remotes = (VtepRemote(6, "02:00:00:00:00:02", "192.0.2.2"),
                VtepRemote(6, "02:00:00:00:00:03", "192.0.2.3", port=4789, vni=7))
-    base = replace(snap, links=snap.links + (flannel,), vteps=remotes)
+    base = replace(snap, links=snap.links + (flannel,), vteps=remotes, addresses=snap.addresses + (addr(3, "192.0.2.1"),))
 
     def encap(snapshot=base, **options):
         if options:
@@ -275,6 +275,10 @@ def test_a_vxlan_egress_s_remotes_are_encapsulated_by_the_fast_path_only_as_the_
         entries, notes = encap(**options)
         assert {v[4] & VTEP_ENCAP for v in entries.values()} == {0} and why in notes, options
         assert "flannel.1 to 192.0.2.2" in notes
+    entries, notes = encap(replace(base, addresses=snap.addresses))
+    assert {v[4] for v in entries.values()} == {0} and "not one of the host's" in notes
+    entries, notes = encap(replace(base, vteps=(replace(remotes[0], ages=True), remotes[1])))
+    assert entries["02:00:00:00:00:02"][4] == 0 and entries["02:00:00:00:00:03"][4] == both and "ages" in notes
     hop = replace(route("198.19.9.0/24", oif=3), hoplimit=5)
     entries, notes = encap(replace(base, routes=base.routes + (hop,)))
     assert {v[4] for v in entries.values()} == {0} and "hop limit" in notes
@@ -291,6 +295,16 @@ def test_a_vxlan_egress_s_remotes_are_encapsulated_by_the_fast_path_only_as_the_
     assert entries["02:00:00:00:00:03"][4] == both
     entries, _ = encap(with_rules("-A FORWARD -m conntrack --ctstate ESTABLISHED -j ACCEPT"))
     assert {v[4] for v in entries.values()} == {both | VTEP_TRACKED}
+    # nat's hooks registered: the outer connection must have been bound by them
+    nat = parse_save("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                     ":POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -s 198.18.0.0/16 -j MASQUERADE\nCOMMIT\n", "nft")
+    entries, _ = encap(replace(base, netfilter=NetfilterState(active=True, tables=("nft:ip nat",), detail="test",
+                                                             rulesets=(nat,))))
+    assert {v[4] for v in entries.values()} == {both | VTEP_TRACKED | VTEP_NAT_HOOKS}
+    # the outer packets may leave only where nothing on the transmit path reads more than their bytes
+    assert "encap_tx" in flag_names(facts(build_graph(base), 3).flags)
+    queued = tuple(replace(x, qdisc="htb") if x.index == 3 else x for x in base.links)
+    assert "encap_tx" not in flag_names(facts(build_graph(replace(base, links=queued)), 3).flags)
 
 
 def test_dot_output_escapes_what_the_reasons_contain():

@@ -102,6 +102,11 @@ def test_what_drops_changes_or_may_match_some_of_the_flow_names_the_rule():
     assert "MARK" in verdict({"mangle": ["-A POSTROUTING -j MARK --set-xmark 0x1/0xffffffff"]})
     assert "LOG" in verdict({"security": ["-A OUTPUT -j LOG"]})
     assert "policy drops" in verdict({"filter": []}, policies={"filter OUTPUT": "DROP"})
+    # a RETURN in a built-in chain, or a goto whose chain ends, ends in the policy
+    assert "policy drops" in verdict({"filter": ["-A OUTPUT -p udp -m udp --dport 8472 -j RETURN",
+                                                 "-A OUTPUT -j ACCEPT"]}, policies={"filter OUTPUT": "DROP"})
+    assert "policy drops" in verdict({"filter": ["-A OUTPUT -g CHK", "-A OUTPUT -j ACCEPT", "-A CHK -p tcp -j ACCEPT"]},
+                                     policies={"filter OUTPUT": "DROP"})
     assert verdict({"filter": ["-A OUTPUT -p udp -m udp --dport 8472 -j ACCEPT"]},
                    policies={"filter OUTPUT": "DROP"}) is None
     # conntrack has not run at raw's priority; -m limit keeps state

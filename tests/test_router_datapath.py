@@ -205,7 +205,7 @@ def test_a_longer_packet_into_a_vxlan_egress_is_sent_when_its_remote_s_outer_rou
 
     from fixtures.router_cases import routed, udp
     from linuxfp.graph.interfaces import unpack_iface
-    from linuxfp.graph.nodes.transmit import VTEP, VTEP_ENCAP, VTEP_KEY, VTEP_UDP_CSUM
+    from linuxfp.graph.nodes.transmit import VTEP, VTEP_KEY
     ifaces, vteps = router.obj.map("lfp_ifaces"), router.obj.map("lfp_vteps")
     with entered(router_ns):
         out, small = socket.if_nametoindex("out0"), socket.if_nametoindex("small0")
@@ -216,7 +216,7 @@ def test_a_longer_packet_into_a_vxlan_egress_is_sent_when_its_remote_s_outer_rou
     long = bytes(udp(size=600))
     inner = len(long) - 14
     try:
-        def verdict(entry=None, remote="198.18.2.9", oif=0, frame=long, flags=0):
+        def verdict(entry=None, remote="198.18.2.9", oif=0, frame=long, flags=0):  # (flags: no encapsulation)
             if entry is None:
                 vteps.delete(vtep)
             else:
@@ -234,9 +234,6 @@ def test_a_longer_packet_into_a_vxlan_egress_is_sent_when_its_remote_s_outer_rou
             return
         assert verdict() == (False, 1)
         assert verdict(0xFFFF - 50) == (True, 0)
-        # (a frame whose checksum is not left to fill: the device
-        # encapsulates it, whatever the remote allows)
-        assert verdict(0xFFFF - 50, flags=VTEP_ENCAP | VTEP_UDP_CSUM) == (True, 0)
         assert verdict(0xFFFF - 50, oif=out) == (True, 0)       # the entry's own underlay
         assert verdict(0xFFFF - 50, oif=small) == (False, 1)    # ... which has no route to the remote
         assert verdict(inner - 1) == (False, 1)                 # the entry's limit: one byte short

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from linuxfp.state.model import BR_STATE_FORWARDING
 
-from .model import (IF_BRIDGE_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
+from .model import (IF_BRIDGE_TX, IF_ENCAP_TX, IF_FORWARDING, IF_IPV6, IF_IPV6_TX, IF_ROUTED_TX, IF_RP_FILTER,
                     IF_SET_PRIORITY, IF_SRC_FULL_CHECK, IF_TC_TX, IF_XDP_TX, IfaceFacts)
 from .filtering.scope import egress_chain, ipv6_uncovered
 from .remember import link_at, remembered
@@ -85,6 +85,11 @@ def iface_facts(link, conf, snapshot, full_check: bool, fwd_len_cap: int = 0, fw
         flags &= ~IF_BRIDGE_TX
     if sendable:
         flags |= IF_TC_TX
+        # The outer packet the fast path builds for a VXLAN device is not
+        # the kernel's own skb (no route, the ingress's skb_iif and queue):
+        # only a plain qdisc and no tc egress filters may see it.
+        if transmit_skips(link, snapshot, PLAIN_QDISCS) is None:
+            flags |= IF_ENCAP_TX
     if routable:
         flags |= IF_ROUTED_TX
     # An XDP redirect skips the egress's transmit path (and never meets a

@@ -19,6 +19,7 @@ IF_SET_PRIORITY = 1 << 7
 IF_BRIDGE_TX = 1 << 8       # a bridge port in forwarding state: bridged frames may leave here
 IF_IPV6 = 1 << 9            # IPv6 arriving here may be routed (nothing in the namespace forbids it)
 IF_IPV6_TX = 1 << 10        # routed IPv6 may leave here: IPv6 on, takes no redirects
+IF_ENCAP_TX = 1 << 11       # a tunnel's outer packet the fast path builds may leave here (vxlan_tx.h)
 
 FLAG_NAMES = {
     IF_FORWARDING: "forwarding",
@@ -31,6 +32,7 @@ FLAG_NAMES = {
     IF_BRIDGE_TX: "bridge_tx",
     IF_IPV6: "ipv6",
     IF_IPV6_TX: "ipv6_tx",
+    IF_ENCAP_TX: "encap_tx",
 }
 
 

@@ -859,7 +859,7 @@ def decode_vtep(payload: bytes) -> VtepRemote | None:
     a remote address in NDA_DST: vxlan_fdb_info()); None for anything else
     (a bridge's FDB, a device's own address lists, a remote given as a
     nexthop group)."""
-    family, ifindex, _state, flags, _type = _NDMSG.unpack_from(payload)
+    family, ifindex, state, flags, _type = _NDMSG.unpack_from(payload)
     if family != AF_BRIDGE or not flags & NTF_SELF:
         return None
     a = nl.parse_attrs(payload, _NDMSG.size)
@@ -873,6 +873,8 @@ def decode_vtep(payload: bytes) -> VtepRemote | None:
         port=struct.unpack("!H", a[NDA_PORT][:2])[0] if NDA_PORT in a else 0,
         vni=nl.u32(a[NDA_VNI]) if NDA_VNI in a else 0,
         via=nl.u32(a[NDA_IFINDEX]) if NDA_IFINDEX in a else 0,
+        # (NUD_PERMANENT, NUD_NOARP; NTF_EXT_LEARNED)
+        ages=not (state & 0xC0 or flags & 0x10),
     )
 
 
@@ -916,13 +918,11 @@ def route6_mtu(payload: bytes) -> tuple[tuple, int, str] | None:
     if family != AF_INET6 or flags & RTM_F_CLONED:
         return None
     a = nl.parse_attrs(payload, _RTMSG.size)
-    mtu = hoplimit = 0
+    mtu = 0
     if RTA_METRICS in a:
         metrics = nl.parse_attrs(a[RTA_METRICS])
         if RTAX_MTU in metrics:
             mtu = nl.u32(metrics[RTAX_MTU])
-        if RTAX_HOPLIMIT in metrics:
-            hoplimit = nl.u32(metrics[RTAX_HOPLIMIT])
     # as Route.identity, with the source prefix IPv6 routes may also have
     identity = (family, nl.u32(a[RTA_TABLE]) if RTA_TABLE in a else table,
                 f"{ip_str(family, a.get(RTA_DST, bytes(16)))}/{dst_len}", tos,

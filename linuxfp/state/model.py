@@ -313,6 +313,9 @@ class VtepRemote(_JsonMixin):
     port: int = 0
     vni: int = 0
     via: int = 0
+    # neither permanent, noarp nor externally learnt: the device deletes it
+    # once its transmit has not used it for the ageing time
+    ages: bool = False
 
     @property
     def several(self) -> bool:

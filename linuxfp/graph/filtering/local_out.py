@@ -27,7 +27,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .predicates import IPV4, UNREPLIED, WIDTH, Box, FieldPredicate, Prefix, range_prefixes, rule_meaning
+from .predicates import (IPV4, UNREPLIED, WIDTH, Box, FieldPredicate, Prefix, _contains, range_prefixes,
+                         rule_meaning)
 from .scope import _awake, _hooked, _native_finding, _no_op
 
 # (table, chain) in the order a sent packet meets them (NF_IP_PRI_*)
@@ -86,7 +87,9 @@ def sent_untouched(netfilter, links, addrtypes, flow: SentFlow, tracked: bool) -
             connection = UNREPLIED if tracked and table_name != "raw" else None
             where = f"{ruleset.tool} {table_name} {chain_name}"
             try:
-                if _run(table, chain_name, values, links, sets, addrtypes, connection, where, 0) == "drop":
+                # (a RETURN there, or a goto's chain ending, ends in the policy too)
+                outcome = _run(table, chain_name, values, links, sets, addrtypes, connection, where, 0)
+                if (outcome or table.chain(chain_name).policy) not in ("accept", "ACCEPT"):
                     raise _Kernel(f"{where}: its policy drops them")
             except _Kernel as why:
                 return str(why)
@@ -94,8 +97,9 @@ def sent_untouched(netfilter, links, addrtypes, flow: SentFlow, tracked: bool) -
 
 
 def _run(table, name: str, values, links, sets, addrtypes, connection, where: str, depth: int) -> str | None:
-    """"accept" or "drop" (a built-in chain's policy), or None when the
-    chain returns; _Kernel when the outcome is not all packets accepted."""
+    """"accept", or None when the chain returns or ends (a built-in
+    chain's policy is then its caller's to apply); _Kernel when the outcome
+    is not all packets accepted."""
     if depth > _MAX_DEPTH:
         raise _Kernel(f"{where}: chains nested deeper than {_MAX_DEPTH}")
     chain = table.chain(name)
@@ -124,9 +128,7 @@ def _run(table, name: str, values, links, sets, addrtypes, connection, where: st
         outcome = _run(table, target, values, links, sets, addrtypes, connection, where, depth + 1)
         if outcome is not None or rule.goto:
             return outcome
-    if chain.policy is None:
-        return None
-    return "accept" if chain.policy == "ACCEPT" else "drop"
+    return None
 
 
 def _matches(boxes: tuple[Box, ...], values: dict[str, frozenset[Prefix]]) -> str:
@@ -167,10 +169,7 @@ def _none_in(pred: FieldPredicate, prefix: Prefix, width: int) -> bool:
 
 def _within(prefix: Prefix, of: Prefix, width: int) -> bool:
     """Whether `prefix` lies within `of`."""
-    if of[1] > prefix[1]:
-        return False
-    shift = width - of[1]
-    return prefix[0] >> shift == of[0] >> shift
+    return of[1] <= prefix[1] and _contains(of, prefix[0], width)
 
 
 def _overlap(a: Prefix, b: Prefix, width: int) -> bool:

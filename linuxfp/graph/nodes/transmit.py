@@ -12,7 +12,7 @@ from linuxfp.resources import modules_dir
 
 from ..filtering.addrtypes import address_types
 from ..filtering.local_out import SentFlow, sent_untouched
-from ..filtering.scope import egress_chain, filter_scope
+from ..filtering.scope import egress_chain, filter_scope, translating
 from ..model import NEIGH_CONFIRMED, NEIGH_PROBING, NEIGH_STALE, NeighbourFacts
 from ..interfaces import NO_QDISC, mac_bytes, transmit_skips, vxlan_blocker
 from ..remember import remembered
@@ -29,7 +29,7 @@ VTEP = CType("struct lfp_vtep", (("remote", "4s"), ("local", "4s"), ("oif", "I")
                                  ("max_len", "H"), ("vni", "4s"), ("port_min", "H"), ("port_max", "H"),
                                  ("port", "2s"), ("ttl", "B"), ("flags", "B")))
 # struct lfp_vtep's flags (vxlan_tx.h)
-VTEP_ENCAP, VTEP_TRACKED, VTEP_UDP_CSUM = 1, 2, 4
+VTEP_ENCAP, VTEP_TRACKED, VTEP_UDP_CSUM, VTEP_NAT_HOOKS = 1, 2, 4, 8
 
 _BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 _NUD_CONFIRMED = 0x02 | 0x40 | 0x80     # REACHABLE, NOARP, PERMANENT
@@ -253,16 +253,19 @@ def _encapsulated(snapshot, link, remote, path: TunnelPath) -> TunnelPath:
     low, high = options.port_range if options.port_range[0] < options.port_range[1] else sysctls.local_port_range
     path = replace(path, vni=remote.vni or options.vni, port=remote.port or options.port,
                    ports=(low, max(low, high)), ttl=options.ttl or sysctls.default_ttl)
-    why = _encapsulation_blocker(snapshot, link, path)
+    tracked = bool(filter_scope(snapshot.netfilter).stateful)
+    why = _encapsulation_blocker(snapshot, link, remote, path, tracked)
     if why is not None:
         return replace(path, not_encapsulated=why)
-    tracked = bool(filter_scope(snapshot.netfilter).stateful)
     return replace(path, flags=VTEP_ENCAP | (VTEP_TRACKED if tracked else 0)
-                   | (VTEP_UDP_CSUM if options.udp_csum else 0))
+                   | (VTEP_UDP_CSUM if options.udp_csum else 0)
+                   | (VTEP_NAT_HOOKS if translating(snapshot.netfilter) is not None else 0))
 
 
-def _encapsulation_blocker(snapshot, link, path: TunnelPath) -> str | None:
+def _encapsulation_blocker(snapshot, link, remote, path: TunnelPath, tracked: bool) -> str | None:
     options = link.vxlan
+    if remote.ages:
+        return "its entry for the remote ages, and only the device's transmit keeps it in use"
     if options.ttl_inherit:
         return "its outer TTL is each inner packet's (ttl inherit)"
     if options.df:
@@ -271,6 +274,9 @@ def _encapsulation_blocker(snapshot, link, path: TunnelPath) -> str | None:
         return "it writes group policy (GBP), GPE or remote checksum offload into its headers"
     if not options.local:
         return "it has no local address (the outer route chooses the source)"
+    if not any(a.address == options.local for a in snapshot.addresses):
+        # (an output route from an address the host does not have fails)
+        return f"its local address {options.local} is not one of the host's"
     if not path.port or not 0 < path.ttl < 256:
         return "its destination port or TTL is not known"
     skipped = transmit_skips(link, snapshot, NO_QDISC)
@@ -280,7 +286,6 @@ def _encapsulation_blocker(snapshot, link, path: TunnelPath) -> str | None:
         return "an IPv4 route has a hop limit, which the outer packet's TTL may take"
     low, high = path.ports
     flow = SentFlow(options.local, path.remote, (low, high - 1 if high > low else low), path.port)
-    tracked = bool(filter_scope(snapshot.netfilter).stateful)
     why = sent_untouched(snapshot.netfilter, snapshot.links, address_types(snapshot.routes), flow, tracked)
     return None if why is None else f"netfilter on its outer packets' way out: {why}"
 
