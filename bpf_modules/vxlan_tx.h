@@ -169,7 +169,7 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 		struct bpf_sock_tuple tuple;
 	} ask = {};
 	struct bpf_fib_lookup *fib = &ask.fib;
-	struct lfp_iface *underlay;
+	struct lfp_iface *underlay, *out;
 	struct lfp_vtep *vtep;
 	struct iphdr *ip;
 	__u32 hash, inner;
@@ -182,6 +182,11 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 	 * the skb keeping it) */
 	if (!LFP_HOOK_ENCAPSULATES || !(pkt->fwd.flags & LFP_FWD_DEC_TTL) || pkt->fwd.port ||
 	    (pkt->ct.manip && !lfp_has_flow_hash(pkt)))
+		return 0;
+	/* (only an encapsulating egress has a cap: every other routed packet
+	 * is spared the lookup of its MAC) */
+	out = bpf_map_lookup_elem(&lfp_ifaces, &egress);
+	if (!out || !out->tx_len_cap)
 		return 0;
 	vtep = lfp_vtep_of(egress, pkt->fwd.dmac);
 	if (!vtep || !(vtep->flags & LFP_VTEP_ENCAP) || lfp_is_gso(pkt) || lfp_is_encapsulated(pkt))

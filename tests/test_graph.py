@@ -443,8 +443,8 @@ def test_interface_facts_follow_sysctls_and_redirect_capability():
         sysctl(1), sysctl(2, rp_filter=2), sysctl(3, forwarding=False))))
     g = build_graph(snap)
     assert set(flag_names(facts(g, 2).flags)) == {"rp_filter", "forwarding", "xdp_tx", "tc_tx", "routed_tx",
-                                                  "set_priority"}
-    assert set(flag_names(facts(g, 3).flags)) == {"xdp_tx", "tc_tx", "routed_tx", "set_priority"}
+                                                  "set_priority", "encap_tx"}
+    assert set(flag_names(facts(g, 3).flags)) == {"xdp_tx", "tc_tx", "routed_tx", "set_priority", "encap_tx"}
     assert facts(g, 2).mac == bytes.fromhex("020000000002")
 
 
