@@ -167,7 +167,7 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 	union {
 		struct bpf_fib_lookup fib;
 		struct bpf_sock_tuple tuple;
-	} ask = {};
+	} ask;
 	struct bpf_fib_lookup *fib = &ask.fib;
 	struct lfp_iface *underlay, *out;
 	struct lfp_vtep *vtep;
@@ -211,6 +211,7 @@ static __always_inline int lfp_vxlan_plan(struct lfp_pkt *pkt, __u32 egress, str
 	plan->sport = bpf_htons((__u16)((((__u64)hash * (__u32)(vtep->port_max - vtep->port_min)) >> 32) +
 					vtep->port_min));
 
+	__builtin_memset(&ask, 0, sizeof(ask));
 	fib->sport = plan->sport;
 	rc = lfp_vtep_route(pkt, vtep, egress, inner, fib, 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS || fib->ifindex == egress)
