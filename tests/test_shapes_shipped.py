@@ -102,6 +102,20 @@ def test_shipped_objects_are_co_re_and_final(shipped_dir):
         assert shipped.object_bytes(entry, shipped_dir) == synth.compile_shape(shape).data
 
 
+def test_every_shipped_tc_shape_passes_the_verifier(shipped_dir):
+    """Each TC pipeline loads as it ships: its stack stays within the
+    verifier's 512 bytes, which the transmit node's VXLAN planning nearly
+    fills beside the conntrack and filter nodes (its first version
+    overflowed four shapes, which only a lab test using one showed). XDP
+    shapes load bound to a device (the test below loads one)."""
+    manifest = shipped.read_manifest(shipped_dir)
+    tc = [entry for entry in manifest.objects if entry.kind == shipped.SHAPE and entry.hook == "tc"]
+    assert len(tc) >= 10, [e.name for e in manifest.objects]
+    for entry in tc:
+        with dp.BpfObject.open(shipped.object_bytes(entry, shipped_dir), name="verified") as obj:
+            obj.load()
+
+
 def test_without_clang_shipped_shapes_and_programs_are_used(no_compiler, monkeypatch):
     def no_process(*args, **kwargs):
         raise AssertionError(f"a process was started: {args}")
