@@ -364,10 +364,16 @@ def test_inter_node_udp_from_pod_sockets_is_encapsulated_in_the_fast_path_as_fla
                 for node, pod in pods:
                     node.run(["bridge", "fdb", "replace", pod.mac, "dev", pod.host_veth, "master", "static"])
                 _exchange_frames(flannel, inter_node.client, inter_node.server, 20, mode="socket")
-                time.sleep(3)
-                sent = [tx_packets(node, VXLAN_DEVICE) for node in inter_node.nodes]
-                frames = _exchange_frames(flannel, inter_node.client, inter_node.server, 10, mode="socket")
-                assert [tx_packets(node, VXLAN_DEVICE) for node in inter_node.nodes] == sent
+                # (an attempt counts only if the device sent none of it: a
+                # STALE outer neighbour sends one packet through the device)
+                for _ in range(3):
+                    time.sleep(3)
+                    sent = [tx_packets(node, VXLAN_DEVICE) for node in inter_node.nodes]
+                    frames = _exchange_frames(flannel, inter_node.client, inter_node.server, 10, mode="socket")
+                    if [tx_packets(node, VXLAN_DEVICE) for node in inter_node.nodes] == sent:
+                        break
+                else:
+                    pytest.fail("flannel.1's own transmit sent some of every few exchanges")
             finally:
                 for node, pod in pods:      # (learnt again from the next frame)
                     node.run(["bridge", "fdb", "del", pod.mac, "dev", pod.host_veth, "master"], check=False)
